@@ -1,0 +1,1 @@
+"""One module per ``pianode`` subcommand; each defines ``add_parser(subparsers)``."""

@@ -1,0 +1,1 @@
+"""Cipher primitives shared by the Pia and PRUDP codecs (sans-IO)."""
