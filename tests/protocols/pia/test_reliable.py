@@ -1,0 +1,300 @@
+"""Sliding-window segment codecs (spec §5.8) against real 3.x traffic, layout tables and properties."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocols.errors import DecodeError, EncodeError, ShortData, TrailingData
+from protocols.pia.reliable import (
+    BULK_ACK_RECORD_SIZE,
+    BULK_ACK_RECORDS,
+    AckRecord,
+    BulkAck,
+    LegacyWindowHeader,
+    Segment,
+    WindowFlag,
+    WindowHeader514,
+    WindowHeader517,
+    WindowHeader529,
+    WindowHeader70,
+    WindowLayout,
+    decode_bulk_ack,
+    decode_segment,
+    encode_bulk_ack,
+    encode_segment,
+    layout_for,
+    sequence_bits,
+)
+from protocols.pia.versions import DOCUMENTED_VERSIONS, profile_for
+
+
+def _window_messages(captures):
+    """(frame name, from_host, protocol type, port, payload) of every sliding-window message in the mgba frames."""
+    doc = json.loads((captures / "mgba-uds-frames.expected.json").read_text())
+    out = []
+    for frame in doc["frames"]:
+        pia = frame["pia"]
+        if pia is None:
+            continue
+        for m in pia["messages"]:
+            # Mesh port 1 and protocol 0x3000 carry sliding-window segments (spec §5.4, §5.8).
+            if (m["protocol_type"], m["protocol_port"]) in ((0x0200, 1), (0x3000, 0)):
+                out.append((frame["name"], frame["from_host"], bytes.fromhex(m["payload_hex"])))
+    return out
+
+
+def test_capture_segments_decode_and_reencode_byte_exact(captures) -> None:
+    msgs = _window_messages(captures)
+    assert len(msgs) == 30  # 2 mesh port-1 messages + 28 protocol 0x3000 messages
+    for _name, _host, raw in msgs:
+        seg = decode_segment(raw, "3.10")
+        assert isinstance(seg.header, LegacyWindowHeader)
+        assert encode_segment(seg, "3.10") == raw
+        # payload size field at offset 2 equals the payload carried
+        assert struct.unpack_from(">H", raw, 2)[0] == len(seg.payload)
+
+
+def test_capture_mesh_update_and_its_ack(captures) -> None:
+    msgs = {name: (host, raw) for name, host, raw in _window_messages(captures)}
+    update = decode_segment(msgs["join 12"][1], "3.10")
+    # Host's first reliable segment: sequence and ack ids both start at 0xFFFFF82F (spec §5.8 NC-old).
+    assert update.header == LegacyWindowHeader(flags=3, sequence_id=0xFFFFF82F, ack_id=0xFFFFF82F)
+    assert update.payload[0] == 0x20  # an Update mesh message (spec §5.4)
+    assert len(update.payload) == 124
+    ack = decode_segment(msgs["join 13"][1], "3.10")
+    # The joiner's pure ack: flags 0, no payload, ack id = next expected = update's id + 1.
+    assert ack.header == LegacyWindowHeader(flags=0, sequence_id=0, ack_id=0xFFFFF830)
+    assert ack.payload == b""
+
+
+def test_capture_host_window_is_consecutive(captures) -> None:
+    segs = [decode_segment(raw, "3.10") for name, _h, raw in _window_messages(captures) if name == "host window"]
+    assert len(segs) == 25
+    ids = [s.header.sequence_id for s in segs]
+    assert ids == list(range(0xFFFFF87A, 0xFFFFF87A + 25))
+    # One packet: the same cumulative ack in every segment, all complete single-fragment messages.
+    assert {s.header.ack_id for s in segs} == {0xFFFFF90F}
+    assert {s.header.flags for s in segs} == {WindowFlag.HAS_PAYLOAD | WindowFlag.FIRST_FRAGMENT}
+
+
+@pytest.mark.parametrize(
+    ("version", "layout"),
+    [
+        ("3.3", WindowLayout.V5_12),
+        ("4.10", WindowLayout.V5_12),
+        ("5.10", WindowLayout.V5_12),
+        ("5.12", WindowLayout.V5_12),
+        ("5.13", WindowLayout.V5_12),
+        ("5.14", WindowLayout.V5_14),
+        ("5.15", WindowLayout.V5_14),
+        ("5.16", WindowLayout.V5_17),
+        ("5.17", WindowLayout.V5_17),
+        ("5.18", WindowLayout.V5_17),
+        ("5.19", WindowLayout.V5_17),
+        ("5.26", WindowLayout.V5_17),
+        ("5.27", WindowLayout.V5_29),
+        ("5.29", WindowLayout.V5_29),
+        ("5.43", WindowLayout.V5_29),
+        ("5.45", WindowLayout.V5_29),
+        ("6.30", WindowLayout.V5_29),
+        ("6.32", WindowLayout.V7_0),
+        ("7.0", WindowLayout.V7_0),
+        ("7.2", WindowLayout.V7_0),
+    ],
+)
+def test_layout_for_versions(version: str, layout: WindowLayout) -> None:
+    assert layout_for(version) is layout
+
+
+def test_layout_for_accepts_profiles() -> None:
+    assert layout_for(profile_for("5.18")) is WindowLayout.V5_17
+    assert layout_for(profile_for("5.29")) is WindowLayout.V5_29
+    assert all(isinstance(layout_for(profile_for(v)), WindowLayout) for v in DOCUMENTED_VERSIONS)
+    assert sequence_bits(WindowLayout.V5_12) == 32
+    assert sequence_bits(WindowLayout.V5_29) == 16
+
+
+# Hand-assembled layouts from the §5.8 table.
+_TABLE = [
+    (
+        WindowLayout.V5_14,
+        WindowHeader514(flags=7, sequence_id=0x1234, unknown1=b"ABCDEFGH", unknown2=b"12345678"),
+        b"xy",
+        bytes.fromhex("0007 0002 1234") + b"ABCDEFGH12345678xy",
+    ),
+    (
+        WindowLayout.V5_17,
+        WindowHeader517(flags=7, stream_id=3, sequence_id=0xFFFF, lowest_pending=0xFFF0, multicast_ids=(1, 2)),
+        b"abc",
+        bytes.fromhex("07 03 0003 ffff fff0 02 0000000000000001 0000000000000002") + b"abc",
+    ),
+    (
+        WindowLayout.V5_29,
+        WindowHeader529(
+            flags=1, stream_id=0, sequence_id=5, lowest_pending=4, destination_count=4, destination_bitmap=0xA
+        ),
+        b"",
+        bytes.fromhex("01 00 0000 0005 0004 04 0000000a"),
+    ),
+    (
+        WindowLayout.V5_29,
+        WindowHeader529(flags=0, stream_id=9, sequence_id=5, lowest_pending=4),
+        b"z",
+        bytes.fromhex("00 09 0001 0005 0004 00") + b"z",
+    ),
+    (
+        WindowLayout.V7_0,
+        WindowHeader70(flags=0x41, sequence_id=1, lowest_pending=2, destination_words=(0xDEADBEEF,)),
+        b"q",
+        bytes.fromhex("41 0001 0001 0002 01 deadbeef") + b"q",
+    ),
+]
+
+
+@pytest.mark.parametrize(("layout", "header", "payload", "raw"), _TABLE)
+def test_table_layouts(layout: WindowLayout, header: object, payload: bytes, raw: bytes) -> None:
+    seg = Segment(header, payload)  # type: ignore[arg-type]
+    assert encode_segment(seg, layout) == raw
+    assert decode_segment(raw, layout) == seg
+
+
+def test_529_header_is_9_or_13_bytes() -> None:
+    # spec §10.3: KW's "8 or 12 bytes" contradicts its table; we follow the table.
+    empty = encode_segment(Segment(WindowHeader529(1, 0, 0, 0)), WindowLayout.V5_29)
+    assert len(empty) == 9
+    one = encode_segment(Segment(WindowHeader529(1, 0, 0, 0, 32, 0xFFFFFFFF)), WindowLayout.V5_29)
+    assert len(one) == 13
+
+
+def test_size_mismatch_errors() -> None:
+    raw = encode_segment(Segment(WindowHeader517(1, 0, 1, 1), b"abcd"), "5.18")
+    with pytest.raises(ShortData):
+        decode_segment(raw[:-1], "5.18")
+    with pytest.raises(TrailingData):
+        decode_segment(raw + b"\0", "5.18")
+    with pytest.raises(ShortData):
+        decode_segment(raw[:5], "5.18")
+
+
+def test_encode_rejects_wrong_header_type_and_overflow() -> None:
+    with pytest.raises(EncodeError):
+        encode_segment(Segment(WindowHeader517(1, 0, 1, 1)), "5.29")
+    with pytest.raises(EncodeError):
+        encode_segment(Segment(WindowHeader529(1, 0, 0x10000, 1)), "5.29")
+    with pytest.raises(EncodeError):
+        encode_segment(Segment(WindowHeader529(1, 0, 1, 1, 1, 1 << 32)), "5.29")
+    with pytest.raises(EncodeError):
+        encode_segment(Segment(WindowHeader517(1, 0, 1, 1), bytes(0x10000)), "5.18")
+    with pytest.raises(EncodeError):
+        encode_segment(Segment(WindowHeader514(1, 1, b"short")), "5.14")
+
+
+def test_bulk_ack_5_18_form() -> None:
+    records = tuple(AckRecord(stream_id=i, ack_id=(0xFFF0 + i) & 0xFFFF, mask=1 << i) for i in range(BULK_ACK_RECORDS))
+    raw = encode_bulk_ack(BulkAck(records))
+    assert len(raw) == 32 * 19 == BULK_ACK_RECORDS * BULK_ACK_RECORD_SIZE
+    assert raw[:19] == bytes.fromhex("00 fff0") + (1).to_bytes(16, "big")
+    assert decode_bulk_ack(raw) == BulkAck(records)
+    assert BulkAck(records).for_stream(5) == records[5]
+    assert BulkAck(records).for_stream(200) is None
+
+
+def test_ack_record_mask_bits_wrap() -> None:
+    rec = AckRecord(stream_id=0, ack_id=0xFFFE, mask=0b1011)
+    # bit i acknowledges ack_id + 1 + i, mod 2^16
+    assert rec.acknowledged() == [0xFFFF, 0x0000, 0x0002]
+    assert AckRecord(0, 7, 1 << 127).acknowledged() == [7 + 128]
+
+
+def test_bulk_ack_bad_lengths() -> None:
+    with pytest.raises(ShortData):
+        decode_bulk_ack(bytes(20))
+    assert decode_bulk_ack(b"") == BulkAck(())
+
+
+# -- properties ------------------------------------------------------------------
+
+u16 = st.integers(0, 0xFFFF)
+u8 = st.integers(0, 0xFF)
+payloads = st.binary(max_size=64)
+
+
+@st.composite
+def segments(draw: st.DrawFn) -> tuple[WindowLayout, Segment]:
+    layout = draw(st.sampled_from(list(WindowLayout)))
+    header: object
+    if layout is WindowLayout.V5_12:
+        header = LegacyWindowHeader(
+            flags=draw(u16),
+            sequence_id=draw(st.integers(0, 2**32 - 1)),
+            ack_id=draw(st.integers(0, 2**32 - 1)),
+            ack_bitmap=draw(st.integers(0, 2**64 - 1)),
+            reserved=draw(st.integers(0, 2**32 - 1)),
+        )
+    elif layout is WindowLayout.V5_14:
+        header = WindowHeader514(draw(u16), draw(u16), draw(st.binary(min_size=8, max_size=8)), draw(st.binary(min_size=8, max_size=8)))
+    elif layout is WindowLayout.V5_17:
+        header = WindowHeader517(
+            draw(u8), draw(u8), draw(u16), draw(u16), tuple(draw(st.lists(st.integers(0, 2**64 - 1), max_size=4)))
+        )
+    elif layout is WindowLayout.V5_29:
+        n = draw(st.integers(0, 80))
+        header = WindowHeader529(draw(u8), draw(u8), draw(u16), draw(u16), n, draw(st.integers(0, 2 ** (32 * ((n + 31) // 32)) - 1)))
+    else:
+        header = WindowHeader70(draw(u8), draw(u16), draw(u16), tuple(draw(st.lists(st.integers(0, 2**32 - 1), max_size=4))))
+    return layout, Segment(header, draw(payloads))  # type: ignore[arg-type]
+
+
+@settings(max_examples=300)
+@given(segments())
+def test_segment_round_trip(case: tuple[WindowLayout, Segment]) -> None:
+    layout, seg = case
+    raw = encode_segment(seg, layout)
+    assert decode_segment(raw, layout) == seg
+
+
+@settings(max_examples=300)
+@given(st.sampled_from(list(WindowLayout)), st.binary(max_size=80))
+def test_garbage_is_value_or_decode_error(layout: WindowLayout, data: bytes) -> None:
+    try:
+        seg = decode_segment(data, layout)
+    except DecodeError:
+        return
+    assert encode_segment(seg, layout) == data
+
+
+@settings(max_examples=200)
+@given(segments(), st.data())
+def test_mutated_segments(case: tuple[WindowLayout, Segment], data: st.DataObject) -> None:
+    layout, seg = case
+    raw = bytearray(encode_segment(seg, layout))
+    pos = data.draw(st.integers(0, len(raw) - 1))
+    raw[pos] = data.draw(u8)
+    cut = data.draw(st.integers(0, len(raw)))
+    try:
+        back = decode_segment(bytes(raw[:cut]), layout)
+    except DecodeError:
+        return
+    assert encode_segment(back, layout) == bytes(raw[:cut])
+
+
+@settings(max_examples=200)
+@given(st.lists(st.builds(AckRecord, u8, u16, st.integers(0, 2**128 - 1)), max_size=40))
+def test_bulk_ack_round_trip(records: list[AckRecord]) -> None:
+    ack = BulkAck(tuple(records))
+    assert decode_bulk_ack(encode_bulk_ack(ack)) == ack
+
+
+@settings(max_examples=200)
+@given(st.binary(max_size=200))
+def test_bulk_ack_garbage(data: bytes) -> None:
+    try:
+        ack = decode_bulk_ack(data)
+    except DecodeError:
+        return
+    assert encode_bulk_ack(ack) == data
