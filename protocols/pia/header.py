@@ -1,0 +1,344 @@
+"""Pia packet headers H-A ... H-G: decode, encode and format sniffing.
+
+Theory of operation
+-------------------
+Every Pia datagram starts with the magic ``32 AB 98 64`` and a fixed-size,
+never-encrypted header whose layout depends on the library version
+(spec ../shared/spec/pia.md §1.1, fingerprint in §0.3).  The
+:class:`~protocols.pia.versions.VersionProfile` names the layout; this module
+maps each layout to one precompiled :class:`struct.Struct`, so decoding a
+header is one length check plus one ``unpack_from`` and encoding is one
+``pack`` (the node runs every datagram through here).
+
+* H-A (<= 5.6) has no tag in the header: the 16-byte HMAC-MD5 trailer sits at
+  the *end* of the datagram.  :func:`decode_header` still reports it in
+  ``PacketHeader.tag`` so that a header alone says everything needed to verify
+  the packet; :func:`encode_header` writes only the 12 header bytes and the
+  packet codec appends the trailer (§1.1, §3.1).
+* H-A/H-B byte 4 is an encryption flag (1 plain, 2 encrypted); from H-C on it
+  is ``encrypted << 7 | header_version`` (§1.2).  Decoding accepts every header
+  version that shares the profile's layout (3 and 4 for H-C, 11-13 for H-F,
+  15-16 for H-G) because NintendoClients-2020 sent 4 for all of 5.11+ (§10.1.1);
+  encoding writes ``header.version`` or, when it is None, the profile's.
+* Fields a layout does not carry keep their defaults (0 / None / b""); asking
+  :func:`encode_header` to write one is an :class:`EncodeError`.
+
+:func:`sniff_header_format` guesses the layout of a datagram whose version is
+unknown (a capture decoder): from byte 4, with the length rule separating the
+two 1/2 layouts.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import attrs
+
+from protocols.errors import BadMagic, BadValue, EncodeError, ShortData, UnsupportedVersion
+from protocols.pia.versions import HeaderFormat, VersionProfile
+
+__all__ = [
+    "HEADER_SIZES",
+    "HEADER_VERSIONS",
+    "HMAC_TRAILER_SIZE",
+    "MAGIC",
+    "PacketHeader",
+    "decode_header",
+    "encode_header",
+    "header_format_for_version",
+    "sniff_header_format",
+]
+
+MAGIC = b"\x32\xab\x98\x64"
+_MAGIC_INT = 0x32AB9864
+#: H-A's HMAC-MD5 trailer at the end of the datagram (§3.1).
+HMAC_TRAILER_SIZE = 16
+
+# H-A: magic u32, encryption u8 (1/2), connection id u8, packet id u16,
+# source timer u16, destination timer u16 (§1.1).
+_H_A = struct.Struct(">IBBHHH")
+# H-B: H-A then the 8-byte header nonce and the 16-byte GCM tag.
+_H_B = struct.Struct(">IBBHHH8s16s")
+# H-C: magic, enc|version u8, connection id u8, packet id u16, nonce 8, tag 16.
+_H_C = struct.Struct(">IBBH8s16s")
+# H-D: as H-C with the tag truncated to 8 bytes.
+_H_D = struct.Struct(">IBBH8s8s")
+# H-E: magic, enc|version, dst var id u32, src var id u32, packet id u16,
+# footer size u8, nonce 8, tag 8.
+_H_E = struct.Struct(">IBIIHB8s8s")
+# H-F: as H-E with u16 variable ids.
+_H_F = struct.Struct(">IBHHHB8s8s")
+# H-G: magic, enc|version, padding<<4|flags u8, dst u16, src u16, packet id u16,
+# footer size u8, nonce 8, tag 8 (KW only).
+_H_G = struct.Struct(">IBBHHHB8s8s")
+
+_STRUCTS: dict[HeaderFormat, struct.Struct] = {
+    HeaderFormat.A: _H_A,
+    HeaderFormat.B: _H_B,
+    HeaderFormat.C: _H_C,
+    HeaderFormat.D: _H_D,
+    HeaderFormat.E: _H_E,
+    HeaderFormat.F: _H_F,
+    HeaderFormat.G: _H_G,
+}
+
+#: Header size in bytes per layout (H-A excludes its 16-byte trailer).
+HEADER_SIZES: dict[HeaderFormat, int] = {fmt: s.size for fmt, s in _STRUCTS.items()}
+
+#: Header versions (low 7 bits of byte 4) per layout, from the §0.3 table.
+HEADER_VERSIONS: dict[HeaderFormat, frozenset[int]] = {
+    HeaderFormat.C: frozenset({3, 4}),
+    HeaderFormat.D: frozenset({5}),
+    HeaderFormat.E: frozenset({9}),
+    HeaderFormat.F: frozenset({11, 12, 13}),
+    HeaderFormat.G: frozenset({15, 16}),
+}
+_FORMAT_BY_VERSION: dict[int, HeaderFormat] = {v: f for f, vs in HEADER_VERSIONS.items() for v in vs}
+
+_ZERO8 = bytes(8)
+_ZERO16 = bytes(16)
+
+
+@attrs.frozen
+class PacketHeader:
+    """One Pia packet header; fields a layout lacks keep their defaults."""
+
+    encrypted: bool
+    packet_id: int
+    connection_id: int = 0  # H-A..H-D (0 where absent)
+    version: int | None = None  # low 7 bits of byte 4 for H-C..H-G; None for H-A/H-B
+    source_timer: int | None = None  # H-A/H-B
+    destination_timer: int | None = None  # H-A/H-B
+    destination_variable_id: int | None = None  # H-E..H-G
+    source_variable_id: int | None = None  # H-E..H-G
+    footer_size: int = 0  # H-E..H-G, in bytes
+    padding_size: int = 0  # H-G high nibble
+    packet_flags: int = 0  # H-G low nibble
+    nonce: bytes = attrs.field(default=b"", repr=bytes.hex)  # 8-byte header nonce "HN" (H-B..H-G)
+    tag: bytes = attrs.field(default=b"", repr=bytes.hex)  # GCM tag (16/8) or H-A's HMAC-MD5 trailer
+
+
+def header_format_for_version(version: int) -> HeaderFormat | None:
+    """The layout that carries header *version* (low 7 bits of byte 4), or None."""
+    return _FORMAT_BY_VERSION.get(version)
+
+
+def decode_header(data: bytes, profile: VersionProfile) -> tuple[PacketHeader, int]:
+    """Decode the header at the start of a datagram.
+
+    Args:
+        data: the whole UDP payload.
+        profile: the version whose header layout to apply.
+
+    Returns:
+        ``(header, offset)`` where *offset* is the first byte after the header.
+        For H-A the messages end 16 bytes before the end of *data* (the HMAC
+        trailer, returned in ``header.tag``).
+
+    Raises:
+        ShortData, BadMagic, BadValue, UnsupportedVersion.
+    """
+    fmt = profile.header_format
+    st = _STRUCTS[fmt]
+    size = st.size
+    n = len(data)
+    if n < size:
+        raise ShortData(f"Pia {fmt.value} header: needs {size} bytes, got {n}")
+    v = st.unpack_from(data)
+    if v[0] != _MAGIC_INT:
+        raise BadMagic(f"not a Pia packet: starts {bytes(data[:4]).hex()}, expected 32ab9864")
+    b4 = v[1]
+    if fmt is HeaderFormat.A or fmt is HeaderFormat.B:
+        # §1.2: byte 4 is 1 (plain) or 2 (encrypted) up to 5.10.
+        if b4 != 1 and b4 != 2:
+            raise BadValue(f"Pia {fmt.value} encryption byte {b4} (expected 1 or 2)")
+        if fmt is HeaderFormat.A:
+            if n < size + HMAC_TRAILER_SIZE:
+                raise ShortData(f"Pia H-A packet of {n} bytes has no room for its 16-byte HMAC trailer")
+            tag = bytes(data[n - HMAC_TRAILER_SIZE :])
+            return PacketHeader(b4 == 2, v[3], v[2], None, v[4], v[5], tag=tag), size
+        return PacketHeader(b4 == 2, v[3], v[2], None, v[4], v[5], nonce=v[6], tag=v[7]), size
+    version = b4 & 0x7F
+    if version not in HEADER_VERSIONS[fmt]:
+        raise UnsupportedVersion(
+            f"Pia header version {version} is not a {fmt.value} version (profile {profile.name} expects"
+            f" {profile.header_version})"
+        )
+    enc = b4 >= 0x80
+    if fmt is HeaderFormat.C or fmt is HeaderFormat.D:
+        return PacketHeader(enc, v[3], v[2], version, nonce=v[4], tag=v[5]), size
+    if fmt is HeaderFormat.G:
+        pf = v[2]
+        return (
+            PacketHeader(
+                enc,
+                v[5],
+                0,
+                version,
+                destination_variable_id=v[3],
+                source_variable_id=v[4],
+                footer_size=v[6],
+                padding_size=pf >> 4,
+                packet_flags=pf & 0x0F,
+                nonce=v[7],
+                tag=v[8],
+            ),
+            size,
+        )
+    # H-E / H-F
+    return (
+        PacketHeader(
+            enc,
+            v[4],
+            0,
+            version,
+            destination_variable_id=v[2],
+            source_variable_id=v[3],
+            footer_size=v[5],
+            nonce=v[6],
+            tag=v[7],
+        ),
+        size,
+    )
+
+
+def _fixed(value: bytes, size: int, what: str) -> bytes:
+    if not value:
+        return _ZERO8 if size == 8 else bytes(size)
+    if len(value) != size:
+        raise EncodeError(f"{what} must be {size} bytes, got {len(value)}")
+    return value
+
+
+def encode_header(
+    header: PacketHeader,
+    profile: VersionProfile,
+    *,
+    tag: bytes | None = None,
+    footer_size: int | None = None,
+    padding_size: int | None = None,
+) -> bytes:
+    """Encode *header* in the profile's layout (for H-A: the 12 bytes without trailer).
+
+    An empty ``nonce``/``tag`` is written as zeros.  The keyword arguments
+    replace the header's own ``tag``, ``footer_size`` and ``padding_size``
+    without building a new header (the packet codec knows them only after
+    encrypting).
+
+    Raises:
+        EncodeError: a field does not fit, or is set although the layout lacks it.
+    """
+    fmt = profile.header_format
+    h = header
+    if tag is None:
+        tag = h.tag
+    if footer_size is None:
+        footer_size = h.footer_size
+    if padding_size is None:
+        padding_size = h.padding_size
+    try:
+        if fmt is HeaderFormat.A or fmt is HeaderFormat.B:
+            if h.version is not None or h.destination_variable_id is not None or h.source_variable_id is not None:
+                raise EncodeError(f"Pia {fmt.value} headers carry no version or variable ids")
+            if footer_size or padding_size or h.packet_flags:
+                raise EncodeError(f"Pia {fmt.value} headers carry no footer, padding or packet flags")
+            st = h.source_timer or 0
+            dt = h.destination_timer or 0
+            b4 = 2 if h.encrypted else 1
+            if fmt is HeaderFormat.A:
+                if h.nonce:
+                    raise EncodeError("Pia H-A headers carry no nonce")
+                return _H_A.pack(_MAGIC_INT, b4, h.connection_id, h.packet_id, st, dt)
+            return _H_B.pack(
+                _MAGIC_INT,
+                b4,
+                h.connection_id,
+                h.packet_id,
+                st,
+                dt,
+                _fixed(h.nonce, 8, "nonce"),
+                _fixed(tag, 16, "tag"),
+            )
+        version = profile.header_version if h.version is None else h.version
+        if version not in HEADER_VERSIONS[fmt]:
+            raise EncodeError(f"header version {version} is not a {fmt.value} version")
+        if h.source_timer is not None or h.destination_timer is not None:
+            raise EncodeError(f"Pia {fmt.value} headers carry no timers")
+        b4 = version | 0x80 if h.encrypted else version
+        nonce = _fixed(h.nonce, 8, "nonce")
+        if fmt is HeaderFormat.C or fmt is HeaderFormat.D:
+            if h.destination_variable_id is not None or h.source_variable_id is not None:
+                raise EncodeError(f"Pia {fmt.value} headers carry no variable ids")
+            if footer_size or padding_size or h.packet_flags:
+                raise EncodeError(f"Pia {fmt.value} headers carry no footer, padding or packet flags")
+            tag = _fixed(tag, 16 if fmt is HeaderFormat.C else 8, "tag")
+            return _STRUCTS[fmt].pack(_MAGIC_INT, b4, h.connection_id, h.packet_id, nonce, tag)
+        if h.connection_id:
+            raise EncodeError(f"Pia {fmt.value} headers carry no connection id (use variable ids)")
+        dst = h.destination_variable_id or 0
+        src = h.source_variable_id or 0
+        tag = _fixed(tag, 8, "tag")
+        if fmt is HeaderFormat.G:
+            if not (0 <= padding_size <= 15 and 0 <= h.packet_flags <= 15):
+                raise EncodeError("H-G padding size and packet flags are 4-bit fields")
+            pf = padding_size << 4 | h.packet_flags
+            return _H_G.pack(_MAGIC_INT, b4, pf, dst, src, h.packet_id, footer_size, nonce, tag)
+        if padding_size or h.packet_flags:
+            raise EncodeError(f"Pia {fmt.value} headers carry no padding size or packet flags")
+        return _STRUCTS[fmt].pack(_MAGIC_INT, b4, dst, src, h.packet_id, footer_size, nonce, tag)
+    except struct.error as e:
+        raise EncodeError(f"Pia {fmt.value} header field out of range: {e}") from None
+
+
+# -- sniffing ---------------------------------------------------------------
+
+# M-A (<= 5.4) and M-B (5.6-5.10) message header sizes and the offset of their
+# u16 payload size (§2.1), used to walk plain H-A/H-B packets.
+_WALKS = ((20, 2), (24, 1))
+
+
+def _walks(data: bytes, start: int, end: int) -> bool:
+    """Whether fixed-header messages, each padded to 4 bytes, tile data[start:end] exactly."""
+    for hsize, off in _WALKS:
+        pos = start
+        while pos + hsize <= end:
+            pos += hsize + int.from_bytes(data[pos + off : pos + off + 2], "big")
+            if pos == end:
+                return True
+            pos += -(pos - start) % 4
+            if pos == end:
+                return True
+    return False
+
+
+def sniff_header_format(data: bytes) -> HeaderFormat | None:
+    """Guess the header layout of a datagram of unknown Pia version.
+
+    Byte 4 decides: ``0x80 | v`` or ``v`` with a known header version ``v``
+    maps through :data:`HEADER_VERSIONS`; 1/2 means H-A or H-B.  Those two are
+    told apart by length: an encrypted H-A packet is ``12 + 16k + 16`` bytes and
+    an encrypted H-B packet ``36 + 16k``; a plain packet is H-A when its
+    messages end exactly 16 bytes before the end (the HMAC trailer), H-B when
+    they end at the end.  Returns None for anything else (not Pia, or a layout
+    the length rule rejects).
+    """
+    if len(data) < 5 or bytes(data[:4]) != MAGIC:
+        return None
+    b4 = data[4]
+    n = len(data)
+    if b4 == 2:
+        if n >= 12 + 16 + 16 and (n - 12 - 16) % 16 == 0:
+            return HeaderFormat.A
+        if n >= 36 + 16 and (n - 36) % 16 == 0:
+            return HeaderFormat.B
+        return None
+    if b4 == 1:
+        if n >= 12 + 16 and _walks(data, 12, n - 16):
+            return HeaderFormat.A
+        if n >= 36 and _walks(data, 36, n):
+            return HeaderFormat.B
+        return None
+    fmt = _FORMAT_BY_VERSION.get(b4 & 0x7F)
+    if fmt is None or n < HEADER_SIZES[fmt]:
+        return None
+    return fmt

@@ -1,0 +1,440 @@
+"""Pia messages M-A ... M-G: the bundle inside a packet's (decrypted) body.
+
+Theory of operation
+-------------------
+A packet body is a run of messages; their number follows from the length
+(spec ../shared/spec/pia.md §1, §2.1).  Each message is a small header and a
+payload.  The header layout depends on the version:
+
+* M-A (<= 5.4), M-B (5.6-5.10), M-C (5.11-5.12), M-D (5.14-5.17) have fixed
+  headers, decoded with one precompiled :class:`struct.Struct` each.  M-C and
+  M-D carry a message version byte that must be 1 and 2 (§2.1).
+* M-E (5.18-5.26), M-F (5.27-6.30), M-G (6.32+) are delta encoded: a presence
+  mask says which fields follow; an absent field keeps the value it had in the
+  previous message of the same packet (§2.2).  The first message starts from
+  all-zero fields (NintendoClients-2020's choice; §2.2, §10.3).  Mask 0x00
+  therefore means "everything inherited" (confirmed on real traffic, §11) and
+  bits without a field (0x20-0x80, and 0x10 in M-F) are accepted and ignored.
+  The decoded mask is kept in :attr:`Message.presence` so that re-encoding is
+  byte exact.  When ``presence`` is None the encoder chooses: every field for
+  the first message of a packet (the safe sender policy of §2.2), only the
+  changed fields for later ones.
+
+Messages are zero-padded to 4 bytes up to 5.45 (``profile.align_messages``)
+and packed back to back from 6.x (§2.4, §11).  Decoding stops at an all-0xFF
+tail, the padding added before encryption (§2.4).  Payloads stay as on the
+wire; :func:`inflate_payload` undoes the zlib compression flagged per version
+(§2.3, §2.8).
+
+Every read is bounds-checked against the precomputed header size before its
+``unpack_from``, so any input yields messages or a
+:class:`~protocols.errors.DecodeError`.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import attrs
+
+from protocols.errors import BadValue, EncodeError, ShortData, UnsupportedVersion
+from protocols.pia.versions import MessageFormat, VersionProfile
+
+__all__ = [
+    "MAX_INFLATED_SIZE",
+    "Message",
+    "decode_messages",
+    "deflate_payload",
+    "encode_messages",
+    "full_presence",
+    "inflate_payload",
+]
+
+# M-A: flags u8, source station index u8, payload size u16, destination u32,
+# source constant id u32, protocol type u16, protocol port u16, reserved u32.
+_M_A = struct.Struct(">BBHIIHHI")
+# M-B: flags u8, payload size u16, destination u64, source constant id u64,
+# protocol type u8, protocol port u8, three zero bytes (read as u8 + u16).
+_M_B = struct.Struct(">BHQQBBBH")
+# M-C: flags u8, message version u8 (1), payload size u16, protocol type u8,
+# protocol port u8, destination u64, source constant id u64.
+_M_C = struct.Struct(">BBHBBQQ")
+# M-D: flags u8, message version u8 (2), payload size u16,
+# protocol type u8 << 24 | protocol port u24 (one u32), destination u64, source constant id u64.
+_M_D = struct.Struct(">BBHIQQ")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+
+_DELTA = (MessageFormat.E, MessageFormat.F, MessageFormat.G)
+
+# Delta header sizes (mask byte included) per low-5-bit mask value (§2.1).
+# M-E/M-F: flags 1 (0x01), size 2 (0x02), type+port 4 (0x04), destination 8
+# (0x08), source constant id 8 (0x10, M-E only).  M-G: flags 1, size 2, type 1,
+# port 1, protocol-specific byte 1.
+_WIDTHS = {
+    MessageFormat.E: (1, 2, 4, 8, 8),
+    MessageFormat.F: (1, 2, 4, 8, 0),
+    MessageFormat.G: (1, 2, 1, 1, 1),
+}
+_DELTA_SIZES = {
+    fmt: tuple(1 + sum(w for i, w in enumerate(ws) if m >> i & 1) for m in range(32)) for fmt, ws in _WIDTHS.items()
+}
+#: Mask with every field of a delta format present.
+_FULL = {MessageFormat.E: 0x1F, MessageFormat.F: 0x0F, MessageFormat.G: 0x1F}
+
+#: Upper bound for an inflated payload (a compressed payload cannot make us
+#: allocate more; real ones fit a 1472-byte datagram many times over).
+MAX_INFLATED_SIZE = 1 << 20
+
+_FF = 0xFF
+
+
+@attrs.frozen
+class Message:
+    """One Pia message; fields a format lacks keep their defaults.
+
+    ``payload`` is the wire payload (still compressed when the version's zlib
+    flag is set).  ``presence`` is the delta mask (M-E..M-G) as decoded, or None
+    to let the encoder choose.  ``reserved`` keeps M-A's reserved u32 and M-B's
+    three zero bytes; ``extra`` is M-G's protocol-specific byte.
+    """
+
+    protocol_type: int
+    protocol_port: int
+    payload: bytes = attrs.field(repr=bytes.hex)
+    flags: int = 0
+    destination: int = 0
+    source_constant_id: int | None = None
+    source_station_index: int | None = None
+    reserved: int = 0
+    extra: int = 0
+    presence: int | None = None
+
+
+def full_presence(profile: VersionProfile) -> int | None:
+    """The presence mask with every field of the profile's delta format (None if not delta)."""
+    return _FULL.get(profile.message_format)
+
+
+# -- decode -----------------------------------------------------------------
+
+
+def _ff_tail(data: bytes, pos: int, end: int) -> bool:
+    return data[pos] == _FF and data.count(_FF, pos, end) == end - pos
+
+
+def decode_messages(plaintext: bytes, profile: VersionProfile) -> tuple[Message, ...]:
+    """Decode every message of a packet body (decrypted, footer removed).
+
+    Raises:
+        ShortData: a header or payload runs past the end.
+        UnsupportedVersion: an M-C/M-D message version byte other than 1/2.
+    """
+    data = plaintext if type(plaintext) is bytes else bytes(plaintext)
+    fmt = profile.message_format
+    if fmt in _DELTA:
+        return _decode_delta(data, fmt, profile.align_messages)
+    return _decode_fixed(data, fmt, profile.align_messages)
+
+
+def _decode_fixed(data: bytes, fmt: MessageFormat, align: bool) -> tuple[Message, ...]:
+    st = {MessageFormat.A: _M_A, MessageFormat.B: _M_B, MessageFormat.C: _M_C, MessageFormat.D: _M_D}[fmt]
+    hsize = st.size
+    end = len(data)
+    pos = 0
+    out = []
+    while pos < end:
+        if _ff_tail(data, pos, end):
+            break
+        if pos + hsize > end:
+            raise ShortData(f"{fmt.value} message header at offset {pos}: needs {hsize} bytes, {end - pos} left")
+        v = st.unpack_from(data, pos)
+        if fmt is MessageFormat.A:
+            flags, station, size, dest, src, ptype, port, reserved = v
+            body = pos + hsize
+            if body + size > end:
+                raise ShortData(f"M-A payload at offset {body}: needs {size} bytes, {end - body} left")
+            msg = Message(ptype, port, data[body : body + size], flags, dest, src, station, reserved)
+        elif fmt is MessageFormat.B:
+            flags, size, dest, src, ptype, port, r_hi, r_lo = v
+            body = pos + hsize
+            if body + size > end:
+                raise ShortData(f"M-B payload at offset {body}: needs {size} bytes, {end - body} left")
+            msg = Message(ptype, port, data[body : body + size], flags, dest, src, None, r_hi << 16 | r_lo)
+        else:
+            if fmt is MessageFormat.C:
+                flags, mver, size, ptype, port, dest, src = v
+                want = 1
+            else:
+                flags, mver, size, tp, dest, src = v
+                ptype, port = tp >> 24, tp & 0xFFFFFF
+                want = 2
+            if mver != want:
+                raise UnsupportedVersion(f"{fmt.value} message version {mver} at offset {pos} (expected {want})")
+            body = pos + hsize
+            if body + size > end:
+                raise ShortData(f"{fmt.value} payload at offset {body}: needs {size} bytes, {end - body} left")
+            msg = Message(ptype, port, data[body : body + size], flags, dest, src)
+        out.append(msg)
+        pos = body + size
+        if align:
+            # §2.4: zero padding to 4 bytes; tolerate a truncated pad at the very end.
+            pos = min(pos + (-pos & 3), end)
+    return tuple(out)
+
+
+def _decode_delta(data: bytes, fmt: MessageFormat, align: bool) -> tuple[Message, ...]:
+    sizes = _DELTA_SIZES[fmt]
+    end = len(data)
+    pos = 0
+    out = []
+    # §2.2: initial state of the first message is all zero (NC-2020).
+    flags = size = ptype = port = dest = src = extra = 0
+    is_e = fmt is MessageFormat.E
+    is_g = fmt is MessageFormat.G
+    while pos < end:
+        mask = data[pos]
+        if mask == _FF and _ff_tail(data, pos, end):
+            break
+        hsize = sizes[mask & 0x1F]
+        if pos + hsize > end:
+            raise ShortData(f"{fmt.value} message header at offset {pos}: needs {hsize} bytes, {end - pos} left")
+        p = pos + 1
+        if mask & 0x01:
+            flags = data[p]
+            p += 1
+        if mask & 0x02:
+            size = _U16.unpack_from(data, p)[0]
+            p += 2
+        if is_g:
+            if mask & 0x04:
+                ptype = data[p]
+                p += 1
+            if mask & 0x08:
+                port = data[p]
+                p += 1
+            if mask & 0x10:
+                extra = data[p]
+                p += 1
+        else:
+            if mask & 0x04:
+                tp = _U32.unpack_from(data, p)[0]
+                ptype, port = tp >> 24, tp & 0xFFFFFF
+                p += 4
+            if mask & 0x08:
+                dest = _U64.unpack_from(data, p)[0]
+                p += 8
+            if is_e and mask & 0x10:
+                src = _U64.unpack_from(data, p)[0]
+                p += 8
+        if p + size > end:
+            raise ShortData(f"{fmt.value} payload at offset {p}: needs {size} bytes, {end - p} left")
+        out.append(
+            Message(
+                ptype,
+                port,
+                data[p : p + size],
+                flags,
+                dest,
+                src if is_e else None,
+                None,
+                0,
+                extra,
+                mask,
+            )
+        )
+        pos = p + size
+        if align:
+            pos = min(pos + (-pos & 3), end)
+    return tuple(out)
+
+
+# -- encode -----------------------------------------------------------------
+
+
+def encode_messages(messages: tuple[Message, ...] | list[Message], profile: VersionProfile) -> bytes:
+    """Encode messages back to back, each padded to 4 bytes where the version aligns.
+
+    No 0xFF padding is added; the packet codec pads before encrypting.
+
+    Raises:
+        EncodeError: a field does not fit the format, is set although the format
+            lacks it, or contradicts an explicit presence mask.
+    """
+    fmt = profile.message_format
+    align = profile.align_messages
+    parts: list[bytes] = []
+    total = 0
+    try:
+        if fmt in _DELTA:
+            _encode_delta(messages, fmt, parts)
+        else:
+            for m in messages:
+                parts.append(_encode_fixed(m, fmt))
+                parts.append(m.payload)
+        if not align:
+            return b"".join(parts)
+        out = []
+        for i in range(0, len(parts), 2):
+            out.append(parts[i])
+            out.append(parts[i + 1])
+            total += len(parts[i]) + len(parts[i + 1])
+            pad = -total & 3
+            if pad:
+                out.append(bytes(pad))
+                total += pad
+        return b"".join(out)
+    except EncodeError:
+        raise
+    except (struct.error, ValueError, OverflowError) as e:
+        # struct.error from pack, ValueError from bytearray.append of a value > 255.
+        raise EncodeError(f"{fmt.value} message field out of range: {e}") from None
+
+
+def _encode_fixed(m: Message, fmt: MessageFormat) -> bytes:
+    n = len(m.payload)
+    if n > 0xFFFF:
+        raise EncodeError(f"payload of {n} bytes does not fit a u16 size")
+    if m.presence is not None or m.extra:
+        raise EncodeError(f"{fmt.value} messages have no presence mask or protocol-specific byte")
+    src = m.source_constant_id
+    if src is None:
+        raise EncodeError(f"{fmt.value} messages need a source_constant_id")
+    if fmt is MessageFormat.A:
+        if m.source_station_index is None:
+            raise EncodeError("M-A messages need a source_station_index")
+        return _M_A.pack(
+            m.flags, m.source_station_index, n, m.destination, src, m.protocol_type, m.protocol_port, m.reserved
+        )
+    if m.source_station_index is not None:
+        raise EncodeError(f"{fmt.value} messages carry no source station index")
+    if fmt is MessageFormat.B:
+        r = m.reserved
+        if not 0 <= r <= 0xFFFFFF:
+            raise EncodeError(f"M-B reserved field {r} does not fit 3 bytes")
+        return _M_B.pack(m.flags, n, m.destination, src, m.protocol_type, m.protocol_port, r >> 16, r & 0xFFFF)
+    if m.reserved:
+        raise EncodeError(f"{fmt.value} messages have no reserved field")
+    if fmt is MessageFormat.C:
+        return _M_C.pack(m.flags, 1, n, m.protocol_type, m.protocol_port, m.destination, src)
+    return _M_D.pack(m.flags, 2, n, _type_port(m), m.destination, src)
+
+
+def _type_port(m: Message) -> int:
+    if not (0 <= m.protocol_type <= 0xFF and 0 <= m.protocol_port <= 0xFFFFFF):
+        raise EncodeError(f"protocol type {m.protocol_type} / port {m.protocol_port} do not fit u8 / u24")
+    return m.protocol_type << 24 | m.protocol_port
+
+
+def _encode_delta(messages: tuple[Message, ...] | list[Message], fmt: MessageFormat, parts: list[bytes]) -> None:
+    is_e = fmt is MessageFormat.E
+    is_g = fmt is MessageFormat.G
+    full = _FULL[fmt]
+    # State the receiver reconstructs (§2.2): starts all zero.
+    s_flags = s_size = s_type = s_port = s_dest = s_src = s_extra = 0
+    first = True
+    for m in messages:
+        n = len(m.payload)
+        if n > 0xFFFF:
+            raise EncodeError(f"payload of {n} bytes does not fit a u16 size")
+        if m.source_station_index is not None or m.reserved:
+            raise EncodeError(f"{fmt.value} messages carry no source station index or reserved field")
+        src = m.source_constant_id
+        if is_e:
+            if src is None:
+                raise EncodeError("M-E messages need a source_constant_id")
+        elif src is not None:
+            raise EncodeError(f"{fmt.value} messages carry no source constant id")
+        if not is_g and m.extra:
+            raise EncodeError(f"{fmt.value} messages have no protocol-specific byte")
+        if is_g and m.destination:
+            raise EncodeError("M-G messages carry no destination (addressing is in the header)")
+        src = src or 0
+        flags, ptype, port, dest, extra = m.flags, m.protocol_type, m.protocol_port, m.destination, m.extra
+        mask = m.presence
+        if mask is None:
+            if first:
+                mask = full
+            else:
+                mask = (
+                    (flags != s_flags)
+                    | (n != s_size) << 1
+                    | ((ptype != s_type or port != s_port) if not is_g else (ptype != s_type)) << 2
+                    | ((dest != s_dest) if not is_g else (port != s_port)) << 3
+                    | ((src != s_src) if is_e else (extra != s_extra) if is_g else 0) << 4
+                )
+        elif not 0 <= mask <= 0xFF:
+            raise EncodeError(f"presence mask {mask} does not fit a byte")
+        first = False
+        out = bytearray((mask,))
+        # Every absent field must equal the inherited value, or the receiver
+        # would reconstruct something else.
+        if mask & 0x01:
+            out.append(flags)
+        elif flags != s_flags:
+            raise EncodeError(f"flags {flags} differ from the inherited {s_flags} but mask {mask:#x} omits them")
+        if mask & 0x02:
+            out += _U16.pack(n)
+        elif n != s_size:
+            raise EncodeError(f"payload size {n} differs from the inherited {s_size} but mask {mask:#x} omits it")
+        if is_g:
+            for bit, val, old, what in (
+                (0x04, ptype, s_type, "protocol type"),
+                (0x08, port, s_port, "protocol port"),
+                (0x10, extra, s_extra, "protocol-specific byte"),
+            ):
+                if mask & bit:
+                    out.append(val)
+                elif val != old:
+                    raise EncodeError(f"{what} {val} differs from the inherited {old} but mask {mask:#x} omits it")
+        else:
+            if mask & 0x04:
+                out += _U32.pack(_type_port(m))
+            elif ptype != s_type or port != s_port:
+                raise EncodeError(f"protocol {ptype}/{port} differs from the inherited one but mask {mask:#x} omits it")
+            if mask & 0x08:
+                out += _U64.pack(dest)
+            elif dest != s_dest:
+                raise EncodeError(f"destination differs from the inherited one but mask {mask:#x} omits it")
+            if is_e:
+                if mask & 0x10:
+                    out += _U64.pack(src)
+                elif src != s_src:
+                    raise EncodeError(f"source constant id differs from the inherited one but mask {mask:#x} omits it")
+        s_flags, s_size, s_type, s_port, s_dest, s_src, s_extra = flags, n, ptype, port, dest, src, extra
+        parts.append(bytes(out))
+        parts.append(m.payload)
+
+
+# -- compression ------------------------------------------------------------
+
+
+def inflate_payload(message: Message, profile: VersionProfile, *, max_size: int = MAX_INFLATED_SIZE) -> bytes:
+    """Return the message payload, inflated if the version's zlib flag is set (§2.3, §2.8).
+
+    Raises:
+        BadValue: the payload is not a complete zlib stream, has trailing bytes,
+            or inflates beyond *max_size*.
+    """
+    zflag = profile.zlib_flag
+    if zflag is None or not message.flags & zflag:
+        return message.payload
+    d = zlib.decompressobj()
+    try:
+        out = d.decompress(message.payload, max_size)
+    except zlib.error as e:
+        raise BadValue(f"zlib-flagged payload does not inflate: {e}") from None
+    if d.unconsumed_tail:
+        raise BadValue(f"zlib-flagged payload inflates beyond {max_size} bytes")
+    if not d.eof:
+        raise BadValue("zlib-flagged payload is truncated")
+    if d.unused_data:
+        raise BadValue(f"{len(d.unused_data)} bytes after the zlib stream")
+    return out
+
+
+def deflate_payload(payload: bytes, level: int = 6) -> bytes:
+    """Compress a payload for a message whose zlib flag will be set."""
+    return zlib.compress(payload, level)

@@ -1,0 +1,352 @@
+"""Whole Pia datagrams: header + (encrypted) messages + footer / HMAC trailer.
+
+Theory of operation
+-------------------
+A :class:`PacketCodec` is built once per session key and turns
+:class:`Packet` values into datagrams and back (spec ../shared/spec/pia.md
+§1, §2.4, §3.1).  Layout per era:
+
+* <= 5.6 (H-A): ``header(12) ‖ body ‖ HMAC-MD5(16)``.  When encrypted the body
+  is AES-128-ECB over the messages 0xFF-padded to 16 bytes; the HMAC covers
+  header + body and is keyed with ``hmac_key`` or else the session key.  The
+  trailer is present on plain packets too (both real ≤ 5.6 fixtures carry it).
+* 5.7-5.26 (H-B..H-D): ``header ‖ GCM(messages ‖ 0xFF pad to 16)`` with the
+  16- or 8-byte tag in the header.
+* 5.27-6.30 (H-E, H-F): as above, then the footer in plaintext after the
+  ciphertext (§1.6, confirmed in §11).
+* 6.32+ (H-G): the footer is encrypted with the messages.  The layout inside
+  the plaintext is undocumented; we write ``messages ‖ footer ‖ 0xFF pad`` and
+  put the pad length in the header's padding nibble (our choice, see §10.3).
+
+GCM uses the 12-byte nonce from ``nonce_builder(header, source)`` and no
+associated data (§3.1, §11).  Plain packets are never 0xFF-padded (the nDPI
+plain packets end right after their messages).  The footer is a list of u16
+receiver variable ids; ``footer_size`` counts bytes (§1.6).
+
+The header nonce ``HN`` is the caller's: the node owns the 8-byte counter and
+puts it in ``packet.header.nonce``; :meth:`PacketCodec.encode` fills in the
+tag, ``footer_size`` and ``padding_size``.
+
+:meth:`PacketCodec.decode` is the node's strict path (a bad or uncheckable tag
+raises :class:`~protocols.errors.AuthenticationError`);
+:meth:`PacketCodec.inspect` is the capture decoder's path: it never raises a
+decode error and reports header, authentication result and messages or the
+error per datagram.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from protocols.crypto.aead import gcm
+from protocols.errors import AuthenticationError, BadValue, ConfigError, DecodeError, EncodeError, ShortData
+from protocols.pia.header import HMAC_TRAILER_SIZE, PacketHeader, decode_header, encode_header
+from protocols.pia.message import Message, decode_messages, encode_messages
+from protocols.pia.versions import Cipher, HeaderFormat, VersionProfile
+
+__all__ = ["NonceBuilder", "Packet", "PacketCodec", "PacketReport"]
+
+#: ``builder(header, source_ip) -> 12-byte GCM nonce`` (protocols/pia/nonce.py).
+NonceBuilder = Callable[[PacketHeader, str], bytes]
+
+_FF16 = b"\xff" * 16
+_FOOTER_STRUCTS = [struct.Struct(f">{n}H") for n in range(128)]
+
+
+@attrs.frozen
+class Packet:
+    """A decoded datagram: its header, its messages and the footer's receiver variable ids."""
+
+    header: PacketHeader
+    messages: tuple[Message, ...]
+    footer: tuple[int, ...] = ()
+
+
+@attrs.frozen
+class PacketReport:
+    """What :meth:`PacketCodec.inspect` learned about one datagram.
+
+    ``authenticated`` is True when the tag/HMAC verified, False when it did
+    not, and None when it could not be checked (no key) or the packet carries
+    none (a plain GCM-era packet).  ``messages`` is None when the body could not
+    be read (encrypted without a key, failed authentication, or ``error``).
+    """
+
+    header: PacketHeader | None
+    authenticated: bool | None
+    messages: tuple[Message, ...] | None
+    footer: tuple[int, ...] = ()
+    error: DecodeError | None = attrs.field(default=None, eq=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@functools.lru_cache(maxsize=64)
+def _ecb_cipher(key: bytes) -> Any:
+    """AES-128-ECB object for *key*; ECB is stateless, so one object serves every packet."""
+    from Crypto.Cipher import AES
+
+    return AES.new(key, AES.MODE_ECB)
+
+
+@functools.lru_cache(maxsize=64)
+def _hmac_base(key: bytes) -> Any:
+    """HMAC-MD5 keyed once; each packet works on a copy."""
+    return hmac.new(key, digestmod=hashlib.md5)
+
+
+def _pack_footer(footer: tuple[int, ...]) -> bytes:
+    n = len(footer)
+    if n >= len(_FOOTER_STRUCTS):
+        raise EncodeError(f"footer of {n} receivers does not fit the u8 footer size")
+    try:
+        return _FOOTER_STRUCTS[n].pack(*footer)
+    except struct.error as e:
+        raise EncodeError(f"footer variable ids must be u16: {e}") from None
+
+
+def _unpack_footer(raw: bytes) -> tuple[int, ...]:
+    n = len(raw)
+    if n & 1:
+        raise BadValue(f"footer of {n} bytes is not a list of u16 variable ids")
+    return _FOOTER_STRUCTS[n >> 1].unpack(raw) if n else ()  # type: ignore[no-any-return]
+
+
+class PacketCodec:
+    """Encode and decode Pia datagrams of one version under one key.
+
+    Args:
+        profile: the Pia version's wire facts.
+        session_key: 16-byte AES key (None: plain packets only).
+        nonce_builder: GCM nonce builder (5.7+, needed with a session key).
+        hmac_key: key of the <= 5.6 HMAC-MD5 trailer when it is not the session
+            key (e.g. the 3DS Virtual Console ``b"PokemonSIO"``).
+        backend: AES-GCM backend name (see :mod:`protocols.crypto.aead`).
+
+    Raises:
+        ConfigError: wrong key length, or GCM without a nonce builder.
+    """
+
+    __slots__ = ("_ecb", "_gcm", "_hmac", "_nonce", "_tag_len", "profile")
+
+    def __init__(
+        self,
+        profile: VersionProfile,
+        session_key: bytes | None = None,
+        nonce_builder: NonceBuilder | None = None,
+        *,
+        hmac_key: bytes | None = None,
+        backend: str | None = None,
+    ) -> None:
+        self.profile = profile
+        self._nonce = nonce_builder
+        self._tag_len = profile.tag_length
+        self._gcm: Any = None
+        self._ecb: Any = None
+        self._hmac: Any = None
+        if session_key is not None:
+            key = bytes(session_key)
+            if len(key) != 16:
+                raise ConfigError(f"Pia session keys are 16 bytes (AES-128), got {len(key)}")
+            if profile.cipher is Cipher.GCM:
+                if nonce_builder is None:
+                    raise ConfigError(f"Pia {profile.name} uses AES-GCM: a nonce builder is required")
+                self._gcm = gcm(key, backend)
+            else:
+                self._ecb = _ecb_cipher(key)
+        if profile.cipher is Cipher.ECB_HMAC:
+            mac_key = hmac_key if hmac_key is not None else session_key
+            if mac_key is not None:
+                self._hmac = _hmac_base(bytes(mac_key))
+
+    @property
+    def can_decrypt(self) -> bool:
+        return self._gcm is not None or self._ecb is not None
+
+    @property
+    def can_authenticate(self) -> bool:
+        """Whether authenticated packets of this version can be checked."""
+        return self._gcm is not None or self._hmac is not None
+
+    # -- encode -----------------------------------------------------------
+    def encode(self, packet: Packet, source: str) -> bytes:
+        """Build the datagram for *packet* sent from IP address *source*.
+
+        ``packet.header.encrypted`` selects encryption; ``header.nonce`` must be
+        the 8-byte header nonce for encrypted 5.7+ packets.  The tag (or HMAC),
+        footer size and padding size are computed here.  Without an HMAC key a
+        <= 5.6 packet reuses ``header.tag`` as its trailer (re-encoding a
+        decoded packet).
+
+        Raises:
+            EncodeError: a field does not fit its format.
+            ConfigError: encryption or signing requested without a key.
+        """
+        profile = self.profile
+        h = packet.header
+        body = encode_messages(packet.messages, profile)
+        if profile.header_format is HeaderFormat.A:
+            if packet.footer:
+                raise EncodeError(f"Pia {profile.name} packets have no footer")
+            if h.encrypted:
+                if self._ecb is None:
+                    raise ConfigError("encrypted packet requested but the codec has no session key")
+                body = self._ecb.encrypt(body + _FF16[: -len(body) & 15])
+            signed = encode_header(h, profile) + body
+            if self._hmac is not None:
+                mac = self._hmac.copy()
+                mac.update(signed)
+                return signed + mac.digest()  # type: ignore[no-any-return]
+            if len(h.tag) != HMAC_TRAILER_SIZE:
+                raise ConfigError(f"Pia {profile.name} packets need an HMAC key (or a 16-byte header.tag)")
+            return signed + h.tag
+
+        footer_where = profile.footer
+        fbytes = _pack_footer(packet.footer) if packet.footer else b""
+        if fbytes and footer_where == "none":
+            raise EncodeError(f"Pia {profile.name} packets have no footer")
+        fsize = len(fbytes)
+        if not h.encrypted:
+            if footer_where == "encrypted":
+                return encode_header(h, profile, footer_size=fsize, padding_size=0) + body + fbytes
+            return encode_header(h, profile, footer_size=fsize) + body + fbytes
+        if self._gcm is None:
+            raise ConfigError("encrypted packet requested but the codec has no session key")
+        if len(h.nonce) != 8:
+            raise EncodeError(f"encrypted packets need an 8-byte header nonce, got {len(h.nonce)} bytes")
+        nonce = self._nonce(h, source)  # type: ignore[misc]
+        if footer_where == "encrypted":
+            # Our layout for 6.32+: messages ‖ footer ‖ 0xFF pad (padding nibble = pad length).
+            pt = body + fbytes
+            pad = -len(pt) & 15
+            ct, tag = self._gcm.seal(nonce, pt + _FF16[:pad], self._tag_len)
+            return encode_header(h, profile, tag=tag, footer_size=fsize, padding_size=pad) + ct
+        # §2.4: 0xFF padding to 16 before encryption.
+        ct, tag = self._gcm.seal(nonce, body + _FF16[: -len(body) & 15], self._tag_len)
+        return encode_header(h, profile, tag=tag, footer_size=fsize) + ct + fbytes
+
+    # -- decode -----------------------------------------------------------
+    def decode(self, data: bytes, source: str, *, verify: bool = True) -> Packet:
+        """Decode, authenticate and decrypt one datagram from IP address *source*.
+
+        With ``verify=False`` the <= 5.6 HMAC trailer is not checked (plain
+        packets whose key is unknown); a GCM tag is always checked because
+        decryption needs the key anyway.
+
+        Raises:
+            AuthenticationError: bad tag/HMAC, or no key to check or decrypt it.
+            DecodeError: any other malformation.
+        """
+        if type(data) is not bytes:
+            data = bytes(data)
+        header, off = decode_header(data, self.profile)
+        if self.profile.header_format is HeaderFormat.A:
+            end = len(data) - HMAC_TRAILER_SIZE
+            if verify:
+                if self._hmac is None:
+                    raise AuthenticationError(f"no HMAC key to check this Pia {self.profile.name} packet")
+                self._check_hmac(data, end, header.tag)
+            body = data[off:end]
+            if header.encrypted:
+                body = self._ecb_decrypt(body)
+            return Packet(header, decode_messages(body, self.profile))
+        body, footer_raw = self._split(data, off, header)
+        if header.encrypted:
+            if self._gcm is None:
+                raise AuthenticationError("encrypted packet but the codec has no session key")
+            body = self._gcm.open(self._nonce(header, source), body, header.tag)  # type: ignore[misc]
+        if self.profile.footer == "encrypted":
+            body, footer_raw = self._split_inner(body, header)
+        footer = _unpack_footer(footer_raw) if footer_raw else ()
+        return Packet(header, decode_messages(body, self.profile), footer)
+
+    def inspect(self, data: bytes, source: str) -> PacketReport:
+        """Report on one datagram without raising :class:`DecodeError`.
+
+        Checks what the codec's keys allow: headers always; the tag/HMAC when a
+        key is present; messages when the body is plain or was decrypted.
+        """
+        data = bytes(data)
+        profile = self.profile
+        try:
+            header, off = decode_header(data, profile)
+        except DecodeError as e:
+            return PacketReport(None, None, None, (), e)
+        auth: bool | None = None
+        footer: tuple[int, ...] = ()
+        try:
+            if profile.header_format is HeaderFormat.A:
+                end = len(data) - HMAC_TRAILER_SIZE
+                if self._hmac is not None:
+                    try:
+                        self._check_hmac(data, end, header.tag)
+                    except AuthenticationError as e:
+                        return PacketReport(header, False, None, (), e)
+                    auth = True
+                body: bytes | None = data[off:end]
+                if header.encrypted:
+                    body = self._ecb_decrypt(body) if self._ecb is not None else None  # type: ignore[arg-type]
+            else:
+                body, footer_raw = self._split(data, off, header)
+                if profile.footer == "plain" and footer_raw:
+                    footer = _unpack_footer(footer_raw)
+                if header.encrypted:
+                    if self._gcm is None:
+                        body = None
+                    else:
+                        try:
+                            body = self._gcm.open(self._nonce(header, source), body, header.tag)  # type: ignore[misc]
+                        except AuthenticationError as e:
+                            return PacketReport(header, False, None, footer, e)
+                        auth = True
+                if body is not None and profile.footer == "encrypted":
+                    body, footer_raw = self._split_inner(body, header)
+                    footer = _unpack_footer(footer_raw) if footer_raw else ()
+            if body is None:
+                return PacketReport(header, auth, None, footer)
+            return PacketReport(header, auth, decode_messages(body, profile), footer)
+        except DecodeError as e:
+            return PacketReport(header, auth, None, footer, e)
+
+    # -- helpers ----------------------------------------------------------
+    def _check_hmac(self, data: bytes, end: int, tag: bytes) -> None:
+        mac = self._hmac.copy()
+        mac.update(memoryview(data)[:end])
+        if not hmac.compare_digest(mac.digest(), tag):
+            raise AuthenticationError("HMAC-MD5 trailer mismatch (wrong key or tampered packet)")
+
+    def _ecb_decrypt(self, body: bytes) -> bytes:
+        if self._ecb is None:
+            raise AuthenticationError("encrypted packet but the codec has no session key")
+        if not body or len(body) & 15:
+            raise BadValue(f"AES-ECB body of {len(body)} bytes is not a whole number of blocks")
+        return self._ecb.decrypt(body)  # type: ignore[no-any-return]
+
+    def _split(self, data: bytes, off: int, header: PacketHeader) -> tuple[bytes, bytes]:
+        """Body and plaintext footer (5.27-6.30: the footer follows the ciphertext, §1.6, §11)."""
+        if self.profile.footer != "plain" or not header.footer_size:
+            return data[off:], b""
+        end = len(data) - header.footer_size
+        if end < off:
+            raise ShortData(f"footer of {header.footer_size} bytes does not fit a {len(data)}-byte packet")
+        return data[off:end], data[end:]
+
+    def _split_inner(self, plaintext: bytes, header: PacketHeader) -> tuple[bytes, bytes]:
+        """6.32+: strip the padding nibble's bytes, then the footer, from the plaintext's end."""
+        end = len(plaintext) - header.padding_size
+        start = end - header.footer_size
+        if start < 0:
+            raise ShortData(
+                f"padding {header.padding_size} + footer {header.footer_size} bytes exceed the"
+                f" {len(plaintext)}-byte plaintext"
+            )
+        return plaintext[:start], plaintext[start:end]
