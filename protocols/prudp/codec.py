@@ -1,0 +1,172 @@
+"""One entry point per direction for every PRUDP variant, and the capture decoder's helper.
+
+:class:`PacketCodec` binds a :class:`~protocols.prudp.variants.Variant` and an
+access key; ``decode`` splits a datagram into packets (spec
+../shared/spec/prudp.md §2.1: several packets may share one datagram) and
+``encode`` writes one packet, computing its checksum (v0 family).  Signatures
+are values the caller computes (:mod:`protocols.prudp.signatures`), because
+they need connection state.
+
+:func:`decode_datagram` is the stateless view a capture decoder wants: it never
+raises on a bad checksum (it records ``checksum_ok``), and it attaches
+``plaintext`` where a payload can be recovered without connection state: Quazal
+payloads (per-packet RC4 ``"CD&ML"`` + ratio byte, spec §3.5), Rendez-Vous DATA
+when the AES key is supplied (spec §4.5), and unencrypted payloads (CONNECT in
+NEX and Rendez-Vous, acks).  NEX DATA is a continuous RC4 stream (spec §2.8), so
+its plaintext needs the connection's history: pass ``nex_streams`` to decrypt
+packets in capture order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, MutableMapping
+
+import attrs
+
+from protocols.errors import DecodeError, EncodeError
+from protocols.prudp.checksum import key_byte
+from protocols.prudp.framing_v0 import decode_v0, encode_v0
+from protocols.prudp.framing_v1 import decode_v1, encode_v1
+from protocols.prudp.packet import Flag, PacketType, PrudpPacket
+from protocols.prudp.payload import (
+    Rc4Stream,
+    aes_cbc_open,
+    quazal_rc4,
+    strip_ratio,
+    strip_sequence_suffix,
+)
+from protocols.prudp.variants import Cipher, Framing, Variant, variant_for
+
+__all__ = ["PacketCodec", "decode_datagram", "quazal_open", "quazal_seal"]
+
+
+class PacketCodec:
+    """Encode and decode packets of one variant with one access key."""
+
+    def __init__(self, variant: str | Variant, access_key: bytes | str = b"") -> None:
+        self.variant = variant_for(variant)
+        self.access_key = access_key.encode() if isinstance(access_key, str) else bytes(access_key)
+        self._key = key_byte(self.access_key)
+
+    def decode(self, data: bytes, *, verify: bool = True) -> list[PrudpPacket]:
+        """Split *data* into packets; with ``verify`` a bad checksum raises AuthenticationError."""
+        if self.variant.framing == Framing.V1:
+            return decode_v1(data)
+        return decode_v0(data, self.variant, self._key, verify=verify)
+
+    def encode(self, packet: PrudpPacket) -> bytes:
+        if self.variant.framing == Framing.V1:
+            return encode_v1(packet)
+        return encode_v0(packet, self.variant, self._key)
+
+    def encode_many(self, packets: Iterable[PrudpPacket]) -> bytes:
+        """Several packets in one datagram; in the v0 family all but the last need HAS_SIZE."""
+        items = list(packets)
+        if self.variant.framing == Framing.V0:
+            for p in items[:-1]:
+                if not p.flags & Flag.HAS_SIZE:
+                    raise EncodeError("only the last packet of a datagram may omit HAS_SIZE")
+        return b"".join(self.encode(p) for p in items)
+
+
+def _quazal_transformed(variant: Variant, packet_type: PacketType, source_vport: int) -> tuple[bool, bool]:
+    """(ratio byte present, RC4 applied) for a Quazal payload (spec §3.5)."""
+    st = source_vport >> 4
+    if packet_type == PacketType.SYN or st in variant.raw_payload_stream_types:
+        return False, False
+    if packet_type == PacketType.CONNECT and not variant.transform_connect:
+        return False, False
+    rc4 = variant.cipher_stream_types is None or st in variant.cipher_stream_types
+    return True, rc4
+
+
+def quazal_open(payload: bytes, variant: Variant, packet_type: PacketType, source_vport: int) -> bytes:
+    """Plaintext of a Quazal payload: RC4 ``"CD&ML"`` per packet, then the ratio byte (spec §3.5)."""
+    if not payload:
+        return b""
+    ratio, rc4 = _quazal_transformed(variant, packet_type, source_vport)
+    data = quazal_rc4(payload) if rc4 else payload
+    return strip_ratio(data) if ratio else data
+
+
+def quazal_seal(plain: bytes, variant: Variant, packet_type: PacketType, source_vport: int, *, compress: bool) -> bytes:
+    from protocols.prudp.payload import add_ratio
+
+    if not plain and packet_type != PacketType.DATA:
+        return b""
+    ratio, rc4 = _quazal_transformed(variant, packet_type, source_vport)
+    data = add_ratio(plain, compress=compress) if ratio else plain
+    return quazal_rc4(data) if rc4 else data
+
+
+def _rendezvous_open(packet: PrudpPacket, aes_key: bytes) -> bytes:
+    plain = strip_ratio(aes_cbc_open(aes_key, packet.payload))
+    return strip_sequence_suffix(plain, packet.sequence_id)
+
+
+def decode_datagram(
+    data: bytes,
+    variant: str | Variant,
+    access_key: bytes | str = b"",
+    *,
+    aes_key: bytes | None = None,
+    nex_streams: MutableMapping[tuple[int, int, int], Rc4Stream] | None = None,
+) -> list[PrudpPacket]:
+    """Decode one captured datagram without connection state.
+
+    Args:
+        data: the UDP payload.
+        variant: a variant name (``nintendo-v0``, ``nintendo-v0-friends``,
+            ``nintendo-v1``, ``quazal-v0``, ``rendezvous``) or :class:`Variant`.
+        access_key: the game's access key (checksums; v0 family).
+        aes_key: the Rendez-Vous session key, if known.
+        nex_streams: optional map ``(source vport, destination vport, substream) →
+            Rc4Stream``; when given, reliable NEX DATA is decrypted in call order
+            (missing streams start from ``"CD&ML"``).  Only correct if every
+            packet of the flow is fed once, in sequence order.
+
+    Returns:
+        The packets, each with ``checksum_ok`` (``None`` for v1, which has no
+        checksum) and ``plaintext`` (``None`` when it cannot be recovered).
+
+    Raises:
+        DecodeError: the bytes are not PRUDP of this variant.
+    """
+    codec = PacketCodec(variant, access_key)
+    v = codec.variant
+    packets = codec.decode(data, verify=False)
+    if v.framing == Framing.V1:
+        packets = [attrs.evolve(p, checksum_ok=None) for p in packets]
+    out = []
+    for p in packets:
+        out.append(attrs.evolve(p, plaintext=_plaintext(p, v, aes_key, nex_streams), checksum_ok=p.checksum_ok))
+    return out
+
+
+def _plaintext(
+    p: PrudpPacket,
+    v: Variant,
+    aes_key: bytes | None,
+    nex_streams: MutableMapping[tuple[int, int, int], Rc4Stream] | None,
+) -> bytes | None:
+    if not p.payload:
+        return b""
+    acked = bool(p.flags & (Flag.ACK | Flag.MULTI_ACK))
+    try:
+        if v.cipher == Cipher.RC4_PER_PACKET:
+            return quazal_open(p.payload, v, p.type, p.source)
+        if v.cipher == Cipher.AES_CBC:
+            if p.type != PacketType.DATA or acked:
+                return p.payload  # CONNECT payloads travel in the clear (spec §4.2)
+            return _rendezvous_open(p, aes_key) if aes_key is not None else None
+        # NEX: only non-ack DATA is encrypted (spec §2.8)
+        if p.type != PacketType.DATA or acked:
+            return p.payload
+        if nex_streams is None or not p.flags & Flag.RELIABLE:
+            return None
+        key = (p.source, p.destination, p.substream_id)
+        stream = nex_streams.setdefault(key, Rc4Stream(v.default_key))
+        data = stream.process(p.payload)
+        return strip_ratio(data) if v.ratio_byte_always else data
+    except DecodeError:
+        return None
