@@ -1,0 +1,452 @@
+"""LAN discovery runtime: a host that answers browse requests and a browser that finds hosts.
+
+Theory of operation (spec §6.1-§6.4):
+
+* :class:`BrowseResponder` and :class:`BrowseClient` are the pure state
+  machines: bytes and addresses in, datagrams out, no event loop.  The
+  responder checks a request (size, challenge, search criteria), answers it
+  with the session and a challenge reply, and fixes the session key param on
+  the first valid request (the documented rule).  The client builds the
+  request, verifies each reply's challenge and derives the session key from the
+  param the session publishes.
+* :class:`LanHost` and :func:`browse` drive them on Trio UDP sockets.  The host
+  listens on ``0.0.0.0:30000`` (35000 for 6.x) with SO_REUSEADDR, SO_REUSEPORT
+  and SO_BROADCAST, so several hosts on one machine each receive a browse
+  broadcast; it sends every reply three times to the requester (KW).  The
+  browser broadcasts one request to ``127.255.255.255`` by default and collects
+  replies until its timeout.  Every address and port is a parameter.
+
+The challenge nonce uses the broadcast IPv4 the request was sent to
+(``local | ~mask``; spec §6.1), so host and browser must be configured with the
+same broadcast address.  Time comes only from Trio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import secrets
+import socket as _socket_consts
+from collections import Counter
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from protocols.errors import AuthenticationError, ConfigError, DecodeError
+from protocols.pia.lan import (
+    BrowseReply,
+    BrowseRequest,
+    ChallengeRequest,
+    LanHostAddress,
+    LanNetworkProperty,
+    LanSessionInfo,
+    LanStationInfo,
+    LanStationLocation,
+    browse_port,
+    lan_session_key,
+    open_challenge_request,
+    seal_challenge_reply,
+    seal_challenge_request,
+    verify_challenge_reply,
+)
+from protocols.pia.lan_criteria import LanSearchNetworkSetting, LanSessionSearchCriteria
+from protocols.pia.versions import VersionProfile
+
+__all__ = [
+    "DEFAULT_BROADCAST",
+    "BrowseClient",
+    "BrowseResponder",
+    "FoundSession",
+    "LanHost",
+    "LanStatistics",
+    "browse",
+    "lan_identity",
+    "make_session_info",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BROADCAST = "127.255.255.255"
+MAX_DATAGRAM = 2048  # browse packets are at most 1364 bytes (spec §6.1)
+REPLY_COPIES = 3  # spec §6.1 (KW): each browse reply is sent three times
+PIA_PORT = 49152  # first of the LAN Pia ports 49152-49155 (spec §6.1)
+
+Address = tuple[str, int]
+RandomBytes = Callable[[int], bytes]
+
+
+def lan_identity(ip: str, port: int) -> tuple[int, int]:
+    """``(constant id, network id = service variable id)`` of a LAN station (spec §4, D10)."""
+    n = int(ipaddress.IPv4Address(ip))
+    return (n << 32) | port, ((n & 0xFFFF) << 16) | port
+
+
+def make_session_info(
+    profile: VersionProfile,
+    *,
+    ip: str,
+    port: int = PIA_PORT,
+    max_participants: int = 4,
+    min_participants: int = 1,
+    name: str = "pianode",
+    game_mode: int = 0,
+    session_type: int = 0,
+    attributes: tuple[int, ...] = (0,) * 6,
+    application_version: int = 0,
+    application_data: bytes = b"",
+    variable_id: int | None = None,
+    random: RandomBytes = secrets.token_bytes,
+) -> LanSessionInfo:
+    """A one-station LanSessionInfo for a host at ``ip:port`` with LAN identities (spec §4, §6.6).
+
+    The session key param is left empty (None): the responder fixes it from the
+    first valid browse request, as consoles do.
+    """
+    v = profile.version
+    if not (5, 2) <= v <= (5, 45):
+        raise ConfigError(f"LanSessionInfo hosting needs Pia 5.2-5.45, not {profile.name}")
+    constant_id, network_id = lan_identity(ip, port)
+    var_id = variable_id if variable_id is not None else int.from_bytes(random(4), "big")
+    host: LanHostAddress | LanStationLocation
+    if v <= (5, 9):
+        host = LanStationLocation.build(ip, port, constant_id, var_id, network_id)
+    else:
+        host = LanHostAddress(ip, port, constant_id, var_id, network_id)
+    sys_v = app_v = None
+    if v > (5, 2):
+        sys_v = profile.lan_system_version if profile.lan_system_version is not None else 0
+        app_v = application_version
+    return LanSessionInfo(
+        game_mode=game_mode,
+        network_id=network_id,
+        host=host,
+        attributes=attributes,
+        current_participants=1,
+        min_participants=min_participants,
+        max_participants=max_participants,
+        system_communication_version=sys_v,
+        application_communication_version=app_v,
+        session_type=session_type,
+        application_data=application_data,
+        is_opened=True,
+        stations=(LanStationInfo.make(1, name, constant_id),),
+        session_key_param=None,
+    )
+
+
+@attrs.frozen
+class LanStatistics:
+    """Counters of a host or browser; ``dropped`` maps a reason to a count."""
+
+    received: int
+    sent: int
+    answered: int
+    dropped: dict[str, int]
+
+
+class _Counters:
+    def __init__(self) -> None:
+        self.received = 0
+        self.sent = 0
+        self.answered = 0
+        self.dropped: Counter[str] = Counter()
+
+    def drop(self, reason: str, addr: Address, detail: object = "") -> None:
+        self.dropped[reason] += 1
+        log.debug("dropped datagram from %s:%d: %s %s", addr[0], addr[1], reason, detail)
+
+    def snapshot(self) -> LanStatistics:
+        return LanStatistics(self.received, self.sent, self.answered, dict(self.dropped))
+
+
+class BrowseResponder:
+    """Host side of LAN discovery, sans-IO: :meth:`receive` returns the datagrams to send."""
+
+    def __init__(
+        self,
+        profile: VersionProfile,
+        game_key: bytes | None,
+        session: LanSessionInfo | LanNetworkProperty,
+        *,
+        broadcast_ip: str = DEFAULT_BROADCAST,
+        copies: int = REPLY_COPIES,
+        random: RandomBytes = secrets.token_bytes,
+        backend: str | None = None,
+    ) -> None:
+        if game_key is not None and len(game_key) != 16:
+            raise ConfigError(f"game key must be 16 bytes, got {len(game_key)}")
+        if profile.lan_challenge_version is not None and game_key is None:
+            raise ConfigError(f"Pia {profile.name} LAN hosts need a game key for the crypto challenge")
+        self.profile = profile
+        self.game_key = game_key
+        self.session = session
+        self.broadcast_ip = broadcast_ip
+        self.copies = copies
+        self._random = random
+        self._backend = backend
+        self._counter = int.from_bytes(random(4), "big")  # nonce counter: any start, +1 per reply
+        self.counters = _Counters()
+
+    def statistics(self) -> LanStatistics:
+        return self.counters.snapshot()
+
+    def receive(self, data: bytes, addr: Address) -> list[tuple[bytes, Address]]:
+        c = self.counters
+        c.received += 1
+        try:
+            request = BrowseRequest.decode(data, self.profile)
+        except DecodeError as exc:
+            c.drop("malformed", addr, exc)
+            return []
+        reply_challenge = None
+        chal = request.challenge
+        if chal is not None:
+            if chal.version != self.profile.lan_challenge_version:
+                c.drop("challenge_version", addr, chal.version)
+                return []
+            assert self.game_key is not None
+            try:
+                plaintext = open_challenge_request(chal, self.game_key, self.broadcast_ip, backend=self._backend)
+            except AuthenticationError as exc:
+                c.drop("bad_challenge", addr, exc)
+                return []
+            self._counter = (self._counter + 1) & 0xFFFFFFFFFFFFFFFF
+            reply_challenge, param = seal_challenge_reply(
+                self.game_key,
+                chal,
+                plaintext,
+                key=self._random(16),
+                counter=self._counter,
+                broadcast_ip=self.broadcast_ip,
+                backend=self._backend,
+            )
+            # Spec §6.4 step 3: the first valid request fixes the published param.
+            if isinstance(self.session, LanSessionInfo) and self.session.session_key_param is None:
+                self.session = attrs.evolve(self.session, session_key_param=param)
+        if not self._matches(request):
+            c.drop("no_match", addr)
+            return []
+        reply = BrowseReply(self.session, reply_challenge).encode(self.profile)
+        c.answered += 1
+        c.sent += self.copies
+        return [(reply, addr)] * self.copies
+
+    def _matches(self, request: BrowseRequest) -> bool:
+        search = request.search
+        if isinstance(search, LanSessionSearchCriteria) and isinstance(self.session, LanSessionInfo):
+            return search.matches(self.session)
+        if isinstance(search, LanSearchNetworkSetting) and isinstance(self.session, LanNetworkProperty):
+            return search.matches(self.session, self.profile)
+        return False
+
+
+@attrs.frozen
+class FoundSession:
+    """A session a browse found: the host's reply, where it came from, and its session key."""
+
+    info: LanSessionInfo | LanNetworkProperty
+    address: Address
+    session_key: bytes | None = attrs.field(repr=lambda b: "None" if b is None else b.hex())
+    #: The param the challenge reply proved (``reply key ‖ request key``); None without a challenge.
+    challenge_param: bytes | None = attrs.field(default=None, repr=False)
+
+    @property
+    def network_id(self) -> int:
+        return self.info.network_id
+
+
+class BrowseClient:
+    """Browser side of LAN discovery, sans-IO: :meth:`request` then :meth:`receive` per reply."""
+
+    def __init__(
+        self,
+        profile: VersionProfile,
+        game_key: bytes | None,
+        *,
+        search: LanSessionSearchCriteria | LanSearchNetworkSetting | None = None,
+        broadcast_ip: str = DEFAULT_BROADCAST,
+        application_version: int | None = None,
+        counter: int = 0,
+        random: RandomBytes = secrets.token_bytes,
+        backend: str | None = None,
+    ) -> None:
+        if game_key is not None and len(game_key) != 16:
+            raise ConfigError(f"game key must be 16 bytes, got {len(game_key)}")
+        if profile.lan_challenge_version is not None and game_key is None:
+            raise ConfigError(f"Pia {profile.name} LAN browsing needs a game key for the crypto challenge")
+        if search is None:
+            search = LanSessionSearchCriteria.build() if profile.version < (6, 0) else LanSearchNetworkSetting(
+                title_id=0 if profile.version >= (6, 23) else None
+            )
+        self.profile = profile
+        self.game_key = game_key
+        self.search = search
+        self.broadcast_ip = broadcast_ip
+        self.application_version = application_version
+        self._backend = backend
+        self._counter = counter
+        self._key = random(16)
+        self._plaintext = random(256)
+        self._challenge: ChallengeRequest | None = None
+        self._seen: set[int] = set()
+        self.counters = _Counters()
+
+    def statistics(self) -> LanStatistics:
+        return self.counters.snapshot()
+
+    def request(self) -> bytes:
+        """The browse request datagram (a fresh counter each call)."""
+        challenge = None
+        version = self.profile.lan_challenge_version
+        if version is not None:
+            assert self.game_key is not None
+            challenge = seal_challenge_request(
+                self.game_key,
+                version=version,
+                key=self._key,
+                plaintext=self._plaintext,
+                counter=self._counter,
+                broadcast_ip=self.broadcast_ip,
+                sequence_id=0 if version == 4 else None,
+                backend=self._backend,
+            )
+            self._counter += 1
+        self._challenge = challenge
+        self.counters.sent += 1
+        return BrowseRequest(self.search, challenge).encode(self.profile)
+
+    def receive(self, data: bytes, addr: Address) -> FoundSession | None:
+        """A new verified session, or None (duplicate copy, foreign or bad datagram: counted)."""
+        c = self.counters
+        c.received += 1
+        try:
+            reply = BrowseReply.decode(data, self.profile)
+        except DecodeError as exc:
+            c.drop("malformed", addr, exc)
+            return None
+        info = reply.session
+        param = None
+        if reply.challenge is not None:
+            assert self.game_key is not None
+            if self._challenge is None or reply.challenge.version != self._challenge.version:
+                c.drop("challenge_version", addr)
+                return None
+            try:
+                param = verify_challenge_reply(
+                    reply.challenge, self.game_key, self._key, self._plaintext, self.broadcast_ip, backend=self._backend
+                )
+            except AuthenticationError as exc:
+                c.drop("bad_challenge", addr, exc)
+                return None
+        if isinstance(info, LanSessionInfo):
+            if (
+                info.system_communication_version is not None
+                and self.profile.lan_system_version is not None
+                and info.system_communication_version != self.profile.lan_system_version
+            ):
+                c.drop("system_version", addr, info.system_communication_version)
+                return None
+            if self.application_version is not None and info.application_communication_version != self.application_version:
+                c.drop("application_version", addr, info.application_communication_version)
+                return None
+        if info.network_id in self._seen:
+            c.drop("duplicate", addr)
+            return None
+        self._seen.add(info.network_id)
+        key = None
+        published = info.session_key_param
+        if self.game_key is not None and published is not None:
+            key = lan_session_key(self.game_key, published)
+        c.answered += 1
+        return FoundSession(info, addr, key, param)
+
+
+def _best_effort_sockopts(sock: trio.socket.SocketType, *, reuse: bool, broadcast: bool) -> None:
+    opts = []
+    if reuse:
+        opts.append(_socket_consts.SO_REUSEADDR)
+        if hasattr(_socket_consts, "SO_REUSEPORT"):
+            opts.append(_socket_consts.SO_REUSEPORT)
+    if broadcast:
+        opts.append(_socket_consts.SO_BROADCAST)
+    for opt in opts:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(_socket_consts.SOL_SOCKET, opt, 1)
+
+
+class LanHost:
+    """Answer LAN browse requests on a UDP socket until cancelled.
+
+    Use ``await nursery.start(host.run)``; it reports the bound address.
+    """
+
+    def __init__(
+        self,
+        profile: VersionProfile,
+        game_key: bytes | None,
+        session: LanSessionInfo | LanNetworkProperty,
+        *,
+        bind: Address | None = None,
+        broadcast_ip: str = DEFAULT_BROADCAST,
+        copies: int = REPLY_COPIES,
+    ) -> None:
+        self.responder = BrowseResponder(profile, game_key, session, broadcast_ip=broadcast_ip, copies=copies)
+        self.bind = bind if bind is not None else ("0.0.0.0", browse_port(profile))
+
+    @property
+    def session(self) -> LanSessionInfo | LanNetworkProperty:
+        return self.responder.session
+
+    def statistics(self) -> LanStatistics:
+        return self.responder.statistics()
+
+    async def run(self, *, task_status: trio.TaskStatus[Address] = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM) as sock:
+            _best_effort_sockopts(sock, reuse=True, broadcast=True)
+            await sock.bind(self.bind)
+            task_status.started(sock.getsockname())
+            while True:
+                data, addr = await sock.recvfrom(MAX_DATAGRAM)
+                for out, dest in self.responder.receive(data, addr[:2]):
+                    with contextlib.suppress(OSError):
+                        await sock.sendto(out, dest)
+
+
+async def browse(
+    profile: VersionProfile,
+    game_key: bytes | None,
+    *,
+    search: LanSessionSearchCriteria | LanSearchNetworkSetting | None = None,
+    broadcast: Address | None = None,
+    bind: Address = ("127.0.0.1", 0),
+    timeout: float = 1.0,
+    max_sessions: int = 0,
+    application_version: int | None = None,
+    client: BrowseClient | None = None,
+) -> list[FoundSession]:
+    """Broadcast one browse request and return the verified sessions found within *timeout* seconds.
+
+    *broadcast* defaults to ``(127.255.255.255, 30000)`` (35000 for 6.x); the
+    challenge nonce uses its IPv4 address.  ``max_sessions`` > 0 returns as
+    soon as that many sessions are found.
+    """
+    if broadcast is None:
+        broadcast = (DEFAULT_BROADCAST, browse_port(profile))
+    if client is None:
+        client = BrowseClient(
+            profile, game_key, search=search, broadcast_ip=broadcast[0], application_version=application_version
+        )
+    found: list[FoundSession] = []
+    with trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM) as sock:
+        _best_effort_sockopts(sock, reuse=False, broadcast=True)
+        await sock.bind(bind)
+        await sock.sendto(client.request(), broadcast)
+        with trio.move_on_after(timeout):
+            while max_sessions <= 0 or len(found) < max_sessions:
+                data, addr = await sock.recvfrom(MAX_DATAGRAM)
+                session = client.receive(data, addr[:2])
+                if session is not None:
+                    found.append(session)
+    return found
