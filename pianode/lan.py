@@ -97,12 +97,14 @@ def make_session_info(
     application_version: int = 0,
     application_data: bytes = b"",
     variable_id: int | None = None,
+    host_address_size: int = 18,
     random: RandomBytes = secrets.token_bytes,
 ) -> LanSessionInfo:
     """A one-station LanSessionInfo for a host at ``ip:port`` with LAN identities (spec §4, §6.6).
 
     The session key param is left empty (None): the responder fixes it from the
-    first valid browse request, as consoles do.
+    first valid browse request, as consoles do.  ``host_address_size=6`` gives
+    the 5.10 host-address form NintendoClients reads (spec §10.4).
     """
     v = profile.version
     if not (5, 2) <= v <= (5, 45):
@@ -113,7 +115,7 @@ def make_session_info(
     if v <= (5, 9):
         host = LanStationLocation.build(ip, port, constant_id, var_id, network_id)
     else:
-        host = LanHostAddress(ip, port, constant_id, var_id, network_id)
+        host = LanHostAddress(ip, port, constant_id, var_id, network_id, host_address_size)
     sys_v = app_v = None
     if v > (5, 2):
         sys_v = profile.lan_system_version if profile.lan_system_version is not None else 0

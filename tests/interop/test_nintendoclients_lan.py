@@ -1,0 +1,181 @@
+"""Interop with nintendoclients 0.0.3 (PyPI, MIT): its LAN browser finds our host, ours finds its host.
+
+The library runs in its own virtualenv (created once, cached under
+``$PIANODE_INTEROP_CACHE`` or ``~/.cache/pianode-interop``) through
+``scripts/interop/nc_lan.py``, which pins all its traffic to 127.0.0.0/8.  Its
+host binds the fixed browse port 30000 and its browser sends to it, so these
+tests run serially, each with its own loopback addresses.
+
+For every version the session must be found, its fields must be equal on both
+sides, and (5.9+) the crypto challenge must verify.  The library gates the
+challenge on 5.9 (not 5.7, spec §10.3) and reads a 6-byte host address in 5.10
+(spec §10.4); our 5.10 host is configured with that form for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import select
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import trio
+
+from pianode.lan import BrowseClient, LanHost, browse, make_session_info
+from protocols.pia.lan import LanHostAddress, LanSessionInfo, LanStationLocation, lan_session_key
+from protocols.pia.versions import profile_for
+
+pytestmark = pytest.mark.interop
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+HARNESS = REPO / "scripts" / "interop" / "nc_lan.py"
+CACHE = pathlib.Path(os.environ.get("PIANODE_INTEROP_CACHE", pathlib.Path.home() / ".cache" / "pianode-interop"))
+GAME_KEY = bytes.fromhex("667c18475889faab61f93ef1da180971")  # Super Mario Maker 2 (spec §3.6)
+VERSIONS = ["5.3", "5.9", "5.10", "5.11", "5.18", "5.29"]
+
+
+@pytest.fixture(scope="session")
+def nc_python() -> pathlib.Path:
+    """A virtualenv with nintendoclients==0.0.3; created on first use."""
+    venv = CACHE / "nc003"
+    py = venv / "bin" / "python"
+    check = [str(py), "-c", "import importlib.metadata as m, nintendo.pia.lan; print(m.version('nintendoclients'))"]
+    ok = py.exists() and subprocess.run(check, capture_output=True, text=True, timeout=60).stdout.strip() == "0.0.3"
+    if not ok:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        steps = [
+            [sys.executable, "-m", "venv", "--clear", str(venv)],
+            [str(py), "-m", "pip", "install", "--quiet", "nintendoclients==0.0.3"],
+        ]
+        for cmd in steps:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            if res.returncode != 0:
+                pytest.skip(
+                    "INTEROP NOT RUN: could not install nintendoclients==0.0.3 from PyPI "
+                    f"({' '.join(cmd[-2:])} exited {res.returncode}: {res.stderr.strip()[-300:]})"
+                )
+        got = subprocess.run(check, capture_output=True, text=True, timeout=60)
+        assert got.stdout.strip() == "0.0.3", got.stderr
+    return py
+
+
+def our_fields(info: LanSessionInfo, version: tuple[int, int]) -> dict[str, Any]:
+    """Our LanSessionInfo in the normalized form the harness prints for the library's."""
+    host = info.host
+    assert isinstance(host, (LanStationLocation, LanHostAddress))
+    return {
+        "game_mode": info.game_mode,
+        "network_id": info.network_id,
+        "attributes": list(info.attributes),
+        "current_participants": info.current_participants,
+        "min_participants": info.min_participants,
+        "max_participants": info.max_participants,
+        "system_communication_version": info.system_communication_version,
+        "application_communication_version": info.application_communication_version,
+        "session_type": info.session_type,
+        "application_data": info.application_data.hex(),
+        "is_opened": info.is_opened,
+        "host_ip": host.ip,
+        "host_port": host.port,
+        "host_constant_id": host.constant_id,
+        "host_variable_id": host.variable_id,
+        "host_service_variable_id": host.service_variable_id,
+        "stations": [
+            {"role": s.role, "username": s.username, "constant_id": s.constant_id} for s in info.stations if s.role != 0
+        ],
+        "session_key_param": info.session_key_param.hex()
+        if info.session_key_param is not None and version >= (5, 9)
+        else None,
+    }
+
+
+def _addresses(version: str, base: int) -> tuple[str, str]:
+    i = VERSIONS.index(version)
+    return f"127.0.0.{base + 2 * i}", f"127.0.0.{base + 2 * i + 1}"
+
+
+def _read_json_line(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        proc.kill()
+        raise AssertionError(f"harness printed nothing in {timeout} s; stderr: {proc.communicate()[1][-2000:]}")
+    line = proc.stdout.readline()
+    if not line:
+        raise AssertionError(f"harness exited {proc.wait()}; stderr: {proc.communicate()[1][-2000:]}")
+    return json.loads(line)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_our_browser_finds_nintendoclients_host(nc_python: pathlib.Path, version: str) -> None:
+    prof = profile_for(version)
+    host_ip, browser_ip = _addresses(version, 60)
+    network_id = 0x5A000000 + VERSIONS.index(version)
+    param = bytes(range(100, 132))
+    cmd = [
+        str(nc_python), str(HARNESS), "host", "--version", version, "--game-key", GAME_KEY.hex(),
+        "--address", host_ip, "--network-id", str(network_id), "--system-version", str(prof.lan_system_version),
+        "--app-version", "3", "--app-data", b"interop".hex(), "--max", "8", "--name", "nc-host",
+        "--session-param", param.hex(), "--duration", "30",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        theirs = _read_json_line(proc, 30)["session"]
+        client = BrowseClient(prof, GAME_KEY, application_version=3)
+
+        async def run() -> list[Any]:
+            return await browse(prof, GAME_KEY, bind=(browser_ip, 0), timeout=1.5, client=client)
+
+        found = [f for f in trio.run(run) if f.network_id == network_id]
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert len(found) == 1, client.statistics()
+    session = found[0]
+    assert isinstance(session.info, LanSessionInfo)
+    assert our_fields(session.info, prof.version) == theirs
+    assert client.statistics().dropped.get("bad_challenge", 0) == 0
+    if prof.version >= (5, 9):
+        # The challenge reply verified (else the session would have been dropped) and proved a param.
+        assert session.challenge_param is not None and len(session.challenge_param) == 32
+        assert session.session_key == lan_session_key(GAME_KEY, param)
+    else:
+        assert session.challenge_param is None and session.session_key is None
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_nintendoclients_browser_finds_our_host(nc_python: pathlib.Path, version: str) -> None:
+    prof = profile_for(version)
+    host_ip, browser_ip = _addresses(version, 100)
+    info = make_session_info(
+        prof, ip=host_ip, max_participants=8, name="pianode-host", game_mode=2, session_type=1,
+        attributes=(9, 8, 7, 6, 5, 4), application_version=3, application_data=b"from pianode",
+        host_address_size=6 if version == "5.10" else 18,
+    )  # fmt: skip
+    host = LanHost(prof, GAME_KEY, info)
+    cmd = [
+        str(nc_python), str(HARNESS), "browse", "--version", version, "--game-key", GAME_KEY.hex(),
+        "--address", browser_ip, "--app-version", "3", "--timeout", "1.5",
+    ]  # fmt: skip
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(host.run)
+            result = await trio.run_process(cmd, capture_stdout=True, capture_stderr=True, check=False)
+            nursery.cancel_scope.cancel()
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    sessions = json.loads(result.stdout.decode().splitlines()[-1])["sessions"]
+    theirs = [s for s in sessions if s["network_id"] == info.network_id]
+    assert len(theirs) == 1, (sessions, result.stderr.decode()[-2000:])
+    published = host.session
+    assert isinstance(published, LanSessionInfo)
+    assert theirs[0] == our_fields(published, prof.version)
+    stats = host.statistics()
+    assert stats.answered >= 1 and stats.dropped == {}, stats
+    if prof.version >= (5, 9):
+        # The library returns a session only when our challenge reply verified; the
+        # param our host published came from that request (spec §6.4 step 3).
+        assert published.session_key_param is not None
