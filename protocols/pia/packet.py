@@ -327,7 +327,7 @@ class PacketCodec:
     def _ecb_decrypt(self, body: bytes) -> bytes:
         if self._ecb is None:
             raise AuthenticationError("encrypted packet but the codec has no session key")
-        if not body or len(body) & 15:
+        if len(body) & 15:
             raise BadValue(f"AES-ECB body of {len(body)} bytes is not a whole number of blocks")
         return self._ecb.decrypt(body)  # type: ignore[no-any-return]
 
