@@ -125,8 +125,19 @@ class _FastGcmCore:
     at packet sizes.
     """
 
-    __slots__ = ("_ecb_fn", "_ecb_owner", "_ecb_state", "_ghash", "_ghash_owner", "_new", "_size_t", "_strxor",
-                 "_table", "_view", "_zero_y")
+    __slots__ = (
+        "_ecb_fn",
+        "_ecb_owner",
+        "_ecb_state",
+        "_ghash",
+        "_ghash_owner",
+        "_new",
+        "_size_t",
+        "_strxor",
+        "_table",
+        "_view",
+        "_zero_y",
+    )
 
     def __init__(self, key: bytes) -> None:
         from Crypto.Cipher import AES, _mode_ecb, _mode_gcm
@@ -149,7 +160,7 @@ class _FastGcmCore:
         self._ecb_state = self._ecb_owner._state.get()
         self._ecb_fn = _mode_ecb.raw_ecb_lib.ECB_encrypt
         impl = _mode_gcm._ghash_clmul or _mode_gcm._ghash_portable
-        self._ghash_owner = _mode_gcm._GHASH(self.ecb(bytes(16)), impl)
+        self._ghash_owner = _mode_gcm._GHASH(self.ecb(bytes(16)), impl)  # type: ignore[no-untyped-call]
         self._table = self._ghash_owner._exp_key.get()
         self._ghash = impl.ghash
         self._zero_y = self._new(16)  # GHASH starts from Y = 0; never written
@@ -289,7 +300,7 @@ class _PycryptodomeGcm:
         if aad:
             c.update(aad)
         try:
-            return c.decrypt_and_verify(ciphertext, tag)  # type: ignore[no-any-return]
+            return c.decrypt_and_verify(ciphertext, tag)
         except ValueError:
             raise AuthenticationError(_MISMATCH) from None
 

@@ -38,11 +38,11 @@ from protocols.pia.versions import Cipher, VersionProfile
 __all__ = [
     "aes_ecb_encrypt",
     "ipv4_to_int",
+    "lan6_network_id",
     "lan_constant_id",
     "lan_network_id",
     "lan_service_variable_id",
     "lan_session_key",
-    "lan6_network_id",
     "ldn6_network_id",
     "ldn6_session_key",
     "ldn_constant_id",
@@ -110,7 +110,7 @@ def aes_ecb_encrypt(key: bytes, data: bytes) -> bytes:
     k = _key16(key)
     if len(data) % 16:
         raise ConfigError(f"AES-ECB input must be a multiple of 16 bytes, got {len(data)}")
-    return AES.new(k, AES.MODE_ECB).encrypt(bytes(data))  # type: ignore[no-any-return]
+    return AES.new(k, AES.MODE_ECB).encrypt(bytes(data))
 
 
 # ---------------------------------------------------------------------------

@@ -71,11 +71,23 @@ GCM_SPEC_CT = bytes.fromhex(
     ("key", "nonce", "pt", "aad", "ct", "tag"),
     [
         (bytes(16), bytes(12), b"", b"", b"", "58e2fccefa7e3061367f1d57a4e7455a"),
-        (bytes(16), bytes(12), bytes(16), b"", bytes.fromhex("0388dace60b6a392f328c2b971b2fe78"),
-         "ab6e47d42cec13bdf53a67b21257bddf"),
+        (
+            bytes(16),
+            bytes(12),
+            bytes(16),
+            b"",
+            bytes.fromhex("0388dace60b6a392f328c2b971b2fe78"),
+            "ab6e47d42cec13bdf53a67b21257bddf",
+        ),
         (GCM_SPEC_KEY, GCM_SPEC_IV, GCM_SPEC_PT, b"", GCM_SPEC_CT, "4d5c2af327cd64a62cf35abd2ba6fab4"),
-        (GCM_SPEC_KEY, GCM_SPEC_IV, GCM_SPEC_PT[:60], bytes.fromhex("feedfacedeadbeeffeedfacedeadbeefabaddad2"),
-         GCM_SPEC_CT[:60], "5bc94fbc3221a5db94fae95ae7121a47"),
+        (
+            GCM_SPEC_KEY,
+            GCM_SPEC_IV,
+            GCM_SPEC_PT[:60],
+            bytes.fromhex("feedfacedeadbeeffeedfacedeadbeefabaddad2"),
+            GCM_SPEC_CT[:60],
+            "5bc94fbc3221a5db94fae95ae7121a47",
+        ),
     ],
     ids=["case1-empty", "case2-one-block", "case3", "case4-aad"],
 )
@@ -124,7 +136,8 @@ def test_tampered_tag_wrong_key_wrong_nonce(make: Callable[[bytes], Gcm], tag_le
 def test_empty_plaintext_with_truncated_tag(make: Callable[[bytes], Gcm]) -> None:
     g = make(D9_KEY)
     ct, tag = g.seal(D9_NONCE, b"", 8)
-    assert ct == b"" and len(tag) == 8
+    assert ct == b""
+    assert len(tag) == 8
     assert g.open(D9_NONCE, b"", tag) == b""
     with pytest.raises(AuthenticationError):
         g.open(D9_NONCE, b"", bytes(8))

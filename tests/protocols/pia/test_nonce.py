@@ -163,7 +163,7 @@ def test_bad_mac_in_mapping_is_a_decode_error_for_that_source() -> None:
     ],
 )
 def test_unusable_source_address(version: str, network: NetworkType, kwargs: dict[str, int], source: str) -> None:
-    build = nonce_builder(profile_for(version), network, **kwargs)
+    build = nonce_builder(profile_for(version), network, network_id=kwargs.get("network_id"))
     with pytest.raises(UnknownSource):
         build(Header(connection_id=1, source_variable_id=1), source)
 
@@ -195,7 +195,9 @@ def test_many_sources_beyond_the_cache_limit() -> None:
     build = nonce_builder(profile_for("5.36"), NetworkType.LAN)
     for i in range(CACHE_LIMIT + 300):
         ip = f"10.{(i >> 16) & 0xFF}.{(i >> 8) & 0xFF}.{i & 0xFF}"
-        assert build(Header(source_variable_id=i), ip)[:5] == bytes((10, (i >> 16) & 0xFF, (i >> 8) & 0xFF, i & 0xFF, i & 0xFF))
+        assert build(Header(source_variable_id=i), ip)[:5] == bytes(
+            (10, (i >> 16) & 0xFF, (i >> 8) & 0xFF, i & 0xFF, i & 0xFF)
+        )
 
 
 # ---------------------------------------------------------------------------

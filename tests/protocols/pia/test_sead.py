@@ -69,9 +69,7 @@ def test_forking_from_state_repeats_the_stream(state: list[int]) -> None:
     assert [a.u32() for _ in range(8)] == [b.u32() for _ in range(8)]
 
 
-@pytest.mark.parametrize(
-    "bad", [-1, 1 << 32, [1, 2, 3], [1, 2, 3, 1 << 32], "seed", b"\x00" * 4, 1.5, True]
-)
+@pytest.mark.parametrize("bad", [-1, 1 << 32, [1, 2, 3], [1, 2, 3, 1 << 32], "seed", b"\x00" * 4, 1.5, True])
 def test_bad_seed_is_a_config_error(bad: object) -> None:
     with pytest.raises(ConfigError):
         Random(bad)  # type: ignore[arg-type]
@@ -152,7 +150,8 @@ def test_enl_consumes_two_draws_per_byte() -> None:
 def test_enl_key_grows_by_four_bytes_and_keeps_its_prefix() -> None:
     short = enl_game_key(_words(SPLATOON2_TABLE), Random(0xCEB9D8D9), 4)
     long = enl_game_key(_words(SPLATOON2_TABLE), Random(0xCEB9D8D9), 16)
-    assert long[:4] == short and len(long) == 16
+    assert long[:4] == short
+    assert len(long) == 16
 
 
 @pytest.mark.parametrize("size", [0, 3, 6, -4])
