@@ -1,0 +1,360 @@
+"""ReliableWindow (spec §5.8) through a deterministic lossy, duplicating, reordering channel."""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import zlib
+from collections import deque
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pianode.reliable import (
+    MessageTooLarge,
+    ReliableWindow,
+    SendBufferFull,
+    WindowConfig,
+    WindowFailed,
+)
+from protocols.pia.reliable import (
+    BulkAck,
+    Segment,
+    WindowFlag,
+    WindowHeader517,
+    WindowHeader529,
+    WindowLayout,
+    decode_bulk_ack,
+    decode_segment,
+    encode_bulk_ack,
+    encode_segment,
+)
+
+DATA = WindowFlag.HAS_PAYLOAD
+WHOLE = int(WindowFlag.HAS_PAYLOAD | WindowFlag.FIRST_FRAGMENT | WindowFlag.LAST_FRAGMENT)
+
+
+class Link:
+    """One direction of a fake network; every packet's fate is a keyed hash of (seed, link, index)."""
+
+    def __init__(
+        self, seed: int, name: str, *, loss: float = 0.0, dup: float = 0.0, latency: float = 0.02, jitter: float = 0.0
+    ) -> None:
+        self.seed, self.name = seed, name
+        self.loss, self.dup, self.latency, self.jitter = loss, dup, latency, jitter
+        self.count = 0
+        self.drop_first: set[int] = set()  # explicit loss pattern by packet index
+
+    def _u(self, n: int, k: int) -> float:
+        h = hashlib.blake2b(f"{self.seed}/{self.name}/{n}/{k}".encode(), digest_size=8).digest()
+        return int.from_bytes(h, "big") / 2**64
+
+    def transmit(self, raw: bytes, now: float) -> list[tuple[float, bytes]]:
+        n = self.count
+        self.count += 1
+        if n in self.drop_first or self._u(n, 0) < self.loss:
+            return []
+        out = [(now + self.latency + self._u(n, 1) * self.jitter, raw)]
+        if self._u(n, 2) < self.dup:
+            out.append((now + self.latency + self._u(n, 3) * self.jitter * 2, raw))
+        return out
+
+
+class Pair:
+    """Two windows joined by two links, driven by virtual time until both are quiet."""
+
+    def __init__(self, cfg_a: WindowConfig, cfg_b: WindowConfig, ab: Link, ba: Link) -> None:
+        self.a, self.b = ReliableWindow(cfg_a), ReliableWindow(cfg_b)
+        self.links = {"a": ab, "b": ba}
+        self.got: dict[str, list[bytes]] = {"a": [], "b": []}
+        self.queue: dict[str, deque[bytes]] = {"a": deque(), "b": deque()}
+        self.heap: list[tuple[float, int, str, bytes]] = []
+        self.now = 0.0
+        self.ticket = 0
+        self.peak_buffered = 0
+        self.peak_held = 0
+        self.sent_log: list[tuple[float, str, Segment]] = []
+
+    def windows(self) -> dict[str, ReliableWindow]:
+        return {"a": self.a, "b": self.b}
+
+    def run(self, expect_a: int, expect_b: int, *, max_steps: int = 200_000, max_time: float = 3600.0) -> None:
+        w = self.windows()
+        for _ in range(max_steps):
+            for side, win in w.items():
+                q = self.queue[side]
+                while q and win.can_send(len(q[0])):
+                    win.send(q.popleft(), self.now)
+            for side, win in w.items():
+                dst = "b" if side == "a" else "a"
+                for raw in win.messages_to_send(self.now):
+                    self.sent_log.append((self.now, side, decode_segment(raw, win.config.layout)))
+                    for arrival, r in self.links[side].transmit(raw, self.now):
+                        self.ticket += 1
+                        heapq.heappush(self.heap, (arrival, self.ticket, dst, r))
+                self.peak_buffered = max(self.peak_buffered, win.buffered)
+                self.peak_held = max(self.peak_held, win.held)
+            done = (
+                len(self.got["b"]) >= expect_a
+                and len(self.got["a"]) >= expect_b
+                and not self.queue["a"]
+                and not self.queue["b"]
+                and self.a.idle()
+                and self.b.idle()
+            )
+            if done or self.a.failed or self.b.failed:
+                return
+            times = [self.heap[0][0]] if self.heap else []
+            times += [t for t in (self.a.get_timer(), self.b.get_timer()) if t is not None]
+            if not times:
+                return
+            self.now = max(self.now, min(times))
+            if self.now > max_time:
+                return
+            while self.heap and self.heap[0][0] <= self.now:
+                _, _, dst, raw = heapq.heappop(self.heap)
+                self.got[dst].extend(w[dst].receive_message(raw, self.now))
+            for win in w.values():
+                win.handle_timer(self.now)
+        raise AssertionError("simulation did not settle")
+
+
+def _messages(prefix: str, count: int, *, big_every: int = 0, big: int = 0) -> list[bytes]:
+    out = []
+    for i in range(count):
+        body = f"{prefix}{i}:".encode()
+        if big_every and i % big_every == 0:
+            body += bytes((i + k) & 0xFF for k in range(big))
+        out.append(body)
+    return out
+
+
+def _pair(seed: int, layout: WindowLayout = WindowLayout.V5_17, **link: float) -> Pair:
+    cfg = WindowConfig(layout=layout, stream_id=2, max_payload=200)
+    return Pair(cfg, cfg, Link(seed, "ab", **link), Link(seed, "ba", **link))
+
+
+@pytest.mark.parametrize("layout", [WindowLayout.V5_17, WindowLayout.V5_29, WindowLayout.V7_0])
+def test_lossy_duplicating_reordering_channel(layout: WindowLayout) -> None:
+    p = _pair(7, layout, loss=0.2, dup=0.1, latency=0.02, jitter=0.03)
+    msgs_a = _messages("a", 3000)
+    msgs_b = _messages("b", 2500)
+    p.queue["a"].extend(msgs_a)
+    p.queue["b"].extend(msgs_b)
+    p.run(len(msgs_a), len(msgs_b))
+    assert p.got["b"] == msgs_a  # every message exactly once, in order
+    assert p.got["a"] == msgs_b
+    sa, sb = p.a.statistics(), p.b.statistics()
+    assert sa.sent == len(msgs_a) and sb.sent == len(msgs_b)
+    assert sa.acked == len(msgs_a) and sb.acked == len(msgs_b)
+    assert sb.delivered == len(msgs_a) and sa.delivered == len(msgs_b)
+    assert sa.retransmitted > 0 and sb.duplicates > 0 and sb.out_of_order > 0
+    assert sa.rtt_samples > 0 and 0.03 < (p.a.rtt.smoothed or 0) < 0.2
+    # Bounded buffers under 20% loss.
+    assert p.peak_buffered <= WindowConfig().send_buffer
+    assert p.peak_held <= WindowConfig().receive_buffer
+    # Sequence ids crossed the 16-bit wrap (start 0xF82F + 3000 segments).
+    seqs = [s.header.sequence_id for _, side, s in p.sent_log if side == "a" and s.header.flags & DATA]
+    assert max(seqs) == 0xFFFF and min(seqs) == 0
+    assert not p.a.failed and not p.b.failed
+
+
+def test_fragmentation_of_large_messages_under_loss() -> None:
+    p = _pair(11, loss=0.15, dup=0.05, jitter=0.02)
+    msgs = _messages("m", 300, big_every=3, big=5000)  # 5 KB messages: 26 segments of 200 bytes
+    msgs.append(b"")  # an empty message is one segment
+    p.queue["a"].extend(msgs)
+    p.run(len(msgs), 0)
+    assert p.got["b"] == msgs
+    frags = [s for _, side, s in p.sent_log if side == "a" and s.header.flags & DATA]
+    assert all(len(s.payload) <= 200 for s in frags)
+    assert any(s.header.flags & WindowFlag.FIRST_FRAGMENT and not s.header.flags & WindowFlag.LAST_FRAGMENT for s in frags)
+    assert any(s.header.flags == WHOLE for s in frags)
+
+
+def test_rollover_from_0xfff0() -> None:
+    cfg = WindowConfig(layout=WindowLayout.V5_29, initial_sequence_id=0xFFF0)
+    p = Pair(cfg, cfg, Link(3, "ab", loss=0.1, jitter=0.01), Link(3, "ba", loss=0.1, jitter=0.01))
+    msgs = _messages("r", 100)
+    p.queue["a"].extend(msgs)
+    p.run(len(msgs), 0)
+    assert p.got["b"] == msgs
+    first = [s.header.sequence_id for _, side, s in p.sent_log if side == "a" and s.header.flags & DATA]
+    assert first[:17] == [*range(0xFFF0, 0x10000), 0]
+    # The last ack from b names the last id, 0xFFF0 + 99 mod 2^16.
+    acks = [s for _, side, s in p.sent_log if side == "b" and not s.header.flags & DATA]
+    assert decode_bulk_ack(acks[-1].payload).records[0].ack_id == (0xFFF0 + 99) & 0xFFFF
+
+
+def test_backoff_timing_and_give_up_after_retries() -> None:
+    w = ReliableWindow(WindowConfig(initial_rto=0.5, max_rto=4.0, backoff=2.0, max_retries=6, give_up_after=1000))
+    w.send(b"hello", now=0.0)
+    times = []
+    now = 0.0
+    for _ in range(50):
+        if w.segments_to_send(now):
+            times.append(now)
+        t = w.get_timer()
+        if t is None:
+            break
+        now = t
+        w.handle_timer(now)
+    # Retransmission intervals 0.5, 1, 2, then capped at 4; failure at the timeout after the 6th retry.
+    assert times == [0.0, 0.5, 1.5, 3.5, 7.5, 11.5, 15.5]
+    assert w.failed and "6 retransmissions" in (w.failure or "")
+    assert now == 19.5
+    assert w.statistics().retransmitted == 6
+    with pytest.raises(WindowFailed):
+        w.send(b"more", now)
+    assert w.segments_to_send(now + 10) == [] and w.get_timer() is None
+
+
+def test_give_up_after_time_limit() -> None:
+    w = ReliableWindow(WindowConfig(initial_rto=0.5, max_rto=1.0, max_retries=100, give_up_after=5.0))
+    w.send(b"x", 10.0)
+    now = 10.0
+    while not w.failed:
+        w.segments_to_send(now)
+        t = w.get_timer()
+        assert t is not None
+        now = t
+        w.handle_timer(now)
+    assert now == 15.0
+    assert "unacknowledged for 5.0 s" in (w.failure or "")
+
+
+def test_send_buffer_bound_is_an_error_and_changes_nothing() -> None:
+    w = ReliableWindow(WindowConfig(max_payload=10, window_size=4, send_buffer=8, max_message_size=1000))
+    w.send(bytes(50), 0.0)  # 5 segments
+    assert w.can_send(30) and not w.can_send(31)
+    with pytest.raises(SendBufferFull):
+        w.send(bytes(31), 0.0)
+    assert w.buffered == 5
+    w.send(bytes(30), 0.0)
+    assert w.buffered == 8
+    with pytest.raises(SendBufferFull):
+        w.send(b"", 0.0)
+    with pytest.raises(MessageTooLarge):
+        w.send(bytes(1001), 0.0)
+    with pytest.raises(MessageTooLarge):
+        ReliableWindow(WindowConfig(max_payload=10, window_size=4, send_buffer=8)).send(bytes(81), 0.0)
+    # Only the window's worth goes out.
+    assert len(w.segments_to_send(0.0)) == 4
+    assert w.in_flight == 4
+
+
+def _seg(seq: int, payload: bytes, *, flags: int = WHOLE, low: int = 0x100, stream: int = 0) -> Segment:
+    return Segment(WindowHeader517(flags=flags, stream_id=stream, sequence_id=seq, lowest_pending=low), payload)
+
+
+def test_duplicates_old_ids_and_ack_bitmap_of_early_arrivals() -> None:
+    w = ReliableWindow(WindowConfig())
+    # First segments 0x100, 0x101 lost; 0x102 and 0x104 arrive early.  lowest_pending = 0x100 tells us where to start.
+    assert w.receive(_seg(0x102, b"c").header, b"c", 1.0) == []
+    assert w.receive(_seg(0x104, b"e").header, b"e", 1.0) == []
+    assert w.receive(_seg(0x104, b"e").header, b"e", 1.0) == []  # duplicate early arrival
+    (ack,) = w.segments_to_send(1.0)
+    assert not ack.header.flags & DATA
+    rec = decode_bulk_ack(ack.payload).records[0]
+    # Everything <= 0x0FF acknowledged; mask bit i = 0x100 + i → bits 2 and 4.
+    assert (rec.stream_id, rec.ack_id, rec.mask) == (0, 0x0FF, 0b10100)
+    assert rec.acknowledged() == [0x102, 0x104]
+    assert w.receive(_seg(0x100, b"a").header, b"a", 1.1) == [b"a"]
+    assert w.receive(_seg(0x101, b"b").header, b"b", 1.2) == [b"b", b"c"]
+    assert w.receive(_seg(0x103, b"d").header, b"d", 1.3) == [b"d", b"e"]
+    assert w.receive(_seg(0x101, b"b").header, b"b", 1.4) == []  # old id
+    s = w.statistics()
+    assert (s.delivered, s.duplicates, s.out_of_order) == (5, 2, 2)
+    rec = decode_bulk_ack(w.segments_to_send(1.5)[0].payload).records[0]
+    assert (rec.ack_id, rec.mask) == (0x104, 0)
+
+
+def test_too_far_ahead_and_wrong_stream_dropped() -> None:
+    w = ReliableWindow(WindowConfig(receive_buffer=10))
+    assert w.receive(_seg(0x100 + 11, b"x").header, b"x", 0.0) == []
+    assert w.statistics().out_of_window == 1
+    assert w.receive(_seg(0x100, b"x", stream=5).header, b"x", 0.0) == []
+    assert w.statistics().malformed == 1
+    assert w.held == 0
+
+
+def test_bad_and_bogus_acks_are_counted() -> None:
+    w = ReliableWindow(WindowConfig(initial_sequence_id=0x10))
+    w.send(b"a", 0.0)
+    w.segments_to_send(0.0)
+    hdr = WindowHeader517(flags=0, stream_id=0, sequence_id=0, lowest_pending=0)
+    w.receive(hdr, b"\x00\x01", 0.1)  # not a whole record
+    # Acknowledges 0x11, which was never sent.
+    w.receive(hdr, encode_bulk_ack(BulkAck((decode_bulk_ack(bytes.fromhex("00 0011" + "00" * 16)).records))), 0.1)
+    assert w.statistics().bad_acks == 2
+    assert w.buffered == 1
+    w.receive(hdr, bytes.fromhex("00 0010" + "00" * 16), 0.1)
+    assert w.buffered == 0 and w.statistics().acked == 1 and w.idle()
+
+
+def test_zlib_flag_and_fragment_rule_violations() -> None:
+    w = ReliableWindow(WindowConfig(max_message_size=100))
+    body = b"pia " * 20
+    packed = zlib.compress(body)
+    z = WHOLE | WindowFlag.ZLIB
+    assert w.receive(_seg(0x100, packed, flags=z).header, packed, 0) == [body]
+    assert w.receive(_seg(0x101, b"junk", flags=z).header, b"junk", 0) == []  # bad zlib
+    bomb = zlib.compress(bytes(10_000))
+    assert w.receive(_seg(0x102, bomb, flags=z).header, bomb, 0) == []  # inflates past the limit
+    mid = int(DATA)  # continuation without a first fragment
+    assert w.receive(_seg(0x103, b"m", flags=mid).header, b"m", 0) == []
+    first = int(DATA | WindowFlag.FIRST_FRAGMENT)
+    assert w.receive(_seg(0x104, b"f", flags=first).header, b"f", 0) == []
+    assert w.receive(_seg(0x105, b"g", flags=first).header, b"g", 0) == []  # restarts: "f" abandoned
+    last = int(DATA | WindowFlag.LAST_FRAGMENT)
+    assert w.receive(_seg(0x106, b"h", flags=last).header, b"h", 0) == [b"gh"]
+    assert w.statistics().malformed == 4
+
+
+def test_messages_round_trip_through_the_529_codec() -> None:
+    cfg = WindowConfig(layout=WindowLayout.V5_29, stream_id=9)
+    a, b = ReliableWindow(cfg), ReliableWindow(cfg)
+    a.send(b"one", 0.0)
+    (raw,) = a.messages_to_send(0.0)
+    seg = decode_segment(raw, "5.29")
+    assert seg.header == WindowHeader529(flags=WHOLE, stream_id=9, sequence_id=0xF82F, lowest_pending=0xF82F)
+    assert encode_segment(seg, "5.29") == raw
+    assert b.receive_message(raw, 0.01) == [b"one"]
+    (ack,) = b.messages_to_send(0.01)
+    assert a.receive_message(ack, 0.02) == []
+    assert a.idle() and a.rtt.latest == pytest.approx(0.02)
+
+
+def test_ack_delay_and_piggyback() -> None:
+    cfg = WindowConfig(ack_delay=0.05)
+    a, b = ReliableWindow(cfg), ReliableWindow(cfg)
+    a.send(b"x", 0.0)
+    (raw,) = a.messages_to_send(0.0)
+    b.receive_message(raw, 0.0)
+    assert b.messages_to_send(0.01) == []  # in order: the ack waits for ack_delay
+    assert b.get_timer() == pytest.approx(0.05)
+    b.send(b"reply", 0.02)
+    out = b.segments_to_send(0.02)  # data goes out, so the owed ack rides along
+    assert [bool(s.header.flags & DATA) for s in out] == [False, True]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sets(st.integers(0, 400), max_size=150),
+    st.sets(st.integers(0, 400), max_size=150),
+    st.integers(0, 2**16),
+    st.integers(1, 60),
+)
+def test_random_loss_patterns(drop_ab: set[int], drop_ba: set[int], seed: int, count: int) -> None:
+    cfg = WindowConfig(max_payload=8, window_size=8, initial_sequence_id=seed & 0xFFFF, max_retries=50)
+    ab = Link(seed, "ab", jitter=0.03, dup=0.1)
+    ba = Link(seed, "ba", jitter=0.03, dup=0.1)
+    ab.drop_first, ba.drop_first = drop_ab, drop_ba
+    p = Pair(cfg, cfg, ab, ba)
+    msgs = _messages("h", count, big_every=4, big=20)
+    p.queue["a"].extend(msgs)
+    p.queue["b"].extend(msgs[: count // 2])
+    p.run(count, count // 2)
+    assert p.got["b"] == msgs
+    assert p.got["a"] == msgs[: count // 2]
