@@ -49,6 +49,7 @@ __all__ = [
     "ldn_service_variable_id",
     "ldn_session_key",
     "ldn_session_key_for",
+    "nex_session_key",
     "parse_game_key",
     "parse_mac",
 ]
@@ -115,6 +116,17 @@ def aes_ecb_encrypt(key: bytes, data: bytes) -> bytes:
 
 # ---------------------------------------------------------------------------
 # Session keys (spec §3.3, §7.3, §11)
+
+
+def nex_session_key(server_key: bytes) -> bytes:
+    """NEX session key: the first 16 bytes of ``MatchmakeSession.m_SessionKey`` (spec §3.1, §3.3).
+
+    Keys are always AES-128; longer server keys are truncated (KW).
+    """
+    if not isinstance(server_key, (bytes, bytearray)) or len(server_key) < 16:
+        size = len(server_key) if isinstance(server_key, (bytes, bytearray)) else type(server_key).__name__
+        raise ConfigError(f"a NEX session key has at least 16 bytes, got {size}")
+    return bytes(server_key[:16])
 
 
 def lan_session_key(game_key: bytes, session_key_param: bytes) -> bytes:

@@ -250,6 +250,24 @@ def test_disagreeing_internals_fall_back_to_aes_new(monkeypatch: pytest.MonkeyPa
     assert g.open(D9_NONCE, D9_CT, D9_TAG[:8]) == D9_PT
 
 
+def test_fast_path_with_the_portable_ghash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CPUs without carry-less multiply get pycryptodome's table-driven GHASH.
+    from Crypto.Cipher import _mode_gcm
+
+    monkeypatch.setattr(_mode_gcm, "_ghash_clmul", None)
+    core = aead._FastGcmCore(D9_KEY)
+    assert core.seal(D9_NONCE, D9_PT, b"") == (D9_CT, D9_TAG)
+
+
+def test_inputs_beyond_the_counter_table(make: Callable[[bytes], Gcm]) -> None:
+    # More blocks than the precomputed counter suffixes cover (64 KiB).
+    pt = bytes(range(256)) * 300  # 76,800 bytes
+    ref = aead._PycryptodomeGcm(D9_KEY, fast=False).seal(D9_NONCE, pt, 8)
+    g = make(D9_KEY)
+    assert g.seal(D9_NONCE, pt, 8) == ref
+    assert g.open(D9_NONCE, *ref) == pt
+
+
 def test_fast_path_on_the_ctypes_ffi() -> None:
     # pycryptodome uses ctypes when cffi cannot be imported; the fast path
     # must pass its self-test there too.

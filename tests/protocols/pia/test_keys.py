@@ -25,6 +25,7 @@ from protocols.pia.keys import (
     ldn_service_variable_id,
     ldn_session_key,
     ldn_session_key_for,
+    nex_session_key,
     parse_game_key,
     parse_mac,
 )
@@ -89,6 +90,14 @@ def test_aes_ecb_checks_sizes() -> None:
         aes_ecb_encrypt(bytes(15), bytes(16))
     with pytest.raises(ConfigError):
         aes_ecb_encrypt(bytes(16), bytes(17))
+
+
+def test_nex_session_key_keeps_the_first_16_bytes() -> None:
+    server_key = bytes(range(32))
+    assert nex_session_key(server_key) == bytes(range(16))
+    assert nex_session_key(bytes(range(16))) == bytes(range(16))
+    with pytest.raises(ConfigError):
+        nex_session_key(bytes(15))
 
 
 # ---------------------------------------------------------------------------
