@@ -43,7 +43,6 @@ from protocols.pia.lan import (
     LanNetworkProperty,
     LanSessionInfo,
     LanStationInfo,
-    LanStationLocation,
     browse_port,
     lan_session_key,
     open_challenge_request,
@@ -52,6 +51,7 @@ from protocols.pia.lan import (
     verify_challenge_reply,
 )
 from protocols.pia.lan_criteria import LanSearchNetworkSetting, LanSessionSearchCriteria
+from protocols.pia.types import InetAddress, StationLocation
 from protocols.pia.versions import VersionProfile
 
 __all__ = [
@@ -111,9 +111,14 @@ def make_session_info(
         raise ConfigError(f"LanSessionInfo hosting needs Pia 5.2-5.45, not {profile.name}")
     constant_id, network_id = lan_identity(ip, port)
     var_id = variable_id if variable_id is not None else int.from_bytes(random(4), "big")
-    host: LanHostAddress | LanStationLocation
+    host: LanHostAddress | StationLocation
     if v <= (5, 9):
-        host = LanStationLocation.build(ip, port, constant_id, var_id, network_id)
+        host = StationLocation(
+            public=InetAddress.from_ip(ip, port),
+            constant_id=constant_id,
+            variable_id=var_id,
+            service_variable_id=network_id,
+        )
     else:
         host = LanHostAddress(ip, port, constant_id, var_id, network_id, host_address_size)
     sys_v = app_v = None

@@ -18,9 +18,9 @@ Layout choices where the sources disagree (spec §10):
   6-byte one (§10.4).  We encode 18 by default (``LanHostAddress.address_size``
   selects 6) and decode both, telling them apart by the total size
   (1297 vs 1285).
-* The ≤5.9 host StationLocation (35 bytes, spec §5.2) is kept as raw bytes
-  behind :class:`LanStationLocation`, with accessors for its fields, until a
-  shared StationLocation codec exists.
+* The ≤5.9 host is a 35-byte 5.2-5.9 StationLocation (spec §5.2), decoded with
+  the shared codec in :mod:`protocols.pia.types`; host messages carry a
+  StationConnectionInfo (≤5.9) or StationLocation (5.10+) from the same module.
 """
 
 from __future__ import annotations
@@ -43,6 +43,12 @@ from protocols.errors import (
     UnsupportedVersion,
 )
 from protocols.pia.lan_criteria import LanSearchNetworkSetting, LanSessionSearchCriteria
+from protocols.pia.types import (
+    StationConnectionInfo,
+    StationLocation,
+    decode_station_connection_info,
+    decode_station_location,
+)
 from protocols.pia.versions import VersionProfile
 from protocols.wire import Reader, Writer
 
@@ -62,7 +68,6 @@ __all__ = [
     "LanNetworkProperty",
     "LanSessionInfo",
     "LanStationInfo",
-    "LanStationLocation",
     "SessionMessage",
     "SessionReassembler",
     "SessionRequest",
@@ -82,6 +87,7 @@ BROWSE_PORT_5 = 30000  # spec §6.1, Pia <= 5.45
 BROWSE_PORT_6 = 35000  # Pia 6.16-7.2
 APPLICATION_DATA_SIZE = 0x180  # 384
 STATION_COUNT = 16
+HOST_LOCATION_SIZE = 35  # 5.2-5.9 StationLocation (spec §5.2)
 SESSION_FRAGMENT_SIZE = 800  # spec §6.5
 
 
@@ -156,68 +162,6 @@ def _read_inet18(r: Reader) -> tuple[str, int]:
 
 
 @attrs.frozen
-class LanStationLocation:
-    """The 35-byte 5.2-5.9 StationLocation a ≤5.9 LanSessionInfo carries (spec §5.2).
-
-    Layout: StationAddress (IPv4 u32, port u16) · u64 constant id · u32 variable id
-    · u32 service variable id · u8 URL type · u8 stream id · u8 stream type
-    · u8 natm · u8 natf · u8 NAT location · u8 probeinit · relay InetAddress (6).
-    """
-
-    raw: bytes = attrs.field(repr=bytes.hex)
-
-    SIZE = 35
-
-    def __attrs_post_init__(self) -> None:
-        if len(self.raw) != self.SIZE:
-            raise EncodeError(f"a 5.2-5.9 StationLocation is {self.SIZE} bytes, got {len(self.raw)}")
-
-    @classmethod
-    def build(
-        cls,
-        ip: str,
-        port: int,
-        constant_id: int,
-        variable_id: int,
-        service_variable_id: int,
-        *,
-        url_type: int = 0,
-        nat_location: int = 0,
-    ) -> LanStationLocation:
-        w = Writer()
-        w.bytes(_ip4_bytes(ip))
-        w.u16(port, "port")
-        w.u64(constant_id, "constant_id")
-        w.u32(variable_id, "variable_id")
-        w.u32(service_variable_id, "service_variable_id")
-        w.u8(url_type, "url_type")
-        w.zeros(4)  # stream id, stream type, natm, natf
-        w.u8(nat_location, "nat_location")
-        w.zeros(1 + 6)  # probeinit, relay address
-        return cls(w.getvalue())
-
-    @property
-    def ip(self) -> str:
-        return str(ipaddress.IPv4Address(self.raw[0:4]))
-
-    @property
-    def port(self) -> int:
-        return int.from_bytes(self.raw[4:6], "big")
-
-    @property
-    def constant_id(self) -> int:
-        return int.from_bytes(self.raw[6:14], "big")
-
-    @property
-    def variable_id(self) -> int:
-        return int.from_bytes(self.raw[14:18], "big")
-
-    @property
-    def service_variable_id(self) -> int:
-        return int.from_bytes(self.raw[18:22], "big")
-
-
-@attrs.frozen
 class LanHostAddress:
     """Host address and ids of a 5.10-5.45 LanSessionInfo (spec §6.3).
 
@@ -232,7 +176,7 @@ class LanHostAddress:
     address_size: int = 18
 
 
-LanHost = Union[LanStationLocation, LanHostAddress]
+LanHost = Union[StationLocation, LanHostAddress]
 
 
 # ---------------------------------------------------------------------------
@@ -308,8 +252,9 @@ class LanSessionInfo:
 
     ``system_communication_version`` / ``application_communication_version``
     are None in ≤5.2 (whose session type is a u32); ``session_key_param`` is
-    None up to 5.6.  ``host`` is a :class:`LanStationLocation` up to 5.9 and a
-    :class:`LanHostAddress` from 5.10.
+    None up to 5.6.  ``host`` is a 5.2-5.9 :class:`~protocols.pia.types.StationLocation`
+    up to 5.9 and a :class:`LanHostAddress` from 5.10; the ``host_*`` properties
+    read either.
     """
 
     game_mode: int
@@ -328,6 +273,28 @@ class LanSessionInfo:
     session_key_param: bytes | None = attrs.field(default=None, repr=lambda b: "None" if b is None else b.hex())
     #: Non-zero bytes after the application data in its 384-byte field (kept for byte-exactness).
     application_data_padding: bytes = attrs.field(default=b"", repr=False)
+
+    @property
+    def host_ip(self) -> str:
+        h = self.host
+        return h.ip if isinstance(h, LanHostAddress) else str(h.public.ip or "")
+
+    @property
+    def host_port(self) -> int:
+        h = self.host
+        return h.port if isinstance(h, LanHostAddress) else h.public.port
+
+    @property
+    def host_constant_id(self) -> int:
+        return self.host.constant_id
+
+    @property
+    def host_variable_id(self) -> int:
+        return self.host.variable_id
+
+    @property
+    def host_service_variable_id(self) -> int:
+        return self.host.service_variable_id
 
     def session_key(self, game_key: bytes) -> bytes:
         """The LAN session key derived from the published param (spec §3.3)."""
@@ -372,9 +339,12 @@ class LanSessionInfo:
         w.u8(int(self.is_opened))
         host = self.host
         if v <= (5, 9):
-            if not isinstance(host, LanStationLocation):
-                raise EncodeError(f"Pia {profile.name} LanSessionInfo needs a LanStationLocation host")
-            w.bytes(host.raw)
+            if not isinstance(host, StationLocation):
+                raise EncodeError(f"Pia {profile.name} LanSessionInfo needs a StationLocation host")
+            start = len(w)
+            host.write(w, profile)
+            if len(w) - start != HOST_LOCATION_SIZE:
+                raise EncodeError(f"host StationLocation must be {HOST_LOCATION_SIZE} bytes in Pia {profile.name}")
         else:
             if not isinstance(host, LanHostAddress):
                 raise EncodeError(f"Pia {profile.name} LanSessionInfo needs a LanHostAddress host")
@@ -418,7 +388,8 @@ class LanSessionInfo:
         opened = _bool(r, "is opened")
         host: LanHost
         if v <= (5, 9):
-            host = LanStationLocation(r.bytes(LanStationLocation.SIZE, "host StationLocation"))
+            with r.restrict_to(HOST_LOCATION_SIZE, "host StationLocation") as sub:
+                host = decode_station_location(sub, profile)
         else:
             if v == (5, 10) and len(data) == cls.size_for(profile, address_size=6):
                 ip, port, size = str(ipaddress.IPv4Address(r.bytes(4))), r.u16(), 6
@@ -797,13 +768,13 @@ class HostRequest:
 
 @attrs.frozen
 class HostMessage:
-    """Host reply: network id and the host's location, kept raw.
+    """Host reply: network id and the host's location.
 
-    ≤5.9: a 70-byte StationConnectionInfo; 5.10+: a StationLocation (spec §5.2).
+    ≤5.9: a StationConnectionInfo (70 bytes); 5.10+: a StationLocation (spec §5.2, §6.5).
     """
 
     network_id: int
-    location: bytes = attrs.field(repr=bytes.hex)
+    location: StationConnectionInfo | StationLocation
 
 
 @attrs.frozen
@@ -830,7 +801,7 @@ class KeepAlive:
 LanMessage = Union[HostRequest, HostMessage, SessionRequest, SessionMessage, KeepAlive]
 
 
-def encode_lan_message(msg: LanMessage) -> bytes:
+def encode_lan_message(msg: LanMessage, profile: VersionProfile) -> bytes:
     """Payload of a LAN protocol message: u8 type · 11 zero bytes · body."""
     w = Writer()
     if isinstance(msg, HostRequest):
@@ -841,7 +812,10 @@ def encode_lan_message(msg: LanMessage) -> bytes:
         w.u8(LanMessageType.HOST)
         w.zeros(11)
         w.u32(msg.network_id, "network_id")
-        w.bytes(msg.location)
+        want = StationConnectionInfo if profile.version <= (5, 9) else StationLocation
+        if not isinstance(msg.location, want):
+            raise EncodeError(f"Pia {profile.name} host messages carry a {want.__name__}")
+        msg.location.write(w, profile)
     elif isinstance(msg, SessionRequest):
         w.u8(LanMessageType.SESSION_REQUEST)
         w.zeros(11)
@@ -863,7 +837,7 @@ def encode_lan_message(msg: LanMessage) -> bytes:
     return w.getvalue()
 
 
-def decode_lan_message(payload: bytes) -> LanMessage:
+def decode_lan_message(payload: bytes, profile: VersionProfile) -> LanMessage:
     r = Reader(payload)
     t = r.u8("LAN message type")
     r.zeros(11, "LAN message header")
@@ -871,7 +845,13 @@ def decode_lan_message(payload: bytes) -> LanMessage:
     if t == LanMessageType.HOST_REQUEST:
         msg = HostRequest(r.u32())
     elif t == LanMessageType.HOST:
-        msg = HostMessage(r.u32(), r.rest())
+        nid = r.u32()
+        location: StationConnectionInfo | StationLocation
+        if profile.version <= (5, 9):
+            location = decode_station_connection_info(r, profile)
+        else:
+            location = decode_station_location(r, profile)
+        msg = HostMessage(nid, location)
     elif t == LanMessageType.SESSION_REQUEST:
         msg = SessionRequest(r.u32())
     elif t == LanMessageType.SESSION:

@@ -22,7 +22,6 @@ from protocols.pia.lan import (
     LanNetworkProperty,
     LanSessionInfo,
     LanStationInfo,
-    LanStationLocation,
     SessionMessage,
     SessionReassembler,
     SessionRequest,
@@ -43,6 +42,7 @@ from protocols.pia.lan_criteria import (
     Range,
     SearchFlag,
 )
+from protocols.pia.types import InetAddress, StationConnectionInfo, StationLocation
 from protocols.pia.versions import profile_for
 
 SMM2 = bytes.fromhex("667c18475889faab61f93ef1da180971")
@@ -142,9 +142,12 @@ def test_disabled_challenge_form() -> None:
 # -- LanSessionInfo --------------------------------------------------------------
 def _info(version: str, **kw: object) -> LanSessionInfo:
     v = profile_for(version).version
-    host: LanStationLocation | LanHostAddress
+    host: StationLocation | LanHostAddress
     if v <= (5, 9):
-        host = LanStationLocation.build("192.168.178.215", 49154, 0xC0A8B2D70000C002, 0x1234, 0xB2D7C002)
+        host = StationLocation(
+            public=InetAddress.from_ip("192.168.178.215", 49154), constant_id=0xC0A8B2D70000C002,
+            variable_id=0x1234, service_variable_id=0xB2D7C002, url_type=1, nat_location=3,
+        )
     else:
         host = LanHostAddress("192.168.178.215", 49154, 0xC0A8B2D70000C002, 0x1234, 0xB2D7C002)
     base: dict[str, object] = {
@@ -216,10 +219,19 @@ def test_session_info_5_10_six_byte_address_form() -> None:
         info.encode(profile_for("5.11"))
 
 
-def test_station_location_accessors() -> None:
-    loc = LanStationLocation.build("192.168.178.215", 49154, 0xC0A8B2D70000C002, 9, 0xB2D7C002)
-    assert len(loc.raw) == 35 and loc.ip == "192.168.178.215" and loc.port == 49154
-    assert (loc.constant_id, loc.variable_id, loc.service_variable_id) == (0xC0A8B2D70000C002, 9, 0xB2D7C002)
+@pytest.mark.parametrize("version", ["5.9", "5.18"])
+def test_host_accessors_and_location_offsets(version: str) -> None:
+    prof = profile_for(version)
+    info = _info(version)
+    assert (info.host_ip, info.host_port) == ("192.168.178.215", 49154)
+    assert (info.host_constant_id, info.host_service_variable_id) == (0xC0A8B2D70000C002, 0xB2D7C002)
+    assert info.host_variable_id == 0x1234
+    if prof.version <= (5, 9):
+        # 35-byte 5.2-5.9 StationLocation at 0x1AF: address, port, u64/u32/u32 ids, 7 URL bytes, relay.
+        wire = info.encode(prof)
+        loc = wire[0x1AF : 0x1AF + 35]
+        assert loc[:6] == bytes([192, 168, 178, 215, 0xC0, 0x02]) and loc[6:14] == (0xC0A8B2D70000C002).to_bytes(8, "big")
+        assert loc[22] == 1 and loc[27] == 3 and loc[29:] == bytes(6)
 
 
 def test_station_info_names() -> None:
@@ -286,14 +298,25 @@ def test_network_property_round_trip() -> None:
 
 # -- LAN protocol messages ------------------------------------------------------
 def test_lan_messages_round_trip() -> None:
-    msgs = [HostRequest(0xB2D7C002), HostMessage(5, b"\x01" * 38), SessionRequest(7), KeepAlive(),
+    prof = profile_for("5.18")
+    loc = StationLocation(public=InetAddress.from_ip("127.0.0.2", 49152), constant_id=5, variable_id=6)
+    msgs = [HostRequest(0xB2D7C002), HostMessage(5, loc), SessionRequest(7), KeepAlive(),
             SessionMessage(0xDEADBEEF, 3, 1, 2, b"abc")]
     for m in msgs:
-        wire = encode_lan_message(m)
+        wire = encode_lan_message(m, prof)
         assert wire[1:12] == bytes(11)
-        assert decode_lan_message(wire) == m
-    assert len(encode_lan_message(HostRequest(1))) == 16 and len(encode_lan_message(KeepAlive())) == 12
-    assert encode_lan_message(SessionMessage(1, 2, 0, 1, b"xy"))[12:] == bytes.fromhex("000000010002000100000002") + b"xy"
+        assert decode_lan_message(wire, prof) == m
+    assert len(encode_lan_message(HostRequest(1), prof)) == 16 and len(encode_lan_message(KeepAlive(), prof)) == 12
+    assert encode_lan_message(HostRequest(0x01020304), prof) == bytes([3]) + bytes(11) + bytes([1, 2, 3, 4])
+    session = encode_lan_message(SessionMessage(1, 2, 0, 1, b"xy"), prof)
+    assert session[12:] == bytes.fromhex("000000010002000100000002") + b"xy"
+    # <= 5.9: the host message carries a 70-byte StationConnectionInfo.
+    p59 = profile_for("5.9")
+    old = HostMessage(5, StationConnectionInfo(loc, StationLocation()))
+    wire = encode_lan_message(old, p59)
+    assert len(wire) == 16 + 70 and decode_lan_message(wire, p59) == old
+    with pytest.raises(EncodeError):
+        encode_lan_message(HostMessage(5, loc), p59)
 
 
 def test_session_fragmentation_and_reassembly() -> None:
@@ -314,12 +337,13 @@ def _decoders() -> list[object]:
         prof = profile_for(v)
         out.append(lambda d, p=prof: BrowseRequest.decode(d, p))
         out.append(lambda d, p=prof: BrowseReply.decode(d, p))
-    out += [ChallengeRequest.decode, ChallengeReply.decode, decode_lan_message, LanSessionSearchCriteria.decode]
+    out += [ChallengeRequest.decode, ChallengeReply.decode, LanSessionSearchCriteria.decode]
+    out += [lambda d: decode_lan_message(d, profile_for("5.9")), lambda d: decode_lan_message(d, profile_for("5.29"))]
     return out
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.binary(max_size=1400), st.sampled_from(range(14)))
+@given(st.binary(max_size=1400), st.sampled_from(range(15)))
 def test_garbage_value_or_decode_error(data: bytes, which: int) -> None:
     decode = _decoders()[which]
     try:
@@ -368,7 +392,12 @@ def session_infos(draw: st.DrawFn) -> tuple[str, LanSessionInfo]:
     v = profile_for(version).version
     host: LanStationLocation | LanHostAddress
     if v <= (5, 9):
-        host = LanStationLocation(draw(st.binary(min_size=35, max_size=35)))
+        host = StationLocation(
+            public=InetAddress(draw(st.binary(min_size=4, max_size=4)), draw(u16)),
+            constant_id=draw(st.integers(0, 2**64 - 1)), variable_id=draw(u32), service_variable_id=draw(u32),
+            url_type=draw(st.integers(0, 255)), nat_location=draw(st.integers(0, 255)),
+            relay=InetAddress(draw(st.binary(min_size=4, max_size=4)), draw(u16)),
+        )
     else:
         ip = draw(st.sampled_from(["127.0.0.2", "10.1.2.3", "2001:db8::1", "fe80::1"]))
         host = LanHostAddress(ip, draw(u16), draw(st.integers(0, 2**64 - 1)), draw(u32), draw(u32))
@@ -487,3 +516,15 @@ def test_build_sets_flags() -> None:
     c = LanSessionSearchCriteria.build(min_participants=Range(1, 2), game_mode=3, attributes={5: AttributeCriterion.one_of(1)})
     assert c.search_flags == SearchFlag.MIN_PARTICIPANTS | SearchFlag.GAME_MODE | 0x800
     assert LanSessionSearchCriteria.build().search_flags == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 9), st.binary(max_size=120), st.sampled_from(["5.9", "5.10", "5.18", "5.29"]))
+def test_lan_message_shaped_garbage(kind: int, tail: bytes, version: str) -> None:
+    prof = profile_for(version)
+    wire = bytes([kind]) + bytes(11) + tail
+    try:
+        msg = decode_lan_message(wire, prof)
+    except DecodeError:
+        return
+    assert encode_lan_message(msg, prof) == wire
