@@ -43,10 +43,12 @@ Receive contract: sockets from both factories offer, besides the usual
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import heapq
 import itertools
 import math
+import struct
 import socket as _stdlib_socket
 import sys
 from collections.abc import Callable
@@ -162,20 +164,26 @@ class PacketFate:
 _W_LOSS, _W_DUP, _W_REORDER, _W_JITTER, _W_TRUNC, _W_TRUNC_LEN, _W_CORRUPT, _W_BIT = range(8)
 _W_DUP_REORDER, _W_DUP_JITTER = 8, 9
 _SCALE = 1.0 / 4294967296.0
+_SIXTEEN_WORDS = struct.Struct("<16I")
 
 
 def _link_digest(seed: int, src_ip: str, dst_ip: str, dst_port: int, data: bytes) -> bytes:
-    """16-byte key of (seed, link, bytes): identical datagrams on a link share it."""
-    h = hashlib.blake2b(digest_size=16, person=b"pianode-link")
+    """64-byte BLAKE2b of (seed, link, bytes); its first 16 bytes identify repeats."""
+    h = hashlib.blake2b(person=b"pianode-link")
     h.update(f"{seed}|{src_ip}|{dst_ip}|{dst_port}|".encode())
     h.update(data)
     return h.digest()
 
 
-def _words(link_digest: bytes, occurrence: int) -> list[float]:
-    """Sixteen independent uniforms in [0, 1) for one send of one datagram."""
-    digest = hashlib.blake2b(link_digest + occurrence.to_bytes(8, "little"), digest_size=64).digest()
-    return [int.from_bytes(digest[i : i + 4], "little") * _SCALE for i in range(0, 64, 4)]
+def _words(link_digest: bytes, occurrence: int) -> tuple[float, ...]:
+    """Sixteen independent uniforms in [0, 1) for one send of one datagram.
+
+    The first send uses the link digest itself (one hash per datagram on the
+    common path); the n-th identical resend re-hashes it with n.
+    """
+    if occurrence:
+        link_digest = hashlib.blake2b(link_digest[:16] + occurrence.to_bytes(8, "little")).digest()
+    return tuple(w * _SCALE for w in _SIXTEEN_WORDS.unpack(link_digest))
 
 
 def decide_fate(
@@ -197,7 +205,7 @@ def decide_fate(
     return _decide(faults, data, _words(_link_digest(faults.seed, src_ip, dst_ip, dst_port, data), occurrence))
 
 
-def _decide(faults: LinkFaults, data: bytes, u: list[float]) -> PacketFate:
+def _decide(faults: LinkFaults, data: bytes, u: tuple[float, ...]) -> PacketFate:
     if u[_W_LOSS] < faults.loss:
         return PacketFate(copies=())
     truncated = corrupted = False
@@ -300,8 +308,8 @@ class FaultInjector:
         if faults.loss >= 1.0:  # a cut link: no need to hash
             counters["lost"] += 1
             return PacketFate(copies=())
-        key = _link_digest(faults.seed, src_ip, dst_ip, dst_port, data)
-        fate = _decide(faults, data, _words(key, self._occurrence(key)))
+        digest = _link_digest(faults.seed, src_ip, dst_ip, dst_port, data)
+        fate = _decide(faults, data, _words(digest, self._occurrence(digest[:16])))
         if fate.lost:
             counters["lost"] += 1
             return fate
@@ -561,7 +569,13 @@ class FaultySocket(trio.socket.SocketType):
             raise trio.WouldBlock from None
 
     async def wait_readable(self) -> None:
-        """Wait until a datagram is queued (``recv_nowait`` will then succeed)."""
+        """Wait until a datagram is queued (``recv_nowait`` will then succeed).
+
+        Raises ``OSError(EBADF)`` on a closed socket and ``trio.ClosedResourceError``
+        when the socket is closed while waiting, like the simulated socket.
+        """
+        if self._stdlib.fileno() < 0:
+            raise OSError(errno.EBADF, "socket is closed")
         await trio.lowlevel.wait_readable(self._stdlib)
 
     ##### Everything else is the real socket

@@ -77,6 +77,7 @@ descriptor must test for ``recv_nowait`` first.
 from __future__ import annotations
 
 import errno
+import functools
 import ipaddress
 import os
 import socket as _stdlib_socket
@@ -143,15 +144,23 @@ def _parse_address(address: object) -> Address:
         raise TypeError(f"port must be an int, not {port!r}")
     if not 0 <= port <= 65535:
         raise OverflowError("port must be 0-65535.")
+    if not isinstance(host, str):
+        raise TypeError(f"host must be a str, not {host!r}")
     if host == "":
         return ANY, port
     if host == "<broadcast>":
         return LIMITED_BROADCAST, port
     if host == "localhost":
         return "127.0.0.1", port
+    return _numeric_ipv4(host), port
+
+
+@functools.lru_cache(maxsize=4096)
+def _numeric_ipv4(host: object) -> str:
+    """The canonical dotted form of a numeric IPv4 address (cached: every send asks)."""
     try:
-        return str(ipaddress.IPv4Address(host)), port
-    except (ipaddress.AddressValueError, ValueError):
+        return str(ipaddress.IPv4Address(host))  # type: ignore[arg-type]
+    except ValueError:  # AddressValueError is one
         raise _oserror(errno.EINVAL, f"the simulated network takes numeric IPv4 addresses only, not {host!r}") from None
 
 

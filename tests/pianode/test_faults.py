@@ -500,3 +500,40 @@ async def test_real_socket_wrapper_leaves_other_sockets_alone() -> None:
     with pytest.raises(OSError) as info:
         sock.recv_nowait()  # type: ignore[attr-defined]
     assert info.value.errno == errno.EBADF
+
+
+async def test_real_socket_wrapper_drain_contract_on_close(nursery: trio.Nursery) -> None:
+    FaultInjectingSocketFactory().install()
+    sock = udp()
+    await sock.bind(("127.0.0.1", 0))
+
+    async def close_soon() -> None:
+        await trio.sleep(0.01)
+        sock.close()
+
+    nursery.start_soon(close_soon)
+    with trio.fail_after(5), pytest.raises(trio.ClosedResourceError):
+        await sock.wait_readable()  # type: ignore[attr-defined]
+    with pytest.raises(OSError) as info:
+        await sock.wait_readable()  # type: ignore[attr-defined]
+    assert info.value.errno == errno.EBADF
+
+
+async def test_real_socket_wrapper_applies_faults_to_connected_send() -> None:
+    faults = LinkFaults(loss=0.5, seed=3)
+    async with FaultInjectingSocketFactory(faults) as factory:
+        factory.install()
+        with udp() as rx, udp() as tx:
+            await rx.bind(("127.0.0.1", 0))
+            await tx.bind(("127.0.0.1", 0))
+            await tx.connect(rx.getsockname())
+            data = packets(40, b"conn")
+            for d in data:
+                await tx.send(d)
+            port = rx.getsockname()[1]
+            expected = [d for d in data if not decide_fate(faults, "127.0.0.1", "127.0.0.1", port, d).lost]
+            got: list[bytes] = []
+            with trio.fail_after(5):
+                while len(got) < len(expected):
+                    got.append((await rx.recvfrom(100))[0])
+    assert got == expected and 0 < len(expected) < 40

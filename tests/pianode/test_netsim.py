@@ -468,3 +468,21 @@ async def test_network_can_run_in_a_callers_nursery(
     with trio.fail_after(5):
         assert await b.recvfrom(10) == (b"x", ("127.0.0.1", PORT))
     assert trio.current_time() == 2.0
+
+
+async def test_outer_cancellation_passes_through_the_network(autojump_clock: trio.testing.MockClock) -> None:
+    with trio.move_on_after(5) as scope:
+        async with SimulatedNetwork() as net:
+            net.install()
+            sock = await bound("127.0.0.1")
+            await sock.recvfrom(10)  # nobody sends
+    assert scope.cancelled_caught
+    assert trio.current_time() == 5.0
+
+
+async def test_non_string_hosts_are_type_errors(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+    sock = udp()
+    with pytest.raises(TypeError):
+        await sock.sendto(b"x", (2130706433, PORT))
+    with pytest.raises(TypeError):
+        await sock.bind("127.0.0.1")
