@@ -1,0 +1,496 @@
+"""The capture decode engine behind ``pianode decode``: one result per datagram.
+
+Theory of operation
+-------------------
+:class:`Decoder` takes a :class:`~pianode.session_file.DecodeContext` and turns
+each :class:`~pianode.capture.Datagram` into a :class:`DecodeResult`, a plain
+JSON-ready record.  It never raises for bad bytes: whatever goes wrong with one
+datagram becomes that result's one-line ``error`` and the next datagram is
+decoded as usual.
+
+Classification, per datagram:
+
+* The session names PRUDP → :func:`protocols.prudp.decode_datagram` (kind
+  ``prudp``; several packets per datagram are possible).
+* Magic ``32 AB 98 64`` → Pia (kind ``pia``).  The profile is the session's
+  version, or, without one, is detected (spec ../shared/spec/pia.md §0.3, §1.2):
+  byte 4 = 1/2 means H-A or H-B, told apart by the length rule
+  (:func:`protocols.pia.header.sniff_header_format`, captures/README), and
+  ``0x80 | v`` maps header version ``v`` to its layout.  Each layout may cover
+  several message formats (H-A: M-A and M-B; H-C v3: M-C and M-D); one
+  representative version per distinct packet format is tried in order and the
+  first that decodes cleanly wins.  The result says which profile was
+  assumed.  :meth:`protocols.pia.packet.PacketCodec.inspect` does the work:
+  headers always, tag/HMAC when a key is known, messages when the body is
+  plain or decrypted.  A plain packet whose HMAC fails still shows its
+  messages, with ``authenticated: false``.
+* Byte 0 = 0/1 with a LAN browse size field (spec §6.2, §6.3) → the LAN browse
+  request / reply codecs of :mod:`protocols.pia.lan`.
+* Anything else → kind ``unknown`` with its bytes.
+
+Message payloads are inflated when the version's zlib flag is set (§2.3, §2.8)
+and handed to the sub-protocol decoder (``protocols.pia.subprotocols``) for a
+``decoded`` form when it knows the protocol.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from pianode.capture import Datagram, parse_endpoint
+from pianode.session_file import DecodeContext, KeySet
+from protocols.errors import ConfigError, DecodeError
+from protocols.pia.header import MAGIC, PacketHeader, header_format_for_version, sniff_header_format
+from protocols.pia.message import Message, inflate_payload
+from protocols.pia.packet import PacketCodec, PacketReport
+from protocols.pia.versions import DOCUMENTED_VERSIONS, HeaderFormat, Proto, VersionProfile, profile_for
+
+__all__ = ["KINDS", "DecodeResult", "Decoder", "candidate_profiles", "to_jsonable"]
+
+KINDS = ("pia", "lan-browse-request", "lan-browse-reply", "prudp", "unknown")
+
+
+# --------------------------------------------------------------------------
+# JSON conversion
+
+
+def to_jsonable(value: Any) -> Any:
+    """attrs values, enums, bytes, tuples and dicts → JSON types (bytes as hex)."""
+    if value is None or isinstance(value, (bool, str, float)):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.name.lower() if isinstance(value.value, int) else value.value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if attrs.has(type(value)):
+        return {
+            f.name.lstrip("_"): to_jsonable(getattr(value, f.name))
+            for f in attrs.fields(type(value))
+            if f.repr is not False or f.name in ("checksum_ok", "plaintext")
+        }
+    if isinstance(value, dict):
+        return {str(to_jsonable(k)) if not isinstance(k, str) else k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in value]
+    return str(value)
+
+
+# --------------------------------------------------------------------------
+# Profile detection
+
+
+def _packet_shape(p: VersionProfile) -> tuple[Any, ...]:
+    """The profile facts that change how a datagram decodes."""
+    return (p.header_format, p.header_version, p.message_format, p.align_messages, p.zlib_flag, p.footer,
+            p.tag_length, p.cipher)
+
+
+def _representatives() -> dict[tuple[HeaderFormat, int | None], list[VersionProfile]]:
+    """Per (layout, header version): one profile per distinct packet shape, oldest shape first.
+
+    The representative of a shape is its newest documented version.
+    """
+    shapes: dict[tuple[Any, ...], VersionProfile] = {}
+    for v in DOCUMENTED_VERSIONS:  # ascending, so later versions overwrite
+        p = profile_for(v)
+        shapes[_packet_shape(p)] = p
+    out: dict[tuple[HeaderFormat, int | None], list[VersionProfile]] = collections.defaultdict(list)
+    for p in sorted(shapes.values(), key=lambda p: p.version):
+        out[(p.header_format, p.header_version)].append(p)
+    return dict(out)
+
+
+_REPRESENTATIVES = _representatives()
+
+
+def candidate_profiles(data: bytes) -> list[VersionProfile]:
+    """Profiles to try for a Pia datagram of unknown version, most likely first."""
+    if len(data) < 5 or data[:4] != MAGIC:
+        return []
+    fmt = sniff_header_format(data)
+    b4 = data[4]
+    if b4 in (1, 2):
+        fmts = [fmt] if fmt is not None else [HeaderFormat.A, HeaderFormat.B]
+        return [p for f in fmts for p in _REPRESENTATIVES.get((f, None), [])]
+    layout = header_format_for_version(b4 & 0x7F)
+    if layout is None:
+        return []
+    return list(_REPRESENTATIVES.get((layout, b4 & 0x7F), []))
+
+
+# --------------------------------------------------------------------------
+# Results
+
+
+@attrs.frozen
+class DecodeResult:
+    """Everything decoded from one datagram, in JSON-ready form."""
+
+    index: int
+    time: float | None
+    src: str | None
+    dst: str | None
+    kind: str
+    size: int
+    frame: int | None = None
+    name: str | None = None
+    #: Pia: the profile used ("5.18") and whether it was detected rather than given.
+    profile: str | None = None
+    profile_assumed: bool | None = None
+    header: dict[str, Any] | None = None
+    authenticated: bool | None = None
+    messages: list[dict[str, Any]] | None = None
+    prudp: list[dict[str, Any]] | None = None
+    lan: dict[str, Any] | None = None
+    #: Raw bytes (hex) of datagrams no decoder claimed.
+    data: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The output object: the issue's fields always, the others when they say something."""
+        out: dict[str, Any] = {
+            "index": self.index,
+            "time": None if self.time is None else round(self.time, 9),
+            "src": self.src,
+            "dst": self.dst,
+            "kind": self.kind,
+            "size": self.size,
+        }
+        if self.frame is not None:
+            out["frame"] = self.frame
+        if self.name is not None:
+            out["name"] = self.name
+        if self.profile is not None:
+            out["profile"] = self.profile
+            out["profile_assumed"] = self.profile_assumed
+        out["header"] = self.header
+        out["authenticated"] = self.authenticated
+        out["messages"] = self.messages
+        if self.prudp is not None:
+            out["prudp"] = self.prudp
+        if self.lan is not None:
+            out["lan"] = self.lan
+        if self.data is not None:
+            out["data"] = self.data
+        out["error"] = self.error
+        return out
+
+
+def _one_line(exc: BaseException | str) -> str:
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def header_json(h: PacketHeader, profile: VersionProfile, footer: tuple[int, ...]) -> dict[str, Any]:
+    """The header fields a layout carries (spec §1.1), bytes as hex."""
+    fmt = profile.header_format
+    out: dict[str, Any] = {"format": fmt.value, "encrypted": h.encrypted, "packet_id": h.packet_id}
+    if h.version is not None:
+        out["version"] = h.version
+    if fmt in (HeaderFormat.A, HeaderFormat.B, HeaderFormat.C, HeaderFormat.D):
+        out["connection_id"] = h.connection_id
+    if fmt in (HeaderFormat.A, HeaderFormat.B):
+        out["source_timer"] = h.source_timer
+        out["destination_timer"] = h.destination_timer
+    if fmt in (HeaderFormat.E, HeaderFormat.F, HeaderFormat.G):
+        out["destination_variable_id"] = h.destination_variable_id
+        out["source_variable_id"] = h.source_variable_id
+        out["footer_size"] = h.footer_size
+    if fmt is HeaderFormat.G:
+        out["padding_size"] = h.padding_size
+        out["packet_flags"] = h.packet_flags
+    if h.nonce:
+        out["nonce"] = h.nonce.hex()
+    out["tag"] = h.tag.hex()
+    if profile.footer != "none":
+        out["footer"] = list(footer)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Sub-protocol payloads (optional module; absent → no "decoded" field)
+
+
+def _subprotocol_decoder() -> Any:
+    try:
+        from protocols.pia import subprotocols
+    except ImportError:
+        return None
+    return getattr(subprotocols, "decode_payload", None)
+
+
+class Decoder:
+    """Decode datagrams under one :class:`DecodeContext`.
+
+    Args:
+        ctx: the session settings.
+        backend: AES-GCM backend name (default: the fastest installed).
+    """
+
+    def __init__(self, ctx: DecodeContext, *, backend: str | None = None) -> None:
+        self.ctx = ctx
+        self._backend = backend
+        self._codecs: dict[tuple[int, int], tuple[PacketCodec, PacketCodec | None, KeySet]] = {}
+        self._subdecode = _subprotocol_decoder()
+        self._nex_streams: dict[tuple[str | None, str | None], dict[Any, Any]] = {}
+        #: Results per kind, and authenticated true/false/null counts.
+        self.kinds: collections.Counter[str] = collections.Counter()
+        self.auth: collections.Counter[str] = collections.Counter()
+        self.errors = 0
+
+    # -- entry points -----------------------------------------------------
+    def decode_all(self, datagrams: Iterator[Datagram] | list[Datagram]) -> Iterator[DecodeResult]:
+        for d in datagrams:
+            yield self.decode(d)
+
+    def decode(self, d: Datagram) -> DecodeResult:
+        try:
+            result = self._decode(d)
+        except (DecodeError, ConfigError) as exc:  # a codec path we did not wrap: still one line
+            result = self._base(d, "unknown", error=_one_line(exc))
+        self.kinds[result.kind] += 1
+        self.auth[{True: "true", False: "false", None: "null"}[result.authenticated]] += 1
+        if result.error is not None:
+            self.errors += 1
+        return result
+
+    # -- helpers ----------------------------------------------------------
+    def _base(self, d: Datagram, kind: str, **kw: Any) -> DecodeResult:
+        return DecodeResult(
+            index=d.index, time=d.time, src=d.src, dst=d.dst, kind=kind, size=len(d.data), frame=d.frame,
+            name=d.name, **kw,
+        )
+
+    def _decode(self, d: Datagram) -> DecodeResult:
+        if d.error is not None:
+            return self._base(d, "unknown", data=d.data.hex(), error=d.error)
+        data = d.data
+        if self.ctx.prudp is not None:
+            return self._prudp(d)
+        if data[:4] == MAGIC:
+            return self._pia(d)
+        lan_kind = _lan_kind(data)
+        if lan_kind is not None:
+            return self._lan(d, lan_kind)
+        return self._base(d, "unknown", data=data.hex())
+
+    # -- Pia --------------------------------------------------------------
+    def _codecs_for(self, profile: VersionProfile) -> tuple[PacketCodec, PacketCodec | None, KeySet]:
+        entry = self._codecs.get(profile.version)
+        if entry is None:
+            keys = self.ctx.keys_for(profile)
+            plain = PacketCodec(profile)
+            keyed: PacketCodec | None = None
+            if keys.problem is None and (keys.session_key is not None or keys.hmac_key is not None):
+                keyed = PacketCodec(
+                    profile, keys.session_key, keys.nonce_builder, hmac_key=keys.hmac_key, backend=self._backend
+                )
+            entry = self._codecs[profile.version] = (plain, keyed, keys)
+        return entry
+
+    def _pia(self, d: Datagram) -> DecodeResult:
+        source_ip = _source_ip(d.src)
+        if self.ctx.profile is not None:
+            candidates, assumed = [self.ctx.profile], False
+        else:
+            candidates, assumed = candidate_profiles(d.data), True
+            if not candidates:
+                b4 = d.data[4] if len(d.data) > 4 else None
+                why = "too short for a Pia header" if b4 is None else f"byte 4 = {b4:#04x} names no documented header"
+                return self._base(d, "pia", error=f"cannot tell the Pia version: {why}; give --version")
+        first: tuple[VersionProfile, PacketReport, KeySet] | None = None
+        for profile in candidates:
+            report, keys = self._inspect(profile, d.data, source_ip)
+            if first is None:
+                first = (profile, report, keys)
+            if report.error is None and report.authenticated is not False:
+                return self._pia_result(d, profile, assumed, report, keys)
+        assert first is not None
+        return self._pia_result(d, first[0], assumed, first[1], first[2])
+
+    def _inspect(self, profile: VersionProfile, data: bytes, source_ip: str) -> tuple[PacketReport, KeySet]:
+        plain, keyed, keys = self._codecs_for(profile)
+        if keyed is None:
+            return plain.inspect(data, source_ip), keys
+        report = keyed.inspect(data, source_ip)
+        if report.authenticated is False and report.header is not None and not report.header.encrypted:
+            # A plain packet whose signature fails: show its messages anyway.
+            shown = plain.inspect(data, source_ip)
+            report = attrs.evolve(report, messages=shown.messages, footer=shown.footer)
+        return report, keys
+
+    def _pia_result(
+        self, d: Datagram, profile: VersionProfile, assumed: bool, report: PacketReport, keys: KeySet
+    ) -> DecodeResult:
+        error: str | None = None
+        if report.error is not None:
+            error = _one_line(report.error)
+            if report.authenticated is False:
+                error = f"authentication failed: {error}"
+        header = None if report.header is None else header_json(report.header, profile, report.footer)
+        messages = None
+        if report.messages is not None:
+            messages = []
+            for m in report.messages:
+                msg, msg_error = self._message(m, profile)
+                messages.append(msg)
+                if msg_error is not None and error is None:
+                    error = msg_error
+        elif report.header is not None and report.header.encrypted and error is None:
+            if keys.problem is not None:
+                error = f"cannot decrypt: {keys.problem}"
+            elif not self.ctx.has_key_material:
+                error = None  # no key given: the header is all there is to show
+        return self._base(
+            d, "pia", profile=profile.name, profile_assumed=assumed, header=header,
+            authenticated=report.authenticated, messages=messages, error=error,
+        )
+
+    def _message(self, m: Message, profile: VersionProfile) -> tuple[dict[str, Any], str | None]:
+        out: dict[str, Any] = {
+            "flags": m.flags,
+            "protocol_type": m.protocol_type,
+            "protocol_port": m.protocol_port,
+            "protocol": profile.protocol_name(m.protocol_type),
+            "destination": m.destination,
+            "source_constant_id": m.source_constant_id,
+        }
+        if m.source_station_index is not None:
+            out["source_station_index"] = m.source_station_index
+        error = None
+        payload = m.payload
+        zflag = profile.zlib_flag
+        if zflag is not None and m.flags & zflag:
+            try:
+                payload = inflate_payload(m, profile)
+                out["compressed_size"] = len(m.payload)
+            except DecodeError as exc:
+                error = f"message payload: {_one_line(exc)}"
+                out["error"] = error
+        out["payload"] = payload.hex()
+        proto = _proto_for(profile, m.protocol_type)
+        if error is None and self._subdecode is not None and proto is not None:
+            try:
+                decoded = self._subdecode(proto, m.protocol_port, payload, profile)
+            except DecodeError as exc:
+                out["decoded_error"] = _one_line(exc)
+            else:
+                if decoded is not None:
+                    out["decoded"] = {"type": type(decoded).__name__, **_as_dict(to_jsonable(decoded))}
+        return out, error
+
+    # -- LAN browse -------------------------------------------------------
+    def _lan(self, d: Datagram, kind: str) -> DecodeResult:
+        from protocols.pia.lan import BrowseReply, BrowseRequest
+
+        codec = BrowseRequest if kind == "lan-browse-request" else BrowseReply
+        if self.ctx.profile is not None:
+            candidates, assumed = [self.ctx.profile], False
+        else:
+            candidates, assumed = _lan_candidates(d.data, kind), True
+        first_error: str | None = None
+        for profile in candidates:
+            try:
+                value = codec.decode(d.data, profile)
+            except (DecodeError, ConfigError) as exc:
+                first_error = first_error or _one_line(exc)
+                continue
+            return self._base(d, kind, profile=profile.name, profile_assumed=assumed, lan=to_jsonable(value))
+        return self._base(d, kind, data=d.data.hex(), error=first_error or "no LAN profile fits")
+
+    # -- PRUDP ------------------------------------------------------------
+    def _prudp(self, d: Datagram) -> DecodeResult:
+        from protocols.prudp import decode_datagram
+
+        settings = self.ctx.prudp
+        assert settings is not None
+        streams = self._nex_streams.setdefault((d.src, d.dst), {})
+        try:
+            packets = decode_datagram(
+                d.data, settings.variant, settings.access_key, aes_key=settings.aes_key, nex_streams=streams
+            )
+        except DecodeError as exc:
+            return self._base(d, "unknown", data=d.data.hex(), error=f"not {settings.variant} PRUDP: {_one_line(exc)}")
+        rows = [_prudp_json(p) for p in packets]
+        checks = [p.checksum_ok for p in packets if p.checksum_ok is not None]
+        auth = None if not checks else all(checks)
+        error = None if auth is not False else "checksum mismatch (wrong access key or damaged packet)"
+        return self._base(d, "prudp", prudp=rows, authenticated=auth, error=error)
+
+
+def _proto_for(profile: VersionProfile, protocol_type: int) -> Proto | None:
+    for proto, pid in profile.protocol_ids.items():
+        if pid == protocol_type:
+            return proto
+    return None
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _prudp_json(p: Any) -> dict[str, Any]:
+    out = to_jsonable(p)
+    out["type"] = p.type.name
+    out["flags"] = p.flag_names
+    out["source_stream_type"], out["source_port"] = p.source_stream_type, p.source_port
+    out["destination_stream_type"], out["destination_port"] = p.destination_stream_type, p.destination_port
+    out.pop("option_order", None)
+    return out
+
+
+def _source_ip(src: str | None) -> str:
+    """The sender's IP for nonces; captures without addresses use 0.0.0.0 (LAN/LDN 6.x nonces then fail)."""
+    if src is None:
+        return "0.0.0.0"
+    try:
+        return parse_endpoint(src)[0]
+    except ValueError:
+        return "0.0.0.0"
+
+
+# -- LAN browse detection (spec §6.2, §6.3) ---------------------------------
+
+# Search block sizes: LanSessionSearchCriteria (<= 5.45), LanSearchNetworkSetting
+# 6.16-6.20 / 6.23-6.30, and 7.2's encrypted setting.
+_REQUEST_SEARCH_SIZES = (0x23A, 0x0E, 0x16, 0x20)
+# Challenge (request) sizes after the search block: none (<= 5.6), 298, 299 (version 4), 315 (7.2).
+_REQUEST_TAILS = (0, 0x12A, 0x12B, 0x13B)
+# Challenge reply sizes after the session: none (<= 5.6), 58, 59 (version 4).
+_REPLY_TAILS = (0, 58, 59)
+
+
+def _lan_kind(data: bytes) -> str | None:
+    if len(data) < 5 or data[0] not in (0, 1):
+        return None
+    size = int.from_bytes(data[1:5], "big")
+    rest = len(data) - 5 - size
+    if data[0] == 0 and size in _REQUEST_SEARCH_SIZES and rest in _REQUEST_TAILS:
+        return "lan-browse-request"
+    if data[0] == 1 and size >= 0x100 and rest in _REPLY_TAILS:
+        return "lan-browse-reply"
+    return None
+
+
+def _lan_candidates(data: bytes, kind: str) -> list[VersionProfile]:
+    """LAN profiles to try: one per (system communication version, challenge version) pair."""
+    seen: dict[tuple[Any, ...], VersionProfile] = {}
+    for v in DOCUMENTED_VERSIONS:
+        p = profile_for(v)
+        if p.lan_system_version is None and not (5, 2) <= v <= (5, 45):
+            continue
+        seen[(p.lan_system_version, p.lan_challenge_version, v >= (6, 0), v >= (5, 10), v >= (5, 3))] = p
+    ordered = sorted(seen.values(), key=lambda p: p.version)
+    if kind == "lan-browse-reply" and len(data) > 5 + 0x27:
+        # LanSessionInfo 5.3+: system communication version at 0x26 (spec §6.3).
+        sys_ver = data[5 + 0x26]
+        ordered.sort(key=lambda p: p.lan_system_version != sys_ver)
+    return ordered
+
