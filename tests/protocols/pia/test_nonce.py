@@ -232,3 +232,19 @@ def test_every_layout_is_12_bytes_and_carries_the_header_nonce(
         assert nonce[4:] == hn
     # The same inputs always give the same nonce (caches are transparent).
     assert build(Header(connection_id=cid, source_variable_id=var, nonce=hn), source) == nonce
+
+
+@pytest.mark.parametrize("backend", ["cryptography", "pycryptodome"])
+def test_d9_from_derived_key_and_built_nonce(backend: str) -> None:
+    # §8.2 D9 end to end: session key from D4's inputs, nonce from D8's, sealed message area.
+    from protocols.crypto.aead import gcm
+    from protocols.pia.keys import lan_session_key, parse_game_key
+
+    key = lan_session_key(parse_game_key("ee182a63e216cdb1f51ad4bed8cf6508"), bytes(range(32)))
+    nonce = nonce_builder(profile_for("5.18"), NetworkType.LAN)(Header(connection_id=0x2A), "192.168.1.10")
+    pt = bytes.fromhex("1f010009680000000000000000000002c0a8010a0000c00068656c6c6f20706961000000") + b"\xff" * 12
+    ct, tag = gcm(key, backend).seal(nonce, pt)
+    assert ct.hex() == (
+        "503f31be9b808ca45ea7bf5527172f0c2705d0a93c1e471662a4ac5f28f7f43d0fa6d089d1fcdf45dee4c2d7912791f7"
+    )
+    assert tag.hex() == "778afaef4997d7fd9055bb15b24438d4"
