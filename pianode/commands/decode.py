@@ -21,11 +21,11 @@ from typing import Any, TextIO
 
 from pianode.capture import Capture, CaptureError, open_capture
 from pianode.cli import CliError
-from pianode.decode import DecodeResult, Decoder
+from pianode.decode import DecodeResult, Decoder, FlowTracker
 from pianode.session_file import DecodeContext, load_session
 from protocols.errors import ConfigError
 
-__all__ = ["add_parser", "render_row", "run"]
+__all__ = ["add_parser", "render_flow", "render_row", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,6 +41,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--session", metavar="FILE", help="session settings (JSON object)")
     p.add_argument("--format", choices=("table", "jsonl"), default=None,
                    help="output format (default: table on a terminal, jsonl otherwise)")
+    p.add_argument("--flows", action="store_true",
+                   help="print one summary per Pia flow (connection and packet id progression) instead of datagrams")
     g = p.add_argument_group("session settings (override --session)")
     g.add_argument("--version", help='Pia version, e.g. 5.18 (default: detect per datagram)')
     g.add_argument("--allow-nearest-version", action="store_true", default=None,
@@ -109,7 +111,10 @@ def run(args: argparse.Namespace) -> int:
     decoder = Decoder(ctx, backend=args.backend)
     try:
         with cap:
-            _emit(cap, decoder, ctx, fmt, sys.stdout)
+            if args.flows:
+                _emit_flows(cap, decoder, fmt, sys.stdout)
+            else:
+                _emit(cap, decoder, ctx, fmt, sys.stdout)
     except CaptureError as exc:
         raise CliError(str(exc)) from None
     except BrokenPipeError:
@@ -137,6 +142,33 @@ def _emit(cap: Capture, decoder: Decoder, ctx: DecodeContext, fmt: str, out: Tex
         out.write(render_row(r, t0) + "\n")
     out.write(_summary(cap, decoder, ctx) + "\n")
     out.flush()
+
+
+def _emit_flows(cap: Capture, decoder: Decoder, fmt: str, out: TextIO) -> None:
+    tracker = FlowTracker()
+    for d in cap:
+        tracker.add(decoder.decode(d))
+    for flow in tracker.flows():
+        out.write((json.dumps(flow) if fmt == "jsonl" else render_flow(flow)) + "\n")
+    out.flush()
+
+
+def render_flow(f: dict[str, Any]) -> str:
+    """One flow as text: totals, then one line per run of a connection id."""
+    lines = [
+        f"flow {f['flow']}: {f['src'] or '?'} → {f['dst'] or '?'}  {f['packets']} packets"
+        f" ({f['encrypted']} encrypted, {f['plain']} plain); connection ids {f['connection_ids_in_order']}"
+    ]
+    for conn, s in f["nonzero_connection_id_packet_ids"].items():
+        missing = f", missing {s['missing']}" if s["missing"] else ", no gaps"
+        lines.append(f"{'':>4}connection {conn}: packet ids {s['min']}-{s['max']} ({s['count']}){missing}")
+    for run in f["runs"]:
+        steps = f", other steps {run['other_steps']}" if run["other_steps"] else ""
+        lines.append(
+            f"{'':>4}run from frame {run['first_frame']}: connection {run['connection_id']} x{run['count']},"
+            f" ids {run['first_packet_id']}..{run['last_packet_id']}{steps}"
+        )
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------
