@@ -24,7 +24,6 @@ same broadcast address.  Time comes only from Trio.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import secrets
 import socket as _socket_consts
@@ -35,6 +34,7 @@ import attrs
 import trio
 
 from protocols.errors import AuthenticationError, ConfigError, DecodeError
+from protocols.pia.keys import lan_constant_id, lan_network_id
 from protocols.pia.lan import (
     BrowseReply,
     BrowseRequest,
@@ -79,8 +79,7 @@ RandomBytes = Callable[[int], bytes]
 
 def lan_identity(ip: str, port: int) -> tuple[int, int]:
     """``(constant id, network id = service variable id)`` of a LAN station (spec §4, D10)."""
-    n = int(ipaddress.IPv4Address(ip))
-    return (n << 32) | port, ((n & 0xFFFF) << 16) | port
+    return lan_constant_id(ip, port), lan_network_id(ip, port)
 
 
 def make_session_info(

@@ -42,6 +42,7 @@ from protocols.errors import (
     EncodeError,
     UnsupportedVersion,
 )
+from protocols.pia.keys import lan_session_key  # re-exported: spec §3.3 LAN rule
 from protocols.pia.lan_criteria import LanSearchNetworkSetting, LanSessionSearchCriteria
 from protocols.pia.types import (
     StationConnectionInfo,
@@ -476,18 +477,6 @@ class LanNetworkProperty:
         ip, port = _read_inet18(r)
         r.expect_end("LanNetworkProperty")
         return cls(nid, prop, key, cur, mx, opened, limit, players, ip, port, pad)
-
-
-def lan_session_key(game_key: bytes, param: bytes) -> bytes:
-    """Session key from a 32-byte session key param (spec §3.3, D4/D5).
-
-    The last byte of the param is incremented (mod 256), then
-    ``HMAC-SHA256(game_key, param)[:16]``.
-    """
-    if len(param) != 32:
-        raise ConfigError(f"session key param must be 32 bytes, got {len(param)}")
-    p = param[:31] + bytes([(param[31] + 1) & 0xFF])
-    return hmac.digest(game_key, p, hashlib.sha256)[:16]
 
 
 # ---------------------------------------------------------------------------
