@@ -43,11 +43,21 @@ Acknowledgements
     datagram (piggybacking at the packet level).  Flags ``INITIALIZED``, ``RESET``
     and ``RESET_ACK`` are not used: their protocol is undocumented.
 
-Internally sequence ids are unbounded integers; the 16-bit wire value is
-``(initial + n) & 0xFFFF`` and incoming ids are mapped to the nearest unbounded
-value, so rollover needs no special case.  The default initial id 0xF82F is the
-16-bit tail of the 0xFFFFF82F seen in real 3.x traffic (spec §5.8, shared
-captures), which also makes every long test cross the wrap.
+The ``<=5.12`` layout (32-bit ids) works as real 3.x traffic shows (shared
+captures, mgba frames; spec §5.8 NC-old): both directions start at 0xFFFFF82F, so
+no start-up sync is needed; every header carries ``ack id`` = the next sequence id
+expected and a 64-bit bitmap (bit *k* = ``ack id + 1 + k`` held early), so acks
+ride on every data segment; a pure ack is a header with flags 0, sequence id 0 and
+no payload; and a complete message carries flags 3, i.e. flag 2 marks the *end*
+of a message (NC-old's reading, spec §10.1 item 8; flag 4 never appears), so a
+fragment that does not end a message has flags 1.  The tests reproduce captured
+segments byte for byte.
+
+Internally sequence ids are unbounded integers; the wire value is
+``(initial + n) mod 2^bits`` and incoming ids are mapped to the nearest unbounded
+value, so rollover needs no special case.  The default initial id of the 16-bit
+layouts, 0xF82F, is the 16-bit tail of the 3.x start value, which also makes every
+long test cross the wrap.
 """
 
 from __future__ import annotations
@@ -65,11 +75,13 @@ from protocols.pia.reliable import (
     WindowHeader517,
     WindowHeader529,
     WindowHeader70,
+    LegacyWindowHeader,
     WindowLayout,
     decode_bulk_ack,
     decode_segment,
     encode_bulk_ack,
     encode_segment,
+    sequence_bits,
 )
 from pianode.rtt import RttEstimator
 
@@ -82,8 +94,11 @@ __all__ = [
     "WindowStatistics",
 ]
 
-_SUPPORTED = (WindowLayout.V5_17, WindowLayout.V5_29, WindowLayout.V7_0)
+_SUPPORTED = (WindowLayout.V5_12, WindowLayout.V5_17, WindowLayout.V5_29, WindowLayout.V7_0)
 _MASK_BITS = 128  # width of the bulk-ack mask (spec §5.8)
+_LEGACY_BITMAP_BITS = 64  # width of the <=5.12 extra-acks bitmap
+_LEGACY_START = 0xFFFFF82F  # first sequence id in captured 3.x traffic (spec §5.8, §10.1 item 20)
+_LEGACY_END = int(WindowFlag.FIRST_FRAGMENT)  # flag 2 ends a message in <=5.12 traffic
 
 
 class SendBufferFull(Exception):
@@ -107,9 +122,11 @@ class WindowConfig:
     max_payload: int = 1024
     window_size: int = 32
     send_buffer: int = 256
-    receive_buffer: int = 127
+    #: early arrivals held; None = the ack mask width allows (127, or 64 for <=5.12)
+    receive_buffer: int | None = None
     max_message_size: int = 1 << 20
-    initial_sequence_id: int = 0xF82F
+    #: None = 0xFFFFF82F for <=5.12 (both sides must agree), 0xF82F otherwise
+    initial_sequence_id: int | None = None
     initial_rto: float = 0.5
     min_rto: float = 0.1
     max_rto: float = 4.0
@@ -121,14 +138,34 @@ class WindowConfig:
     def __attrs_post_init__(self) -> None:
         if self.layout not in _SUPPORTED:
             raise ValueError(f"the reliable window runs on the 16-bit layouts {[x.value for x in _SUPPORTED]}")
-        if not 1 <= self.receive_buffer < _MASK_BITS:
-            raise ValueError("receive_buffer must be 1..127 (early arrivals must fit the 128-bit ack mask)")
+        if not 1 <= self.receive_limit <= self._mask_limit:
+            raise ValueError(f"receive_buffer must be 1..{self._mask_limit} (early arrivals must fit the ack mask)")
         if not 1 <= self.window_size <= self.send_buffer or self.window_size > 0x4000:
             raise ValueError("window_size must be 1..min(send_buffer, 16384)")
         if not 1 <= self.max_payload <= 0xFFFF or not 0 <= self.stream_id <= 0xFF:
             raise ValueError("max_payload must be 1..65535 and stream_id 0..255")
-        if not 0 <= self.initial_sequence_id <= 0xFFFF or self.backoff < 1 or self.max_retries < 0:
-            raise ValueError("bad initial_sequence_id, backoff or max_retries")
+        if not 0 <= self.first_sequence_id < 1 << sequence_bits(self.layout):
+            raise ValueError(f"initial_sequence_id does not fit the {self.layout.value} layout")
+        if self.backoff < 1 or self.max_retries < 0:
+            raise ValueError("backoff must be >= 1 and max_retries >= 0")
+
+    @property
+    def legacy(self) -> bool:
+        return self.layout is WindowLayout.V5_12
+
+    @property
+    def _mask_limit(self) -> int:
+        return _LEGACY_BITMAP_BITS if self.legacy else _MASK_BITS - 1
+
+    @property
+    def receive_limit(self) -> int:
+        return self._mask_limit if self.receive_buffer is None else self.receive_buffer
+
+    @property
+    def first_sequence_id(self) -> int:
+        if self.initial_sequence_id is not None:
+            return self.initial_sequence_id
+        return _LEGACY_START if self.legacy else 0xF82F
 
 
 @attrs.frozen
@@ -170,14 +207,19 @@ class ReliableWindow:
         self._next = 0  # next to assign
         self._sent_hi = 0  # first never transmitted
         self._queued_at: float | None = None
-        # receive side
-        self._synced = False
-        self._origin = 0  # wire id of unbounded 0 on the receive side
+        self._bits = sequence_bits(c.layout)
+        self._mod = (1 << self._bits) - 1
+        # receive side.  <=5.12 peers both start at the same id; later layouts
+        # learn the peer's start from its first header (lowest pending).
+        self._synced = c.legacy
+        self._origin = c.first_sequence_id if c.legacy else 0  # wire id of unbounded 0
         self._expected = 0
         self._early: dict[int, tuple[int, bytes]] = {}
         self._partial: list[bytes] = []
         self._partial_flags = 0
         self._partial_size = 0
+        self._partial_open = False
+        self._skipping = False  # dropping the rest of a broken message
         self._ack_due: float | None = None
         self.failure: str | None = None
         self._stats = dict.fromkeys(attrs.fields_dict(WindowStatistics), 0)
@@ -241,10 +283,14 @@ class ReliableWindow:
             raise SendBufferFull(f"send buffer holds {len(self._out)} of {c.send_buffer} segments; {count} needed")
         for i in range(count):
             flags = WindowFlag.HAS_PAYLOAD
-            if i == 0:
-                flags |= WindowFlag.FIRST_FRAGMENT
-            if i == count - 1:
-                flags |= WindowFlag.LAST_FRAGMENT
+            if c.legacy:
+                if i == count - 1:
+                    flags |= _LEGACY_END
+            else:
+                if i == 0:
+                    flags |= WindowFlag.FIRST_FRAGMENT
+                if i == count - 1:
+                    flags |= WindowFlag.LAST_FRAGMENT
             self._out[self._next] = _Out(int(flags), bytes(data[i * c.max_payload : (i + 1) * c.max_payload]))
             self._next += 1
         if self._window_open():
@@ -253,10 +299,30 @@ class ReliableWindow:
     # -- wire helpers -----------------------------------------------------------------
 
     def _wire(self, n: int) -> int:
-        return (self.config.initial_sequence_id + n) & 0xFFFF
+        return (self.config.first_sequence_id + n) & self._mod
 
-    def _header(self, flags: int, seq: int) -> WindowHeader517 | WindowHeader529 | WindowHeader70:
+    def _rx_wire(self, n: int) -> int:
+        return (self._origin + n) & self._mod
+
+    def _early_mask(self, first: int) -> int:
+        """Bit i set = early arrival ``first + i`` held."""
+        mask = 0
+        for n in self._early:
+            mask |= 1 << (n - first)
+        return mask
+
+    def _header(
+        self, flags: int, seq: int
+    ) -> LegacyWindowHeader | WindowHeader517 | WindowHeader529 | WindowHeader70:
         c = self.config
+        if c.legacy:
+            # Every <=5.12 header carries the ack: next expected id + bitmap of expected+1+k.
+            return LegacyWindowHeader(
+                flags=flags,
+                sequence_id=seq,
+                ack_id=self._rx_wire(self._expected),
+                ack_bitmap=self._early_mask(self._expected + 1),
+            )
         low = self._wire(self._base)
         if c.layout is WindowLayout.V5_17:
             return WindowHeader517(flags=flags, stream_id=c.stream_id, sequence_id=seq, lowest_pending=low)
@@ -264,10 +330,10 @@ class ReliableWindow:
             return WindowHeader529(flags=flags, stream_id=c.stream_id, sequence_id=seq, lowest_pending=low)
         return WindowHeader70(flags=flags, sequence_id=seq, lowest_pending=low)
 
-    @staticmethod
-    def _unwrap(wire: int, ref_wire: int, ref: int) -> int:
-        """The unbounded number nearest *ref* whose 16-bit value is *wire*."""
-        return ref + ((wire - ref_wire + 0x8000) & 0xFFFF) - 0x8000
+    def _unwrap(self, wire: int, ref_wire: int, ref: int) -> int:
+        """The unbounded number nearest *ref* whose wire value is *wire*."""
+        half = 1 << (self._bits - 1)
+        return ref + ((wire - ref_wire + half) & self._mod) - half
 
     # -- output ------------------------------------------------------------------------
 
@@ -297,6 +363,8 @@ class ReliableWindow:
             data.append(Segment(self._header(seg.flags, self._wire(n)), seg.payload))
         self._queued_at = now if self._sent_hi < self._next and self._window_open() else None
         out: list[Segment] = []
+        if c.legacy and data:
+            self._ack_due = None  # every <=5.12 data header just carried the ack
         # Ack when due, or early when data goes out anyway (same datagram).
         if self._ack_due is not None and (self._ack_due <= now or data):
             out.append(self._ack_segment())
@@ -312,10 +380,11 @@ class ReliableWindow:
     def _ack_segment(self) -> Segment:
         self._ack_due = None
         self._stats["acks_sent"] += 1
-        mask = 0
-        for n in self._early:
-            mask |= 1 << (n - self._expected)  # bit i = (expected - 1) + 1 + i
-        record = AckRecord(self.config.stream_id, (self._origin + self._expected - 1) & 0xFFFF, mask)
+        if self.config.legacy:
+            # Captured 3.x pure acks: flags 0, sequence id 0, no payload.
+            return Segment(self._header(0, 0), b"")
+        # ack id = last delivered; mask bit i = (ack id) + 1 + i = expected + i.
+        record = AckRecord(self.config.stream_id, self._rx_wire(self._expected - 1), self._early_mask(self._expected))
         return Segment(self._header(0, self._wire(self._next)), encode_bulk_ack(BulkAck((record,))))
 
     # -- timers ---------------------------------------------------------------------------
@@ -371,8 +440,13 @@ class ReliableWindow:
 
     def receive(self, header: object, payload: bytes, now: float) -> list[bytes]:
         """Process one received segment; return the messages now deliverable, in order."""
-        if not isinstance(header, (WindowHeader517, WindowHeader529, WindowHeader70)):
-            raise TypeError(f"{type(header).__name__} is not a 16-bit sliding-window header")
+        if isinstance(header, LegacyWindowHeader) and self.config.legacy:
+            self._on_legacy_ack(header, now)
+            if not header.flags & WindowFlag.HAS_PAYLOAD:
+                return []
+            return self._on_data(header.flags, header.sequence_id, payload, now)
+        if self.config.legacy or not isinstance(header, (WindowHeader517, WindowHeader529, WindowHeader70)):
+            raise TypeError(f"{type(header).__name__} does not belong to the {self.config.layout.value} layout")
         stream = getattr(header, "stream_id", self.config.stream_id)
         if stream != self.config.stream_id:
             self._stats["malformed"] += 1
@@ -387,13 +461,13 @@ class ReliableWindow:
         return self._on_data(header.flags, header.sequence_id, payload, now)
 
     def _on_data(self, flags: int, seq_wire: int, payload: bytes, now: float) -> list[bytes]:
-        n = self._unwrap(seq_wire, (self._origin + self._expected) & 0xFFFF, self._expected)
+        n = self._unwrap(seq_wire, self._rx_wire(self._expected), self._expected)
         d = n - self._expected
         if d < 0 or n in self._early:
             self._stats["duplicates"] += 1
             self._ack_due = now  # the peer may have missed our ack
             return []
-        if d > self.config.receive_buffer:
+        if d > self.config.receive_limit:
             self._stats["out_of_window"] += 1
             self._ack_due = now
             return []
@@ -415,21 +489,39 @@ class ReliableWindow:
 
     def _take(self, flags: int, payload: bytes, delivered: list[bytes]) -> None:
         """Add one in-order segment to the message being reassembled."""
-        if flags & WindowFlag.FIRST_FRAGMENT:
-            if self._partial:
-                self._stats["malformed"] += 1  # previous message never finished
-            self._partial, self._partial_flags, self._partial_size = [], flags, 0
-        elif not self._partial and not self._partial_flags:
-            self._stats["malformed"] += 1  # continuation without a first fragment
-            return
+        c = self.config
+        if c.legacy:
+            # <=5.12: a message runs until a segment with flag 2 (see the module doc).
+            ends = bool(flags & _LEGACY_END)
+            if self._skipping:
+                self._skipping = not ends
+                return
+            if not self._partial_open:
+                self._partial, self._partial_flags, self._partial_size = [], flags, 0
+                self._partial_open = True
+        else:
+            ends = bool(flags & WindowFlag.LAST_FRAGMENT)
+            if flags & WindowFlag.FIRST_FRAGMENT:
+                if self._partial_open:
+                    self._stats["malformed"] += 1  # the previous message never finished
+                self._partial, self._partial_flags, self._partial_size = [], flags, 0
+                self._partial_open, self._skipping = True, False
+            elif self._skipping:
+                self._skipping = not ends
+                return
+            elif not self._partial_open:
+                self._stats["malformed"] += 1  # continuation without a first fragment
+                self._skipping = not ends
+                return
         self._partial.append(payload)
         self._partial_size += len(payload)
-        if self._partial_size > self.config.max_message_size:
+        if self._partial_size > c.max_message_size:
             self._stats["malformed"] += 1
-            self._partial, self._partial_flags, self._partial_size = [], 0, 0
+            self._partial, self._partial_open, self._skipping = [], False, not ends
             return
-        if not flags & WindowFlag.LAST_FRAGMENT:
+        if not ends:
             return
+        self._partial_open = False
         message = b"".join(self._partial)
         first_flags = self._partial_flags
         self._partial, self._partial_flags, self._partial_size = [], 0, 0
@@ -454,18 +546,30 @@ class ReliableWindow:
             return
         if record is None:
             return
+        # Every id <= ack id is acknowledged; mask bit i acknowledges ack id + 1 + i.
         ack = self._unwrap(record.ack_id, self._wire(self._base - 1), self._base - 1)
-        if ack >= self._sent_hi:
+        self._apply_ack(ack + 1, ack + 1, record.mask, now)
+
+    def _on_legacy_ack(self, header: LegacyWindowHeader, now: float) -> None:
+        # <=5.12: ack id = the next id the peer expects; bitmap bit k = ack id + 1 + k.
+        nxt = self._unwrap(header.ack_id, self._wire(self._base), self._base)
+        self._apply_ack(nxt, nxt + 1, header.ack_bitmap, now)
+
+    def _apply_ack(self, cumulative: int, mask_base: int, mask: int, now: float) -> None:
+        """Acknowledge every id below *cumulative* and ``mask_base + i`` for each mask bit *i*."""
+        if cumulative > self._sent_hi:
             self._stats["bad_acks"] += 1  # acknowledges ids we never sent
             return
-        newly: list[int] = [n for n in range(self._base, ack + 1) if n in self._out]
-        for i in range(_MASK_BITS):
-            if record.mask >> i & 1:
-                n = ack + 1 + i
+        newly = [n for n in range(self._base, cumulative) if n in self._out]
+        i = 0
+        while mask >> i:
+            if mask >> i & 1:
+                n = mask_base + i
                 if n >= self._sent_hi:
                     break
-                if n in self._out and n > ack:
+                if n >= cumulative and n in self._out:
                     newly.append(n)
+            i += 1
         sample: float | None = None
         for n in newly:
             seg = self._out.pop(n)

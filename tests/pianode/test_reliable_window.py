@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import json
 import zlib
 from collections import deque
 
@@ -22,6 +23,7 @@ from protocols.pia.reliable import (
     BulkAck,
     Segment,
     WindowFlag,
+    LegacyWindowHeader,
     WindowHeader517,
     WindowHeader529,
     WindowLayout,
@@ -29,6 +31,7 @@ from protocols.pia.reliable import (
     decode_segment,
     encode_bulk_ack,
     encode_segment,
+    sequence_bits,
 )
 
 DATA = WindowFlag.HAS_PAYLOAD
@@ -135,7 +138,7 @@ def _pair(seed: int, layout: WindowLayout = WindowLayout.V5_17, **link: float) -
     return Pair(cfg, cfg, Link(seed, "ab", **link), Link(seed, "ba", **link))
 
 
-@pytest.mark.parametrize("layout", [WindowLayout.V5_17, WindowLayout.V5_29, WindowLayout.V7_0])
+@pytest.mark.parametrize("layout", [WindowLayout.V5_12, WindowLayout.V5_17, WindowLayout.V5_29, WindowLayout.V7_0])
 def test_lossy_duplicating_reordering_channel(layout: WindowLayout) -> None:
     p = _pair(7, layout, loss=0.2, dup=0.1, latency=0.02, jitter=0.03)
     msgs_a = _messages("a", 3000)
@@ -153,10 +156,10 @@ def test_lossy_duplicating_reordering_channel(layout: WindowLayout) -> None:
     assert sa.rtt_samples > 0 and 0.03 < (p.a.rtt.smoothed or 0) < 0.2
     # Bounded buffers under 20% loss.
     assert p.peak_buffered <= WindowConfig().send_buffer
-    assert p.peak_held <= WindowConfig().receive_buffer
-    # Sequence ids crossed the 16-bit wrap (start 0xF82F + 3000 segments).
+    assert p.peak_held <= p.a.config.receive_limit == (64 if layout is WindowLayout.V5_12 else 127)
+    # Sequence ids crossed the wrap (start 0xF82F or 0xFFFFF82F, + 3000 segments).
     seqs = [s.header.sequence_id for _, side, s in p.sent_log if side == "a" and s.header.flags & DATA]
-    assert max(seqs) == 0xFFFF and min(seqs) == 0
+    assert max(seqs) == (1 << sequence_bits(layout)) - 1 and min(seqs) == 0
     assert not p.a.failed and not p.b.failed
 
 
@@ -358,3 +361,64 @@ def test_random_loss_patterns(drop_ab: set[int], drop_ba: set[int], seed: int, c
     p.run(count, count // 2)
     assert p.got["b"] == msgs
     assert p.got["a"] == msgs[: count // 2]
+
+
+# -- <=5.12 layout against real 3.x traffic (shared/captures mgba frames) -----------------
+
+
+def _capture_payload(captures, name: str, protocol: int, port: int) -> bytes:
+    doc = json.loads((captures / "mgba-uds-frames.expected.json").read_text())
+    (frame,) = [f for f in doc["frames"] if f["name"] == name]
+    (msg,) = [m for m in frame["pia"]["messages"] if (m["protocol_type"], m["protocol_port"]) == (protocol, port)]
+    return bytes.fromhex(msg["payload_hex"])
+
+
+def test_legacy_window_reproduces_the_captured_mesh_update_and_ack(captures) -> None:
+    update = _capture_payload(captures, "join 12", 0x0200, 1)
+    ack = _capture_payload(captures, "join 13", 0x0200, 1)
+    cfg = WindowConfig(layout=WindowLayout.V5_12)
+    host, joiner = ReliableWindow(cfg), ReliableWindow(cfg)
+    host.send(update[24:], now=0.318)
+    # The host's first reliable segment, byte for byte: flags 3, seq = ack = 0xFFFFF82F.
+    assert host.messages_to_send(0.318) == [update]
+    assert joiner.receive_message(update, 0.330) == [update[24:]]
+    # The joiner's pure ack, byte for byte: flags 0, seq 0, ack id = next expected 0xFFFFF830.
+    assert joiner.messages_to_send(0.335) == [ack]
+    assert host.receive_message(ack, 0.350) == []
+    assert host.idle() and host.statistics().acked == 1
+
+
+def test_legacy_window_reads_the_captured_host_window(captures) -> None:
+    doc = json.loads((captures / "mgba-uds-frames.expected.json").read_text())
+    (frame,) = [f for f in doc["frames"] if f["name"] == "host window"]
+    raws = [bytes.fromhex(m["payload_hex"]) for m in frame["pia"]["messages"]]
+    # A joiner that has delivered everything before 0xFFFFF87A (frames in between are not in the capture).
+    w = ReliableWindow(WindowConfig(layout=WindowLayout.V5_12, initial_sequence_id=0xFFFFF87A))
+    got = [m for raw in raws for m in w.receive_message(raw, 18.5)]
+    assert got == [decode_segment(raw, "3.10").payload for raw in raws]
+    assert len(got) == 25
+    (pure_ack,) = w.segments_to_send(18.5)
+    assert pure_ack.header == LegacyWindowHeader(flags=0, sequence_id=0, ack_id=0xFFFFF87A + 25)
+
+
+def test_legacy_fragments_end_with_flag_2_and_bitmap_acks() -> None:
+    cfg = WindowConfig(layout=WindowLayout.V5_12, max_payload=4)
+    a, b = ReliableWindow(cfg), ReliableWindow(cfg)
+    a.send(b"0123456789", 0.0)
+    segs = a.segments_to_send(0.0)
+    assert [s.header.flags for s in segs] == [1, 1, 3]  # flag 2 marks the end of the message
+    assert [s.header.sequence_id for s in segs] == [0xFFFFF82F, 0xFFFFF830, 0xFFFFF831]
+    # Only the last fragment arrives: b holds it and reports it in the bitmap (bit k = ack id + 1 + k).
+    assert b.receive(segs[2].header, segs[2].payload, 0.01) == []
+    (ack,) = b.segments_to_send(0.01)
+    assert ack.header == LegacyWindowHeader(flags=0, sequence_id=0, ack_id=0xFFFFF82F, ack_bitmap=0b10)
+    a.receive(ack.header, ack.payload, 0.02)
+    assert a.buffered == 2 and a.statistics().acked == 1
+    assert b.receive(segs[0].header, segs[0].payload, 0.03) == []
+    assert b.receive(segs[1].header, segs[1].payload, 0.03) == [b"0123456789"]
+    # b's next data segment piggybacks the cumulative ack; no separate ack is needed.
+    b.send(b"r", 0.04)
+    (data,) = b.segments_to_send(0.04)
+    assert data.header.ack_id == 0xFFFFF832 and data.header.flags == 3
+    a.receive(data.header, data.payload, 0.05)
+    assert a.buffered == 0
