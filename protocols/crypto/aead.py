@@ -214,7 +214,7 @@ def _fast_self_test() -> bool:
     """Check the fast path against spec §8.2 D9 and against AES.new GCM."""
     from Crypto.Cipher import AES
 
-    # D9: key = D4, nonce = D8, a 5.18 message area; 16- and 8-byte tags.
+    # D9: key = D4, nonce = D8, a 5.18 message area (tags are truncated by slicing).
     key = bytes.fromhex("9f1bba38de3b1df42ab5b29e7844d207")
     nonce = bytes.fromhex("c0a8010a2a02030405060708")
     pt = bytes.fromhex("1f010009680000000000000000000002c0a8010a0000c00068656c6c6f20706961000000") + b"\xff" * 12
