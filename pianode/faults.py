@@ -16,11 +16,12 @@ changes from run to run (STYLE.md B4, trap 2).  With a keyed hash, the same traf
 gets the same faults whatever the interleaving, so runs under
 ``trio.testing.MockClock`` give the same multiset of deliveries every time.
 
-*occurrence* counts earlier sends of the very same bytes on the same link (within
-``repeat_window`` seconds).  It exists so that a byte-identical retransmission (a
-PRUDP resend, a repeated keep-alive) is not condemned to share the fate of the
-first copy forever; it is still independent of scheduling, since swapping two
-identical datagrams changes nothing.  The source *port* is left out of the key
+*occurrence* counts earlier sends of the very same bytes on the same link (seen
+within the last one to two ``repeat_window``).  It exists so that a
+byte-identical retransmission (a PRUDP resend, a repeated keep-alive, the three
+copies of a LAN browse reply) is not condemned to share the fate of the first
+copy; it is still independent of scheduling, since swapping two identical
+datagrams changes nothing.  The source *port* is left out of the key
 because automatically assigned ports depend on bind order.
 
 Delays are served by one :class:`DelayLine` task (a heap ordered by due time)
@@ -269,14 +270,23 @@ class FaultInjector:
     then the default.
     """
 
-    def __init__(self, faults: LinkFaults = CLEAN, *, repeat_window: float = 60.0) -> None:
+    def __init__(
+        self, faults: LinkFaults = CLEAN, *, repeat_window: float = 5.0, max_tracked: int = 100_000
+    ) -> None:
+        if not repeat_window > 0.0:
+            raise ValueError(f"repeat_window must be > 0 seconds, got {repeat_window!r}")
         self.default = faults
         self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
         self._links: dict[tuple[str | None, str | None], LinkFaults] = {}
-        self._repeat_window = repeat_window
-        # link digest -> (occurrences so far, time of the last one)
-        self._repeats: dict[bytes, tuple[int, float]] = {}
-        self._next_sweep = repeat_window
+        # Repeat tracking in two generations of repeat_window seconds each (the
+        # generation is floor(now / window), a function of time only, so it is
+        # as reproducible as the send times).  Keys are the first 8 bytes of the
+        # link digest; values, how many times those bytes were sent so far.
+        self._window = repeat_window
+        self._max_tracked = max_tracked
+        self._generation = 0
+        self._current: dict[int, int] = {}
+        self._previous: dict[int, int] = {}
 
     ##### Per-link overrides
 
@@ -322,15 +332,26 @@ class FaultInjector:
         return fate
 
     def _occurrence(self, key: bytes) -> int:
-        now = trio.current_time()
-        if now >= self._next_sweep:
-            # Forget datagrams not seen for a whole window (memory stays bounded).
-            horizon = now - self._repeat_window
-            self._repeats = {k: v for k, v in self._repeats.items() if v[1] >= horizon}
-            self._next_sweep = now + self._repeat_window
-        seen = self._repeats.get(key)
-        n = 0 if seen is None or now - seen[1] > self._repeat_window else seen[0]
-        self._repeats[key] = (n + 1, now)
+        """How many times these bytes went over this link recently (0 = first).
+
+        "Recently" is the current or previous ``repeat_window`` generation, so
+        a datagram repeated at least every window keeps counting up; memory
+        holds at most ``2 * max_tracked`` entries.  Past that cap new datagrams
+        are not tracked (they count as first sends), which keeps a flood cheap
+        but is the one case where a repeat's fate can depend on task order.
+        """
+        generation = int(trio.current_time() // self._window)
+        if generation != self._generation:
+            self._previous = self._current if generation == self._generation + 1 else {}
+            self._current = {}
+            self._generation = generation
+        k = int.from_bytes(key[:8], "little")
+        n = self._current.get(k)
+        if n is None:
+            n = self._previous.get(k, 0)
+            if len(self._current) >= self._max_tracked:
+                return n
+        self._current[k] = n + 1
         return n
 
     def statistics(self) -> FaultStatistics:
@@ -403,7 +424,7 @@ class FaultingSocketFactory(trio.abc.SocketFactory):
     Without it, links with no delay, jitter or reordering still work.
     """
 
-    def __init__(self, faults: LinkFaults = CLEAN, *, repeat_window: float = 60.0) -> None:
+    def __init__(self, faults: LinkFaults = CLEAN, *, repeat_window: float = 5.0) -> None:
         self.injector = FaultInjector(faults, repeat_window=repeat_window)
         self._delay_line = DelayLine()
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None

@@ -208,7 +208,7 @@ class SimulatedNetwork(FaultingSocketFactory):
         max_receive_buffer: int = DEFAULT_RECEIVE_BUFFER,
         default_source_ip: str = "127.0.0.1",
         auto_ports: tuple[int, int] = (50000, 65535),
-        repeat_window: float = 60.0,
+        repeat_window: float = 5.0,
     ) -> None:
         super().__init__(faults, repeat_window=repeat_window)
         networks = [ipaddress.IPv4Network(n) for n in broadcast_networks]

@@ -20,6 +20,7 @@ from trio import socket as tsocket
 
 from pianode.faults import (
     FaultInjectingSocketFactory,
+    FaultInjector,
     FaultySocket,
     LinkFaults,
     decide_fate,
@@ -537,3 +538,42 @@ async def test_real_socket_wrapper_applies_faults_to_connected_send() -> None:
                 while len(got) < len(expected):
                     got.append((await rx.recvfrom(100))[0])
     assert got == expected and 0 < len(expected) < 40
+
+
+async def test_burst_copies_of_one_datagram_are_judged_independently(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """LAN browse replies go out three times at once (spec §6.1): each copy must
+    get its own chance, or the repetition would be useless under loss."""
+    injector = FaultInjector(LinkFaults(loss=0.5, seed=2))
+    mixed = 0
+    for d in packets(200, b"reply"):
+        fates = {injector.fate("127.0.0.2", "127.0.0.9", PORT, d).lost for _ in range(3)}
+        mixed += len(fates) == 2
+    # Independent copies disagree with probability 3/4; shared fates never would.
+    assert 120 < mixed < 180
+
+
+async def test_repeat_memory_forgets_after_two_windows(autojump_clock: trio.testing.MockClock) -> None:
+    faults = LinkFaults(loss=0.5, seed=4)
+    injector = FaultInjector(faults, repeat_window=1.0)
+    data = packets(100, b"rep")
+
+    def decisions(occurrence: int) -> list[bool]:
+        return [decide_fate(faults, "a", "b", PORT, d, occurrence).lost for d in data]
+
+    assert [injector.fate("a", "b", PORT, d).lost for d in data] == decisions(0)
+    await trio.sleep(1.5)  # next generation: still remembered
+    assert [injector.fate("a", "b", PORT, d).lost for d in data] == decisions(1)
+    await trio.sleep(2.5)  # two silent generations: forgotten
+    assert [injector.fate("a", "b", PORT, d).lost for d in data] == decisions(0)
+
+
+async def test_repeat_memory_is_capped(autojump_clock: trio.testing.MockClock) -> None:
+    injector = FaultInjector(LinkFaults(loss=0.5, seed=4), max_tracked=10)
+    data = packets(50, b"cap")
+    for d in data:
+        injector.fate("a", "b", PORT, d)
+    assert len(injector._current) == 10
+    with pytest.raises(ValueError):
+        FaultInjector(repeat_window=0.0)
