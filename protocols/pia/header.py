@@ -95,6 +95,10 @@ HEADER_VERSIONS: dict[HeaderFormat, frozenset[int]] = {
 }
 _FORMAT_BY_VERSION: dict[int, HeaderFormat] = {v: f for f, vs in HEADER_VERSIONS.items() for v in vs}
 
+_A, _B, _C, _D, _E, _F, _G = HeaderFormat.A, HeaderFormat.B, HeaderFormat.C, HeaderFormat.D, HeaderFormat.E, HeaderFormat.F, HeaderFormat.G
+_NO_VERSIONS: frozenset[int] = frozenset()
+_V_C, _V_D, _V_E, _V_F, _V_G = (HEADER_VERSIONS[f] for f in (_C, _D, _E, _F, _G))
+
 _ZERO8 = bytes(8)
 _ZERO16 = bytes(16)
 
@@ -123,6 +127,23 @@ def header_format_for_version(version: int) -> HeaderFormat | None:
     return _FORMAT_BY_VERSION.get(version)
 
 
+def _layout(fmt: HeaderFormat) -> tuple[struct.Struct, frozenset[int]]:
+    # Identity tests: Enum.__hash__ is a Python-level call, too slow per packet.
+    if fmt is _A:
+        return _H_A, _NO_VERSIONS
+    if fmt is _B:
+        return _H_B, _NO_VERSIONS
+    if fmt is _C:
+        return _H_C, _V_C
+    if fmt is _D:
+        return _H_D, _V_D
+    if fmt is _E:
+        return _H_E, _V_E
+    if fmt is _F:
+        return _H_F, _V_F
+    return _H_G, _V_G
+
+
 def decode_header(data: bytes, profile: VersionProfile) -> tuple[PacketHeader, int]:
     """Decode the header at the start of a datagram.
 
@@ -139,7 +160,7 @@ def decode_header(data: bytes, profile: VersionProfile) -> tuple[PacketHeader, i
         ShortData, BadMagic, BadValue, UnsupportedVersion.
     """
     fmt = profile.header_format
-    st = _STRUCTS[fmt]
+    st, versions = _layout(fmt)
     size = st.size
     n = len(data)
     if n < size:
@@ -148,58 +169,34 @@ def decode_header(data: bytes, profile: VersionProfile) -> tuple[PacketHeader, i
     if v[0] != _MAGIC_INT:
         raise BadMagic(f"not a Pia packet: starts {bytes(data[:4]).hex()}, expected 32ab9864")
     b4 = v[1]
-    if fmt is HeaderFormat.A or fmt is HeaderFormat.B:
+    # Positional construction below follows PacketHeader's field order:
+    # encrypted, packet_id, connection_id, version, source_timer, destination_timer,
+    # destination_variable_id, source_variable_id, footer_size, padding_size,
+    # packet_flags, nonce, tag.
+    if fmt is _A or fmt is _B:
         # §1.2: byte 4 is 1 (plain) or 2 (encrypted) up to 5.10.
         if b4 != 1 and b4 != 2:
             raise BadValue(f"Pia {fmt.value} encryption byte {b4} (expected 1 or 2)")
-        if fmt is HeaderFormat.A:
+        if fmt is _A:
             if n < size + HMAC_TRAILER_SIZE:
                 raise ShortData(f"Pia H-A packet of {n} bytes has no room for its 16-byte HMAC trailer")
             tag = bytes(data[n - HMAC_TRAILER_SIZE :])
-            return PacketHeader(b4 == 2, v[3], v[2], None, v[4], v[5], tag=tag), size
-        return PacketHeader(b4 == 2, v[3], v[2], None, v[4], v[5], nonce=v[6], tag=v[7]), size
+            return PacketHeader(b4 == 2, v[3], v[2], None, v[4], v[5], None, None, 0, 0, 0, b"", tag), size
+        return PacketHeader(b4 == 2, v[3], v[2], None, v[4], v[5], None, None, 0, 0, 0, v[6], v[7]), size
     version = b4 & 0x7F
-    if version not in HEADER_VERSIONS[fmt]:
+    if version not in versions:
         raise UnsupportedVersion(
             f"Pia header version {version} is not a {fmt.value} version (profile {profile.name} expects"
             f" {profile.header_version})"
         )
     enc = b4 >= 0x80
-    if fmt is HeaderFormat.C or fmt is HeaderFormat.D:
-        return PacketHeader(enc, v[3], v[2], version, nonce=v[4], tag=v[5]), size
-    if fmt is HeaderFormat.G:
+    if fmt is _C or fmt is _D:
+        return PacketHeader(enc, v[3], v[2], version, None, None, None, None, 0, 0, 0, v[4], v[5]), size
+    if fmt is _G:
         pf = v[2]
-        return (
-            PacketHeader(
-                enc,
-                v[5],
-                0,
-                version,
-                destination_variable_id=v[3],
-                source_variable_id=v[4],
-                footer_size=v[6],
-                padding_size=pf >> 4,
-                packet_flags=pf & 0x0F,
-                nonce=v[7],
-                tag=v[8],
-            ),
-            size,
-        )
+        return PacketHeader(enc, v[5], 0, version, None, None, v[3], v[4], v[6], pf >> 4, pf & 0x0F, v[7], v[8]), size
     # H-E / H-F
-    return (
-        PacketHeader(
-            enc,
-            v[4],
-            0,
-            version,
-            destination_variable_id=v[2],
-            source_variable_id=v[3],
-            footer_size=v[5],
-            nonce=v[6],
-            tag=v[7],
-        ),
-        size,
-    )
+    return PacketHeader(enc, v[4], 0, version, None, None, v[2], v[3], v[5], 0, 0, v[6], v[7]), size
 
 
 def _fixed(value: bytes, size: int, what: str) -> bytes:
@@ -236,56 +233,62 @@ def encode_header(
         footer_size = h.footer_size
     if padding_size is None:
         padding_size = h.padding_size
+    st, versions = _layout(fmt)
     try:
-        if fmt is HeaderFormat.A or fmt is HeaderFormat.B:
+        if fmt is _A or fmt is _B:
             if h.version is not None or h.destination_variable_id is not None or h.source_variable_id is not None:
                 raise EncodeError(f"Pia {fmt.value} headers carry no version or variable ids")
             if footer_size or padding_size or h.packet_flags:
                 raise EncodeError(f"Pia {fmt.value} headers carry no footer, padding or packet flags")
-            st = h.source_timer or 0
-            dt = h.destination_timer or 0
             b4 = 2 if h.encrypted else 1
-            if fmt is HeaderFormat.A:
+            if fmt is _A:
                 if h.nonce:
                     raise EncodeError("Pia H-A headers carry no nonce")
-                return _H_A.pack(_MAGIC_INT, b4, h.connection_id, h.packet_id, st, dt)
+                return _H_A.pack(
+                    _MAGIC_INT, b4, h.connection_id, h.packet_id, h.source_timer or 0, h.destination_timer or 0
+                )
             return _H_B.pack(
                 _MAGIC_INT,
                 b4,
                 h.connection_id,
                 h.packet_id,
-                st,
-                dt,
+                h.source_timer or 0,
+                h.destination_timer or 0,
                 _fixed(h.nonce, 8, "nonce"),
                 _fixed(tag, 16, "tag"),
             )
-        version = profile.header_version if h.version is None else h.version
-        if version not in HEADER_VERSIONS[fmt]:
+        version = h.version
+        if version is None:
+            version = profile.header_version
+        elif version not in versions:
             raise EncodeError(f"header version {version} is not a {fmt.value} version")
         if h.source_timer is not None or h.destination_timer is not None:
             raise EncodeError(f"Pia {fmt.value} headers carry no timers")
         b4 = version | 0x80 if h.encrypted else version
-        nonce = _fixed(h.nonce, 8, "nonce")
-        if fmt is HeaderFormat.C or fmt is HeaderFormat.D:
+        nonce = h.nonce
+        if len(nonce) != 8:
+            nonce = _fixed(nonce, 8, "nonce")
+        if fmt is _C or fmt is _D:
             if h.destination_variable_id is not None or h.source_variable_id is not None:
                 raise EncodeError(f"Pia {fmt.value} headers carry no variable ids")
             if footer_size or padding_size or h.packet_flags:
                 raise EncodeError(f"Pia {fmt.value} headers carry no footer, padding or packet flags")
-            tag = _fixed(tag, 16 if fmt is HeaderFormat.C else 8, "tag")
-            return _STRUCTS[fmt].pack(_MAGIC_INT, b4, h.connection_id, h.packet_id, nonce, tag)
+            tag = _fixed(tag, 16 if fmt is _C else 8, "tag")
+            return st.pack(_MAGIC_INT, b4, h.connection_id, h.packet_id, nonce, tag)
         if h.connection_id:
             raise EncodeError(f"Pia {fmt.value} headers carry no connection id (use variable ids)")
         dst = h.destination_variable_id or 0
         src = h.source_variable_id or 0
-        tag = _fixed(tag, 8, "tag")
-        if fmt is HeaderFormat.G:
+        if len(tag) != 8:
+            tag = _fixed(tag, 8, "tag")
+        if fmt is _G:
             if not (0 <= padding_size <= 15 and 0 <= h.packet_flags <= 15):
                 raise EncodeError("H-G padding size and packet flags are 4-bit fields")
             pf = padding_size << 4 | h.packet_flags
             return _H_G.pack(_MAGIC_INT, b4, pf, dst, src, h.packet_id, footer_size, nonce, tag)
         if padding_size or h.packet_flags:
             raise EncodeError(f"Pia {fmt.value} headers carry no padding size or packet flags")
-        return _STRUCTS[fmt].pack(_MAGIC_INT, b4, dst, src, h.packet_id, footer_size, nonce, tag)
+        return st.pack(_MAGIC_INT, b4, dst, src, h.packet_id, footer_size, nonce, tag)
     except struct.error as e:
         raise EncodeError(f"Pia {fmt.value} header field out of range: {e}") from None
 

@@ -67,7 +67,9 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
-_DELTA = (MessageFormat.E, MessageFormat.F, MessageFormat.G)
+# Formats by identity (Enum.__hash__ is a Python-level call: no dict lookups per packet).
+_MA, _MB, _MC, _MD = MessageFormat.A, MessageFormat.B, MessageFormat.C, MessageFormat.D
+_ME, _MF, _MG = MessageFormat.E, MessageFormat.F, MessageFormat.G
 
 # Delta header sizes (mask byte included) per low-5-bit mask value (§2.1).
 # M-E/M-F: flags 1 (0x01), size 2 (0x02), type+port 4 (0x04), destination 8
@@ -81,14 +83,21 @@ _WIDTHS = {
 _DELTA_SIZES = {
     fmt: tuple(1 + sum(w for i, w in enumerate(ws) if m >> i & 1) for m in range(32)) for fmt, ws in _WIDTHS.items()
 }
+_SIZES_E, _SIZES_F, _SIZES_G = _DELTA_SIZES[_ME], _DELTA_SIZES[_MF], _DELTA_SIZES[_MG]
 #: Mask with every field of a delta format present.
 _FULL = {MessageFormat.E: 0x1F, MessageFormat.F: 0x0F, MessageFormat.G: 0x1F}
+# Every field at once, the common first message: mask, flags, size, type<<24|port, destination[, source id].
+_FULL_E = struct.Struct(">BBHIQQ")
+_FULL_F = struct.Struct(">BBHIQ")
+# M-G: mask, flags, size, type, port, protocol-specific byte.
+_FULL_G = struct.Struct(">BBHBBB")
 
 #: Upper bound for an inflated payload (a compressed payload cannot make us
 #: allocate more; real ones fit a 1472-byte datagram many times over).
 MAX_INFLATED_SIZE = 1 << 20
 
 _FF = 0xFF
+_ZEROS = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
 
 
 @attrs.frozen
@@ -134,13 +143,13 @@ def decode_messages(plaintext: bytes, profile: VersionProfile) -> tuple[Message,
     """
     data = plaintext if type(plaintext) is bytes else bytes(plaintext)
     fmt = profile.message_format
-    if fmt in _DELTA:
+    if fmt is _ME or fmt is _MF or fmt is _MG:
         return _decode_delta(data, fmt, profile.align_messages)
     return _decode_fixed(data, fmt, profile.align_messages)
 
 
 def _decode_fixed(data: bytes, fmt: MessageFormat, align: bool) -> tuple[Message, ...]:
-    st = {MessageFormat.A: _M_A, MessageFormat.B: _M_B, MessageFormat.C: _M_C, MessageFormat.D: _M_D}[fmt]
+    st = _M_A if fmt is _MA else _M_B if fmt is _MB else _M_C if fmt is _MC else _M_D
     hsize = st.size
     end = len(data)
     pos = 0
@@ -186,14 +195,16 @@ def _decode_fixed(data: bytes, fmt: MessageFormat, align: bool) -> tuple[Message
 
 
 def _decode_delta(data: bytes, fmt: MessageFormat, align: bool) -> tuple[Message, ...]:
-    sizes = _DELTA_SIZES[fmt]
+    sizes = _SIZES_E if fmt is _ME else _SIZES_F if fmt is _MF else _SIZES_G
     end = len(data)
     pos = 0
     out = []
     # §2.2: initial state of the first message is all zero (NC-2020).
     flags = size = ptype = port = dest = src = extra = 0
-    is_e = fmt is MessageFormat.E
-    is_g = fmt is MessageFormat.G
+    is_e = fmt is _ME
+    is_g = fmt is _MG
+    # Mask value taking the one-unpack fast path (-1: none for M-G, whose fields are single bytes).
+    fast = 0x1F if is_e else 0x0F if fmt is _MF else -1
     while pos < end:
         mask = data[pos]
         if mask == _FF and _ff_tail(data, pos, end):
@@ -201,34 +212,43 @@ def _decode_delta(data: bytes, fmt: MessageFormat, align: bool) -> tuple[Message
         hsize = sizes[mask & 0x1F]
         if pos + hsize > end:
             raise ShortData(f"{fmt.value} message header at offset {pos}: needs {hsize} bytes, {end - pos} left")
-        p = pos + 1
-        if mask & 0x01:
-            flags = data[p]
-            p += 1
-        if mask & 0x02:
-            size = _U16.unpack_from(data, p)[0]
-            p += 2
-        if is_g:
-            if mask & 0x04:
-                ptype = data[p]
-                p += 1
-            if mask & 0x08:
-                port = data[p]
-                p += 1
-            if mask & 0x10:
-                extra = data[p]
-                p += 1
+        if mask == fast:
+            # Every field present (the usual first message): one unpack.
+            if is_e:
+                _, flags, size, tp, dest, src = _FULL_E.unpack_from(data, pos)
+            else:
+                _, flags, size, tp, dest = _FULL_F.unpack_from(data, pos)
+            ptype, port = tp >> 24, tp & 0xFFFFFF
+            p = pos + hsize
         else:
-            if mask & 0x04:
-                tp = _U32.unpack_from(data, p)[0]
-                ptype, port = tp >> 24, tp & 0xFFFFFF
-                p += 4
-            if mask & 0x08:
-                dest = _U64.unpack_from(data, p)[0]
-                p += 8
-            if is_e and mask & 0x10:
-                src = _U64.unpack_from(data, p)[0]
-                p += 8
+            p = pos + 1
+            if mask & 0x01:
+                flags = data[p]
+                p += 1
+            if mask & 0x02:
+                size = _U16.unpack_from(data, p)[0]
+                p += 2
+            if is_g:
+                if mask & 0x04:
+                    ptype = data[p]
+                    p += 1
+                if mask & 0x08:
+                    port = data[p]
+                    p += 1
+                if mask & 0x10:
+                    extra = data[p]
+                    p += 1
+            else:
+                if mask & 0x04:
+                    tp = _U32.unpack_from(data, p)[0]
+                    ptype, port = tp >> 24, tp & 0xFFFFFF
+                    p += 4
+                if mask & 0x08:
+                    dest = _U64.unpack_from(data, p)[0]
+                    p += 8
+                if is_e and mask & 0x10:
+                    src = _U64.unpack_from(data, p)[0]
+                    p += 8
         if p + size > end:
             raise ShortData(f"{fmt.value} payload at offset {p}: needs {size} bytes, {end - p} left")
         out.append(
@@ -266,26 +286,20 @@ def encode_messages(messages: tuple[Message, ...] | list[Message], profile: Vers
     fmt = profile.message_format
     align = profile.align_messages
     parts: list[bytes] = []
-    total = 0
     try:
-        if fmt in _DELTA:
-            _encode_delta(messages, fmt, parts)
+        if fmt is _ME or fmt is _MF or fmt is _MG:
+            _encode_delta(messages, fmt, align, parts)
         else:
             for m in messages:
-                parts.append(_encode_fixed(m, fmt))
+                head = _encode_fixed(m, fmt)
+                parts.append(head)
                 parts.append(m.payload)
-        if not align:
-            return b"".join(parts)
-        out = []
-        for i in range(0, len(parts), 2):
-            out.append(parts[i])
-            out.append(parts[i + 1])
-            total += len(parts[i]) + len(parts[i + 1])
-            pad = -total & 3
-            if pad:
-                out.append(bytes(pad))
-                total += pad
-        return b"".join(out)
+                # §2.4: every message padded to 4, so the running offset stays aligned.
+                if align:
+                    pad = -(len(head) + len(m.payload)) & 3
+                    if pad:
+                        parts.append(_ZEROS[pad])
+        return b"".join(parts)
     except EncodeError:
         raise
     except (struct.error, ValueError, OverflowError) as e:
@@ -328,10 +342,12 @@ def _type_port(m: Message) -> int:
     return m.protocol_type << 24 | m.protocol_port
 
 
-def _encode_delta(messages: tuple[Message, ...] | list[Message], fmt: MessageFormat, parts: list[bytes]) -> None:
-    is_e = fmt is MessageFormat.E
-    is_g = fmt is MessageFormat.G
-    full = _FULL[fmt]
+def _encode_delta(
+    messages: tuple[Message, ...] | list[Message], fmt: MessageFormat, align: bool, parts: list[bytes]
+) -> None:
+    is_e = fmt is _ME
+    is_g = fmt is _MG
+    full = 0x0F if fmt is _MF else 0x1F
     # State the receiver reconstructs (§2.2): starts all zero.
     s_flags = s_size = s_type = s_port = s_dest = s_src = s_extra = 0
     first = True
@@ -347,65 +363,91 @@ def _encode_delta(messages: tuple[Message, ...] | list[Message], fmt: MessageFor
                 raise EncodeError("M-E messages need a source_constant_id")
         elif src is not None:
             raise EncodeError(f"{fmt.value} messages carry no source constant id")
-        if not is_g and m.extra:
-            raise EncodeError(f"{fmt.value} messages have no protocol-specific byte")
-        if is_g and m.destination:
-            raise EncodeError("M-G messages carry no destination (addressing is in the header)")
-        src = src or 0
+        else:
+            src = 0
         flags, ptype, port, dest, extra = m.flags, m.protocol_type, m.protocol_port, m.destination, m.extra
+        if is_g:
+            if dest:
+                raise EncodeError("M-G messages carry no destination (addressing is in the header)")
+        elif extra:
+            raise EncodeError(f"{fmt.value} messages have no protocol-specific byte")
         mask = m.presence
         if mask is None:
             if first:
-                mask = full
+                # §2.2 safe sender policy: the first message of a packet carries every field.
+                if is_g:
+                    head = _FULL_G.pack(full, flags, n, ptype, port, extra)
+                elif is_e:
+                    head = _FULL_E.pack(full, flags, n, _type_port(m), dest, src)
+                else:
+                    head = _FULL_F.pack(full, flags, n, _type_port(m), dest)
+                parts.append(head)
+                parts.append(m.payload)
+                if align:
+                    pad = -(len(head) + n) & 3
+                    if pad:
+                        parts.append(_ZEROS[pad])
+                s_flags, s_size, s_type, s_port, s_dest, s_src, s_extra = flags, n, ptype, port, dest, src, extra
+                first = False
+                continue
+            # Later messages: only what changed.
+            mask = (flags != s_flags) | (n != s_size) << 1
+            if is_g:
+                mask |= (ptype != s_type) << 2 | (port != s_port) << 3 | (extra != s_extra) << 4
             else:
-                mask = (
-                    (flags != s_flags)
-                    | (n != s_size) << 1
-                    | ((ptype != s_type or port != s_port) if not is_g else (ptype != s_type)) << 2
-                    | ((dest != s_dest) if not is_g else (port != s_port)) << 3
-                    | ((src != s_src) if is_e else (extra != s_extra) if is_g else 0) << 4
-                )
-        elif not 0 <= mask <= 0xFF:
-            raise EncodeError(f"presence mask {mask} does not fit a byte")
+                mask |= (ptype != s_type or port != s_port) << 2 | (dest != s_dest) << 3
+                if is_e:
+                    mask |= (src != s_src) << 4
+        else:
+            if not 0 <= mask <= 0xFF:
+                raise EncodeError(f"presence mask {mask} does not fit a byte")
+            # An explicit mask must not hide a change, or the receiver would
+            # reconstruct something else.
+            if not mask & 0x01 and flags != s_flags:
+                raise EncodeError(f"flags {flags} differ from the inherited {s_flags} but mask {mask:#x} omits them")
+            if not mask & 0x02 and n != s_size:
+                raise EncodeError(f"payload size {n} differs from the inherited {s_size} but mask {mask:#x} omits it")
+            if is_g:
+                if (
+                    (not mask & 0x04 and ptype != s_type)
+                    or (not mask & 0x08 and port != s_port)
+                    or (not mask & 0x10 and extra != s_extra)
+                ):
+                    raise EncodeError(f"M-G field differs from the inherited value but mask {mask:#x} omits it")
+            else:
+                if not mask & 0x04 and (ptype != s_type or port != s_port):
+                    raise EncodeError(f"protocol {ptype}/{port} differs from the inherited one; mask {mask:#x}")
+                if not mask & 0x08 and dest != s_dest:
+                    raise EncodeError(f"destination differs from the inherited one but mask {mask:#x} omits it")
+                if is_e and not mask & 0x10 and src != s_src:
+                    raise EncodeError(f"source constant id differs from the inherited one; mask {mask:#x}")
         first = False
         out = bytearray((mask,))
-        # Every absent field must equal the inherited value, or the receiver
-        # would reconstruct something else.
         if mask & 0x01:
             out.append(flags)
-        elif flags != s_flags:
-            raise EncodeError(f"flags {flags} differ from the inherited {s_flags} but mask {mask:#x} omits them")
         if mask & 0x02:
             out += _U16.pack(n)
-        elif n != s_size:
-            raise EncodeError(f"payload size {n} differs from the inherited {s_size} but mask {mask:#x} omits it")
         if is_g:
-            for bit, val, old, what in (
-                (0x04, ptype, s_type, "protocol type"),
-                (0x08, port, s_port, "protocol port"),
-                (0x10, extra, s_extra, "protocol-specific byte"),
-            ):
-                if mask & bit:
-                    out.append(val)
-                elif val != old:
-                    raise EncodeError(f"{what} {val} differs from the inherited {old} but mask {mask:#x} omits it")
+            if mask & 0x04:
+                out.append(ptype)
+            if mask & 0x08:
+                out.append(port)
+            if mask & 0x10:
+                out.append(extra)
         else:
             if mask & 0x04:
                 out += _U32.pack(_type_port(m))
-            elif ptype != s_type or port != s_port:
-                raise EncodeError(f"protocol {ptype}/{port} differs from the inherited one but mask {mask:#x} omits it")
             if mask & 0x08:
                 out += _U64.pack(dest)
-            elif dest != s_dest:
-                raise EncodeError(f"destination differs from the inherited one but mask {mask:#x} omits it")
-            if is_e:
-                if mask & 0x10:
-                    out += _U64.pack(src)
-                elif src != s_src:
-                    raise EncodeError(f"source constant id differs from the inherited one but mask {mask:#x} omits it")
+            if is_e and mask & 0x10:
+                out += _U64.pack(src)
         s_flags, s_size, s_type, s_port, s_dest, s_src, s_extra = flags, n, ptype, port, dest, src, extra
         parts.append(bytes(out))
         parts.append(m.payload)
+        if align:
+            pad = -(len(out) + n) & 3
+            if pad:
+                parts.append(_ZEROS[pad])
 
 
 # -- compression ------------------------------------------------------------
