@@ -1,0 +1,688 @@
+"""One PRUDP connection as a sans-IO state machine (no Trio, no clock: every call takes ``now``).
+
+Theory of operation (spec ../shared/spec/prudp.md §1.4, §5, §6):
+
+* **Handshake.**  Client: SYN (retransmitted until SYN+ACK) → CONNECT (reliable
+  seq 1) → CONNECT+ACK → connected; the Rendez-Vous variant adds the ECDH
+  exchange inside CONNECT and a reliable USER packet that must be acked before
+  the client counts as connected (spec §4.2).  Host: built from a CONNECT by
+  :meth:`Connection.accept`, answers CONNECT+ACK and is connected at once; its
+  receive window skips the CONNECT's sequence id.
+* **Sequence counters** (spec §5): one reliable counter per substream (from 1,
+  CONNECT takes 1 on the client), one for unreliable PINGs and one for unreliable
+  DATA.  All wrap at 2**16; comparisons use serial arithmetic (spec §6.3, §6.10).
+* **Sending.**  A message is cut into fragments (ids 1, 2, …, 0, spec §6.8) and
+  queued; fragments get their sequence id and are transformed (suffix, ratio
+  byte/zlib, cipher) only when they enter the send window, in order, so the NEX
+  RC4 keystream advances in sequence order.  The exact datagram is kept for
+  retransmission (never re-encrypted, spec §6.10 item 5), with an RTO that
+  backs off up to a ceiling; too many transmissions end the connection.
+* **Acks** (spec §6.1): every valid NEED_ACK packet is acked, duplicates and
+  early packets included, except packets too far ahead of the window.  In-flight
+  packets are matched on (type, substream, seq), so a PING ack never clears DATA.
+  v1 can acknowledge with aggregate acks (spec §6.4), old and new formats.
+* **Receiving** (spec §6.3): early reliable packets are held back, old ones are
+  dropped after acking; in-order packets are decrypted, decompressed and
+  reassembled, and a message is delivered on fragment id 0.  Reliable PINGs,
+  USERs occupy their slot as no-ops (spec §6.9).
+* **Keep-alive** (spec §6.6, seeds 000/001): after ``ping`` seconds without any
+  valid inbound packet an unreliable PING is sent; a ping is *missed* when the
+  next one falls due with still nothing received; two misses end the connection.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import struct
+from collections import Counter, deque
+from collections.abc import Callable
+
+import attrs
+
+from pianode.prudp.events import (
+    ConnectionFailed,
+    ConnectionId,
+    Connected,
+    Disconnected,
+    Event,
+    MessageReceived,
+    Settings,
+)
+from protocols.errors import DecodeError
+from protocols.prudp import rendezvous
+from protocols.prudp.codec import PacketCodec, quazal_open, quazal_seal
+from protocols.prudp.packet import Flag, PacketType, PrudpPacket
+from protocols.prudp.payload import (
+    Rc4Stream,
+    add_ratio,
+    add_sequence_suffix,
+    aes_cbc_open,
+    aes_cbc_seal,
+    derive_substream_key,
+    strip_ratio,
+    strip_sequence_suffix,
+    unreliable_base_key,
+    unreliable_packet_key,
+)
+from protocols.prudp.signatures import expected_signature
+from protocols.prudp.variants import Cipher, Framing
+
+__all__ = ["Connection", "State"]
+
+RandomBytes = Callable[[int], bytes]
+
+
+class State(enum.Enum):
+    SYN_SENT = "syn-sent"
+    CONNECT_SENT = "connect-sent"
+    USER_SENT = "user-sent"
+    CONNECTED = "connected"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@attrs.define
+class _InFlight:
+    data: bytes
+    sends: int
+    deadline: float
+    rto: float
+
+
+@attrs.define
+class _Outgoing:
+    type: PacketType
+    flags: Flag
+    substream: int
+    fragment_id: int | None
+    plain: bytes
+
+
+def _serial_diff(a: int, b: int) -> int:
+    """``(a - b) mod 2**16``: how far *a* is ahead of *b* (spec §6.3)."""
+    return (a - b) & 0xFFFF
+
+
+class Connection:
+    """A PRUDP connection (client or host) over one codec."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        codec: PacketCodec,
+        cid: ConnectionId,
+        *,
+        is_client: bool,
+        local_signature: bytes,
+        random_bytes: RandomBytes = os.urandom,
+    ) -> None:
+        self.settings = settings
+        self.variant = settings.variant
+        self.codec = codec
+        self.id = cid
+        self.is_client = is_client
+        self.state = State.SYN_SENT if is_client else State.CONNECTED
+        self.local_signature = local_signature
+        self.remote_signature: bytes | None = None
+        self._random = random_bytes
+        self.local_session = random_bytes(1)[0]
+        self.remote_session: int | None = None
+        self.stats: Counter[str] = Counter()
+        self.events: deque[Event] = deque()
+        self._out: list[bytes] = []
+        self._inflight: dict[tuple[int, int, int], _InFlight] = {}
+        nsub = settings.max_substream + 1
+        self._next_seq = [1] * nsub
+        self._queues: list[deque[_Outgoing]] = [deque() for _ in range(nsub)]
+        self._expected = [1] * nsub
+        self._held: list[dict[int, PrudpPacket]] = [{} for _ in range(nsub)]
+        self._fragments = [bytearray() for _ in range(nsub)]
+        self._agg_pending: set[int] = set()
+        self._ping_seq = 1
+        self._unreliable_seq = 1
+        if self.variant.framing == Framing.V1:
+            self._unreliable_seq = int.from_bytes(random_bytes(2), "little")
+        self._minor = settings.minor
+        self._functions = settings.supported_functions
+        self._max_sub = settings.max_substream
+        self._aes_key: bytes | None = None
+        self._ecdh_key: rendezvous.EccKey | None = None
+        self._session_key = b""  # a Kerberos session key would go here (spec §2.9); we run auth-style
+        self._tx_rc4: list[Rc4Stream] = []
+        self._rx_rc4: list[Rc4Stream] = []
+        self._reset_rc4()
+        self._last_rx = 0.0
+        self._ping_due: float | None = None
+        self._ping_outstanding = False
+        self._missed_pings = 0
+        self._connect_ack: bytes | None = None  # host: resent when the client's CONNECT comes again
+
+    # ------------------------------------------------------------------ setup
+    def _reset_rc4(self) -> None:
+        key = self._session_key or self.variant.default_key
+        self._tx_rc4, self._rx_rc4 = [], []
+        for _ in range(self._max_sub + 1):
+            self._tx_rc4.append(Rc4Stream(key))
+            self._rx_rc4.append(Rc4Stream(key))
+            key = derive_substream_key(key)
+
+    def _emit(self, event: Event) -> None:
+        self.events.append(event)
+
+    def _packet(self, ptype: PacketType, flags: Flag, **fields: object) -> PrudpPacket:
+        return PrudpPacket(
+            source=self.id.local_vport,
+            destination=self.id.remote_vport,
+            type=ptype,
+            flags=flags,
+            session_id=fields.pop("session_id", self.local_session),  # type: ignore[arg-type]
+            **fields,  # type: ignore[arg-type]
+        )
+
+    def _sign(self, p: PrudpPacket, *, peer: bytes | None | bool = True) -> PrudpPacket:
+        sig_peer = self.remote_signature if peer is True else (None if peer is False else peer)
+        sig = expected_signature(
+            p, self.variant, self.settings.access_key, session_key=self._session_key, peer_signature=sig_peer
+        )
+        return attrs.evolve(p, signature=sig)
+
+    def _v1_handshake_options(self, p: PrudpPacket, *, connect: bool, conn_sig: bytes) -> PrudpPacket:
+        if self.variant.framing != Framing.V1:
+            return attrs.evolve(p, connection_signature=conn_sig)
+        return attrs.evolve(
+            p,
+            connection_signature=conn_sig,
+            supported_functions=(self._minor & 0xFF) | (self._functions << 8),
+            max_substream=self._max_sub,
+            initial_unreliable_id=self._unreliable_seq if connect else None,
+        )
+
+    # ---------------------------------------------------------------- client
+    def start(self, now: float) -> None:
+        """Client: send SYN."""
+        size = self.variant.connection_signature_bytes
+        syn = self._packet(PacketType.SYN, Flag.NEED_ACK, session_id=0)
+        syn = self._v1_handshake_options(syn, connect=False, conn_sig=bytes(size))
+        self._transmit_tracked(self._sign(syn, peer=False), (PacketType.SYN, 0, 0), now)
+        self._last_rx = now
+
+    def _on_syn_ack(self, p: PrudpPacket, now: float) -> None:
+        if self.state != State.SYN_SENT:
+            return  # a duplicate SYN+ACK
+        if p.signature != expected_signature(p, self.variant, self.settings.access_key):
+            self.stats["dropped_bad_signature"] += 1
+            return
+        if self.variant.framing == Framing.V1:
+            if p.supported_functions is None or p.max_substream is None:
+                self._fail("SYN+ACK lacks the v1 negotiation options", now)
+                return
+            minor, functions = p.supported_functions & 0xFF, p.supported_functions >> 8
+            if minor > self._minor or functions & ~self._functions or p.max_substream > self._max_sub:
+                self._fail("SYN+ACK raised a negotiated value (spec §2.3)", now)
+                return
+            self._minor, self._functions, self._max_sub = minor, functions, p.max_substream
+        self._inflight.pop((PacketType.SYN, 0, 0), None)
+        self.remote_signature = p.connection_signature
+        payload = b""
+        if self.variant.ecdh_connect:
+            self._ecdh_key = rendezvous.generate_key()
+            payload = rendezvous.public_bytes(self._ecdh_key)
+        elif self.variant.transform_connect:
+            payload = quazal_seal(b"", self.variant, PacketType.CONNECT, self.id.local_vport, compress=False)
+        connect = self._packet(PacketType.CONNECT, Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE, payload=payload)
+        connect = self._v1_handshake_options(connect, connect=True, conn_sig=self.local_signature)
+        seq = self._take_seq(0)
+        connect = self._sign(attrs.evolve(connect, sequence_id=seq))
+        self._transmit_tracked(connect, (PacketType.CONNECT, 0, seq), now)
+        self.state = State.CONNECT_SENT
+
+    def _on_connect_ack(self, p: PrudpPacket, now: float) -> None:
+        if self.state != State.CONNECT_SENT or (PacketType.CONNECT, 0, p.sequence_id) not in self._inflight:
+            return
+        if p.signature != self._expected_inbound(p):
+            self.stats["dropped_bad_signature"] += 1
+            return
+        if self.variant.framing == Framing.V1:
+            offered = (self._minor & 0xFF) | (self._functions << 8)
+            if p.supported_functions != offered or p.max_substream != self._max_sub:
+                self._fail("CONNECT+ACK changed the negotiated values (spec §2.3)", now)
+                return
+        self._inflight.pop((PacketType.CONNECT, 0, p.sequence_id))
+        self.remote_session = p.session_id
+        if self.variant.ecdh_connect:
+            assert self._ecdh_key is not None
+            try:
+                hello = rendezvous.HostHello.decode(p.payload)
+                self._aes_key = rendezvous.client_finish(self._ecdh_key, hello, self.settings.certificate)
+            except DecodeError as exc:
+                self._fail(f"connection refused: {exc}", now)
+                return
+        if self.variant.user_after_connect:
+            seq = self._take_seq(0)
+            user = self._sign(self._packet(PacketType.USER, Flag.RELIABLE | Flag.NEED_ACK, sequence_id=seq))
+            self._transmit_tracked(user, (PacketType.USER, 0, seq), now)
+            self.state = State.USER_SENT
+            return
+        self._become_connected(now)
+
+    def _become_connected(self, now: float) -> None:
+        self.state = State.CONNECTED
+        self._last_rx = now
+        self._ping_due = now + self.settings.ping
+        self._emit(Connected(self.id, self.is_client))
+        self._pump(now)
+
+    def _fail(self, reason: str, now: float) -> None:
+        self.stats["handshake_failed"] += 1
+        if self.remote_signature is not None and self.remote_session is not None:
+            self._abort_packets()
+        self._close(now, reason, failed=True)
+
+    # ------------------------------------------------------------------ host
+    @classmethod
+    def accept(
+        cls,
+        settings: Settings,
+        codec: PacketCodec,
+        cid: ConnectionId,
+        connect: PrudpPacket,
+        local_signature: bytes,
+        now: float,
+        *,
+        random_bytes: RandomBytes = os.urandom,
+    ) -> Connection:
+        """Host: build a connection from a client's CONNECT.
+
+        Raises:
+            DecodeError: the CONNECT is not acceptable (bad signature, negotiation
+                or key); the message says which.
+        """
+        conn = cls(settings, codec, cid, is_client=False, local_signature=local_signature, random_bytes=random_bytes)
+        if connect.signature != conn._expected_inbound(connect):
+            raise DecodeError("CONNECT signature does not verify")
+        v = settings.variant
+        if v.framing == Framing.V1:
+            if connect.supported_functions is None or connect.max_substream is None:
+                raise DecodeError("CONNECT lacks the v1 negotiation options")
+            minor, functions = connect.supported_functions & 0xFF, connect.supported_functions >> 8
+            if minor > settings.minor or functions & ~settings.supported_functions:
+                raise DecodeError("CONNECT offers values beyond what we support")
+            if connect.max_substream > settings.max_substream:
+                raise DecodeError("CONNECT asks for more substreams than we support")
+            conn._minor, conn._functions, conn._max_sub = minor, functions, connect.max_substream
+        conn.remote_signature = connect.connection_signature
+        conn.remote_session = connect.session_id
+        payload = b""
+        if v.ecdh_connect:
+            if settings.certificate is None or not settings.certificate.has_private():
+                raise DecodeError("this host has no certificate private key to sign its key exchange")
+            hello, conn._aes_key = rendezvous.host_accept(connect.payload, settings.certificate)
+            payload = hello.encode()
+        elif v.transform_connect:
+            payload = quazal_seal(b"", v, PacketType.CONNECT, cid.local_vport, compress=False)
+        conn._expected[0] = (connect.sequence_id + 1) & 0xFFFF  # the CONNECT used its slot (spec §5)
+        ack = conn._packet(
+            PacketType.CONNECT, Flag.ACK | Flag.HAS_SIZE, sequence_id=connect.sequence_id, payload=payload
+        )
+        size = v.connection_signature_bytes
+        if v.framing == Framing.V1:
+            ack = attrs.evolve(
+                ack,
+                connection_signature=bytes(size),
+                supported_functions=connect.supported_functions,
+                max_substream=connect.max_substream,
+                initial_unreliable_id=0,
+            )
+        else:
+            ack = attrs.evolve(ack, connection_signature=bytes(size))
+        conn._connect_ack = codec.encode(conn._sign(ack))
+        conn._out.append(conn._connect_ack)
+        conn._become_connected(now)
+        return conn
+
+    def repeat_connect_ack(self) -> None:
+        """Host: the client sent its CONNECT again (our CONNECT+ACK was lost)."""
+        if self._connect_ack is not None and self.state in (State.CONNECTED, State.CLOSING):
+            self._out.append(self._connect_ack)
+            self.stats["connect_ack_repeated"] += 1
+
+    # ------------------------------------------------------------- user verbs
+    def send(self, data: bytes, substream: int = 0, now: float = 0.0) -> None:
+        """Queue a message; it is fragmented, and sent as the window allows."""
+        if self.state not in (State.CONNECTED, State.SYN_SENT, State.CONNECT_SENT, State.USER_SENT):
+            raise ConnectionError(f"PRUDP connection {self.id} is {self.state.value}")
+        if not 0 <= substream <= self._max_sub:
+            raise ValueError(f"substream {substream} out of range 0..{self._max_sub}")
+        size = self.settings.frag_size
+        chunks = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
+        for n, chunk in enumerate(chunks, start=1):
+            frag = 0 if n == len(chunks) else n & (0xFF if self.variant.fragment_id_bytes == 1 else 0xFFFFFFFF)
+            flags = Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE
+            self._queues[substream].append(_Outgoing(PacketType.DATA, flags, substream, frag, chunk))
+        if self.state == State.CONNECTED:
+            self._pump(now)
+
+    def send_unreliable(self, data: bytes, now: float) -> None:
+        """One unreliable DATA packet (NEED_ACK, not ordered, not retransmitted; spec §6.2)."""
+        if self.state != State.CONNECTED:
+            raise ConnectionError(f"PRUDP connection {self.id} is {self.state.value}")
+        seq = self._unreliable_seq
+        self._unreliable_seq = (seq + 1) & 0xFFFF
+        p = self._packet(PacketType.DATA, Flag.NEED_ACK | Flag.HAS_SIZE, sequence_id=seq, fragment_id=0)
+        p = attrs.evolve(p, payload=self._seal(p, data))
+        self._out.append(self.codec.encode(self._sign(p)))
+
+    def close(self, now: float) -> None:
+        """Graceful close: a reliable DISCONNECT after the queued data (spec §6.7)."""
+        if self.state in (State.CLOSING, State.CLOSED):
+            return
+        if self.state != State.CONNECTED:
+            self._close(now, "closed before the handshake completed")
+            return
+        self._queues[0].append(_Outgoing(PacketType.DISCONNECT, Flag.RELIABLE | Flag.NEED_ACK, 0, None, b""))
+        self.state = State.CLOSING
+        self._pump(now)
+
+    def abort(self, now: float, reason: str = "aborted") -> None:
+        """Forced close: three unreliable DISCONNECTs, then closed (spec §6.7)."""
+        if self.state == State.CLOSED:
+            return
+        if self.remote_session is not None:
+            self._abort_packets()
+        self._close(now, reason)
+
+    def _abort_packets(self) -> None:
+        p = self._sign(self._packet(PacketType.DISCONNECT, Flag.NONE))
+        data = self.codec.encode(p)
+        self._out.extend([data] * 3)
+
+    def _close(self, now: float, reason: str, *, failed: bool = False) -> None:
+        if self.state == State.CLOSED:
+            return
+        self.state = State.CLOSED
+        self._inflight.clear()
+        for q in self._queues:
+            q.clear()
+        self._emit(ConnectionFailed(self.id, reason) if failed else Disconnected(self.id, reason))
+
+    # -------------------------------------------------------------- sending
+    def _take_seq(self, substream: int) -> int:
+        seq = self._next_seq[substream]
+        self._next_seq[substream] = (seq + 1) & 0xFFFF
+        return seq
+
+    def _transmit_tracked(self, p: PrudpPacket, key: tuple[int, int, int], now: float) -> None:
+        data = self.codec.encode(p)
+        self._out.append(data)
+        rto = self.settings.rto
+        self._inflight[key] = _InFlight(data, 1, now + rto, rto)
+
+    def _reliable_in_flight(self, substream: int) -> int:
+        return sum(1 for (t, s, _) in self._inflight if s == substream and t != PacketType.PING)
+
+    def _pump(self, now: float) -> None:
+        """Move queued packets into the send window, assigning sequence ids in order."""
+        if self.state not in (State.CONNECTED, State.CLOSING):
+            return
+        for sub, queue in enumerate(self._queues):
+            room = self.settings.send_window - self._reliable_in_flight(sub)
+            while queue and room > 0:
+                item = queue.popleft()
+                seq = self._take_seq(sub)
+                p = self._packet(
+                    item.type, item.flags, sequence_id=seq, substream_id=sub, fragment_id=item.fragment_id
+                )
+                if item.type == PacketType.DATA:
+                    p = attrs.evolve(p, payload=self._seal(p, item.plain))
+                self._transmit_tracked(self._sign(p), (int(item.type), sub, seq), now)
+                room -= 1
+
+    def _seal(self, p: PrudpPacket, plain: bytes) -> bytes:
+        """Payload transform of an outgoing DATA packet (spec §2.8, §3.5, §4.4)."""
+        v, s = self.variant, self.settings
+        if v.cipher == Cipher.AES_CBC:
+            assert self._aes_key is not None
+            body = add_ratio(add_sequence_suffix(plain, p.sequence_id), compress=s.use_compression)
+            return aes_cbc_seal(self._aes_key, body, self._random(16))
+        if v.cipher == Cipher.RC4_PER_PACKET:
+            return quazal_seal(plain, v, PacketType.DATA, p.source, compress=s.use_compression)
+        if not plain:
+            return b""  # NEX leaves empty payloads alone
+        body = add_ratio(plain, compress=True) if s.ratio_byte else plain
+        if p.flags & Flag.RELIABLE:
+            return self._tx_rc4[p.substream_id].process(body)
+        key = unreliable_packet_key(unreliable_base_key(self._session_key), p.sequence_id, p.session_id)
+        return Rc4Stream(key).process(body)
+
+    def _open(self, p: PrudpPacket) -> bytes:
+        """Inverse of :meth:`_seal` for an inbound DATA packet; raises DecodeError."""
+        v, s = self.variant, self.settings
+        if v.cipher == Cipher.AES_CBC:
+            if self._aes_key is None:
+                raise DecodeError("DATA before the key exchange")
+            return strip_sequence_suffix(strip_ratio(aes_cbc_open(self._aes_key, p.payload)), p.sequence_id)
+        if v.cipher == Cipher.RC4_PER_PACKET:
+            return quazal_open(p.payload, v, PacketType.DATA, p.source)
+        if not p.payload:
+            return b""
+        if p.flags & Flag.RELIABLE:
+            body = self._rx_rc4[p.substream_id].process(p.payload)
+        else:
+            key = unreliable_packet_key(unreliable_base_key(self._session_key), p.sequence_id, p.session_id)
+            body = Rc4Stream(key).process(p.payload)
+        return strip_ratio(body) if s.ratio_byte else body
+
+    def _ack(self, p: PrudpPacket) -> None:
+        flags = Flag.ACK | (p.flags & Flag.MULTI_ACK)
+        ack = self._packet(
+            p.type,
+            flags,
+            sequence_id=p.sequence_id,
+            substream_id=p.substream_id,
+            fragment_id=p.fragment_id if p.type == PacketType.DATA else None,
+        )
+        if p.type == PacketType.DATA and ack.fragment_id is None:
+            ack = attrs.evolve(ack, fragment_id=0)
+        data = self.codec.encode(self._sign(ack))
+        # NEX acks a DISCONNECT three times (spec §6.7)
+        self._out.extend([data] * (3 if p.type == PacketType.DISCONNECT and self.variant.flags_bytes == 2 else 1))
+        self.stats["acks_sent"] += 1
+
+    def _aggregate_ack(self, sub: int) -> None:
+        """v1 aggregate ack (spec §6.4): everything up to base, plus the held extras."""
+        base = (self._expected[sub] - 1) & 0xFFFF
+        extras = sorted(self._held[sub], key=lambda s: _serial_diff(s, self._expected[sub]))[:255]
+        if self._minor >= 2:
+            payload = struct.pack("<BBH", sub, len(extras), base) + b"".join(struct.pack("<H", e) for e in extras)
+            p = self._packet(PacketType.DATA, Flag.MULTI_ACK | Flag.HAS_SIZE, substream_id=1, sequence_id=0)
+        else:
+            payload = b"".join(struct.pack("<H", e) for e in extras)
+            p = self._packet(PacketType.DATA, Flag.MULTI_ACK | Flag.HAS_SIZE, substream_id=0, sequence_id=base)
+        p = attrs.evolve(p, fragment_id=0, payload=payload)
+        self._out.append(self.codec.encode(self._sign(p)))
+        self.stats["aggregate_acks_sent"] += 1
+
+    # ------------------------------------------------------------- receiving
+    def _expected_inbound(self, p: PrudpPacket) -> bytes:
+        # a receiver verifies with its own connection signature (spec §1.6)
+        return expected_signature(
+            p, self.variant, self.settings.access_key, session_key=self._session_key, peer_signature=self.local_signature
+        )
+
+    def receive_packet(self, p: PrudpPacket, now: float) -> None:
+        """Feed one decoded packet addressed to this connection."""
+        if self.state == State.CLOSED:
+            return
+        if p.type == PacketType.SYN:
+            if p.flags & Flag.ACK and self.is_client:
+                self._on_syn_ack(p, now)
+            return
+        if p.type == PacketType.CONNECT:
+            if p.flags & Flag.ACK and self.is_client:
+                self._on_connect_ack(p, now)
+            elif not p.flags & Flag.ACK and not self.is_client:
+                self.repeat_connect_ack()
+            return
+        if self.remote_session is None or p.session_id != self.remote_session:
+            self.stats["dropped_bad_session"] += 1
+            return
+        if p.signature != self._expected_inbound(p):
+            self.stats["dropped_bad_signature"] += 1
+            return
+        self._last_rx = now
+        self._missed_pings = 0
+        self._ping_outstanding = False
+        if self.state in (State.CONNECTED, State.CLOSING):
+            self._ping_due = now + self.settings.ping
+        if p.flags & Flag.ACK or (p.flags & Flag.MULTI_ACK and self.variant.framing == Framing.V1):
+            self._on_ack(p, now)
+        else:
+            self._on_request(p, now)
+        self._pump(now)
+
+    def _on_ack(self, p: PrudpPacket, now: float) -> None:
+        if p.flags & Flag.MULTI_ACK and self.variant.framing == Framing.V1 and p.type == PacketType.DATA:
+            self._on_aggregate_ack(p)
+            return
+        entry = self._inflight.pop((int(p.type), p.substream_id, p.sequence_id), None)
+        if entry is None:
+            self.stats["acks_unmatched"] += 1
+            return
+        if p.type == PacketType.USER and self.state == State.USER_SENT:
+            self._become_connected(now)
+        elif p.type == PacketType.DISCONNECT and self.state == State.CLOSING:
+            self._close(now, "closed")
+
+    def _on_aggregate_ack(self, p: PrudpPacket) -> None:
+        try:
+            if p.substream_id == 1:  # new format (spec §6.4)
+                if len(p.payload) < 4 or len(p.payload) != 4 + 2 * p.payload[1]:
+                    raise DecodeError("aggregate ack of the wrong size")
+                sub, n, base = struct.unpack_from("<BBH", p.payload)
+                extras = struct.unpack_from(f"<{n}H", p.payload, 4)
+            else:
+                if len(p.payload) % 2:
+                    raise DecodeError("aggregate ack of odd size")
+                sub, base = 0, p.sequence_id
+                extras = struct.unpack(f"<{len(p.payload) // 2}H", p.payload)
+        except DecodeError:
+            self.stats["dropped_bad_aggregate_ack"] += 1
+            return
+        for key in list(self._inflight):
+            t, s, seq = key
+            # serial "seq <= base" (spec §6.4, fixing §6.10 item 1); never touches PING entries
+            if t != PacketType.PING and s == sub and _serial_diff(base, seq) < 0x8000:
+                self._inflight.pop(key)
+                if t == PacketType.DISCONNECT and self.state == State.CLOSING:
+                    self._close(0.0, "closed")
+                    return
+        for seq in extras:
+            self._inflight.pop((int(PacketType.DATA), sub, seq), None)
+
+    def _on_request(self, p: PrudpPacket, now: float) -> None:
+        if not p.flags & Flag.RELIABLE:
+            if p.flags & Flag.NEED_ACK:
+                self._ack(p)
+            if p.type == PacketType.DATA:
+                try:
+                    data = self._open(p)
+                except DecodeError:
+                    self.stats["dropped_bad_payload"] += 1
+                    return
+                self._emit(MessageReceived(self.id, data, p.substream_id))
+            elif p.type == PacketType.DISCONNECT:
+                self._close(now, "closed by peer (forced)")
+            return
+        sub = p.substream_id
+        if sub > self._max_sub:
+            self.stats["dropped_bad_substream"] += 1
+            return
+        d = _serial_diff(p.sequence_id, self._expected[sub])
+        if self.settings.receive_window <= d < 0x8000:
+            self.stats["dropped_beyond_window"] += 1  # no ack: the sender will try again (spec §6.3 step 5)
+            return
+        use_agg = self.settings.aggregate_ack and p.type == PacketType.DATA and self.variant.framing == Framing.V1
+        if p.flags & Flag.NEED_ACK:
+            if use_agg:
+                self._agg_pending.add(sub)
+            else:
+                self._ack(p)
+        if d >= 0x8000 or p.sequence_id in self._held[sub]:
+            self.stats["duplicates"] += 1
+            return
+        self._held[sub][p.sequence_id] = p
+        while self._expected[sub] in self._held[sub] and self.state != State.CLOSED:
+            q = self._held[sub].pop(self._expected[sub])
+            self._expected[sub] = (self._expected[sub] + 1) & 0xFFFF
+            self._process_in_order(q, now)
+
+    def _process_in_order(self, p: PrudpPacket, now: float) -> None:
+        if p.type == PacketType.DATA:
+            try:
+                piece = self._open(p)
+            except DecodeError:
+                # the slot is consumed either way; a corrupt fragment spoils its message
+                self.stats["dropped_bad_payload"] += 1
+                self._fragments[p.substream_id].clear()
+                return
+            buf = self._fragments[p.substream_id]
+            buf += piece
+            if len(buf) > self.settings.max_message_size:
+                self.abort(now, "message larger than max_message_size")
+                return
+            if p.fragment_id == 0:
+                self._emit(MessageReceived(self.id, bytes(buf), p.substream_id))
+                buf.clear()
+        elif p.type == PacketType.DISCONNECT:
+            self._close(now, "closed by peer")
+        # reliable PING / USER: a no-op that only advances the window (spec §6.9)
+
+    # ---------------------------------------------------------------- timers
+    def get_timer(self) -> float | None:
+        if self.state == State.CLOSED:
+            return None
+        times = [e.deadline for e in self._inflight.values()]
+        if self._ping_due is not None and self.state in (State.CONNECTED, State.CLOSING):
+            times.append(self._ping_due)
+        return min(times) if times else None
+
+    def handle_timer(self, now: float) -> None:
+        if self.state == State.CLOSED:
+            return
+        limit = self.settings.transmissions
+        for key, entry in list(self._inflight.items()):
+            if entry.deadline > now:
+                continue
+            if entry.sends >= limit:
+                what = PacketType(key[0]).name
+                if self.state in (State.SYN_SENT, State.CONNECT_SENT, State.USER_SENT):
+                    self._fail(f"no answer to {what} after {entry.sends} transmissions", now)
+                else:
+                    self._close(now, f"timeout: {what} {key[2]} unacknowledged after {entry.sends} transmissions")
+                return
+            entry.sends += 1
+            entry.rto = min(entry.rto * self.settings.backoff, self.settings.rto_max)
+            entry.deadline = now + entry.rto
+            self._out.append(entry.data)
+            self.stats["retransmissions"] += 1
+        if self._ping_due is not None and now >= self._ping_due and self.state in (State.CONNECTED, State.CLOSING):
+            if self._ping_outstanding:
+                self._missed_pings += 1
+                if self._missed_pings >= 2:
+                    self._close(now, "keep-alive: two pings unanswered")
+                    return
+            seq = self._ping_seq
+            self._ping_seq = (seq + 1) & 0xFFFF
+            ping = self._sign(self._packet(PacketType.PING, Flag.NEED_ACK, sequence_id=seq))
+            self._out.append(self.codec.encode(ping))
+            self._ping_outstanding = True
+            self._ping_due = now + self.settings.ping
+            self.stats["pings_sent"] += 1
+
+    def datagrams_to_send(self) -> list[bytes]:
+        for sub in sorted(self._agg_pending):
+            self._aggregate_ack(sub)
+        self._agg_pending.clear()
+        out, self._out = self._out, []
+        return out

@@ -1,0 +1,220 @@
+"""A PRUDP endpoint as a sans-IO object: many connections over one UDP socket.
+
+Theory of operation (spec ../shared/spec/prudp.md §1.1, §6.11):
+
+* A connection is identified by (UDP address, our virtual port, the peer's
+  virtual port).  Datagrams are decoded once (several packets may share one),
+  then each packet goes to its connection.
+* A host *listens* on virtual ports.  It answers a SYN without keeping state: its
+  connection signature is an HMAC of the client's address and ports under a
+  per-endpoint secret, so the CONNECT that follows can be checked against the
+  same value.  A CONNECT creates the host-side :class:`Connection`
+  (:meth:`Connection.accept`).
+* A client takes the highest free port ≤ 15 of its stream type for each peer
+  address (spec §1.1), and sends SYN.
+* Bad packets (checksum, signature, session, unknown connection) are dropped and
+  counted in :meth:`statistics`; they never raise.
+
+Interface (the aioquic shape of ../shared/STYLE.md practice 2):
+``receive_datagram(data, addr, now)``, ``datagrams_to_send(now)``,
+``get_timer()``, ``handle_timer(now)``, ``next_event()``; user verbs
+``listen``, ``connect``, ``send``, ``close``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections import Counter, deque
+
+import attrs
+
+from pianode.prudp.connection import Connection, RandomBytes, State
+from pianode.prudp.events import Address, ConnectionId, Event, Settings
+from protocols.errors import DecodeError
+from protocols.prudp.codec import PacketCodec
+from protocols.prudp.packet import Flag, PacketType, PrudpPacket
+from protocols.prudp.signatures import expected_signature
+from protocols.prudp.variants import Framing
+
+__all__ = ["EndpointCore"]
+
+
+class EndpointCore:
+    """Sans-IO PRUDP endpoint: client and host at once."""
+
+    def __init__(self, settings: Settings, *, random_bytes: RandomBytes = os.urandom) -> None:
+        self.settings = settings
+        self.codec = PacketCodec(settings.variant, settings.access_key)
+        self._random = random_bytes
+        self._secret = random_bytes(32)
+        self._listening: set[int] = set()
+        self.connections: dict[ConnectionId, Connection] = {}
+        self._events: deque[Event] = deque()
+        self._out: list[tuple[bytes, Address]] = []
+        self._stats: Counter[str] = Counter()
+
+    # ---------------------------------------------------------------- verbs
+    def listen(self, port: int | None = None, stream_type: int | None = None) -> int:
+        """Accept connections on a virtual port; returns the vport byte."""
+        st = self.settings.stype if stream_type is None else stream_type
+        p = self.settings.variant.server_port if port is None else port
+        vp = (st << 4) | p
+        self._listening.add(vp)
+        return vp
+
+    def _allocate(self, address: Address, stream_type: int) -> int:
+        used = {c.local_vport for c in self.connections if c.address == address}
+        preferred = self.settings.variant.client_port
+        order = [preferred] + [p for p in range(15, -1, -1) if p != preferred]
+        for port in order:
+            vp = (stream_type << 4) | port
+            if vp not in used and vp not in self._listening:
+                return vp
+        raise RuntimeError(f"no free virtual port of stream type {stream_type} towards {address}")
+
+    def connect(self, address: Address, now: float, *, port: int | None = None, stream_type: int | None = None) -> ConnectionId:
+        """Start a client connection; a :class:`Connected` or :class:`ConnectionFailed` event follows."""
+        st = self.settings.stype if stream_type is None else stream_type
+        remote = (st << 4) | (self.settings.variant.server_port if port is None else port)
+        cid = ConnectionId(address, self._allocate(address, st), remote)
+        size = self.settings.variant.connection_signature_bytes
+        conn = Connection(
+            self.settings, self.codec, cid, is_client=True, local_signature=self._random(size), random_bytes=self._random
+        )
+        self.connections[cid] = conn
+        conn.start(now)
+        self._collect(conn)
+        return cid
+
+    def send(self, cid: ConnectionId, data: bytes, now: float, substream: int = 0) -> None:
+        conn = self._get(cid)
+        conn.send(data, substream, now)
+        self._collect(conn)
+
+    def send_unreliable(self, cid: ConnectionId, data: bytes, now: float) -> None:
+        conn = self._get(cid)
+        conn.send_unreliable(data, now)
+        self._collect(conn)
+
+    def close(self, cid: ConnectionId, now: float) -> None:
+        conn = self.connections.get(cid)
+        if conn is not None:
+            conn.close(now)
+            self._collect(conn)
+
+    def abort(self, cid: ConnectionId, now: float) -> None:
+        conn = self.connections.get(cid)
+        if conn is not None:
+            conn.abort(now)
+            self._collect(conn)
+
+    def _get(self, cid: ConnectionId) -> Connection:
+        conn = self.connections.get(cid)
+        if conn is None or conn.state == State.CLOSED:
+            raise ConnectionError(f"no open PRUDP connection {cid}")
+        return conn
+
+    # -------------------------------------------------------------- inputs
+    def receive_datagram(self, data: bytes, address: Address, now: float) -> None:
+        try:
+            packets = self.codec.decode(data)
+        except DecodeError as exc:
+            self._stats["dropped_undecodable"] += 1
+            self._stats[f"dropped_{type(exc).__name__}"] += 1
+            return
+        for p in packets:
+            self._dispatch(p, address, now)
+
+    def _host_signature(self, address: Address, p: PrudpPacket) -> bytes:
+        msg = f"{address[0]}|{address[1]}|{p.source}|{p.destination}".encode()
+        size = self.settings.variant.connection_signature_bytes
+        return hmac.new(self._secret, msg, hashlib.sha256).digest()[:size]
+
+    def _dispatch(self, p: PrudpPacket, address: Address, now: float) -> None:
+        cid = ConnectionId(address, p.destination, p.source)
+        conn = self.connections.get(cid)
+        if conn is not None and conn.state != State.CLOSED:
+            conn.receive_packet(p, now)
+            self._collect(conn)
+            return
+        if p.destination not in self._listening or p.flags & Flag.ACK:
+            self._stats["dropped_no_connection"] += 1
+            return
+        if p.type == PacketType.SYN:
+            self._answer_syn(p, address)
+        elif p.type == PacketType.CONNECT:
+            try:
+                conn = Connection.accept(
+                    self.settings, self.codec, cid, p, self._host_signature(address, p), now, random_bytes=self._random
+                )
+            except DecodeError as exc:
+                self._stats["refused_connect"] += 1
+                self._stats[f"refused: {exc}"] += 1
+                return
+            self.connections[cid] = conn
+            self._collect(conn)
+        else:
+            self._stats["dropped_no_connection"] += 1
+
+    def _answer_syn(self, p: PrudpPacket, address: Address) -> None:
+        v = self.settings.variant
+        if p.signature != expected_signature(p, v, self.settings.access_key):
+            self._stats["dropped_bad_signature"] += 1
+            return
+        ack = PrudpPacket(
+            source=p.destination,
+            destination=p.source,
+            type=PacketType.SYN,
+            flags=Flag.ACK | Flag.HAS_SIZE,
+            connection_signature=self._host_signature(address, p),
+        )
+        if v.framing == Framing.V1:
+            theirs = p.supported_functions or 0
+            minor = min(theirs & 0xFF, self.settings.minor)
+            functions = (theirs >> 8) & self.settings.supported_functions
+            ack = attrs.evolve(
+                ack,
+                supported_functions=minor | (functions << 8),
+                max_substream=min(p.max_substream or 0, self.settings.max_substream),
+            )
+        ack = attrs.evolve(ack, signature=expected_signature(ack, v, self.settings.access_key))
+        self._out.append((self.codec.encode(ack), address))
+        self._stats["syn_answered"] += 1
+
+    # ------------------------------------------------------------- outputs
+    def _collect(self, conn: Connection) -> None:
+        while conn.events:
+            self._events.append(conn.events.popleft())
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
+        out, self._out = self._out, []
+        for cid, conn in list(self.connections.items()):
+            out.extend((d, cid.address) for d in conn.datagrams_to_send())
+            self._collect(conn)
+            if conn.state == State.CLOSED and not conn.events:
+                self._stats.update(conn.stats)
+                del self.connections[cid]
+        return out
+
+    def get_timer(self) -> float | None:
+        times = [t for c in self.connections.values() if (t := c.get_timer()) is not None]
+        return min(times) if times else None
+
+    def handle_timer(self, now: float) -> None:
+        for conn in list(self.connections.values()):
+            t = conn.get_timer()
+            if t is not None and t <= now:
+                conn.handle_timer(now)
+                self._collect(conn)
+
+    def statistics(self) -> dict[str, int]:
+        """Endpoint counters plus the sum of every live connection's counters."""
+        total = Counter(self._stats)
+        for c in self.connections.values():
+            total.update(c.stats)
+        return dict(total)

@@ -1,0 +1,343 @@
+"""The sans-IO PRUDP endpoint and connection, driven with explicit time over a simulated link."""
+
+from __future__ import annotations
+
+import struct
+
+import attrs
+import pytest
+from prudp_harness import Link, Net
+
+from pianode.prudp import (
+    ConnectionFailed,
+    Connected,
+    Disconnected,
+    EndpointCore,
+    MessageReceived,
+    Settings,
+)
+from pianode.prudp.connection import State
+from protocols.prudp import Flag, PacketCodec, PacketType, PrudpPacket
+from protocols.prudp.rendezvous import generate_key
+
+HOST = ("127.0.0.1", 5000)
+CLIENT = ("127.0.0.2", 6000)
+VARIANTS = ["nintendo-v0", "nintendo-v0-friends", "nintendo-v1", "quazal-v0", "rendezvous"]
+CERT = generate_key()
+
+
+def settings(variant: str, *, host: bool, **kw: object) -> Settings:
+    cert = CERT if host else CERT.public_key()
+    return Settings(variant, access_key="12345678", certificate=cert, **kw)  # type: ignore[arg-type]
+
+
+def pair(variant: str, link: Link | None = None, *, echo: bool = True, **kw: object) -> tuple[Net, EndpointCore, EndpointCore]:
+    net = Net(link)
+    host = net.add(HOST, EndpointCore(settings(variant, host=True, **kw)))
+    client = net.add(CLIENT, EndpointCore(settings(variant, host=False, **kw)))
+    host.listen()
+    if echo:
+
+        def on_event(addr: tuple[str, int], e: object) -> None:
+            if addr == HOST and isinstance(e, MessageReceived) and e.connection in host.connections:
+                if host.connections[e.connection].state == State.CONNECTED:
+                    host.send(e.connection, e.data, net.now, e.substream)
+
+        net.on_event = on_event
+    return net, host, client
+
+
+def messages(net: Net, addr: tuple[str, int]) -> list[bytes]:
+    return [e.data for e in net.events[addr] if isinstance(e, MessageReceived)]
+
+
+def connect(net: Net, client: EndpointCore) -> object:
+    cid = client.connect(HOST, net.now)
+    net.run_until(lambda: any(isinstance(e, Connected) for e in net.events[CLIENT]), max_time=30)
+    return cid
+
+
+SIZES = [1, 2, 961, 962, 963, 1300, 1301, 5000, 65536]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_echo_all_sizes(variant: str) -> None:
+    net, host, client = pair(variant)
+    cid = connect(net, client)
+    payloads = [bytes((i * 7 + n) & 0xFF for i in range(n)) for n in SIZES]
+    for p in payloads:
+        client.send(cid, p, net.now)
+    net.run_until(lambda: len(messages(net, CLIENT)) == len(payloads), max_time=60)
+    assert messages(net, CLIENT) == payloads
+    assert messages(net, HOST) == payloads
+    assert [type(e) for e in net.events[HOST]][0] is Connected
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_loss_reordering_duplication_deliver_exactly_once_in_order(variant: str) -> None:
+    # the NEX profile gives up after 3 transmissions (spec §6.5); at 10 % loss each way that is too few
+    net, host, client = pair(variant, Link(loss=0.1, reorder=0.3, duplicate=0.1, seed=3), max_transmissions=10)
+    cid = connect(net, client)
+    payloads = [struct.pack("<I", i) * (1 + i * 37 % 700) for i in range(60)]
+    for p in payloads:
+        client.send(cid, p, net.now)
+    net.run_until(lambda: len(messages(net, CLIENT)) >= len(payloads), max_time=600)
+    assert messages(net, HOST) == payloads
+    assert messages(net, CLIENT) == payloads
+    stats = host.statistics()
+    assert stats.get("duplicates", 0) > 0
+    assert client.statistics().get("retransmissions", 0) > 0
+
+
+def test_hold_back_of_early_packets_and_ack_of_every_copy() -> None:
+    """Deliver a 5-fragment message in reverse order, twice: one delivery, every copy acked."""
+    net, host, client = pair("nintendo-v0", echo=False, fragment_size=10)
+    cid = connect(net, client)
+    held: list[bytes] = []
+    net.hook = lambda d, s, t: (held.append(d), None)[1] if s == CLIENT and d[2] & 0x0F == 2 and not d[2] & 0x10 else d
+    client.send(cid, bytes(range(50)), net.now)
+    net.step()
+    assert len(held) == 5
+    net.hook = None
+    acks_before = host.statistics().get("acks_sent", 0)
+    for d in reversed(held + held):
+        host.receive_datagram(d, CLIENT, net.now)
+    assert host.statistics()["acks_sent"] - acks_before == 10
+    assert host.statistics()["duplicates"] == 5
+    net.run_until(lambda: len(messages(net, HOST)) == 1)
+    for _ in range(50):
+        net.step()
+    assert messages(net, HOST) == [bytes(range(50))]
+
+
+@pytest.mark.parametrize("variant", ["nintendo-v1", "rendezvous"])
+def test_sequence_id_rollover(variant: str) -> None:
+    net, host, client = pair(variant, Link(loss=0.1, reorder=0.3, seed=5), max_transmissions=10)
+    cid = connect(net, client)
+    c = client.connections[cid]
+    h = next(iter(host.connections.values()))
+    c._next_seq[0] = 0xFFF0
+    h._expected[0] = 0xFFF0
+    h._next_seq[0] = 0xFFF8
+    c._expected[0] = 0xFFF8
+    c._ping_seq = 0xFFFE
+    payloads = [bytes([i]) * 100 for i in range(40)]
+    for p in payloads:
+        client.send(cid, p, net.now)
+    net.run_until(lambda: len(messages(net, CLIENT)) == len(payloads))
+    assert messages(net, CLIENT) == payloads
+    assert c._next_seq[0] < 0x100 and h._next_seq[0] < 0x100
+
+
+def test_ping_ack_never_clears_data_in_flight() -> None:
+    net, host, client = pair("nintendo-v0", echo=False)
+    cid = connect(net, client)
+    c = client.connections[cid]
+    net.link.down = True
+    client.send(cid, b"x", net.now)
+    net.step()
+    key = next(k for k in c._inflight if k[0] == PacketType.DATA)
+    seq = key[2]
+    h = next(iter(host.connections.values()))
+    ping_ack = PrudpPacket(source=h.id.local_vport, destination=h.id.remote_vport, type=PacketType.PING, flags=Flag.ACK, session_id=h.local_session, sequence_id=seq)
+    ping_ack = h._sign(ping_ack)
+    client.receive_datagram(host.codec.encode(ping_ack), HOST, net.now)
+    assert key in c._inflight
+    assert client.statistics()["acks_unmatched"] == 1
+    data_ack = attrs.evolve(ping_ack, type=PacketType.DATA, fragment_id=0)
+    client.receive_datagram(host.codec.encode(h._sign(data_ack)), HOST, net.now)
+    assert key not in c._inflight
+
+
+def test_retransmission_backs_off_then_gives_up() -> None:
+    net, host, client = pair("nintendo-v1", echo=False, max_transmissions=5, ping_interval=1000.0)
+    cid = connect(net, client)
+    net.link.down = True
+    t0 = net.now
+    client.send(cid, b"lost", net.now)
+    net.run_until(lambda: any(isinstance(e, Disconnected) for e in net.events[CLIENT]), max_time=t0 + 100)
+    times = [t for t, src, d in net.sent if src == CLIENT and t >= t0]
+    gaps = [round(b - a, 6) for a, b in zip(times, times[1:])]
+    assert len(times) == 5
+    assert gaps == [1.0, 1.5, 2.25, 3.375]  # RTO 1 s, x1.5 per resend
+    (event,) = [e for e in net.events[CLIENT] if isinstance(e, Disconnected)]
+    assert "timeout" in event.reason
+
+
+def test_keep_alive_two_missed_pings_end_the_connection() -> None:
+    net, host, client = pair("rendezvous", echo=False)
+    connect(net, client)
+    start = net.now
+    net.run_until(lambda: net.now > start + 120)  # idle but alive: pings keep it up
+    assert not any(isinstance(e, Disconnected) for e in net.events[CLIENT] + net.events[HOST])
+    assert client.statistics()["pings_sent"] + host.statistics()["pings_sent"] >= 10
+    net.link.down = True
+    cut = net.now
+    net.run_until(lambda: any(isinstance(e, Disconnected) for e in net.events[CLIENT]), max_time=cut + 100)
+    (event,) = [e for e in net.events[CLIENT] if isinstance(e, Disconnected)]
+    assert event.reason == "keep-alive: two pings unanswered"
+    assert cut + 20 <= net.now <= cut + 31  # pings every 10 s: 2 missed → dead at the third due time
+
+
+@pytest.mark.parametrize("minor", [1, 4])
+def test_aggregate_acks(minor: int) -> None:
+    link = Link(loss=0.1, reorder=0.3, seed=11)
+    net, host, client = pair("nintendo-v1", link, aggregate_ack=True, minor_version=minor, max_transmissions=10)
+    cid = connect(net, client)
+    payloads = [bytes([i]) * 3000 for i in range(30)]
+    for p in payloads:
+        client.send(cid, p, net.now)
+    net.run_until(lambda: len(messages(net, CLIENT)) == len(payloads))
+    assert messages(net, CLIENT) == payloads
+    assert host.statistics()["aggregate_acks_sent"] > 0
+    assert client.statistics()["aggregate_acks_sent"] > 0
+    # DATA is acked only by aggregate acks: the individual acks are for handshake/ping traffic
+    assert host.statistics().get("acks_sent", 0) < 20
+
+
+def test_many_connections_on_one_socket_with_stream_types() -> None:
+    net, host, client = pair("nintendo-v0")
+    host.listen(port=1, stream_type=5)
+    cids = [client.connect(HOST, net.now) for _ in range(3)]
+    cids.append(client.connect(HOST, net.now, stream_type=5))
+    net.run_until(lambda: sum(isinstance(e, Connected) for e in net.events[CLIENT]) == 4)
+    assert len({c.local_vport for c in cids}) == 4
+    assert cids[3].local_vport >> 4 == 5 and cids[3].remote_vport == 0x51
+    for i, cid in enumerate(cids):
+        client.send(cid, f"hello {i}".encode(), net.now)
+    net.run_until(lambda: len(messages(net, CLIENT)) == 4)
+    by_conn = {e.connection: e.data for e in net.events[CLIENT] if isinstance(e, MessageReceived)}
+    assert by_conn == {cid: f"hello {i}".encode() for i, cid in enumerate(cids)}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_graceful_close(variant: str) -> None:
+    net, host, client = pair(variant)
+    cid = connect(net, client)
+    client.send(cid, b"last words", net.now)
+    client.close(cid, net.now)
+    net.run_until(lambda: any(isinstance(e, Disconnected) for e in net.events[HOST]))
+    net.run_until(lambda: any(isinstance(e, Disconnected) for e in net.events[CLIENT]))
+    assert messages(net, HOST) == [b"last words"]
+    assert [e.reason for e in net.events[CLIENT] if isinstance(e, Disconnected)] == ["closed"]
+    assert [e.reason for e in net.events[HOST] if isinstance(e, Disconnected)] == ["closed by peer"]
+
+
+def test_forced_disconnect() -> None:
+    net, host, client = pair("quazal-v0")
+    cid = connect(net, client)
+    client.abort(cid, net.now)
+    net.run_until(lambda: any(isinstance(e, Disconnected) for e in net.events[HOST]))
+    assert [e.reason for e in net.events[HOST] if isinstance(e, Disconnected)] == ["closed by peer (forced)"]
+
+
+def test_compression_shrinks_the_wire() -> None:
+    sizes = {}
+    for compress in (False, True):
+        net, host, client = pair("nintendo-v0", echo=False, compression=compress)
+        cid = connect(net, client)
+        before = sum(len(d) for _, s, d in net.sent if s == CLIENT)
+        client.send(cid, b"A" * 20000, net.now)
+        net.run_until(lambda: len(messages(net, HOST)) == 1)
+        assert messages(net, HOST) == [b"A" * 20000]
+        sizes[compress] = sum(len(d) for _, s, d in net.sent if s == CLIENT) - before
+    assert sizes[True] * 5 < sizes[False]
+
+
+def test_unreliable_data() -> None:
+    net, host, client = pair("nintendo-v1", echo=False)
+    cid = connect(net, client)
+    client.send_unreliable(cid, b"fire and forget", net.now)
+    net.run_until(lambda: len(messages(net, HOST)) == 1)
+    assert messages(net, HOST) == [b"fire and forget"]
+
+
+def test_bad_checksum_and_signature_are_dropped_and_counted() -> None:
+    net, host, client = pair("nintendo-v0", echo=False, max_transmissions=10)
+    cid = connect(net, client)
+    client.send(cid, b"payload", net.now)
+    net.hook = lambda d, s, t: d[:-1] + bytes([d[-1] ^ 1]) if s == CLIENT else d
+    net.step()
+    assert host.statistics()["dropped_AuthenticationError"] >= 1
+    codec = PacketCodec("nintendo-v0", "12345678")
+
+    def forge(d: bytes, s: object, t: object) -> bytes:
+        if s != CLIENT:
+            return d
+        (p,) = codec.decode(d)
+        return codec.encode(attrs.evolve(p, signature=b"\0\0\0\0")) if p.type == PacketType.DATA else d
+
+    net.hook = forge
+    for _ in range(5):
+        net.step()
+    assert host.statistics()["dropped_bad_signature"] >= 1
+    assert messages(net, HOST) == []
+    net.hook = None
+    net.run_until(lambda: len(messages(net, HOST)) == 1)
+
+
+# -- Rendez-Vous handshake ------------------------------------------------------
+def test_rendezvous_user_packet_completes_the_handshake() -> None:
+    net, host, client = pair("rendezvous")
+    cid = client.connect(HOST, net.now)
+    net.run_until(lambda: any(isinstance(e, Connected) for e in net.events[CLIENT]))
+    codec = PacketCodec("rendezvous", "12345678")
+    types = [codec.decode(d)[0].type for _, s, d in net.sent if s == CLIENT]
+    assert types[:3] == [PacketType.SYN, PacketType.CONNECT, PacketType.USER]
+    assert client.connections[cid].state == State.CONNECTED
+
+
+def test_rendezvous_multi_ack_request_is_mirrored() -> None:
+    net, host, client = pair("rendezvous", echo=False)
+    cid = connect(net, client)
+    c = client.connections[cid]
+    ping = c._sign(c._packet(PacketType.PING, Flag.NEED_ACK | Flag.MULTI_ACK, sequence_id=77))
+    host.receive_datagram(client.codec.encode(ping), CLIENT, net.now)
+    (answer,) = [client.codec.decode(d)[0] for d, _ in host.datagrams_to_send(net.now)]
+    assert answer.flags == Flag.ACK | Flag.MULTI_ACK and answer.sequence_id == 77
+
+
+def _refused(net: Net) -> list[str]:
+    return [e.reason for e in net.events[CLIENT] if isinstance(e, ConnectionFailed)]
+
+
+def test_rendezvous_wrong_certificate_is_refused() -> None:
+    net = Net()
+    host = net.add(HOST, EndpointCore(Settings("rendezvous", certificate=CERT)))
+    client = net.add(CLIENT, EndpointCore(Settings("rendezvous", certificate=generate_key().public_key())))
+    host.listen()
+    client.connect(HOST, net.now)
+    net.run_until(lambda: bool(_refused(net)))
+    (reason,) = _refused(net)
+    assert "connection refused" in reason and "signature" in reason
+    assert not any(isinstance(e, Connected) for e in net.events[CLIENT])
+
+
+@pytest.mark.parametrize(("offset", "what"), [(4 + 10, "signature"), (-5, "tag")])
+def test_rendezvous_tampered_signature_or_tag_is_refused(offset: int, what: str) -> None:
+    net, host, client = pair("rendezvous")
+    codec = PacketCodec("rendezvous", "12345678")
+
+    def tamper(d: bytes, s: object, t: object) -> bytes:
+        (p,) = codec.decode(d)
+        if p.type == PacketType.CONNECT and p.flags & Flag.ACK:
+            payload = bytearray(p.payload)
+            payload[offset] ^= 0x40
+            return codec.encode(attrs.evolve(p, payload=bytes(payload)))
+        return d
+
+    net.hook = tamper
+    client.connect(HOST, net.now)
+    net.run_until(lambda: bool(_refused(net)))
+    (reason,) = _refused(net)
+    assert what in reason
+
+
+def test_rendezvous_one_mebibyte_over_lossy_reordering_link() -> None:
+    net, host, client = pair("rendezvous", Link(loss=0.1, reorder=0.3, seed=7), echo=False)
+    cid = connect(net, client)
+    message = bytes((i * 31 + (i >> 9)) & 0xFF for i in range(1 << 20))
+    client.send(cid, message, net.now)
+    net.run_until(lambda: len(messages(net, HOST)) == 1, max_time=3600)
+    assert messages(net, HOST) == [message]
+    assert client.statistics()["retransmissions"] > 50
