@@ -146,7 +146,7 @@ def _checked(nonce: bytes) -> bytes:
 
 def nonce_builder(
     profile: VersionProfile,
-    network: NetworkType,
+    network: NetworkType | str,
     *,
     gathering_id: int | None = None,
     network_id: int | None = None,
@@ -156,7 +156,7 @@ def nonce_builder(
 
     Args:
         profile: the session's Pia version profile.
-        network: NEX, LAN, LDN or NPLN.
+        network: NEX, LAN, LDN or NPLN (the enum or its value, e.g. ``"lan"``).
         gathering_id: NEX only: the gathering (session) id from the server.
         network_id: LDN (5.x: the random u32 of the advertisement; 6.x: the
             CRC-32 of the SSID, see :func:`protocols.pia.keys.ldn6_network_id`)
@@ -173,6 +173,11 @@ def nonce_builder(
         ConfigError: an era without nonces (<= 5.6, AES-ECB), an undocumented
             combination (NEX 6.x, NPLN 5.x), or a missing/invalid parameter.
     """
+    if not isinstance(network, NetworkType):
+        try:
+            network = NetworkType(network)
+        except ValueError:
+            raise ConfigError(f"unknown network type {network!r} (choose nex, lan, ldn or npln)") from None
     if profile.cipher is Cipher.ECB_HMAC:
         raise ConfigError(f"Pia {profile.name} uses AES-ECB + HMAC-MD5: packets have no GCM nonce (spec §3.1)")
     hf = profile.header_format
@@ -202,7 +207,7 @@ def nonce_builder(
             return _checked(prefix + header.nonce)
 
         return npln
-    raise ConfigError(f"unknown network type {network!r}")
+    raise ConfigError(f"unknown network type {network!r}")  # pragma: no cover - the enum has four members
 
 
 def _nex(profile: VersionProfile, era: str, gathering_id: int) -> NonceBuilder:

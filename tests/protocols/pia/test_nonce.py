@@ -50,6 +50,13 @@ def test_d8_lan_nonce() -> None:
     assert build(Header(connection_id=0x2A), "192.168.1.10") == bytes.fromhex("c0a8010a2a02030405060708")
 
 
+def test_network_type_by_name() -> None:
+    build = nonce_builder(profile_for("5.18"), "lan")
+    assert build(Header(connection_id=0x2A), "192.168.1.10") == bytes.fromhex("c0a8010a2a02030405060708")
+    with pytest.raises(ConfigError):
+        nonce_builder(profile_for("5.18"), "wifi")
+
+
 # ---------------------------------------------------------------------------
 # Every era's layout, written out by hand
 
