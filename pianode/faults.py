@@ -546,31 +546,58 @@ class FaultySocket(trio.socket.SocketType):
     async def sendto(self, data: Buffer, *args: Any) -> int:
         flags, address = _split_sendto_args(args)
         payload = bytes(data)
-        await self._transmit(payload, flags, address, self._inner.sendto)
+        await self._transmit(payload, flags, address, connected=False)
         return len(payload)
 
     async def send(self, data: Buffer, flags: int = 0) -> int:
         payload = bytes(data)
-        await self._transmit(payload, flags, self._inner.getpeername(), None)
+        await self._transmit(payload, flags, self._inner.getpeername(), connected=True)
         return len(payload)
 
-    async def _transmit(self, payload: bytes, flags: int, address: Any, sendto: Any) -> None:
+    def sendto_nowait(self, data: Buffer, address: Any) -> int:
+        """Send through the faults without waiting or a checkpoint.
+
+        A full kernel send buffer drops the copy and counts it as
+        ``send_failed`` (UDP may drop it anyway) instead of waiting; other
+        errors (``EACCES`` for a broadcast without ``SO_BROADCAST``...) raise.
+        """
+        payload = bytes(data)
         factory = self._factory
-        counters = factory.injector.counters
         fate = factory.injector.fate(self._bound_ip, str(address[0]), int(address[1]), payload)
         for c in fate.copies:
             if c.delay > 0.0:
-                factory._deliver_later(c.delay, self._send_now, c.data, flags, address)
+                factory._deliver_later(c.delay, self._send_later, c.data, 0, address)
             else:
-                if sendto is None:
+                try:
+                    self._stdlib.sendto(c.data, address)
+                except BlockingIOError:
+                    factory.injector.counters["send_failed"] += 1
+                else:
+                    factory.injector.counters["delivered"] += 1
+        return len(payload)
+
+    async def _transmit(self, payload: bytes, flags: int, address: Any, *, connected: bool) -> None:
+        # Like Trio's own sockets: a cancelled send sends (and decides) nothing.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        factory = self._factory
+        counters = factory.injector.counters
+        fate = factory.injector.fate(self._bound_ip, str(address[0]), int(address[1]), payload)
+        scheduled = False
+        for c in fate.copies:
+            if c.delay > 0.0:
+                factory._deliver_later(c.delay, self._send_later, c.data, flags, address)
+            else:
+                if connected:
                     await self._inner.send(c.data, flags)
                 else:
-                    await sendto(c.data, flags, address)
+                    await self._inner.sendto(c.data, flags, address)
+                scheduled = True
                 counters["delivered"] += 1
-        if not fate.copies:
-            await trio.lowlevel.checkpoint()  # a lost datagram is still a schedule point
+        if not scheduled:
+            # A lost or delayed datagram is still a schedule point, as sendto is.
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
-    def _send_now(self, data: bytes, flags: int, address: Any) -> None:
+    def _send_later(self, data: bytes, flags: int, address: Any) -> None:
         counters = self._factory.injector.counters
         try:
             # A closed socket raises EBADF here: counted, like a kernel refusal.

@@ -577,3 +577,27 @@ async def test_repeat_memory_is_capped(autojump_clock: trio.testing.MockClock) -
     assert len(injector._current) == 10
     with pytest.raises(ValueError):
         FaultInjector(repeat_window=0.0)
+
+
+async def test_real_socket_sendto_nowait_applies_faults() -> None:
+    faults = LinkFaults(loss=0.3, duplicate=0.2, seed=12)
+    async with FaultInjectingSocketFactory(faults) as factory:
+        factory.install()
+        with udp() as rx, udp() as tx:
+            await rx.bind(("127.0.0.1", 0))
+            await tx.bind(("127.0.0.1", 0))
+            port = rx.getsockname()[1]
+            data = packets(60, b"nowait")
+            for d in data:
+                assert tx.sendto_nowait(d, ("127.0.0.1", port)) == len(d)  # type: ignore[attr-defined]
+            fates = [decide_fate(faults, "127.0.0.1", "127.0.0.1", port, d) for d in data]
+            expected = collections.Counter({d: len(f.copies) for d, f in zip(data, fates) if f.copies})
+            got: collections.Counter[bytes] = collections.Counter()
+            with trio.fail_after(5):
+                while sum(got.values()) < sum(expected.values()):
+                    await rx.wait_readable()  # type: ignore[attr-defined]
+                    got.update(drain(rx))
+            with pytest.raises(PermissionError):
+                tx.sendto_nowait(b"x", ("127.255.255.255", port))  # type: ignore[attr-defined]
+    assert got == expected
+    assert factory.statistics().duplicated > 0 and factory.statistics().lost > 0

@@ -486,3 +486,18 @@ async def test_non_string_hosts_are_type_errors(net: SimulatedNetwork, autojump_
         await sock.sendto(b"x", (2130706433, PORT))
     with pytest.raises(TypeError):
         await sock.bind("127.0.0.1")
+
+
+async def test_sendto_nowait_delivers_without_a_checkpoint(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
+    receiver = await bound("127.0.0.2")
+    sender = await bound("127.0.0.1")
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        # Not a checkpoint, so even a cancelled scope lets it through.
+        for n in range(3):
+            assert sender.sendto_nowait(b"%d" % n, ("127.0.0.2", PORT)) == 1  # type: ignore[attr-defined]
+    assert [d for d, _ in drain(receiver)] == [b"0", b"1", b"2"]
+    with pytest.raises(PermissionError):
+        sender.sendto_nowait(b"x", ("127.255.255.255", PORT))  # type: ignore[attr-defined]
