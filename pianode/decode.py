@@ -48,7 +48,7 @@ from protocols.errors import ConfigError, DecodeError
 from protocols.pia.header import MAGIC, PacketHeader, header_format_for_version, sniff_header_format
 from protocols.pia.message import Message, inflate_payload
 from protocols.pia.packet import PacketCodec, PacketReport
-from protocols.pia.versions import DOCUMENTED_VERSIONS, HeaderFormat, Proto, VersionProfile, profile_for
+from protocols.pia.versions import DOCUMENTED_VERSIONS, HeaderFormat, NetworkType, Proto, VersionProfile, profile_for
 
 __all__ = ["KINDS", "DecodeResult", "Decoder", "FlowTracker", "candidate_profiles", "to_jsonable"]
 
@@ -152,6 +152,8 @@ class DecodeResult:
     #: Raw bytes (hex) of datagrams no decoder claimed.
     data: str | None = None
     error: str | None = None
+    #: Something the decoder learned from this datagram (a LAN session key param).
+    note: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The output object: the issue's fields always, the others when they say something."""
@@ -180,6 +182,8 @@ class DecodeResult:
         if self.data is not None:
             out["data"] = self.data
         out["error"] = self.error
+        if self.note is not None:
+            out["note"] = self.note
         return out
 
 
@@ -240,6 +244,8 @@ class Decoder:
         self._codecs: dict[tuple[int, int], tuple[PacketCodec, PacketCodec | None, KeySet]] = {}
         self._subdecode = _subprotocol_decoder()
         self._nex_streams: dict[tuple[str | None, str | None], dict[Any, Any]] = {}
+        # Browse requests seen, by requester: (challenge key, challenge plaintext, broadcast address).
+        self._lan_requests: dict[str, tuple[bytes, bytes, str]] = {}
         #: Results per kind, and authenticated true/false/null counts.
         self.kinds: collections.Counter[str] = collections.Counter()
         self.auth: collections.Counter[str] = collections.Counter()
@@ -402,8 +408,60 @@ class Decoder:
             except (DecodeError, ConfigError) as exc:
                 first_error = first_error or _one_line(exc)
                 continue
-            return self._base(d, kind, profile=profile.name, profile_assumed=assumed, lan=to_jsonable(value))
+            if isinstance(value, BrowseRequest):
+                auth, error, note = self._lan_request(d, value)
+            else:
+                auth, error, note = self._lan_reply(d, value)
+            return self._base(
+                d, kind, profile=profile.name, profile_assumed=assumed, lan=to_jsonable(value),
+                authenticated=auth, error=error, note=note,
+            )
         return self._base(d, kind, data=d.data.hex(), error=first_error or "no LAN profile fits")
+
+    def _lan_request(self, d: Datagram, request: Any) -> tuple[bool | None, str | None, str | None]:
+        """Open the crypto challenge with the game key (spec §6.4 step 1): the browser knows the key."""
+        from protocols.pia.lan import open_challenge_request
+
+        chal = request.challenge
+        game_key = self.ctx.game_key
+        if chal is None or not chal.enabled or game_key is None or d.dst is None:
+            return None, None, None
+        broadcast = _source_ip(d.dst)  # the request is sent to the broadcast address (§6.1)
+        try:
+            plaintext = open_challenge_request(chal, game_key, broadcast, backend=self._backend)
+        except (DecodeError, ConfigError) as exc:
+            return False, f"challenge: {_one_line(exc)}", None
+        if d.src is not None:
+            self._lan_requests[d.src] = (chal.key, plaintext, broadcast)
+        return True, None, None
+
+    def _lan_reply(self, d: Datagram, reply: Any) -> tuple[bool | None, str | None, str | None]:
+        """Check the challenge reply against the request it answers (§6.4 step 3) and learn the session key param."""
+        from protocols.pia.lan import verify_challenge_reply
+
+        auth: bool | None = None
+        error: str | None = None
+        game_key = self.ctx.game_key
+        request = self._lan_requests.get(d.dst) if d.dst is not None else None
+        chal = reply.challenge
+        if game_key is not None and chal is not None and chal.enabled and request is not None:
+            request_key, plaintext, broadcast = request
+            try:
+                verify_challenge_reply(chal, game_key, request_key, plaintext, broadcast, backend=self._backend)
+                auth = True
+            except (DecodeError, ConfigError) as exc:
+                auth, error = False, f"challenge reply: {_one_line(exc)}"
+        param = getattr(reply.session, "session_key_param", None)
+        ctx = self.ctx
+        if (
+            auth is not False and isinstance(param, bytes) and game_key is not None and ctx.session_key is None
+            and ctx.session_param is None and ctx.network in (None, NetworkType.LAN)
+        ):
+            # What a joining console does next (§6.6): derive the session key from the advertised param.
+            self.ctx = attrs.evolve(ctx, session_param=param, network=NetworkType.LAN, _cache={})
+            self._codecs.clear()
+            return auth, error, "session key param learned: later packets use the LAN session key derived from it"
+        return auth, error, None
 
     # -- PRUDP ------------------------------------------------------------
     def _prudp(self, d: Datagram) -> DecodeResult:
@@ -488,10 +546,12 @@ def _lan_candidates(data: bytes, kind: str) -> list[VersionProfile]:
             continue
         seen[(p.lan_system_version, p.lan_challenge_version, v >= (6, 0), v >= (5, 10), v >= (5, 3))] = p
     ordered = sorted(seen.values(), key=lambda p: p.version)
-    if kind == "lan-browse-reply" and len(data) > 5 + 0x27:
-        # LanSessionInfo 5.3+: system communication version at 0x26 (spec §6.3).
-        sys_ver = data[5 + 0x26]
-        ordered.sort(key=lambda p: p.lan_system_version != sys_ver)
+    size = int.from_bytes(data[1:5], "big")
+    # The challenge (request or reply) starts with its version right after the block (spec §6.4).
+    chal_ver = data[5 + size] if len(data) > 5 + size else None
+    sys_ver = data[5 + 0x26] if kind == "lan-browse-reply" and len(data) > 5 + 0x27 else None
+    # LanSessionInfo 5.3+: system communication version at 0x26 (spec §6.3).
+    ordered.sort(key=lambda p: (p.lan_challenge_version != chal_ver, sys_ver is not None and p.lan_system_version != sys_ver))
     return ordered
 
 

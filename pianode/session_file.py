@@ -270,6 +270,14 @@ class DecodeContext:
     _cache: dict[tuple[int, int], KeySet] = attrs.field(factory=dict, eq=False, repr=False, alias="_cache")
 
     @property
+    def awaits_lan_param(self) -> bool:
+        """A LAN game key without its session param: a browse reply in the capture can supply it (§6.6)."""
+        return (
+            self.game_key is not None and self.session_key is None and self.session_param is None
+            and self.network in (None, NetworkType.LAN)
+        )
+
+    @property
     def has_key_material(self) -> bool:
         return any(v is not None for v in (self.session_key, self.hmac_key, self.game_key))
 
@@ -418,5 +426,8 @@ def _build(raw: Mapping[str, Any]) -> DecodeContext:
     if ctx.profile is not None and ctx.prudp is None:
         ks = ctx.keys_for(ctx.profile)
         if ks.problem is not None and ctx.has_key_material:
-            raise ConfigError(ks.problem)
+            if not ctx.awaits_lan_param:
+                raise ConfigError(ks.problem)
+            warnings.append("no session_param: the LAN session key will be derived from a browse reply in the capture")
+            ctx = attrs.evolve(ctx, warnings=tuple(warnings), _cache={})
     return ctx

@@ -488,3 +488,85 @@ def test_cli_flows(captures: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli([str(captures / "nDPI-nintendo.pcap"), "--flows", "--format", "table"], capsys)
     assert "connection 142: packet ids 1-267 (266), missing [199]" in out
     assert "run from frame 325: connection 142 x266, ids 1..267, other steps [[198, 200]]" in out
+
+
+# --------------------------------------------------------------------------
+# LAN browse: challenge checked with the game key, session key learned as a console does
+
+
+def _lan_exchange(version: str) -> tuple[list[tuple[bytes, str, str]], bytes]:
+    from protocols.pia.keys import lan_session_key
+    from protocols.pia.lan import (
+        BrowseReply,
+        BrowseRequest,
+        LanHostAddress,
+        LanSessionInfo,
+        seal_challenge_reply,
+        seal_challenge_request,
+    )
+    from protocols.pia.lan_criteria import LanSessionSearchCriteria
+
+    p = profile_for(version)
+    gk = bytes.fromhex(SMM2)
+    chal_pt = bytes(range(256))
+    req_chal = seal_challenge_request(gk, version=p.lan_challenge_version or 0, key=b"\x11" * 16, plaintext=chal_pt,
+                                      counter=1, broadcast_ip="192.168.1.255")
+    request = BrowseRequest(LanSessionSearchCriteria.build(game_mode=1), req_chal).encode(p)
+    rep_chal, param = seal_challenge_reply(gk, req_chal, chal_pt, key=b"\x22" * 16, counter=2,
+                                           broadcast_ip="192.168.1.255")
+    info = LanSessionInfo(
+        game_mode=1, network_id=0xB2D7C002, host=LanHostAddress("192.168.1.20", 49152, 1, 2, 3),
+        current_participants=1, min_participants=1, max_participants=4, system_communication_version=p.lan_system_version,
+        application_communication_version=3, session_type=1, session_key_param=param,
+    )
+    reply = BrowseReply(info, rep_chal).encode(p)
+    key = lan_session_key(gk, param)
+    codec = PacketCodec(p, key, nonce_builder(p, NetworkType.LAN))
+    msg = Message(p.protocol_id(Proto.UNRELIABLE), 0, b"after browse", flags=p.bitmap_flag, destination=1,
+                  source_constant_id=None if p.message_format.value == "M-F" else 5)
+    header = (PacketHeader(True, 1, connection_id=3, nonce=b"\x01" * 8) if p.has_connection_id else
+              PacketHeader(True, 1, destination_variable_id=2, source_variable_id=7, nonce=b"\x01" * 8))
+    data = codec.encode(Packet(header, (msg,)), "192.168.1.20")
+    return [
+        (request, "192.168.1.10:49152", "192.168.1.255:30000"),
+        (reply, "192.168.1.20:30000", "192.168.1.10:49152"),
+        (data, "192.168.1.20:49152", "192.168.1.10:49152"),
+    ], param
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.45"])
+def test_lan_browse_then_data_with_only_the_game_key(tmp_path: Path, version: str) -> None:
+    from pianode.capture import PcapWriter
+
+    exchange, param = _lan_exchange(version)
+    path = tmp_path / "lan.pcap"
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        for i, (data, src, dst) in enumerate(exchange):
+            w.write_udp(data, src, dst, time=float(i))
+    for session in ({"game_key": SMM2}, {"game_key": SMM2, "network": "lan", "version": version}):
+        results, _ = decode_file(path, **session)
+        req, rep, pkt = results
+        assert (req.kind, req.authenticated, req.error) == ("lan-browse-request", True, None)
+        assert req.lan is not None and req.lan["challenge"]["version"] == profile_for(version).lan_challenge_version
+        assert (rep.kind, rep.authenticated, rep.error) == ("lan-browse-reply", True, None)
+        assert rep.lan is not None and rep.lan["session"]["session_key_param"] == param.hex()
+        assert rep.note is not None and rep.note.startswith("session key param learned")
+        assert "version" in session or (req.profile_assumed and rep.profile_assumed)
+        assert (pkt.kind, pkt.authenticated, pkt.error) == ("pia", True, None)
+        assert pkt.messages is not None and pkt.messages[0]["payload"] == b"after browse".hex()
+
+
+def test_lan_browse_with_the_wrong_game_key_is_not_authenticated(tmp_path: Path) -> None:
+    exchange, _ = _lan_exchange("5.18")
+    dec = Decoder(load_session(None, {"game_key": SPLATOON2}))
+    results = [dec.decode(Datagram(index=i, data=d, src=s, dst=t)) for i, (d, s, t) in enumerate(exchange)]
+    assert results[0].authenticated is False and results[0].error is not None
+    assert results[0].error.startswith("challenge: GCM tag mismatch")
+    assert results[1].authenticated is None  # no verified request to match it against
+    # The param is still learned (a console would have refused; we show what the key gives):
+    assert results[2].authenticated is False
+    # Without a game key the browse packets decode, unchecked.
+    plain = Decoder(load_session(None, {}))
+    assert [plain.decode(Datagram(index=i, data=d, src=s, dst=t)).authenticated
+            for i, (d, s, t) in enumerate(exchange)] == [None, None, None]

@@ -125,7 +125,6 @@ def test_prudp_only_session_is_valid(tmp_path: Path) -> None:
         ({"version": "5.18", "session_key": "00" * 16}, "give network"),
         ({"version": "5.18", "network": "ldn", "session_key": "00" * 16, "network_id": 1}, "MAC addresses"),
         ({"version": "5.18", "network": "nex", "game_key": SMM2}, "NEX session keys come from the server"),
-        ({"version": "5.18", "network": "lan", "game_key": SMM2}, "32-byte session_param"),
         ({"network": "wifi"}, "network must be one of nex, lan, ldn, npln"),
         ({"session_param": "zz"}, "session_param is 64 hex digits"),
         ({"ssid": "0011"}, "ssid must be 16 bytes"),
@@ -140,6 +139,15 @@ def test_bad_settings_are_one_line_config_errors(settings: dict[str, object], me
     with pytest.raises(ConfigError, match=message) as info:
         load_session(None, settings)
     assert "\n" not in str(info.value)
+
+
+def test_lan_game_key_without_param_waits_for_a_browse_reply() -> None:
+    ctx = load_session(None, {"version": "5.18", "network": "lan", "game_key": SMM2})
+    assert ctx.awaits_lan_param
+    assert ctx.warnings == ("no session_param: the LAN session key will be derived from a browse reply in the capture",)
+    keys = ctx.keys_for(profile_for("5.18"))
+    assert keys.session_key is None
+    assert keys.problem == "a LAN session key derives from the 32-byte session_param (64 hex digits)"
 
 
 def test_undocumented_version_names_neighbours_unless_nearest_allowed() -> None:
