@@ -95,12 +95,20 @@ HEADER_VERSIONS: dict[HeaderFormat, frozenset[int]] = {
 }
 _FORMAT_BY_VERSION: dict[int, HeaderFormat] = {v: f for f, vs in HEADER_VERSIONS.items() for v in vs}
 
-_A, _B, _C, _D, _E, _F, _G = HeaderFormat.A, HeaderFormat.B, HeaderFormat.C, HeaderFormat.D, HeaderFormat.E, HeaderFormat.F, HeaderFormat.G
+# Layouts bound to module names for identity tests on the per-packet path.
+_A, _B, _C, _D, _E, _F, _G = (
+    HeaderFormat.A,
+    HeaderFormat.B,
+    HeaderFormat.C,
+    HeaderFormat.D,
+    HeaderFormat.E,
+    HeaderFormat.F,
+    HeaderFormat.G,
+)
 _NO_VERSIONS: frozenset[int] = frozenset()
 _V_C, _V_D, _V_E, _V_F, _V_G = (HEADER_VERSIONS[f] for f in (_C, _D, _E, _F, _G))
 
 _ZERO8 = bytes(8)
-_ZERO16 = bytes(16)
 
 
 @attrs.frozen

@@ -267,7 +267,8 @@ def header_for(draw: st.DrawFn, profile: VersionProfile) -> PacketHeader:
     pid = draw(u16)
     nonce = draw(st.binary(min_size=8, max_size=8))
     if fmt is HeaderFormat.A:
-        return PacketHeader(enc, pid, draw(u8), None, draw(u16), draw(u16), tag=draw(st.binary(min_size=16, max_size=16)))
+        tag = draw(st.binary(min_size=16, max_size=16))
+        return PacketHeader(enc, pid, draw(u8), None, draw(u16), draw(u16), tag=tag)
     if fmt is HeaderFormat.B:
         return PacketHeader(
             enc, pid, draw(u8), None, draw(u16), draw(u16), nonce=nonce, tag=draw(st.binary(min_size=16, max_size=16))

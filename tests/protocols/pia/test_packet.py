@@ -292,7 +292,8 @@ def packet_for(draw: st.DrawFn, profile: VersionProfile) -> Packet:
     pid = draw(u16)
     nonce = draw(st.binary(min_size=8, max_size=8))
     if fmt in (HeaderFormat.A, HeaderFormat.B):
-        header = PacketHeader(enc, pid, draw(u8), None, draw(u16), draw(u16), nonce=nonce if fmt is HeaderFormat.B else b"")
+        hn = nonce if fmt is HeaderFormat.B else b""
+        header = PacketHeader(enc, pid, draw(u8), None, draw(u16), draw(u16), nonce=hn)
     elif fmt in (HeaderFormat.C, HeaderFormat.D):
         header = PacketHeader(enc, pid, draw(u8), nonce=nonce)
     else:
