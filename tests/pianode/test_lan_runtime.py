@@ -180,3 +180,74 @@ async def test_browse_without_hosts_times_out_on_trio_time(autojump_clock: trio.
     found = await browse(P518, KEY, broadcast=(DEFAULT_BROADCAST, port), timeout=5.0)
     assert found == []
     assert trio.current_time() - start == pytest.approx(5.0)
+
+
+# -- CLI -------------------------------------------------------------------------------
+def _cli(*argv: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "pianode", "lan", *argv]
+
+
+async def test_cli_host_and_browse_jsonl_and_table() -> None:
+    import json
+    import subprocess
+
+    port = _free_port()
+    key = KEY.hex()
+    host_cmd = _cli("host", "--game-key", key, "--address", "127.0.0.6", "--max", "6", "--name", "cli-host",
+                    "--duration", "8", "--bind", f"0.0.0.0:{port}")  # fmt: skip
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            host = await nursery.start(
+                lambda task_status: trio.run_process(host_cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                                     check=False, task_status=task_status)
+            )  # fmt: skip
+            assert host.stdout is not None
+            first = b""
+            while b"\n" not in first:  # the host prints one line once it listens
+                chunk = await host.stdout.receive_some(4096)
+                assert chunk, "host exited before listening"
+                first += chunk
+            assert b"hosting network id 0x0006c000" in first
+            browse_cmd = _cli("browse", "--game-key", key, "--broadcast", f"127.255.255.255:{port}", "--timeout", "1")
+            jl = await trio.run_process([*browse_cmd, "--format", "jsonl"], capture_stdout=True, check=False)
+            table = await trio.run_process(browse_cmd, capture_stdout=True, check=False)
+            host.terminate()
+    assert jl.returncode == 0 and table.returncode == 0
+    (rec,) = [json.loads(line) for line in jl.stdout.decode().splitlines()]
+    const, nid = lan_identity("127.0.0.6", 49152)
+    assert (rec["network_id"], rec["host_address"], rec["host_port"]) == (nid, "127.0.0.6", 49152)
+    assert (rec["current_participants"], rec["max_participants"], rec["system_communication_version"]) == (1, 6, 7)
+    assert rec["stations"] == [{"role": 1, "encoding": 1, "username": "cli-host", "constant_id": const}]
+    assert rec["session_key"] == lan_session_key(KEY, bytes.fromhex(rec["session_key_param"])).hex()
+    lines = table.stdout.decode().splitlines()
+    assert lines[0].split() == ["HOST", "NETWORK", "ID", "PLAYERS", "MAX", "SYS", "VER", "APP", "VER"]
+    assert lines[1].split() == ["127.0.0.6:49152", "0x0006c000", "1", "6", "7", "0"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("browse", "--game-key", "nothex"),
+        ("browse", "--game-key", KEY.hex(), "--timeout", "soon"),
+        ("browse", "--game-key", KEY.hex(), "--format", "xml"),
+        ("host", "--game-key", KEY.hex(), "--max", "-3"),
+        ("host", "--game-key", KEY.hex(), "--version", "9.9"),
+        ("host", "--game-key", KEY.hex(), "--address", "not-an-ip", "--duration", "0"),
+    ],
+)
+def test_cli_bad_flags_one_line_exit_2(argv: tuple[str, ...]) -> None:
+    import subprocess
+
+    res = subprocess.run(_cli(*argv), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1 and res.stderr.startswith("pianode lan: ")
+
+
+def test_cli_browse_finds_nothing_exit_1() -> None:
+    import subprocess
+
+    cmd = _cli("browse", "--game-key", KEY.hex(), "--broadcast", f"127.255.255.255:{_free_port()}", "--timeout", "0.2")
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "0 session(s) found" in res.stdout
