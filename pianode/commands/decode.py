@@ -17,7 +17,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from pianode.capture import Capture, CaptureError, open_capture
 from pianode.cli import CliError
@@ -62,6 +62,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     g.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None,
                    help="AES-GCM backend (default: fastest installed)")
     p.set_defaults(handler=run)
+
+    def one_line_error(message: str) -> NoReturn:
+        # A bad flag value is a user error like any other: one line, status 2 (no usage dump).
+        print(f"pianode decode: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    p.error = one_line_error  # type: ignore[method-assign]
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -251,11 +258,21 @@ def render_row(r: DecodeResult, t0: float | None = None) -> str:
                 f" session={p['session_id']} {len(p.get('payload', '')) // 2} B {_short_hex(body or '')}"
             )
     elif r.kind.startswith("lan-"):
-        head += f"  LAN {r.profile}{'?' if r.profile_assumed else ''} {r.size} B"
+        profile = f" {r.profile}{'?' if r.profile_assumed else ''}" if r.profile else ""
+        head += f"  LAN{profile} {_auth(r.authenticated).replace('auth', 'challenge')} {r.size} B"
         if r.lan:
-            lines.append(f"{'':>8}{_fields(r.lan)}")
+            for part in ("search", "session"):
+                if isinstance(r.lan.get(part), dict):
+                    body = _fields(r.lan[part], skip=("attributes", "stations", "application_data_padding"))
+                    lines.append(f"{'':>8}{part}: {body}")
+            chal = r.lan.get("challenge")
+            if isinstance(chal, dict):
+                lines.append(f"{'':>8}challenge: version={chal.get('version')} enabled={chal.get('enabled')}"
+                             f" counter={chal.get('counter')} key={chal.get('key')}")
     else:
         head += f"  {r.size} B {_short_hex(r.data or '')}"
+    if r.note is not None:
+        lines.append(f"{'':>8}note: {r.note}")
     if r.error is not None:
         lines.append(f"{'':>8}! {r.error}")
     return "\n".join([head, *lines])

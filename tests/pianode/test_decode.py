@@ -570,3 +570,24 @@ def test_lan_browse_with_the_wrong_game_key_is_not_authenticated(tmp_path: Path)
     plain = Decoder(load_session(None, {}))
     assert [plain.decode(Datagram(index=i, data=d, src=s, dst=t)).authenticated
             for i, (d, s, t) in enumerate(exchange)] == [None, None, None]
+
+
+@pytest.mark.parametrize("argv", [["x.pcap", "--format", "xml"], [], ["x.pcap", "--backend", "openssl"]])
+def test_cli_bad_flag_values_are_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["decode", *argv])
+    _, err = capsys.readouterr()
+    assert info.value.code == 2 and err.count("\n") == 1 and err.startswith("pianode decode: ")
+
+
+def test_lan_rows_in_the_table(tmp_path: Path) -> None:
+    from pianode.commands.decode import render_row
+
+    exchange, _ = _lan_exchange("5.18")
+    dec = Decoder(load_session(None, {"game_key": SMM2}))
+    rows = [render_row(dec.decode(Datagram(index=i, data=d, src=s, dst=t))) for i, (d, s, t) in enumerate(exchange)]
+    assert "lan-browse-request  LAN 5.18? challenge ok 873 B" in rows[0]
+    assert "challenge: version=2 enabled=True counter=1 key=11111111111111111111111111111111" in rows[0]
+    assert "lan-browse-reply  LAN 5.18? challenge ok 1360 B" in rows[1]
+    assert "note: session key param learned" in rows[1]
+    assert "auth ok 80 B" in rows[2]
