@@ -16,7 +16,9 @@ Sending
     a bounded send buffer; when a message does not fit, ``send`` raises
     :class:`SendBufferFull` and changes nothing (:meth:`can_send` asks first).
     At most ``window_size`` segments past the lowest unacknowledged one are in
-    flight.  A segment unacknowledged for one RTO is sent again; the timeout grows
+    flight.  A segment unacknowledged for one RTO is sent again (earlier, "fast",
+    when ``fast_retransmit`` later segments were acknowledged and a smoothed RTT
+    plus deviation has passed since it was sent); the timeout grows
     by ``backoff`` per retry up to ``max_rto``.  After ``max_retries``
     retransmissions of one segment, or ``give_up_after`` seconds without an ack
     for the oldest one, the peer is considered failed (:attr:`failed`).
@@ -134,6 +136,9 @@ class WindowConfig:
     max_retries: int = 10
     give_up_after: float = 30.0
     ack_delay: float = 0.0
+    #: a segment is resent before its timeout once this many later ones are acknowledged
+    #: and it has been out for the smoothed RTT plus its deviation (0 disables)
+    fast_retransmit: int = 3
 
     def __attrs_post_init__(self) -> None:
         if self.layout not in _SUPPORTED:
@@ -172,6 +177,7 @@ class WindowConfig:
 class WindowStatistics:
     sent: int  # segments sent for the first time
     retransmitted: int
+    fast_retransmits: int  # of which triggered by later acks rather than the timeout
     acked: int  # our segments acknowledged by the peer
     delivered: int  # messages handed to the application
     duplicates: int  # segments received again
@@ -571,6 +577,7 @@ class ReliableWindow:
                     newly.append(n)
             i += 1
         sample: float | None = None
+        highest = max(newly, default=-1)
         for n in newly:
             seg = self._out.pop(n)
             self._stats["acked"] += 1
@@ -581,5 +588,29 @@ class ReliableWindow:
             self._stats["rtt_samples"] += 1
         while self._base < self._next and self._base not in self._out:
             self._base += 1
+        if self.config.fast_retransmit and highest > self._base:
+            self._fast_retransmit(highest, now)
         if self._sent_hi < self._next and self._window_open():
             self._queued_at = now
+
+    def _fast_retransmit(self, highest: int, now: float) -> None:
+        """Make holes below *highest* due now when enough later ids are acknowledged."""
+        est = self.rtt
+        # One smoothed RTT plus its deviation: long enough for the segment's own ack to
+        # have come back, so mere reordering rarely triggers a resend.
+        wait = est.rto if est.smoothed is None or est.variance is None else est.smoothed + est.variance
+        later_acked = 0
+        for n in range(highest, self._base - 1, -1):
+            seg = self._out.get(n)
+            if seg is None:
+                later_acked += 1
+                continue
+            if (
+                later_acked >= self.config.fast_retransmit
+                and seg.sent_at is not None
+                and seg.deadline is not None
+                and now - seg.sent_at >= wait
+                and seg.deadline > now
+            ):
+                seg.deadline = now
+                self._stats["fast_retransmits"] += 1

@@ -422,3 +422,30 @@ def test_legacy_fragments_end_with_flag_2_and_bitmap_acks() -> None:
     assert data.header.ack_id == 0xFFFFF832 and data.header.flags == 3
     a.receive(data.header, data.payload, 0.05)
     assert a.buffered == 0
+
+
+@pytest.mark.parametrize("fast", [3, 0])
+def test_fast_retransmit_on_later_acks(fast: int) -> None:
+    cfg = WindowConfig(min_rto=0.5, fast_retransmit=fast)
+    a, b = ReliableWindow(cfg), ReliableWindow(cfg)
+    # One exchange gives a an RTT sample of 0.1 s (smoothed 0.1, deviation 0.05, RTO floor 0.5).
+    a.send(b"warm-up", 0.0)
+    for seg in a.segments_to_send(0.0):
+        b.receive(seg.header, seg.payload, 0.05)
+    for seg in b.segments_to_send(0.05):
+        a.receive(seg.header, seg.payload, 0.1)
+    assert a.rtt.smoothed == pytest.approx(0.1) and a.rtt.rto == 0.5
+    for i in range(10):
+        a.send(b"m%d" % i, 1.0)
+    segs = a.segments_to_send(1.0)
+    for seg in segs[1:]:  # the first one is lost
+        b.receive(seg.header, seg.payload, 1.05)
+    (ack,) = b.segments_to_send(1.05)
+    a.receive(ack.header, ack.payload, 1.2)  # 0.2 s after sending >= 0.1 + 0.05
+    again = a.segments_to_send(1.2)
+    if fast:
+        assert [s.header.sequence_id for s in again] == [segs[0].header.sequence_id]
+        assert a.statistics().fast_retransmits == 1
+    else:
+        assert again == []  # waits for the timeout at 1.5
+        assert [s.header.sequence_id for s in a.segments_to_send(1.5)] == [segs[0].header.sequence_id]
