@@ -498,18 +498,20 @@ class FaultingSocketFactory(trio.abc.SocketFactory):
 
     async def __aexit__(
         self, etype: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> None:
         manager, nursery = self._nursery_manager, self._nursery
         assert manager is not None and nursery is not None, "__aexit__ without __aenter__"
         self._nursery_manager = self._nursery = None
         nursery.cancel_scope.cancel()
         try:
-            return bool(await manager.__aexit__(etype, exc, tb))
+            # Never suppresses: only our own cancel() hits the nursery's scope,
+            # and the body has finished by then.
+            await manager.__aexit__(etype, exc, tb)
         except BaseExceptionGroup as group:
             # The nursery wraps the body's own exception in a group; hand the
             # caller the original instead (the delay task itself never fails).
             if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
-                return False
+                return
             raise
 
     def _deliver_later(self, delay: float, fn: Callable[..., None], *args: Any) -> None:
@@ -564,17 +566,35 @@ class FaultySocket(trio.socket.SocketType):
         payload = bytes(data)
         factory = self._factory
         fate = factory.injector.fate(self._bound_ip, str(address[0]), int(address[1]), payload)
+        sent_now = False
         for c in fate.copies:
             if c.delay > 0.0:
                 factory._deliver_later(c.delay, self._send_later, c.data, 0, address)
             else:
+                sent_now = True
                 try:
                     self._stdlib.sendto(c.data, address)
                 except BlockingIOError:
                     factory.injector.counters["send_failed"] += 1
                 else:
                     factory.injector.counters["delivered"] += 1
+        if not sent_now:
+            self._check_broadcast_permission(address)
         return len(payload)
+
+    def _check_broadcast_permission(self, address: Any) -> None:
+        """Raise what the kernel would have for a broadcast without ``SO_BROADCAST``.
+
+        Needed when the faults dropped or delayed every copy, so the kernel never
+        saw the send; a lost datagram must not hide a programming error.  Only
+        ``255.255.255.255`` and ``x.x.x.255`` are recognised (the usual /24 and /8
+        broadcast addresses).
+        """
+        host = str(address[0])
+        if (host == "255.255.255.255" or host.endswith(".255") or host == "<broadcast>") and not self._stdlib.getsockopt(
+            _stdlib_socket.SOL_SOCKET, _stdlib_socket.SO_BROADCAST
+        ):
+            raise PermissionError(errno.EACCES, "Permission denied (broadcast needs SO_BROADCAST)")
 
     async def _transmit(self, payload: bytes, flags: int, address: Any, *, connected: bool) -> None:
         # Like Trio's own sockets: a cancelled send sends (and decides) nothing.
@@ -594,6 +614,7 @@ class FaultySocket(trio.socket.SocketType):
                 scheduled = True
                 counters["delivered"] += 1
         if not scheduled:
+            self._check_broadcast_permission(address)
             # A lost or delayed datagram is still a schedule point, as sendto is.
             await trio.lowlevel.cancel_shielded_checkpoint()
 

@@ -163,10 +163,10 @@ def _parse_address(address: object) -> Address:
 
 
 @functools.lru_cache(maxsize=4096)
-def _numeric_ipv4(host: object) -> str:
+def _numeric_ipv4(host: str) -> str:
     """The canonical dotted form of a numeric IPv4 address (cached: every send asks)."""
     try:
-        return str(ipaddress.IPv4Address(host))  # type: ignore[arg-type]
+        return str(ipaddress.IPv4Address(host))
     except ValueError:  # AddressValueError is one
         raise _oserror(errno.EINVAL, f"the simulated network takes numeric IPv4 addresses only, not {host!r}") from None
 
