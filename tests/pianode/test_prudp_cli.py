@@ -1,0 +1,84 @@
+"""``pianode prudp serve`` and ``pianode prudp connect`` as real processes on loopback."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from protocols.prudp.rendezvous import generate_key, public_bytes
+
+
+def _run(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pianode", *argv], capture_output=True, text=True, timeout=timeout)
+
+
+class Server:
+    def __init__(self, *argv: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pianode", "prudp", "serve", *argv, "--duration", "30"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.lines: list[str] = []
+        for _ in range(3):
+            line = self.proc.stdout.readline()
+            self.lines.append(line)
+            if m := re.search(r"listening on (127\.0\.0\.1):(\d+)", line):
+                self.address = f"{m[1]}:{m[2]}"
+                return
+        self.close()
+        raise AssertionError(f"server did not start: {self.lines}")
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.communicate(timeout=10)  # reaps the process and closes both pipes
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    s = Server(*request.param)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize(
+    "server", [("--variant", "nintendo-v0", "--access-key", "6f599f81"), ("--variant", "quazal-v0")], indirect=True
+)
+def test_connect_prints_round_trips(server: Server) -> None:
+    variant = server.proc.args[server.proc.args.index("--variant") + 1]  # type: ignore[union-attr]
+    extra = ["--access-key", "6f599f81"] if variant == "nintendo-v0" else []
+    out = _run("prudp", "connect", "--variant", variant, *extra, server.address, "--count", "4", "--size", "3000")
+    assert out.returncode == 0, out.stderr
+    assert len(re.findall(r"^seq=\d+ bytes=3000 rtt=[\d.]+ ms$", out.stdout, re.M)) == 4
+    assert re.search(r"4 messages, 0 mismatched; rtt min/avg/max/stdev = [\d.]+/[\d.]+/[\d.]+/[\d.]+ ms", out.stdout)
+
+
+@pytest.mark.parametrize("server", [("--variant", "rendezvous")], indirect=True)
+def test_rendezvous_trust_and_refusal(server: Server) -> None:
+    key = re.search(r"--trust\): ([0-9a-f]{128})", "".join(server.lines))
+    assert key is not None
+    ok = _run("prudp", "connect", "--variant", "rendezvous", server.address, "--trust", key[1], "--count", "2")
+    assert ok.returncode == 0, ok.stderr
+    other = public_bytes(generate_key()).hex()
+    bad = _run("prudp", "connect", "--variant", "rendezvous", server.address, "--trust", other, "--count", "2")
+    assert bad.returncode == 2
+    assert "host key signature does not verify" in bad.stderr
+    assert bad.stderr.count("\n") == 1  # one line, no traceback
+
+
+def test_wrong_access_key_gets_no_answer() -> None:
+    s = Server("--variant", "nintendo-v0", "--access-key", "aaaaaaaa")
+    try:
+        out = _run("prudp", "connect", "--variant", "nintendo-v0", "--access-key", "bbbbbbbb", s.address, "--timeout", "10")
+    finally:
+        s.close()
+    assert out.returncode == 2
+    assert "no answer to SYN" in out.stderr
