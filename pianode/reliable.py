@@ -68,16 +68,17 @@ import zlib
 
 import attrs
 
+from pianode.rtt import RttEstimator
 from protocols.errors import DecodeError
 from protocols.pia.reliable import (
     AckRecord,
     BulkAck,
+    LegacyWindowHeader,
     Segment,
     WindowFlag,
+    WindowHeader70,
     WindowHeader517,
     WindowHeader529,
-    WindowHeader70,
-    LegacyWindowHeader,
     WindowLayout,
     decode_bulk_ack,
     decode_segment,
@@ -85,7 +86,6 @@ from protocols.pia.reliable import (
     encode_segment,
     sequence_bits,
 )
-from pianode.rtt import RttEstimator
 
 __all__ = [
     "MessageTooLarge",
@@ -204,8 +204,10 @@ class ReliableWindow:
 
     def __init__(self, config: WindowConfig | None = None, *, rtt: RttEstimator | None = None) -> None:
         self.config = c = config if config is not None else WindowConfig()
-        self.rtt = rtt if rtt is not None else RttEstimator(
-            initial_rto=c.initial_rto, min_rto=c.min_rto, max_rto=max(c.max_rto, c.initial_rto)
+        self.rtt = (
+            rtt
+            if rtt is not None
+            else RttEstimator(initial_rto=c.initial_rto, min_rto=c.min_rto, max_rto=max(c.max_rto, c.initial_rto))
         )
         # send side (unbounded sequence numbers; wire id = (initial + n) & 0xFFFF)
         self._out: dict[int, _Out] = {}
@@ -317,9 +319,7 @@ class ReliableWindow:
             mask |= 1 << (n - first)
         return mask
 
-    def _header(
-        self, flags: int, seq: int
-    ) -> LegacyWindowHeader | WindowHeader517 | WindowHeader529 | WindowHeader70:
+    def _header(self, flags: int, seq: int) -> LegacyWindowHeader | WindowHeader517 | WindowHeader529 | WindowHeader70:
         c = self.config
         if c.legacy:
             # Every <=5.12 header carries the ack: next expected id + bitmap of expected+1+k.

@@ -46,7 +46,6 @@ are mapped in :func:`layout_for`; each choice is commented there.
 from __future__ import annotations
 
 import enum
-from typing import Union
 
 import attrs
 
@@ -63,10 +62,10 @@ __all__ = [
     "Segment",
     "WindowFlag",
     "WindowHeader",
+    "WindowHeader70",
     "WindowHeader514",
     "WindowHeader517",
     "WindowHeader529",
-    "WindowHeader70",
     "WindowLayout",
     "decode_bulk_ack",
     "decode_segment",
@@ -200,7 +199,7 @@ class WindowHeader70:
     destination_words: tuple[int, ...] = ()
 
 
-WindowHeader = Union[LegacyWindowHeader, WindowHeader514, WindowHeader517, WindowHeader529, WindowHeader70]
+WindowHeader = LegacyWindowHeader | WindowHeader514 | WindowHeader517 | WindowHeader529 | WindowHeader70
 
 _HEADER_TYPE: dict[WindowLayout, type] = {
     WindowLayout.V5_12: LegacyWindowHeader,
@@ -226,9 +225,7 @@ def _words(count: int) -> int:
 # -- encode ------------------------------------------------------------------
 
 
-def encode_segment(
-    segment: Segment, version: VersionProfile | WindowLayout | str | tuple[int, int]
-) -> bytes:
+def encode_segment(segment: Segment, version: VersionProfile | WindowLayout | str | tuple[int, int]) -> bytes:
     """Encode *segment* in the layout of *version*.
 
     Raises:
@@ -314,7 +311,10 @@ def decode_segment(data: bytes, version: VersionProfile | WindowLayout | str | t
         flags = r.u16("flags")
         size = r.u16("payload size")
         header = WindowHeader514(
-            flags=flags, sequence_id=r.u16("sequence id"), unknown1=r.bytes(8, "unknown1"), unknown2=r.bytes(8, "unknown2")
+            flags=flags,
+            sequence_id=r.u16("sequence id"),
+            unknown1=r.bytes(8, "unknown1"),
+            unknown2=r.bytes(8, "unknown2"),
         )
     elif layout is WindowLayout.V5_17:
         flags = r.u8("flags")
@@ -423,6 +423,7 @@ def decode_bulk_ack(data: bytes) -> BulkAck:
         raise BadValue(f"bulk ack with {count} records (a stream id is one byte)")
     r = Reader(data)
     records = tuple(
-        AckRecord(stream_id=r.u8("stream id"), ack_id=r.u16("ack id"), mask=r.uint(16, "ack mask")) for _ in range(count)
+        AckRecord(stream_id=r.u8("stream id"), ack_id=r.u16("ack id"), mask=r.uint(16, "ack mask"))
+        for _ in range(count)
     )
     return BulkAck(records)

@@ -88,7 +88,7 @@ def _flows(captures):
     cols = doc["packets_columns"]
     flows: dict[tuple[int, int], list[int]] = {}
     for row in doc["packets"]:
-        r = dict(zip(cols, row))
+        r = dict(zip(cols, row, strict=True))
         if r["connection_id"] not in (0, 1):  # 1 = pre-join id of the initiator (packet id 0)
             flows.setdefault((r["flow"], r["connection_id"]), []).append(r["packet_id"])
     return flows

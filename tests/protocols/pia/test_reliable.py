@@ -18,10 +18,10 @@ from protocols.pia.reliable import (
     LegacyWindowHeader,
     Segment,
     WindowFlag,
+    WindowHeader70,
     WindowHeader514,
     WindowHeader517,
     WindowHeader529,
-    WindowHeader70,
     WindowLayout,
     decode_bulk_ack,
     decode_segment,
@@ -237,16 +237,19 @@ def segments(draw: st.DrawFn) -> tuple[WindowLayout, Segment]:
             reserved=draw(st.integers(0, 2**32 - 1)),
         )
     elif layout is WindowLayout.V5_14:
-        header = WindowHeader514(draw(u16), draw(u16), draw(st.binary(min_size=8, max_size=8)), draw(st.binary(min_size=8, max_size=8)))
+        eight = st.binary(min_size=8, max_size=8)
+        header = WindowHeader514(draw(u16), draw(u16), draw(eight), draw(eight))
     elif layout is WindowLayout.V5_17:
         header = WindowHeader517(
             draw(u8), draw(u8), draw(u16), draw(u16), tuple(draw(st.lists(st.integers(0, 2**64 - 1), max_size=4)))
         )
     elif layout is WindowLayout.V5_29:
         n = draw(st.integers(0, 80))
-        header = WindowHeader529(draw(u8), draw(u8), draw(u16), draw(u16), n, draw(st.integers(0, 2 ** (32 * ((n + 31) // 32)) - 1)))
+        bitmap = draw(st.integers(0, 2 ** (32 * ((n + 31) // 32)) - 1))
+        header = WindowHeader529(draw(u8), draw(u8), draw(u16), draw(u16), n, bitmap)
     else:
-        header = WindowHeader70(draw(u8), draw(u16), draw(u16), tuple(draw(st.lists(st.integers(0, 2**32 - 1), max_size=4))))
+        words = tuple(draw(st.lists(st.integers(0, 2**32 - 1), max_size=4)))
+        header = WindowHeader70(draw(u8), draw(u16), draw(u16), words)
     return layout, Segment(header, draw(payloads))  # type: ignore[arg-type]
 
 
