@@ -41,6 +41,8 @@ __all__ = [
     "InetAddress",
     "MeshStationInfo",
     "PlayerInfo",
+    "SessionPlayerInfo",
+    "SessionStationAddress",
     "Source",
     "StationAddress",
     "StationConnectionInfo",
@@ -48,6 +50,8 @@ __all__ = [
     "decode_inet_address",
     "decode_mesh_station_info",
     "decode_player_info",
+    "decode_session_player_info",
+    "decode_session_station_address",
     "decode_station_address",
     "decode_station_connection_info",
     "decode_station_location",
@@ -249,8 +253,8 @@ class StationLocation:
     private_available: int = 0
 
     @property
-    def is_ipv6(self) -> bool:
-        """6.x: bit 0x10 of the NAT bits byte; before: the public address is IPv6."""
+    def has_ipv6_public_address(self) -> bool:
+        """The public address is a 16-byte one (6.x always; its IPv6 flag is bit 0 of ``nat_type``)."""
         return len(self.public.address) == 16
 
     def _nat_bits(self) -> int:
@@ -397,7 +401,10 @@ ENCODING_UTF16 = 2
 
 
 def player_info_size(profile: VersionProfile) -> int:
+    """Size of the fixed PlayerInfo of *profile* (<= 5.45; 6.x uses :class:`SessionPlayerInfo`)."""
     v = profile.version
+    if v > V5_45:
+        raise ConfigError(f"Pia {profile.name} has no fixed-size PlayerInfo (see SessionPlayerInfo)")
     if v <= (3, 10):
         return 36
     if v <= V4_10:
@@ -464,6 +471,8 @@ class PlayerInfo:
 
     def write(self, w: Writer, profile: VersionProfile) -> None:
         v = profile.version
+        if v > V5_45:
+            raise EncodeError(f"Pia {profile.name} uses SessionPlayerInfo, not PlayerInfo")
         if v <= V4_10:
             w.fixed(self.name, 32, "player name")
             w.u8(self.name_length, "name length")
@@ -495,6 +504,8 @@ class PlayerInfo:
 
 def decode_player_info(src: Source, profile: VersionProfile) -> PlayerInfo:
     v = profile.version
+    if v > V5_45:
+        raise UnsupportedVersion(f"Pia {profile.name} uses SessionPlayerInfo, not PlayerInfo")
 
     def read(r: Reader) -> PlayerInfo:
         if v <= V4_10:
@@ -523,6 +534,78 @@ def decode_player_info(src: Source, profile: VersionProfile) -> PlayerInfo:
         )
 
     return read_source(src, read, "PlayerInfo")
+
+
+# ---------------------------------------------------------------------------
+# Pia 6.x Session protocol (new) pieces (spec §5.11, KW only, partial): the
+# tagged station address and the variable-size player info of its join request.
+#
+# Assumption: "u32 name size" counts bytes of the encoded name (the docs do not
+# say bytes or characters).
+
+
+@attrs.frozen
+class SessionStationAddress:
+    """``u8 family (0 IPv4, 1 IPv6) · InetAddress (6 or 18)``."""
+
+    inet: InetAddress = IPV4_ANY
+
+    def write(self, w: Writer) -> None:
+        if len(self.inet.address) not in (4, 16):
+            raise EncodeError("a session station address is IPv4 or IPv6")
+        w.u8(0 if len(self.inet.address) == 4 else 1)
+        self.inet.write(w)
+
+    def encode(self, profile: VersionProfile | None = None) -> bytes:
+        w = Writer()
+        self.write(w)
+        return w.getvalue()
+
+
+def decode_session_station_address(src: Source, profile: VersionProfile | None = None) -> SessionStationAddress:
+    def read(r: Reader) -> SessionStationAddress:
+        family = r.u8("address family")
+        if family > 1:
+            raise BadValue(f"address family must be 0 (IPv4) or 1 (IPv6), not {family}")
+        return SessionStationAddress(decode_inet_address(r, 6 if family == 0 else 18))
+
+    return read_source(src, read, "session StationAddress")
+
+
+@attrs.frozen
+class SessionPlayerInfo:
+    """6.x player info: ``16-byte player id · u32 name size · u8 encoding · name``."""
+
+    player_id: bytes = attrs.field(default=bytes(16), converter=bytes, repr=_hex)
+    name: bytes = attrs.field(default=b"", converter=bytes, repr=_hex)
+    name_encoding: int = ENCODING_UTF8
+
+    @property
+    def name_text(self) -> str:
+        return _decode_text(self.name, self.name_encoding)
+
+    def write(self, w: Writer) -> None:
+        if len(self.player_id) != 16:
+            raise EncodeError(f"player id must be 16 bytes, not {len(self.player_id)}")
+        w.bytes(self.player_id)
+        w.u32(len(self.name), "name size")
+        w.u8(self.name_encoding, "name encoding")
+        w.bytes(self.name)
+
+    def encode(self, profile: VersionProfile | None = None) -> bytes:
+        w = Writer()
+        self.write(w)
+        return w.getvalue()
+
+
+def decode_session_player_info(src: Source, profile: VersionProfile | None = None) -> SessionPlayerInfo:
+    def read(r: Reader) -> SessionPlayerInfo:
+        pid = r.bytes(16, "player id")
+        size = r.u32("name size")
+        encoding = r.u8("name encoding")
+        return SessionPlayerInfo(pid, r.bytes(size, "player name"), encoding)
+
+    return read_source(src, read, "SessionPlayerInfo")
 
 
 # ---------------------------------------------------------------------------

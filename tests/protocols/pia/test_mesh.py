@@ -8,7 +8,7 @@ import pathlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pia_type_strategies import STATION_VERSIONS, mesh_station_infos, station_addresses, u8, u16, u32
+from pia_type_strategies import STATION_VERSIONS, mesh_station_infos, station_addresses, u8, u32
 
 from protocols.errors import BadValue, ConfigError, DecodeError, EncodeError, UnsupportedVersion
 from protocols.pia.mesh import (

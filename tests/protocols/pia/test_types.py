@@ -21,12 +21,16 @@ from protocols.pia.types import (
     InetAddress,
     MeshStationInfo,
     PlayerInfo,
+    SessionPlayerInfo,
+    SessionStationAddress,
     StationAddress,
     StationConnectionInfo,
     StationLocation,
     decode_inet_address,
     decode_mesh_station_info,
     decode_player_info,
+    decode_session_player_info,
+    decode_session_station_address,
     decode_station_address,
     decode_station_connection_info,
     decode_station_location,
@@ -352,3 +356,33 @@ def test_garbage_decodes_to_a_value_that_re_encodes_or_raises_decode_error(versi
     except DecodeError:
         return
     assert value.encode(p) == blob
+
+
+# -- 6.x Session protocol pieces -------------------------------------------------------
+
+
+@SOME
+@given(inet((4, 16)), st.binary(min_size=16, max_size=16), st.binary(max_size=40), st.integers(0, 255))
+def test_session_types_round_trip(addr: InetAddress, pid: bytes, name: bytes, enc: int) -> None:
+    tagged = SessionStationAddress(addr)
+    raw = tagged.encode()
+    assert raw[0] == (0 if len(addr.address) == 4 else 1) and len(raw) == 1 + addr.size
+    assert decode_session_station_address(raw) == tagged
+    info = SessionPlayerInfo(pid, name, enc)
+    raw = info.encode()
+    assert raw[:16] == pid and raw[16:20] == len(name).to_bytes(4, "big") and raw[20] == enc and raw[21:] == name
+    assert decode_session_player_info(raw) == info
+
+
+def test_session_types_errors_and_6x_player_info() -> None:
+    with pytest.raises(BadValue):
+        decode_session_station_address(b"\x02" + bytes(6))
+    with pytest.raises(ShortData):
+        decode_session_player_info(bytes(16) + b"\x00\x00\x00\x05\x01abc")
+    with pytest.raises(EncodeError):
+        SessionStationAddress(InetAddress(b"", 0)).encode()
+    assert SessionPlayerInfo(bytes(16), "Zoë".encode(), 1).name_text == "Zoë"
+    with pytest.raises(DecodeError):
+        decode_player_info(bytes(195), profile_for("6.20"))
+    with pytest.raises(EncodeError):
+        PlayerInfo().encode(profile_for("6.20"))
