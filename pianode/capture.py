@@ -8,7 +8,9 @@ Theory of operation
   (any number of sections and interfaces, enhanced/simple/obsolete packet blocks,
   ``if_tsresol``/``if_tsoffset``).  Each frame is peeled down to UDP through its
   link layer (Ethernet with 802.1Q/802.1ad tags, Linux cooked SLL and SLL2, raw IP,
-  BSD null/loopback), then IPv4 (fragments are skipped, not reassembled) or IPv6
+  BSD null/loopback, and decrypted IEEE 802.11 data frames, bare or under radiotap,
+  as an LDN monitor capture has them), keeping the sender's MAC where the frame has
+  one (LDN 5.x nonces need it, spec §3.2), then IPv4 (fragments are skipped, not reassembled) or IPv6
   (extension headers walked).  Frames that carry no UDP are *counted* by reason in
   :class:`CaptureStats` (``tcp``, ``icmp``, ``arp``, ...) and otherwise ignored.
 * **JSON Lines**: one object per line with ``"hex"`` and optional ``"src"``,
@@ -79,6 +81,9 @@ class Datagram:
     error: str | None = None
     #: A label the input gave the record (the ``"name"`` field of JSON Lines).
     name: str | None = None
+    #: The sender's link-layer address ("aa:bb:cc:dd:ee:ff") when the frame carries one
+    #: (Ethernet, Linux cooked, 802.11); LDN 5.x nonces are built from it (spec §3.2).
+    src_mac: str | None = None
 
 
 @attrs.define
@@ -158,6 +163,8 @@ LINKTYPE_LINUX_SLL = 113
 LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
 LINKTYPE_LINUX_SLL2 = 276
+LINKTYPE_IEEE802_11 = 105
+LINKTYPE_RADIOTAP = 127
 # DLT_RAW as written by some platforms' libpcap (12 on most BSDs, 14 on OpenBSD).
 _RAW_ALIASES = (12, 14)
 
@@ -175,8 +182,15 @@ def _u16(b: bytes, off: int) -> int:
     return (b[off] << 8) | b[off + 1]
 
 
-def _link_to_ip(link_type: int, frame: bytes) -> tuple[int, bytes]:
-    """Return ``(ethertype, network-layer bytes)`` for one frame."""
+def _mac(raw: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+def _link_to_ip(link_type: int, frame: bytes) -> tuple[int, bytes, str | None]:
+    """Return ``(ethertype, network-layer bytes, source MAC or None)`` for one frame.
+
+    Trailing bytes (Ethernet padding, an FCS) are harmless: the IP length bounds the datagram.
+    """
     if link_type == LINKTYPE_ETHERNET:
         if len(frame) < 14:
             raise _Skip("short-frame")
@@ -188,19 +202,21 @@ def _link_to_ip(link_type: int, frame: bytes) -> tuple[int, bytes]:
             off += 4
         if etype < 0x0600:
             raise _Skip("ieee802.3")  # a length field: LLC, not IP
-        return etype, frame[off:]
+        return etype, frame[off:], _mac(frame[6:12])
     if link_type == LINKTYPE_LINUX_SLL:  # 16-byte cooked header, protocol at 14
         if len(frame) < 16:
             raise _Skip("short-frame")
-        return _u16(frame, 14), frame[16:]
+        mac = _mac(frame[6:12]) if _u16(frame, 4) == 6 else None  # link-layer address length
+        return _u16(frame, 14), frame[16:], mac
     if link_type == LINKTYPE_LINUX_SLL2:  # 20-byte cooked header, protocol at 0
         if len(frame) < 20:
             raise _Skip("short-frame")
-        return _u16(frame, 0), frame[20:]
+        mac = _mac(frame[12:18]) if frame[11] == 6 else None
+        return _u16(frame, 0), frame[20:], mac
     if link_type in (LINKTYPE_RAW, *_RAW_ALIASES, LINKTYPE_IPV4, LINKTYPE_IPV6):
         if not frame:
             raise _Skip("short-frame")
-        return (_ETH_IPV6 if frame[0] >> 4 == 6 else _ETH_IPV4), frame
+        return (_ETH_IPV6 if frame[0] >> 4 == 6 else _ETH_IPV4), frame, None
     if link_type in (LINKTYPE_NULL, LINKTYPE_LOOP):  # 4-byte address family
         if len(frame) < 4:
             raise _Skip("short-frame")
@@ -208,11 +224,54 @@ def _link_to_ip(link_type: int, frame: bytes) -> tuple[int, bytes]:
         if link_type == LINKTYPE_NULL and fam > 0xFFFF:  # written by a big-endian host
             fam = struct.unpack(">I", frame[:4])[0]
         if fam == 2:
-            return _ETH_IPV4, frame[4:]
+            return _ETH_IPV4, frame[4:], None
         if fam in (10, 24, 28, 30):  # AF_INET6 on Linux, the BSDs and Darwin
-            return _ETH_IPV6, frame[4:]
+            return _ETH_IPV6, frame[4:], None
         raise _Skip(f"address-family-{fam}")
+    if link_type == LINKTYPE_RADIOTAP:
+        # Radiotap: version 0, pad, LE u16 header length, then the 802.11 frame.
+        if len(frame) < 8 or frame[0] != 0:
+            raise _Skip("malformed-radiotap")
+        hlen = frame[2] | frame[3] << 8
+        if hlen < 8 or hlen > len(frame):
+            raise _Skip("malformed-radiotap")
+        return _wlan_to_ip(frame[hlen:])
+    if link_type == LINKTYPE_IEEE802_11:
+        return _wlan_to_ip(frame)
     raise _Skip(f"linktype-{link_type}")
+
+
+def _wlan_to_ip(frame: bytes) -> tuple[int, bytes, str | None]:
+    """An IEEE 802.11 data frame (already decrypted) with an LLC/SNAP header (IEEE 802.11-2020 §9.2)."""
+    if len(frame) < 24:
+        raise _Skip("short-frame")
+    fc0, fc1 = frame[0], frame[1]
+    ftype, subtype = (fc0 >> 2) & 3, fc0 >> 4
+    if ftype != 2:
+        raise _Skip("802.11-management" if ftype == 0 else "802.11-control")
+    if subtype & 0x04:
+        raise _Skip("802.11-null-data")
+    if fc1 & 0x40:
+        raise _Skip("802.11-protected")  # still encrypted: nothing to read
+    to_ds, from_ds = fc1 & 0x01, fc1 & 0x02
+    off = 24
+    if to_ds and from_ds:
+        off += 6  # address 4
+    if subtype & 0x08:
+        off += 2  # QoS control
+        if fc1 & 0x80:
+            off += 4  # HT control (order bit on a QoS frame)
+    # Source address: addr2 unless the AP relayed it (FromDS: addr3; WDS: addr4).
+    if from_ds and to_ds:
+        sa = frame[24:30]
+    elif from_ds:
+        sa = frame[16:22]
+    else:
+        sa = frame[10:16]
+    llc = frame[off : off + 8]
+    if len(llc) < 8 or llc[:3] != b"\xaa\xaa\x03":
+        raise _Skip("802.11-non-snap")
+    return _u16(llc, 6), frame[off + 8 :], _mac(sa)
 
 
 def _ip_to_udp(etype: int, pkt: bytes) -> tuple[str, str, bytes]:
@@ -265,9 +324,9 @@ def _ip_to_udp(etype: int, pkt: bytes) -> tuple[str, str, bytes]:
     raise _Skip(_ETHERTYPE_NAMES.get(etype, f"ethertype-0x{etype:04x}"))
 
 
-def _frame_to_udp(link_type: int, frame: bytes) -> tuple[str, str, int, int, bytes, str | None]:
-    """Peel one frame down to UDP: ``(src, dst, sport, dport, payload, error)``."""
-    etype, pkt = _link_to_ip(link_type, frame)
+def _frame_to_udp(link_type: int, frame: bytes) -> tuple[str, str, int, int, bytes, str | None, str | None]:
+    """Peel one frame down to UDP: ``(src, dst, sport, dport, payload, error, source MAC)``."""
+    etype, pkt, mac = _link_to_ip(link_type, frame)
     src, dst, udp = _ip_to_udp(etype, pkt)
     if len(udp) < 8:
         raise _Skip("malformed-udp")
@@ -278,7 +337,7 @@ def _frame_to_udp(link_type: int, frame: bytes) -> tuple[str, str, int, int, byt
     error = None
     if len(payload) < ulen - 8:
         error = f"captured only {len(payload)} of {ulen - 8} UDP payload bytes (snap length)"
-    return src, dst, sport, dport, payload, error
+    return src, dst, sport, dport, payload, error, mac
 
 
 # --------------------------------------------------------------------------
@@ -358,7 +417,7 @@ class Capture:
         for frame_no, link_type, t, data in frames:
             self.stats.frames += 1
             try:
-                src, dst, sport, dport, payload, error = _frame_to_udp(link_type, data)
+                src, dst, sport, dport, payload, error, mac = _frame_to_udp(link_type, data)
             except _Skip as skip:
                 self.stats.skipped[str(skip)] += 1
                 continue
@@ -371,6 +430,7 @@ class Capture:
                 dst=format_endpoint(dst, dport),
                 frame=frame_no,
                 error=error,
+                src_mac=mac,
             )
 
     # -- pcap ----------------------------------------------------------

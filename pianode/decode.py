@@ -303,6 +303,11 @@ class Decoder:
 
     def _pia(self, d: Datagram) -> DecodeResult:
         source_ip = _source_ip(d.src)
+        macs = self.ctx.macs
+        if d.src_mac is not None and macs is not None and source_ip not in macs:
+            # The nonce builder reads the map live (protocols/pia/nonce.py); a MAC
+            # from the session file always wins over one seen on the wire.
+            macs[source_ip] = bytes.fromhex(d.src_mac.replace(":", ""))
         if self.ctx.profile is not None:
             candidates, assumed = [self.ctx.profile], False
         else:

@@ -422,6 +422,13 @@ def _build(raw: Mapping[str, Any]) -> DecodeContext:
     for key, parse in parsers.items():
         if raw.get(key) is not None:
             kw[key] = parse(raw[key])
+    if kw.get("network") is NetworkType.LDN and "macs" not in kw:
+        # LDN 5.x nonces need each sender's MAC; without a map, the decoder takes
+        # them from the capture's link layer (Ethernet / 802.11 source address).
+        kw["macs"] = {}
+        prof = kw.get("profile")
+        if (prof is None or prof.version < (6, 0)) and any(k in kw for k in ("session_key", "game_key")):
+            warnings.append("no macs: LDN 5.x nonces will use the source MAC addresses found in the capture")
     ctx = DecodeContext(**kw, warnings=tuple(warnings))
     if ctx.profile is not None and ctx.prudp is None:
         ks = ctx.keys_for(ctx.profile)

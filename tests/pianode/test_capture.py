@@ -102,6 +102,27 @@ def sll2(etype: int, body: bytes) -> bytes:
     return struct.pack(">HHIHBB8s", etype, 0, 1, 1, 0, 6, bytes.fromhex("0200000000010000")) + body
 
 
+STA_MAC = bytes.fromhex("02aabbccdd01")
+PEER_MAC = bytes.fromhex("02aabbccdd02")
+AP_MAC = bytes.fromhex("02aabbccdd00")
+
+
+def wlan(etype: int, body: bytes, *, from_ds: bool = False, protected: bool = False, qos: bool = True) -> bytes:
+    """A QoS data frame station→AP (ToDS) or AP→station relaying PEER (FromDS), with LLC/SNAP."""
+    fc0 = 0x88 if qos else 0x08
+    fc1 = (0x02 if from_ds else 0x01) | (0x40 if protected else 0)
+    if from_ds:  # addr1 = receiver, addr2 = AP, addr3 = original source
+        addrs = STA_MAC + AP_MAC + PEER_MAC
+    else:  # addr1 = AP (BSSID), addr2 = source, addr3 = destination
+        addrs = AP_MAC + STA_MAC + PEER_MAC
+    head = bytes([fc0, fc1]) + b"\0\0" + addrs + b"\x10\x00" + (b"\0\0" if qos else b"")
+    return head + bytes.fromhex("aaaa03000000") + struct.pack(">H", etype) + body
+
+
+def radiotap(frame: bytes) -> bytes:
+    return bytes([0, 0, 8, 0, 0, 0, 0, 0]) + frame  # no radiotap fields present
+
+
 def pcap_file(link_type: int, frames: list[tuple[float, bytes]], *, big: bool = False, nano: bool = False) -> bytes:
     o = ">" if big else "<"
     magic = 0xA1B23C4D if nano else 0xA1B2C3D4
@@ -228,8 +249,10 @@ EXPECTED = [
         (276, [sll2(0x0800, V4), sll2(0x86DD, V6)]),
         (101, [V4, V6]),
         (0, [struct.pack("<I", 2) + V4, struct.pack("<I", 24) + V6]),
+        (105, [wlan(0x0800, V4), wlan(0x86DD, V6, from_ds=True, qos=False)]),
+        (127, [radiotap(wlan(0x0800, V4)), radiotap(wlan(0x86DD, V6, from_ds=True))]),
     ],
-    ids=["ethernet", "linux-sll", "linux-sll2", "raw-ip", "bsd-null"],
+    ids=["ethernet", "linux-sll", "linux-sll2", "raw-ip", "bsd-null", "ieee802.11", "radiotap"],
 )
 def test_link_types_in_pcap_and_pcapng(tmp_path: Path, link_type: int, frames: list[bytes]) -> None:
     pcap = pcap_file(link_type, [(10.25, frames[0]), (11.5, frames[1])], nano=True)
@@ -247,6 +270,37 @@ def test_link_types_in_pcap_and_pcapng(tmp_path: Path, link_type: int, frames: l
         assert [(int(r[0]), int(r[1]), bytes.fromhex(r[2].replace(":", ""))) for r in rows] == [
             (int(s.rsplit(":", 1)[1]), int(d.rsplit(":", 1)[1]), p) for s, d, p in EXPECTED
         ]
+
+
+def test_source_macs_from_the_link_layer() -> None:
+    cases = [
+        (1, ether(0x0800, V4), "02:00:00:00:00:01"),
+        (113, sll(0x0800, V4), "02:00:00:00:00:01"),
+        (276, sll2(0x0800, V4), "02:00:00:00:00:01"),
+        (101, V4, None),
+        (105, wlan(0x0800, V4), "02:aa:bb:cc:dd:01"),  # ToDS: the source is address 2
+        (127, radiotap(wlan(0x0800, V4, from_ds=True)), "02:aa:bb:cc:dd:02"),  # FromDS: address 3
+    ]
+    for link_type, frame, mac in cases:
+        got, _ = read(pcap_file(link_type, [(0.0, frame)]))
+        assert [(d.data, d.src_mac) for d in got] == [(PAYLOAD_A, mac)], link_type
+
+
+def test_802_11_frames_without_udp_are_counted() -> None:
+    frames = [
+        wlan(0x0800, V4, protected=True),
+        bytes([0x80, 0x00]) + bytes(22),  # beacon (management)
+        bytes([0xD4, 0x00]) + bytes(22),  # ACK (control)
+        bytes([0x48, 0x01]) + bytes(22),  # null data
+        wlan(0x0800, V4)[:26] + bytes.fromhex("424203000000"),  # not SNAP
+        wlan(0x0800, V4),
+    ]
+    got, stats = read(pcap_file(105, [(0.0, f) for f in frames]))
+    assert [d.frame for d in got] == [6]
+    assert stats.skipped == {  # type: ignore[attr-defined]
+        "802.11-protected": 1, "802.11-management": 1, "802.11-control": 1, "802.11-null-data": 1,
+        "802.11-non-snap": 1,
+    }
 
 
 def test_pcap_byte_orders_and_resolutions() -> None:

@@ -239,6 +239,10 @@ KEY = bytes(range(16))
 
 
 def _build(version: str, net: dict[str, Any], *, zlib: bool = False) -> tuple[bytes, Packet]:
+    return _build_from(version, net, "192.168.1.10", zlib=zlib)
+
+
+def _build_from(version: str, net: dict[str, Any], source: str, *, zlib: bool = False) -> tuple[bytes, Packet]:
     p = profile_for(version)
     builder = nonce_builder(p, **net)
     codec = PacketCodec(p, KEY, builder)
@@ -263,7 +267,7 @@ def _build(version: str, net: dict[str, Any], *, zlib: bool = False) -> tuple[by
         header = PacketHeader(True, 7, destination_variable_id=0x2345, source_variable_id=0x1234, nonce=b"\x10" * 8)
     footer = (0x2345, 0x3456) if p.footer != "none" else ()
     packet = Packet(header, msgs, footer)
-    return codec.encode(packet, "192.168.1.10"), packet
+    return codec.encode(packet, source), packet
 
 
 @pytest.mark.parametrize(("version", "net", "session"), CASES, ids=[c[0] for c in CASES])
@@ -591,3 +595,23 @@ def test_lan_rows_in_the_table(tmp_path: Path) -> None:
     assert "lan-browse-reply  LAN 5.18? challenge ok 1360 B" in rows[1]
     assert "note: session key param learned" in rows[1]
     assert "auth ok 80 B" in rows[2]
+
+
+def test_ldn5_nonce_uses_the_source_mac_seen_in_the_capture(tmp_path: Path) -> None:
+    from pianode.capture import PcapWriter
+
+    # PcapWriter gives 169.254.1.2 the MAC 02:00:a9:fe:01:02 (02:00 + the IPv4 address).
+    net = {"network": NetworkType.LDN, "network_id": 0x11223344, "macs": {"169.254.1.2": "02:00:a9:fe:01:02"}}
+    data, packet = _build_from("5.26", net, "169.254.1.2")
+    path = tmp_path / "ldn.pcap"
+    with path.open("wb") as f:
+        PcapWriter(f).write_udp(data, "169.254.1.2:49152", "169.254.1.255:49152", time=1.0)
+    session = {"version": "5.26", "network": "ldn", "session_key": KEY.hex(), "network_id": 0x11223344}
+    (r,), _ = decode_file(path, **session)
+    assert (r.authenticated, r.error) == (True, None)
+    # A MAC from the session file wins over the wire's.
+    (r,), _ = decode_file(path, **session, macs={"169.254.1.2": "02:00:00:00:00:99"})
+    assert r.authenticated is False
+    # No MAC anywhere (JSON Lines carry none): the datagram says so.
+    r = Decoder(load_session(None, session)).decode(Datagram(index=1, data=data, src="169.254.1.2:49152"))
+    assert r.authenticated is None and r.error == "no MAC address known for LDN source '169.254.1.2'"

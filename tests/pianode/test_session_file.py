@@ -123,7 +123,6 @@ def test_prudp_only_session_is_valid(tmp_path: Path) -> None:
     [
         ({"version": "5.18", "network": "nex", "session_key": "00" * 16}, "gathering id"),
         ({"version": "5.18", "session_key": "00" * 16}, "give network"),
-        ({"version": "5.18", "network": "ldn", "session_key": "00" * 16, "network_id": 1}, "MAC addresses"),
         ({"version": "5.18", "network": "nex", "game_key": SMM2}, "NEX session keys come from the server"),
         ({"network": "wifi"}, "network must be one of nex, lan, ldn, npln"),
         ({"session_param": "zz"}, "session_param is 64 hex digits"),
@@ -148,6 +147,17 @@ def test_lan_game_key_without_param_waits_for_a_browse_reply() -> None:
     keys = ctx.keys_for(profile_for("5.18"))
     assert keys.session_key is None
     assert keys.problem == "a LAN session key derives from the 32-byte session_param (64 hex digits)"
+
+
+def test_ldn_without_macs_learns_them_from_the_capture() -> None:
+    ctx = load_session(None, {"version": "5.18", "network": "ldn", "session_key": "00" * 16, "network_id": 1})
+    assert ctx.macs == {}
+    assert ctx.warnings == ("no macs: LDN 5.x nonces will use the source MAC addresses found in the capture",)
+    keys = ctx.keys_for(profile_for("5.18"))
+    assert keys.problem is None and keys.nonce_builder is not None
+    # 6.x nonces use no MAC: no warning.
+    assert load_session(None, {"version": "6.20", "network": "ldn", "session_key": "00" * 16,
+                               "network_id": 1}).warnings == ()
 
 
 def test_undocumented_version_names_neighbours_unless_nearest_allowed() -> None:
