@@ -1,0 +1,138 @@
+"""``pianode mesh``: start N nodes on loopback, form a mesh, exchange data, report.
+
+Each node sits on its own 127.0.0.x address.  Node 0 creates the mesh, the
+others join it (as a matchmaking server would, the launcher hands them the
+host address and the session key), then every station sends numbered reliable
+messages and unreliable ones to every other station.  The run succeeds (exit 0)
+when the mesh formed and every reliable message arrived exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time as wallclock
+from typing import Any
+
+import trio
+
+from pianode.commands.common import add_fault_arguments, add_network_arguments, fault_injector_from_args
+from pianode.config import NodeConfig
+from pianode.mesh_run import MeshRun, MeshRunResult
+from pianode.cli import CliError
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "mesh",
+        help="start N local nodes, form a Pia mesh and exchange data",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("-n", "--nodes", type=int, default=4, help="number of stations (2..32, default 4)")
+    add_network_arguments(p)
+    p.add_argument("--duration", type=float, default=2.0, help="seconds of data exchange after the mesh formed")
+    p.add_argument("--rate", type=float, default=None, help="real-time session: game-state frames per second per station")
+    p.add_argument("--messages", type=int, default=20, help="reliable messages per station pair (default 20)")
+    p.add_argument("--base-address", default="127.0.0.1", help="first node's IPv4 address (others follow)")
+    p.add_argument("--port", type=int, default=0, help="UDP port of every node (0 = any free port)")
+    p.add_argument("--record", metavar="FILE.pcap", help="write every datagram to a pcap and FILE.session.json beside it")
+    p.add_argument("--format", choices=("table", "jsonl"), default=None, help="output format (default: table on a terminal)")
+    p.add_argument("--leave-host", action="store_true", help="make the host leave mid-run to show host migration")
+    add_fault_arguments(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 2 <= args.nodes <= 32:
+        raise CliError(f"--nodes must be 2..32, got {args.nodes}")
+    if args.duration < 0 or args.duration > 3600:
+        raise CliError("--duration must be between 0 and 3600 seconds")
+    if args.rate is not None and not 0 < args.rate <= 240:
+        raise CliError("--rate must be between 0 and 240 frames per second")
+    fmt = args.format or ("table" if sys.stdout.isatty() else "table")
+    config = NodeConfig(
+        version=args.version,
+        network=args.network,
+        allow_nearest_version=args.allow_nearest_version,
+        aead_backend=args.backend,
+        seed=args.seed,
+    )
+    faults = fault_injector_from_args(args)
+    mesh = MeshRun(
+        config,
+        nodes=args.nodes,
+        base_address=args.base_address,
+        port=args.port,
+        duration=args.duration,
+        rate=args.rate,
+        messages=args.messages,
+        record=args.record,
+        faults=faults,
+        leave_host=args.leave_host,
+        live=(fmt == "table" and sys.stdout.isatty()),
+    )
+    started = wallclock.perf_counter()
+    result = trio.run(mesh.run)
+    result.wall_time = wallclock.perf_counter() - started
+    if fmt == "jsonl":
+        print(json.dumps(result.summary(), sort_keys=True))
+    else:
+        print(render_summary(result))
+    return 0 if result.ok else 1
+
+
+def render_summary(result: MeshRunResult) -> str:
+    lines = []
+    s = result.summary()
+    lines.append(
+        f"Pia {s['version']} {s['network']} mesh: {s['nodes']} stations, host index {s['host_index']}, "
+        f"formed in {s['formation_time']:.3f} s" if s["formation_time"] is not None else
+        f"Pia {s['version']} {s['network']} mesh: {s['nodes']} stations did NOT form"
+    )
+    lines.append("")
+    header = f"{'idx':>3} {'host':<4} {'address':<21} {'rtt ms':>8} {'sent':>7} {'recv':>7} {'lost':>5}"
+    lines.append(header)
+    lines.append("-" * len(header))
+    for row in s["stations"]:
+        rtt = "-" if row["rtt_ms"] is None else f"{row['rtt_ms']:.3f}"
+        lines.append(
+            f"{row['index'] if row['index'] is not None else '-':>3} {'*' if row['host'] else '':<4} "
+            f"{row['address']:<21} {rtt:>8} {row['sent']:>7} {row['received']:>7} {row['lost']:>5}"
+        )
+    lines.append("")
+    rel = s["reliable"]
+    lines.append(
+        f"reliable: {rel['delivered']}/{rel['expected']} delivered, {rel['duplicates']} duplicates, "
+        f"{rel['out_of_order']} out of order; unreliable: {s['unreliable']['delivered']}/{s['unreliable']['sent']} delivered"
+    )
+    if s.get("frames"):
+        f = s["frames"]
+        lines.append(
+            f"frames: {f['delivered']}/{f['expected']} delivered, latency p50 {f['p50_ms']:.2f} ms, "
+            f"p99 {f['p99_ms']:.2f} ms, {f['late']} later than {f['late_threshold_ms']:.0f} ms "
+            f"({f['within_threshold_pct']:.2f}% on time)"
+        )
+    if s["host_changes"]:
+        lines.append(f"host migration: {', '.join(s['host_changes'])}")
+    if s["drops"]:
+        lines.append("drops: " + ", ".join(f"{k} {v}" for k, v in sorted(s["drops"].items())))
+    if s.get("faults"):
+        lines.append("faults: " + ", ".join(f"{k} {v}" for k, v in sorted(s["faults"].items()) if v))
+    if s.get("record"):
+        lines.append(f"recorded {s['record']['datagrams']} datagrams to {s['record']['pcap']} (session {s['record']['session']})")
+    for problem in s["problems"]:
+        lines.append(f"PROBLEM: {problem}")
+    lines.append(f"result: {'OK' if s['ok'] else 'FAILED'} in {s['wall_time']:.2f} s wall time")
+    return "\n".join(lines)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+_ = Any

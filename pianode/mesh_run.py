@@ -1,0 +1,430 @@
+"""A scripted multi-node run on loopback: the engine behind ``pianode mesh`` and the benchmarks.
+
+:class:`MeshRun` starts N nodes in one Trio run (node *i* on ``base_address + i``),
+forms a mesh, exchanges numbered reliable and unreliable messages (or, with
+``rate``, one game-state frame per station per tick), optionally makes the host
+leave to exercise migration, and returns a :class:`MeshRunResult` whose
+``summary()`` is what the CLI prints.  It checks the delivery guarantees it
+reports: every reliable message exactly once and in order per sender.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import random
+import struct
+from typing import Any
+
+import attrs
+import trio
+
+from pianode.config import NodeConfig
+from pianode.events import DataReceived, HostChanged
+from pianode.faults import LinkFaults
+from pianode.node import JoinError, Node
+
+__all__ = ["MeshRun", "MeshRunResult"]
+
+_RELIABLE = struct.Struct(">cBI")  # b"R", source index, sequence
+_FRAME = struct.Struct(">cBId")  # b"F", source index, frame number, send time
+
+
+@attrs.define
+class _Receiver:
+    expected: dict[int, int] = attrs.field(factory=dict)
+    delivered: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    unreliable: int = 0
+    frames: int = 0
+    latencies: list[float] = attrs.field(factory=list)
+
+
+@attrs.define
+class MeshRunResult:
+    version: str
+    network: str
+    nodes: int
+    formation_time: float | None = None
+    host_index: int | None = None
+    stations: list[dict[str, Any]] = attrs.field(factory=list)
+    reliable_expected: int = 0
+    reliable_delivered: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    unreliable_sent: int = 0
+    unreliable_delivered: int = 0
+    frames_expected: int = 0
+    frames_delivered: int = 0
+    latencies: list[float] = attrs.field(factory=list)
+    late_threshold: float = 0.050
+    host_changes: list[str] = attrs.field(factory=list)
+    drops: dict[str, int] = attrs.field(factory=dict)
+    faults: dict[str, int] = attrs.field(factory=dict)
+    problems: list[str] = attrs.field(factory=list)
+    record: dict[str, Any] | None = None
+    wall_time: float = 0.0
+    indexes: dict[int, int] = attrs.field(factory=dict)
+    host_views: list[int | None] = attrs.field(factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> dict[str, Any]:
+        lat = sorted(self.latencies)
+
+        def pct(p: float) -> float:
+            if not lat:
+                return 0.0
+            return lat[min(len(lat) - 1, int(p / 100 * len(lat)))] * 1000
+
+        late = sum(1 for x in lat if x > self.late_threshold)
+        out: dict[str, Any] = {
+            "version": self.version,
+            "network": self.network,
+            "nodes": self.nodes,
+            "formation_time": self.formation_time,
+            "host_index": self.host_index,
+            "stations": self.stations,
+            "reliable": {
+                "expected": self.reliable_expected,
+                "delivered": self.reliable_delivered,
+                "duplicates": self.duplicates,
+                "out_of_order": self.out_of_order,
+            },
+            "unreliable": {"sent": self.unreliable_sent, "delivered": self.unreliable_delivered},
+            "host_changes": self.host_changes,
+            "drops": self.drops,
+            "faults": self.faults,
+            "problems": self.problems,
+            "ok": self.ok,
+            "wall_time": self.wall_time,
+        }
+        if self.frames_expected:
+            on_time = self.frames_delivered - late
+            out["frames"] = {
+                "expected": self.frames_expected,
+                "delivered": self.frames_delivered,
+                "p50_ms": pct(50),
+                "p90_ms": pct(90),
+                "p99_ms": pct(99),
+                "max_ms": lat[-1] * 1000 if lat else 0.0,
+                "late": late,
+                "late_threshold_ms": self.late_threshold * 1000,
+                "within_threshold_pct": 100.0 * on_time / self.frames_expected,
+            }
+        if self.record is not None:
+            out["record"] = self.record
+        return out
+
+
+class MeshRun:
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        nodes: int = 4,
+        base_address: str = "127.0.0.1",
+        port: int = 0,
+        duration: float = 2.0,
+        rate: float | None = None,
+        messages: int = 20,
+        record: str | None = None,
+        faults: LinkFaults | None = None,
+        leave_host: bool = False,
+        live: bool = False,
+        formation_timeout: float | None = None,
+    ) -> None:
+        self.config = config
+        self.n = nodes
+        base = ipaddress.IPv4Address(base_address)
+        self.addresses = [str(base + i) for i in range(nodes)]
+        self.port = port
+        self.duration = duration
+        self.rate = rate
+        self.messages = messages
+        self.record = record
+        self.faults = faults
+        self.leave_host = leave_host
+        self.live = live
+        self.formation_timeout = formation_timeout or (10.0 + 0.25 * nodes)
+        self.result = MeshRunResult(version=config.profile.name, network=config.network.value, nodes=nodes)
+        self.receivers: dict[int, _Receiver] = {}
+        self._records: list[tuple[bytes, tuple[str, int], tuple[str, int], float]] = []
+
+    # ------------------------------------------------------------------ helpers
+    def _tap(self, data: bytes, src: tuple[str, int], dst: tuple[str, int], now: float) -> None:
+        self._records.append((data, src, dst, now))
+
+    async def run(self) -> MeshRunResult:
+        factory = None
+        if self.faults is not None:
+            from pianode.faults import FaultInjectingSocketFactory
+
+            factory = FaultInjectingSocketFactory(self.faults)
+        try:
+            if factory is not None:
+                async with factory:
+                    factory.install()
+                    await self._run()
+                self.result.faults = factory.statistics().as_dict()
+            else:
+                await self._run()
+        finally:
+            if self.record:
+                self._write_record()
+        return self.result
+
+    async def _run(self) -> None:
+        rng = random.Random(self.config.seed)
+        key = self.config.session_key or (rng.randbytes(16) if self.config.seed is not None else os.urandom(16))
+        tap = self._tap if self.record else None
+        nodes: list[Node] = []
+        async with trio.open_nursery() as nursery:
+            for i, ip in enumerate(self.addresses):
+                cfg = attrs.evolve(
+                    self.config,
+                    bind=(ip, self.port),
+                    session_key=key,
+                    seed=None if self.config.seed is None else self.config.seed * 1000 + i,
+                )
+                node = Node(cfg)
+                node.tap = tap
+                await nursery.start(node._run)
+                nodes.append(node)
+            self.nodes = nodes
+            self.all_nodes = list(nodes)
+            t0 = trio.current_time()
+            await nodes[0].create_mesh()
+            try:
+                async with trio.open_nursery() as joins:
+                    for node in nodes[1:]:
+                        joins.start_soon(self._join, node, nodes[0].address)
+            except* JoinError as eg:
+                for exc in eg.exceptions:
+                    self.result.problems.append(f"join failed: {exc}")
+            formed = await self._wait_formed(nodes, self.formation_timeout)
+            if formed:
+                self.result.formation_time = trio.current_time() - t0
+            else:
+                self.result.problems.append("the mesh did not form: not every station saw every other one")
+            for node in nodes:
+                self.receivers[id(node)] = _Receiver()
+                nursery.start_soon(self._consume, node)
+            if formed:
+                self._check_table(nodes)
+                if self.rate:
+                    await self._realtime(nodes)
+                else:
+                    await self._exchange(nodes)
+                if self.leave_host:
+                    await self._migrate(nodes)
+            self._collect(nodes)
+            nursery.cancel_scope.cancel()
+
+    async def _join(self, node: Node, host: tuple[str, int]) -> None:
+        await node.join(host)
+
+    async def _wait_formed(self, nodes: list[Node], timeout: float) -> bool:
+        want = len(nodes) - 1
+        with trio.move_on_after(timeout):
+            while True:
+                if all(
+                    n.session is not None
+                    and n.session.joined
+                    and sum(1 for s in n.stations() if s.state == "connected") >= want
+                    for n in nodes
+                ):
+                    return True
+                await trio.sleep(0.01)
+        return False
+
+    def _check_table(self, nodes: list[Node]) -> None:
+        indexes = [n.station_index for n in nodes]
+        if len(set(indexes)) != len(indexes) or None in indexes:
+            self.result.problems.append(f"station indexes are not distinct: {indexes}")
+        hosts = {n.host_index for n in nodes}
+        if len(hosts) != 1:
+            self.result.problems.append(f"stations disagree on the host: {sorted(map(str, hosts))}")
+
+    async def _consume(self, node: Node) -> None:
+        rec = self.receivers[id(node)]
+        async for event in node.events():
+            if isinstance(event, DataReceived):
+                data = event.data
+                kind = data[:1]
+                if kind == b"R" and len(data) >= _RELIABLE.size:
+                    _, src, seq = _RELIABLE.unpack_from(data)
+                    want = rec.expected.get(src, 0)
+                    if seq == want:
+                        rec.delivered += 1
+                        rec.expected[src] = want + 1
+                    elif seq < want:
+                        rec.duplicates += 1
+                    else:
+                        rec.out_of_order += 1
+                        rec.expected[src] = seq + 1
+                elif kind == b"F" and len(data) >= _FRAME.size:
+                    _, src, frame, sent = _FRAME.unpack_from(data)
+                    rec.frames += 1
+                    rec.latencies.append(trio.current_time() - sent)
+                elif kind == b"U":
+                    rec.unreliable += 1
+            elif isinstance(event, HostChanged):
+                idx = node.station_index
+                self.result.host_changes.append(f"station {idx}: {event.old_host_index} -> {event.new_host_index}")
+
+    async def _send_batch(self, nodes: list[Node], count: int, spread: float) -> None:
+        async def sender(node: Node) -> None:
+            src = node.station_index
+            assert src is not None
+            targets = [s.index for s in node.stations() if s.state == "connected" and s.index is not None]
+            seq = self._seq.setdefault(src, 0)
+            for k in range(count):
+                await node.broadcast(_RELIABLE.pack(b"R", src, seq + k), reliable=True)
+                await node.broadcast(b"U" + bytes([src]) + bytes(32), reliable=False)
+                self.result.unreliable_sent += len(targets)
+                if spread:
+                    await trio.sleep(spread / count)
+            self._seq[src] = seq + count
+            self.result.reliable_expected += count * len(targets)
+
+        async with trio.open_nursery() as n:
+            for node in nodes:
+                n.start_soon(sender, node)
+
+    async def _wait_delivered(self, nodes: list[Node], timeout: float) -> None:
+        with trio.move_on_after(timeout):
+            while sum(r.delivered for r in self.receivers.values()) < self.result.reliable_expected:
+                await trio.sleep(0.02)
+
+    async def _exchange(self, nodes: list[Node]) -> None:
+        self._seq: dict[int, int] = {}
+        await self._send_batch(nodes, self.messages, self.duration)
+        await self._wait_delivered(nodes, 10.0 + self.duration)
+
+    async def _realtime(self, nodes: list[Node]) -> None:
+        assert self.rate
+        self._seq = {}
+        period = 1.0 / self.rate
+        frames = max(1, int(self.duration * self.rate))
+        payload_pad = bytes(48)
+
+        async def station(node: Node, offset: float) -> None:
+            src = node.station_index
+            assert src is not None
+            peers = sum(1 for s in node.stations() if s.state == "connected")
+            start = trio.current_time() + offset
+            seq = 0
+            for frame in range(frames):
+                await trio.sleep_until(start + frame * period)
+                now = trio.current_time()
+                await node.broadcast(_FRAME.pack(b"F", src, frame, now) + payload_pad, reliable=False)
+                self.result.frames_expected += peers
+                if frame % max(1, int(self.rate or 1)) == 0:
+                    await node.broadcast(_RELIABLE.pack(b"R", src, seq), reliable=True)
+                    seq += 1
+                    self.result.reliable_expected += peers
+
+        async with trio.open_nursery() as n:
+            for i, node in enumerate(nodes):
+                n.start_soon(station, node, period * i / len(nodes))
+        await self._wait_delivered(nodes, 10.0)
+        await trio.sleep(0.2)  # let the last frames land
+
+    async def _migrate(self, nodes: list[Node]) -> None:
+        host = next(n for n in nodes if n.station_index == n.host_index)
+        rest = [n for n in nodes if n is not host]
+        old_host = host.station_index
+        await host.leave()
+        with trio.move_on_after(self.config.station_timeout + 5):
+            while True:
+                views = {n.host_index for n in rest}
+                if len(views) == 1 and old_host not in views and all(
+                    sum(1 for s in n.stations() if s.state == "connected") >= len(rest) - 1 for n in rest
+                ):
+                    break
+                await trio.sleep(0.02)
+        views = {n.host_index for n in rest}
+        if len(views) != 1 or old_host in views:
+            self.result.problems.append(f"host migration did not settle: views {sorted(map(str, views))}")
+            return
+        # Keep exchanging data among the remaining stations.
+        self.nodes = rest
+        await self._send_batch(rest, max(1, self.messages // 2), 0.2)
+        await self._wait_delivered(rest, 10.0)
+
+    def _collect(self, nodes: list[Node]) -> None:
+        r = self.result
+        all_nodes = nodes
+        r.reliable_delivered = sum(self.receivers[id(n)].delivered for n in all_nodes if id(n) in self.receivers)
+        r.duplicates = sum(self.receivers[id(n)].duplicates for n in all_nodes if id(n) in self.receivers)
+        r.out_of_order = sum(self.receivers[id(n)].out_of_order for n in all_nodes if id(n) in self.receivers)
+        r.unreliable_delivered = sum(self.receivers[id(n)].unreliable for n in all_nodes if id(n) in self.receivers)
+        r.frames_delivered = sum(self.receivers[id(n)].frames for n in all_nodes if id(n) in self.receivers)
+        for n in all_nodes:
+            if id(n) in self.receivers:
+                r.latencies.extend(self.receivers[id(n)].latencies)
+        live = [n for n in all_nodes if n.session is not None and not n.session.closed]
+        r.host_index = live[0].host_index if live else None
+        drops: dict[str, int] = {}
+        for n in all_nodes:
+            if n.session is None:
+                continue
+            for k, v in n.session.drops.items():
+                drops[k] = drops.get(k, 0) + v
+        r.drops = drops
+        for n in live:
+            me = n.station_index
+            for s in n.stations():
+                if s.is_self:
+                    sent = sum(x.packets_sent for x in n.stations())
+                    recv = sum(x.packets_received for x in n.stations())
+                    rtts = [x.rtt for x in n.stations() if x.rtt is not None]
+                    r.stations.append(
+                        {
+                            "index": me,
+                            "host": s.is_host,
+                            "address": f"{s.address[0]}:{s.address[1]}",
+                            "rtt_ms": (sum(rtts) / len(rtts) * 1000) if rtts else None,
+                            "sent": sent,
+                            "received": recv,
+                            "lost": sum(x.lost for x in n.stations()),
+                            "constant_id": s.constant_id,
+                        }
+                    )
+        r.stations.sort(key=lambda row: (row["index"] is None, row["index"]))
+        if r.reliable_delivered != r.reliable_expected:
+            r.problems.append(f"reliable messages delivered {r.reliable_delivered} of {r.reliable_expected}")
+        if r.duplicates:
+            r.problems.append(f"{r.duplicates} reliable messages delivered twice")
+        if r.out_of_order:
+            r.problems.append(f"{r.out_of_order} reliable messages out of order")
+
+    def _write_record(self) -> None:
+        from pianode.capture import PcapWriter
+
+        assert self.record is not None
+        path = self.record
+        session_path = (path[:-5] if path.endswith(".pcap") else path) + ".session.json"
+        with open(path, "wb") as f:
+            writer = PcapWriter(f)
+            for data, src, dst, now in self._records:
+                writer.write_udp(data, src, dst, now)
+        context = self._session_context()
+        with open(session_path, "w") as f:
+            json.dump(context, f, indent=2, sort_keys=True)
+            f.write("\n")
+        self.result.record = {"pcap": path, "session": session_path, "datagrams": len(self._records)}
+
+    def _session_context(self) -> dict[str, Any]:
+        nodes = getattr(self, "all_nodes", [])
+        host = nodes[0].session if nodes else None
+        ctx: dict[str, Any] = {"version": self.result.version, "network": self.result.network}
+        if host is not None and host.session_key is not None:
+            ctx["session_key"] = host.session_key.hex()
+            ctx.update(host.decode_context())
+        return ctx

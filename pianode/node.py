@@ -1,0 +1,223 @@
+"""The Trio node: one nursery, one UDP socket, one driver task around a :class:`MeshSession`.
+
+Usage::
+
+    async with open_node(NodeConfig(version="5.18")) as node:
+        await node.create_mesh()                 # or: await node.join(("127.0.0.2", 49152))
+        await node.send(1, b"hello", reliable=True)
+        async for event in node.events():
+            ...
+
+Theory of operation: the driver task drains the socket without a scheduler
+round trip per datagram (``pianode.udp``), feeds every datagram to the sans-IO
+session with ``trio.current_time()``, runs the session's timers, sends what the
+session queued and forwards its events to a bounded channel.  User calls run
+the session method directly (Trio is single-threaded, the session is sync) and
+then wake the driver so new output and deadlines are picked up at once.  Time
+comes only from Trio, so a whole mesh runs under ``trio.testing.MockClock``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import trio
+
+from pianode.config import NodeConfig
+from pianode.events import Event
+from pianode.session import MeshSession, StationStats
+from pianode.udp import UdpEndpoint, open_udp_endpoint
+
+__all__ = ["JoinError", "Node", "open_node"]
+
+
+class JoinError(Exception):
+    """Joining a mesh failed (refused, denied, or no answer in time)."""
+
+
+class Node:
+    """A running Pia node.  Create it with :func:`open_node`."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self._endpoint: UdpEndpoint | None = None
+        self.session: MeshSession | None = None
+        self._event_send, self._event_receive = trio.open_memory_channel[Event](config.receive_queue)
+        self._wake_scope: trio.CancelScope | None = None
+        self._state_changed = trio.Event()
+        self.events_dropped = 0
+        self.tap: Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self._endpoint is not None
+        return self._endpoint.address
+
+    async def _run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
+        endpoint = await open_udp_endpoint(self.config.bind)
+        self._endpoint = endpoint
+        try:
+            self.session = MeshSession(self.config, endpoint.address, now=trio.current_time())
+            self.session.tap = self.tap
+            task_status.started(endpoint.address)
+            await self._drive(endpoint, self.session)
+        finally:
+            endpoint.close()
+            self._event_send.close()
+
+    async def _drive(self, endpoint: UdpEndpoint, session: MeshSession) -> None:
+        processed = 0
+        while True:
+            batch = endpoint.receive_batch()
+            now = trio.current_time()
+            for data, addr in batch:
+                session.receive_datagram(data, addr, now)
+            timer = session.get_timer()
+            if timer is not None and timer <= now:
+                session.handle_timer(now)
+            await self._flush(endpoint, session, now)
+            if batch:
+                processed += len(batch)
+                if processed >= 256:
+                    processed = 0
+                    await trio.lowlevel.checkpoint()
+                continue
+            timer = session.get_timer()
+            deadline = math.inf if timer is None else timer
+            with trio.move_on_at(deadline) as scope:
+                self._wake_scope = scope
+                await endpoint.wait_readable()
+            self._wake_scope = None
+
+    async def _flush(self, endpoint: UdpEndpoint, session: MeshSession, now: float) -> None:
+        for data, addr in session.datagrams_to_send(now):
+            if not endpoint.send_nowait(data, addr):
+                await endpoint.send(data, addr)
+        changed = False
+        while (event := session.next_event()) is not None:
+            changed = True
+            try:
+                self._event_send.send_nowait(event)
+            except trio.WouldBlock:
+                self.events_dropped += 1
+        if changed:
+            self._state_changed.set()
+            self._state_changed = trio.Event()
+
+    def _wake(self) -> None:
+        if self._wake_scope is not None:
+            self._wake_scope.cancel()
+
+    def _require_session(self) -> MeshSession:
+        if self.session is None:
+            raise RuntimeError("node is not running")
+        return self.session
+
+    async def _wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        with trio.move_on_after(timeout):
+            while not predicate():
+                await self._state_changed.wait()
+            return True
+        return False
+
+    # ------------------------------------------------------------------ public API
+    async def create_mesh(self) -> int:
+        """Create a mesh with this node as host; returns its station index (0)."""
+        session = self._require_session()
+        session.create(trio.current_time())
+        self._wake()
+        await trio.lowlevel.checkpoint()
+        assert session.index is not None
+        return session.index
+
+    async def join(self, host: tuple[str, int], *, network_id: int | None = None) -> int:
+        """Join the mesh hosted at *host*; returns this node's station index.
+
+        Raises:
+            JoinError: the host refused or denied the join, or did not answer
+                within ``config.join_timeout``.
+        """
+        session = self._require_session()
+        session.join(host, trio.current_time(), network_id=network_id)
+        self._wake()
+        await self._wait_for(lambda: session.joined or session.closed, self.config.join_timeout + 1)
+        if not session.joined:
+            raise JoinError(session.failure or "join timed out")
+        assert session.index is not None
+        return session.index
+
+    async def wait_connected(self, count: int, timeout: float = 10.0) -> bool:
+        """Wait until *count* other stations are joined and connected."""
+        session = self._require_session()
+        return await self._wait_for(lambda: sum(1 for s in session.stations() if s.state == "connected") >= count, timeout)
+
+    async def send(self, station_index: int, data: bytes, *, reliable: bool = True) -> None:
+        """Send *data* to one station (reliable: in order, exactly once)."""
+        session = self._require_session()
+        session.send(station_index, bytes(data), reliable=reliable, now=trio.current_time())
+        self._wake()
+        await trio.lowlevel.checkpoint()
+
+    async def broadcast(self, data: bytes, *, reliable: bool = True) -> int:
+        """Send *data* to every connected station; returns how many."""
+        session = self._require_session()
+        n = session.broadcast(bytes(data), reliable=reliable, now=trio.current_time())
+        self._wake()
+        await trio.lowlevel.checkpoint()
+        return n
+
+    async def leave(self, timeout: float = 2.0) -> None:
+        """Leave the mesh; waits (bounded) until the other stations acknowledged it."""
+        session = self._require_session()
+        session.leave(trio.current_time())
+        self._wake()
+        await self._wait_for(lambda: session.closed, timeout)
+
+    def events(self) -> trio.MemoryReceiveChannel[Event]:
+        """The node's events (``async for event in node.events()``)."""
+        return self._event_receive
+
+    def stations(self) -> list[StationStats]:
+        """One row per station in the mesh table (including this node)."""
+        return self._require_session().stations()
+
+    def statistics(self) -> dict[str, object]:
+        """Counters, including datagrams dropped by reason."""
+        session = self._require_session()
+        stats = session.statistics()
+        stats["events_dropped"] = self.events_dropped
+        if self._endpoint is not None:
+            stats["send_errors"] = self._endpoint.send_errors
+        return stats
+
+    @property
+    def station_index(self) -> int | None:
+        return self._require_session().index
+
+    @property
+    def host_index(self) -> int | None:
+        return self._require_session().table.host_index
+
+
+@asynccontextmanager
+async def open_node(
+    config: NodeConfig, *, tap: Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None = None
+) -> AsyncIterator[Node]:
+    """Run a node for the duration of the ``async with`` block.
+
+    The socket is bound when the block starts (``node.address``); leaving the
+    block stops the node (call ``await node.leave()`` first for a graceful exit).
+    """
+    node = Node(config)
+    node.tap = tap
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node._run)
+        try:
+            yield node
+        finally:
+            nursery.cancel_scope.cancel()
+
+

@@ -1,0 +1,902 @@
+"""The sans-IO Pia mesh session: station handshake, mesh membership, keep-alive, RTT and data.
+
+Theory of operation
+-------------------
+A :class:`MeshSession` is everything one node knows, with no I/O and no clock:
+the driver (``pianode.node``) feeds it datagrams and the current time, and asks
+it for datagrams to send and for its next timer deadline (the aioquic shape,
+STYLE.md practice 2)::
+
+    session.receive_datagram(data, addr, now)
+    session.handle_timer(now)
+    for data, addr in session.datagrams_to_send(now): ...
+    session.get_timer() -> float | None
+    session.next_event() -> Event | None
+
+Layers, bottom up:
+
+* **Packets** (``protocols.pia.packet``): every datagram is one Pia packet
+  sealed with the session key; the nonce follows the network type
+  (``protocols.pia.nonce``).  A datagram that does not decode or authenticate
+  is dropped and counted by reason, never raised.
+* **Peers** (:class:`Peer`): one per remote address.  A peer goes
+  CONNECTING -> CONNECTED through the Station protocol handshake (with the
+  inverse request up to 5.26, the single request from 5.27; spec §5.3).
+  Station and mesh messages that carry an ack id are retransmitted with
+  backoff until the peer acks them.
+* **Mesh** (:class:`pianode.mesh_table.MeshTable`): the host assigns station
+  indexes, answers join requests with (fragmented) join responses and sends
+  update-mesh messages; the newcomer connects to every listed member.
+  Host migration is the deterministic rule in ``pianode.mesh_table``.
+* **Data**: unreliable messages are fire-and-forget; reliable ones go through
+  a per-peer sliding window (``pianode.reliable``), in order, exactly once.
+* **Liveness**: keep-alives at ``keepalive_interval``; a peer silent for
+  ``station_timeout`` is removed (and, if it was the host, the mesh migrates).
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import ipaddress
+import random
+from collections.abc import Callable, Iterable
+
+import attrs
+
+from pianode import mesh_wire as mw
+from pianode.config import NodeConfig
+from pianode.events import (
+    DataReceived,
+    Event,
+    HostChanged,
+    MeshDestroyed,
+    MeshJoined,
+    StationJoined,
+    StationLeft,
+)
+from pianode.mesh_table import MeshFull, MeshTable, StationEntry
+from pianode.packet_ids import PacketIdCounter, PacketIdFilter, Verdict
+from pianode.reliable import ReliableWindow
+from pianode.rtt import RttEstimator
+from protocols.errors import AuthenticationError, DecodeError
+from protocols.pia.header import PacketHeader
+from protocols.pia.message import Message
+from protocols.pia.packet import Packet, PacketCodec
+from protocols.pia.versions import Proto
+
+__all__ = ["DropReason", "MeshSession", "Peer", "PeerState", "StationStats"]
+
+INVALID_INDEX = 253  # spec §2.6: not yet in a mesh
+MAX_PROVISIONAL_PEERS = 64  # unknown addresses we talk to before they are members
+EVENT_QUEUE_LIMIT = 65536
+HELD_LIMIT = 1024  # data messages held per peer until its station index is known
+
+
+class PeerState(enum.Enum):
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+class DropReason(str, enum.Enum):
+    MALFORMED = "malformed"
+    BAD_TAG = "bad_tag"
+    REPLAYED = "replayed"
+    NOT_MEMBER = "not_member"
+    IDENTITY_MISMATCH = "identity_mismatch"
+    UNEXPECTED = "unexpected"
+    QUEUE_FULL = "queue_full"
+    UNENCRYPTED = "unencrypted"
+
+
+@attrs.frozen
+class StationStats:
+    """One row of ``node.stations()``."""
+
+    index: int | None
+    constant_id: int
+    variable_id: int
+    address: tuple[str, int]
+    is_host: bool
+    is_self: bool
+    state: str
+    rtt: float | None
+    rtt_variance: float | None
+    packets_sent: int
+    packets_received: int
+    lost: int
+
+
+@attrs.define
+class _Pending:
+    """A message carrying an ack id, resent until the peer acks it."""
+
+    proto: Proto
+    port: int
+    payload: bytes
+    next_send: float
+    interval: float
+    tries: int = 0
+    kind: str = ""
+
+
+@attrs.define(eq=False)
+class Peer:
+    address: tuple[str, int]
+    own_conn_id: int
+    initiator: bool
+    created: float
+    state: PeerState = PeerState.CONNECTING
+    constant_id: int = 0
+    variable_id: int = 0
+    peer_conn_id: int = 0
+    index: int | None = None
+    announced: bool = False
+    got_response: bool = False
+    sent_response: bool = False
+    tx_ids: PacketIdCounter = attrs.field(factory=PacketIdCounter)
+    rx_ids: PacketIdFilter = attrs.field(factory=PacketIdFilter)
+    recent_nonces: collections.deque[bytes] = attrs.field(factory=lambda: collections.deque(maxlen=256))
+    outbox: list[Message] = attrs.field(factory=list)
+    pending: dict[int, _Pending] = attrs.field(factory=dict)
+    mesh_window: ReliableWindow | None = None
+    data_window: ReliableWindow | None = None
+    rtt: RttEstimator = attrs.field(factory=RttEstimator)
+    last_heard: float = 0.0
+    next_keepalive: float = 0.0
+    next_rtt: float = 0.0
+    packets_sent: int = 0
+    packets_received: int = 0
+    join_fragments: dict[int, mw.JoinResponse] = attrs.field(factory=dict)
+    update_fragments: dict[int, mw.UpdateMesh] = attrs.field(factory=dict)
+    held: list[tuple[bytes, bool]] = attrs.field(factory=list)
+
+    @property
+    def connected(self) -> bool:
+        return self.state is PeerState.CONNECTED
+
+
+class MeshSession:
+    """Everything one Pia node knows; see the module docstring."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        local_address: tuple[str, int],
+        *,
+        now: float,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.profile = config.profile
+        self.local_address = local_address
+        self.rng = rng or random.Random(config.seed)
+        self.started = now
+        ident = mw.local_identity(config, local_address, self.rng)
+        self.constant_id = ident.constant_id
+        self.variable_id = ident.variable_id
+        self.location = ident
+        self.index: int | None = None
+        self.table = MeshTable(max_stations=config.max_stations)
+        self.peers: dict[tuple[str, int], Peer] = {}
+        self.session_key: bytes | None = config.session_key
+        self.codec: PacketCodec | None = None
+        self.network_id = 0
+        self._nonce_counter = self.rng.getrandbits(64)
+        self._ack_counter = self.rng.randrange(1, 1 << 32)
+        self._events: collections.deque[Event] = collections.deque()
+        self._ready: list[tuple[bytes, tuple[str, int]]] = []
+        self.drops: collections.Counter[str] = collections.Counter()
+        self.counters: collections.Counter[str] = collections.Counter()
+        self._join_host: tuple[str, int] | None = None
+        self._early_update: tuple[list[StationEntry], int, int] | None = None
+        self._join_deadline: float | None = None
+        self.joined = False
+        self.closed = False
+        self.leaving = False
+        self._leave_deadline: float | None = None
+        self.failure: str | None = None
+        #: Called with every datagram we send: (data, src, dst, now).  For --record.
+        self.tap: Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None = None
+
+    # ------------------------------------------------------------------ setup
+    def _setup_crypto(self, session_key: bytes, network_id: int) -> None:
+        self.session_key = session_key
+        self.network_id = network_id
+        self.codec = mw.packet_codec(self.config, self.profile, session_key, network_id)
+
+    def create(self, now: float) -> None:
+        """Create a mesh with this node as host and station index 0."""
+        if self.joined or self._join_host is not None:
+            raise RuntimeError("this node already created or joined a mesh")
+        key = self.session_key or self.rng.randbytes(16)
+        self._setup_crypto(key, mw.network_id_for_host(self.config, self.local_address, self.rng))
+        entry = self.table.add(self.constant_id, self.variable_id, self.local_address)
+        self.index = entry.index
+        self.table.host_index = entry.index
+        self.table.update_counter = 1
+        self.joined = True
+        self._emit(MeshJoined(station_index=entry.index, host_index=entry.index))
+
+    def join(self, host: tuple[str, int], now: float, *, network_id: int | None = None) -> None:
+        """Start joining the mesh hosted at *host* (needs the session key in the config)."""
+        if self.joined or self._join_host is not None:
+            raise RuntimeError("this node already created or joined a mesh")
+        if self.config.session_key is None:
+            raise ValueError("joining needs the mesh's session key")
+        if network_id is None:
+            network_id = mw.network_id_for_host(self.config, host, self.rng)
+        self._setup_crypto(self.config.session_key, network_id)
+        self._join_host = host
+        self._join_deadline = now + self.config.join_timeout
+        self._connect(host, now)
+
+    def leave(self, now: float) -> None:
+        """Leave the mesh gracefully (the host's departure triggers migration)."""
+        if self.closed or self.leaving:
+            return
+        self.leaving = True
+        self._leave_deadline = now + min(2.0, self.config.station_timeout)
+        if self.index is None:
+            self._close("left", now)
+            return
+        payload = mw.encode_leave(self.profile, self.index, self.location)
+        members = self._members()
+        for peer in members:
+            assert peer.mesh_window is not None
+            peer.mesh_window.send(payload, now)
+        if not members:
+            self._close("left", now)
+
+    # ------------------------------------------------------------------ user data
+    def send(self, index: int, data: bytes, *, reliable: bool, now: float) -> None:
+        peer = self._peer_by_index(index)
+        if peer is None or not peer.connected:
+            raise KeyError(f"no connected station with index {index}")
+        self._send_data(peer, data, reliable, now)
+
+    def broadcast(self, data: bytes, *, reliable: bool, now: float) -> int:
+        n = 0
+        for peer in self._members():
+            self._send_data(peer, data, reliable, now)
+            n += 1
+        return n
+
+    def _send_data(self, peer: Peer, data: bytes, reliable: bool, now: float) -> None:
+        if reliable:
+            assert peer.data_window is not None
+            peer.data_window.send(data, now)
+            self.counters["reliable_sent"] += 1
+        else:
+            peer.outbox.append(self._message(peer, Proto.UNRELIABLE, 0, data))
+            self.counters["unreliable_sent"] += 1
+
+    # ------------------------------------------------------------------ queries
+    def is_host(self) -> bool:
+        return self.index is not None and self.table.host_index == self.index
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    def stations(self) -> list[StationStats]:
+        rows = []
+        for entry in self.table.entries():
+            is_self = entry.index == self.index
+            peer = None if is_self else self._peer_by_index(entry.index)
+            rows.append(
+                StationStats(
+                    index=entry.index,
+                    constant_id=entry.constant_id,
+                    variable_id=entry.variable_id,
+                    address=entry.address,
+                    is_host=entry.index == self.table.host_index,
+                    is_self=is_self,
+                    state="self" if is_self else (peer.state.value if peer else "unknown"),
+                    rtt=peer.rtt.smoothed if peer else None,
+                    rtt_variance=peer.rtt.variance if peer else None,
+                    packets_sent=peer.packets_sent if peer else 0,
+                    packets_received=peer.packets_received if peer else 0,
+                    lost=(peer.data_window.statistics().retransmitted if peer and peer.data_window else 0),
+                )
+            )
+        return rows
+
+    # ------------------------------------------------------------------ timers
+    def get_timer(self) -> float | None:
+        if self.closed:
+            return None
+        deadlines: list[float] = []
+        if self._join_deadline is not None:
+            deadlines.append(self._join_deadline)
+        if self._leave_deadline is not None:
+            deadlines.append(self._leave_deadline)
+        for peer in self.peers.values():
+            if peer.state is PeerState.CLOSED:
+                continue
+            for p in peer.pending.values():
+                deadlines.append(p.next_send)
+            deadlines.append(peer.last_heard + self.config.station_timeout)
+            if peer.connected:
+                deadlines.append(peer.next_keepalive)
+                deadlines.append(peer.next_rtt)
+                for w in (peer.mesh_window, peer.data_window):
+                    if w is not None:
+                        t = w.get_timer()
+                        if t is not None:
+                            deadlines.append(t)
+            if peer.outbox:
+                deadlines.append(0.0)
+        return min(deadlines) if deadlines else None
+
+    def handle_timer(self, now: float) -> None:
+        if self.closed:
+            return
+        if self._join_deadline is not None and now >= self._join_deadline and not self.joined:
+            self._fail_join("no answer from the host within the join timeout", now)
+            return
+        if self._leave_deadline is not None and now >= self._leave_deadline:
+            self._close("left", now)
+            return
+        for peer in list(self.peers.values()):
+            if peer.state is PeerState.CLOSED:
+                continue
+            if now - peer.last_heard >= self.config.station_timeout:
+                self._peer_lost(peer, "timeout", now)
+                continue
+            for w in (peer.mesh_window, peer.data_window):
+                if w is not None:
+                    w.handle_timer(now)
+                    if w.failed:
+                        self._peer_lost(peer, "timeout", now)
+                        break
+            if peer.state is PeerState.CLOSED:
+                continue
+            if peer.connected and now >= peer.next_keepalive:
+                peer.outbox.append(self._message(peer, Proto.KEEP_ALIVE, 0, b""))
+                peer.next_keepalive = now + self.config.keepalive_interval
+            if peer.connected and now >= peer.next_rtt:
+                peer.outbox.append(self._message(peer, Proto.RTT, 1, mw.encode_rtt(self.profile, False, self._ticks(now))))
+                peer.next_rtt = now + self.config.rtt_interval
+
+    def _ticks(self, now: float) -> int:
+        return int(round((now - self.started) * 1_000_000)) & 0xFFFFFFFFFFFFFFFF
+
+    # ------------------------------------------------------------------ output
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, tuple[str, int]]]:
+        out, self._ready = self._ready, []
+        if self.codec is None:
+            return out
+        for peer in list(self.peers.values()):
+            if peer.state is PeerState.CLOSED:
+                continue
+            out.extend(self._drain_peer(peer, now))
+        if self.leaving and not any(
+            p.pending or (p.mesh_window is not None and not p.mesh_window.idle)
+            for p in self.peers.values()
+            if p.state is not PeerState.CLOSED
+        ):
+            self._close("left", now)
+        return out
+
+    def _drain_peer(self, peer: Peer, now: float) -> list[tuple[bytes, tuple[str, int]]]:
+        # Handshake messages go first in the bundle: the receiver must see the
+        # connection response before data that needs the connection.
+        due: list[Message] = []
+        for ack_id, p in list(peer.pending.items()):
+            if now >= p.next_send:
+                p.tries += 1
+                if p.tries > 1:
+                    self.counters["retransmissions"] += 1
+                if p.tries > mw.MAX_TRIES:
+                    del peer.pending[ack_id]
+                    self._peer_lost(peer, "timeout", now)
+                    return []
+                due.append(self._message(peer, p.proto, p.port, p.payload))
+                p.next_send = now + p.interval
+                p.interval = min(p.interval * 1.5, 2.0)
+        if due:
+            peer.outbox[:0] = due
+        if peer.connected:
+            for proto, port, w in ((Proto.MESH, 1, peer.mesh_window), (Proto.RELIABLE, 0, peer.data_window)):
+                if w is None:
+                    continue
+                for segment in w.messages_to_send(now):
+                    peer.outbox.append(self._message(peer, proto, port, segment))
+        if peer.outbox:
+            return self._flush(peer, now)
+        return []
+
+    def _flush(self, peer: Peer, now: float) -> list[tuple[bytes, tuple[str, int]]]:
+        assert self.codec is not None
+        out = []
+        messages, peer.outbox = peer.outbox, []
+        for bundle in mw.bundle(self.profile, messages, self.config.mtu):
+            header = self._header(peer, now)
+            data = self.codec.encode(Packet(header=header, messages=tuple(bundle)), self.local_address[0])
+            out.append((data, peer.address))
+            peer.packets_sent += 1
+            self.counters["packets_sent"] += 1
+            if self.tap is not None:
+                self.tap(data, self.local_address, peer.address, now)
+        return out
+
+    def _header(self, peer: Peer, now: float) -> PacketHeader:
+        self._nonce_counter = (self._nonce_counter + 1) & 0xFFFFFFFFFFFFFFFF
+        hn = self._nonce_counter.to_bytes(8, "big")
+        return mw.make_header(self.profile, peer, self, hn, now)
+
+    def _message(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> Message:
+        return mw.make_message(self.profile, self, peer, proto, port, payload)
+
+    def _next_ack_id(self) -> int:
+        self._ack_counter = (self._ack_counter + 1) & 0xFFFFFFFF or 1
+        return self._ack_counter
+
+    def _queue_acked(
+        self, peer: Peer, proto: Proto, port: int, build: Callable[[int], bytes], now: float, kind: str = ""
+    ) -> int:
+        ack_id = self._next_ack_id()
+        peer.pending[ack_id] = _Pending(proto, port, build(ack_id), now, self.config.resend_interval, kind=kind)
+        return ack_id
+
+    # ------------------------------------------------------------------ input
+    def receive_datagram(self, data: bytes, addr: tuple[str, int], now: float) -> None:
+        if self.closed or self.codec is None:
+            self._drop(DropReason.UNEXPECTED)
+            return
+        peer = self.peers.get(addr)
+        try:
+            packet = self.codec.decode(data, addr[0])
+        except AuthenticationError:
+            self._drop(DropReason.BAD_TAG)
+            return
+        except DecodeError:
+            self._drop(DropReason.MALFORMED)
+            return
+        header = packet.header
+        if not header.encrypted:
+            # The codec accepts plaintext 5.7+ packets (captures have them); a
+            # node with a session key never does: they carry no tag.
+            self._drop(DropReason.UNENCRYPTED)
+            return
+        if peer is None:
+            # Only a connection request may come from an unknown address.
+            if not packet.messages or not mw.is_connection_request(self.profile, packet.messages[0]):
+                self._drop(DropReason.NOT_MEMBER)
+                return
+            if sum(1 for p in self.peers.values() if p.index is None) >= MAX_PROVISIONAL_PEERS:
+                self._drop(DropReason.QUEUE_FULL)
+                return
+        elif not self._accept_header(peer, header):
+            return
+        if peer is None:
+            peer = self._new_peer(addr, initiator=False, now=now)
+        peer.last_heard = now
+        peer.packets_received += 1
+        self.counters["packets_received"] += 1
+        for message in packet.messages:
+            self._dispatch(peer, message, now)
+            if peer.state is PeerState.CLOSED or self.closed:
+                break
+
+    def _accept_header(self, peer: Peer, header: PacketHeader) -> bool:
+        """Replay and identity checks on an authenticated header."""
+        if header.packet_id:
+            if peer.rx_ids.accept(header.packet_id) is not Verdict.ACCEPTED:
+                self._drop(DropReason.REPLAYED)
+                return False
+        else:
+            if header.nonce in peer.recent_nonces:
+                self._drop(DropReason.REPLAYED)
+                return False
+            peer.recent_nonces.append(header.nonce)
+        if peer.connected:
+            if self.profile.has_connection_id:
+                if header.connection_id not in (0, peer.peer_conn_id):
+                    self._drop(DropReason.IDENTITY_MISMATCH)
+                    return False
+            elif header.source_variable_id not in (None, peer.variable_id):
+                self._drop(DropReason.IDENTITY_MISMATCH)
+                return False
+        return True
+
+    def _drop(self, reason: DropReason) -> None:
+        self.drops[reason.value] += 1
+
+    def _dispatch(self, peer: Peer, message: Message, now: float) -> None:
+        if message.source_constant_id is not None and peer.constant_id and message.source_constant_id != peer.constant_id:
+            self._drop(DropReason.IDENTITY_MISMATCH)
+            return
+        try:
+            proto = mw.proto_of(self.profile, message.protocol_type)
+            if proto is Proto.STATION:
+                self._on_station(peer, mw.decode_station(self.profile, message.payload), now)
+            elif not peer.connected:
+                self._drop(DropReason.UNEXPECTED)
+            elif proto is Proto.MESH:
+                if message.protocol_port == 1:
+                    assert peer.mesh_window is not None
+                    for payload in peer.mesh_window.receive_message(message.payload, now):
+                        self._on_mesh(peer, mw.decode_mesh(self.profile, payload), now)
+                else:
+                    self._on_mesh(peer, mw.decode_mesh(self.profile, message.payload), now)
+            elif proto is Proto.KEEP_ALIVE:
+                self.counters["keepalives_received"] += 1
+            elif proto is Proto.RTT:
+                self._on_rtt(peer, message.payload, now)
+            elif proto is Proto.UNRELIABLE:
+                self._deliver(peer, message.payload, reliable=False)
+            elif proto is Proto.RELIABLE:
+                assert peer.data_window is not None
+                for payload in peer.data_window.receive_message(message.payload, now):
+                    self._deliver(peer, payload, reliable=True)
+            else:
+                self._drop(DropReason.UNEXPECTED)
+        except DecodeError:
+            self._drop(DropReason.MALFORMED)
+
+    def _deliver(self, peer: Peer, data: bytes, *, reliable: bool) -> None:
+        if peer.index is None:
+            # Data from a newcomer can overtake the update mesh that names it:
+            # hold a bounded amount until its index is known.
+            if len(peer.held) >= HELD_LIMIT:
+                self._drop(DropReason.QUEUE_FULL)
+            else:
+                peer.held.append((data, reliable))
+            return
+        self.counters["reliable_delivered" if reliable else "unreliable_delivered"] += 1
+        self._emit(DataReceived(source_index=peer.index, data=data, reliable=reliable))
+
+    def _emit(self, event: Event) -> None:
+        if len(self._events) >= EVENT_QUEUE_LIMIT:
+            self._drop(DropReason.QUEUE_FULL)
+            return
+        self._events.append(event)
+
+    # ------------------------------------------------------------------ station protocol
+    def _new_peer(self, addr: tuple[str, int], *, initiator: bool, now: float) -> Peer:
+        peer = Peer(
+            address=addr,
+            own_conn_id=self.rng.randrange(2, 256),
+            initiator=initiator,
+            created=now,
+            last_heard=now,
+        )
+        peer.mesh_window = mw.new_window(self.profile, self.config, now)
+        peer.data_window = mw.new_window(self.profile, self.config, now)
+        self.peers[addr] = peer
+        return peer
+
+    def _connect(self, addr: tuple[str, int], now: float) -> Peer:
+        peer = self.peers.get(addr)
+        if peer is not None and peer.state is not PeerState.CLOSED:
+            return peer
+        peer = self._new_peer(addr, initiator=True, now=now)
+        self._queue_acked(
+            peer,
+            Proto.STATION,
+            0,
+            lambda ack: mw.encode_connect_request(self.profile, self, peer, inverse=False, ack_id=ack),
+            now,
+            kind="connect",
+        )
+        return peer
+
+    def _ack(self, peer: Peer, ack_id: int) -> None:
+        peer.outbox.append(self._message(peer, Proto.STATION, 0, mw.encode_station_ack(self.profile, ack_id)))
+
+    def _on_station(self, peer: Peer, msg: mw.StationMessage, now: float) -> None:
+        if isinstance(msg, mw.StationAck):
+            pending = peer.pending.pop(msg.ack_id, None)
+            if pending is not None:
+                self._on_acked(peer, pending, now)
+            return
+        if isinstance(msg, mw.ConnectRequest):
+            self._ack(peer, msg.ack_id)
+            self._learn(peer, msg.location)
+            if msg.inverse:
+                # We initiated; this is the peer's inverse request (<= 5.26).
+                if msg.inverse_conn_id != peer.own_conn_id:
+                    self._drop(DropReason.IDENTITY_MISMATCH)
+                    return
+                peer.peer_conn_id = msg.conn_id
+                if not peer.sent_response:
+                    peer.sent_response = True
+                    self._queue_acked(peer, Proto.STATION, 0, lambda ack: mw.encode_connect_response(self.profile, self, peer, 0, ack), now)
+                return
+            if peer.initiator and not peer.connected:
+                # Both sides asked at once (each learned of the other from a
+                # different mesh table).  The station with the lower constant id
+                # stays the initiator; the other withdraws its request and answers.
+                if (self.constant_id, self.local_address) < (msg.location.constant_id, peer.address):
+                    self.counters["connect_glare_won"] += 1
+                    return
+                self.counters["connect_glare_yielded"] += 1
+                for ack_id in [k for k, p in peer.pending.items() if p.kind == "connect"]:
+                    del peer.pending[ack_id]
+                peer.initiator = False
+            peer.peer_conn_id = msg.conn_id
+            if self.leaving or self.index is None and not self._join_host:
+                refuse = 1
+            else:
+                refuse = 0
+            if refuse:
+                peer.outbox.append(self._message(peer, Proto.STATION, 0, mw.encode_connect_deny(self.profile, self, peer, refuse)))
+                return
+            if self.profile.inverse_handshake:
+                if not any(isinstance(p, _Pending) and p.proto is Proto.STATION for p in peer.pending.values()):
+                    self._queue_acked(
+                        peer, Proto.STATION, 0,
+                        lambda ack: mw.encode_connect_request(self.profile, self, peer, inverse=True, ack_id=ack), now,
+                    )
+            elif not peer.sent_response:
+                peer.sent_response = True
+                self._queue_acked(peer, Proto.STATION, 0, lambda ack: mw.encode_connect_response(self.profile, self, peer, 0, ack), now)
+                self._set_connected(peer, now)
+            return
+        if isinstance(msg, mw.ConnectResponse):
+            if msg.result != 0:
+                self._ack_if(peer, msg.ack_id)
+                if peer.address == self._join_host and not self.joined:
+                    self._fail_join(f"the host refused the connection (result {msg.result})", now)
+                self._close_peer(peer)
+                return
+            self._ack(peer, msg.ack_id)
+            if msg.location is not None:
+                self._learn(peer, msg.location)
+            peer.got_response = True
+            if self.profile.inverse_handshake and not peer.initiator and not peer.sent_response:
+                peer.sent_response = True
+                self._queue_acked(peer, Proto.STATION, 0, lambda ack: mw.encode_connect_response(self.profile, self, peer, 0, ack), now)
+            self._set_connected(peer, now)
+            return
+        if isinstance(msg, mw.Disconnect):
+            if not msg.response:
+                peer.outbox.append(self._message(peer, Proto.STATION, 0, mw.encode_disconnect(self.profile, True)))
+            self._peer_lost(peer, "left", now)
+
+    def _ack_if(self, peer: Peer, ack_id: int | None) -> None:
+        if ack_id is not None:
+            self._ack(peer, ack_id)
+
+    def _learn(self, peer: Peer, location: mw.Location) -> None:
+        peer.constant_id = location.constant_id
+        peer.variable_id = location.variable_id
+
+    def _set_connected(self, peer: Peer, now: float) -> None:
+        if peer.connected:
+            return
+        peer.state = PeerState.CONNECTED
+        peer.next_keepalive = now + self.config.keepalive_interval
+        peer.next_rtt = now
+        self.counters["connections"] += 1
+        if peer.address == self._join_host and not self.joined:
+            self._queue_acked(peer, Proto.MESH, 0, lambda ack: mw.encode_join_request(self.profile, self, ack), now)
+        entry = self.table.by_address(peer.address)
+        if entry is not None and entry.index != self.index:
+            peer.index = entry.index
+            self._announce(peer)
+
+    def _announce(self, peer: Peer) -> None:
+        if peer.announced or peer.index is None or not peer.connected:
+            return
+        peer.announced = True
+        self._emit(StationJoined(station_index=peer.index, constant_id=peer.constant_id, address=peer.address))
+        held, peer.held = peer.held, []
+        for data, reliable in held:
+            self._deliver(peer, data, reliable=reliable)
+
+    def _on_acked(self, peer: Peer, pending: _Pending, now: float) -> None:
+        if pending.proto is Proto.STATION and self.profile.version >= (5, 27) and not peer.initiator:
+            self._set_connected(peer, now)
+
+    def _close_peer(self, peer: Peer) -> None:
+        peer.state = PeerState.CLOSED
+        peer.pending.clear()
+        self.peers.pop(peer.address, None)
+
+    # ------------------------------------------------------------------ mesh protocol
+    def _on_mesh(self, peer: Peer, msg: mw.MeshMessage, now: float) -> None:
+        if isinstance(msg, mw.JoinRequest):
+            self._ack(peer, msg.ack_id)
+            self._on_join_request(peer, now)
+        elif isinstance(msg, mw.JoinResponse):
+            self._ack(peer, msg.ack_id)
+            self._on_join_response(peer, msg, now)
+        elif isinstance(msg, mw.JoinDenied):
+            if not self.joined:
+                self._fail_join(f"join denied: {msg.reason_text}", now)
+        elif isinstance(msg, mw.UpdateMesh):
+            self._on_update_mesh(peer, msg, now)
+        elif isinstance(msg, mw.LeaveRequest):
+            # Stay in contact until our ack of the leave has gone out: close
+            # after the window flushed it (the peer's station timeout ends it otherwise).
+            self._peer_lost(peer, "left", now, linger=True)
+        else:
+            self._drop(DropReason.UNEXPECTED)
+
+    def _on_join_request(self, peer: Peer, now: float) -> None:
+        if not self.is_host():
+            peer.outbox.append(self._message(peer, Proto.MESH, 0, mw.encode_join_deny(self.profile, mw.DENY_NOT_HOST)))
+            return
+        entry = self.table.by_address(peer.address)
+        if entry is None:
+            try:
+                entry = self.table.add(peer.constant_id, peer.variable_id, peer.address)
+            except MeshFull:
+                self.counters["joins_denied"] += 1
+                peer.outbox.append(self._message(peer, Proto.MESH, 0, mw.encode_join_deny(self.profile, mw.DENY_MESH_FULL)))
+                return
+            self.table.update_counter += 1
+        peer.index = entry.index
+        for build in mw.encode_join_response(self.profile, self, entry.index, self.config.mtu):
+            self._queue_acked(peer, Proto.MESH, 0, build, now)
+        self._send_update_mesh(now, exclude={peer.address})
+        self._announce(peer)
+
+    def _send_update_mesh(self, now: float, exclude: Iterable[tuple[str, int]] = ()) -> None:
+        skip = set(exclude)
+        payloads = mw.encode_update_mesh(self.profile, self, self.config.mtu)
+        for member in self._members():
+            if member.address in skip:
+                continue
+            assert member.mesh_window is not None
+            for payload in payloads:
+                member.mesh_window.send(payload, now)
+
+    def _apply_table(
+        self, entries: list[StationEntry], host_index: int, counter: int, now: float, *, connect_new: bool = False
+    ) -> None:
+        old_host = self.table.host_index
+        old = {e.index: e for e in self.table.entries()}
+        self.table.replace_all(entries, host_index, counter)
+        if old_host is not None and host_index != old_host and self.joined:
+            self._emit(HostChanged(old_host_index=old_host, new_host_index=host_index))
+        for idx, e in old.items():
+            if idx not in self.table and idx != self.index:
+                peer = self.peers.get(e.address)
+                if peer is not None:
+                    self._peer_lost(peer, "removed", now)
+        for e in self.table.entries():
+            if e.address == self.local_address:
+                continue
+            peer = self.peers.get(e.address)
+            if peer is None:
+                if not connect_new:
+                    continue  # the newcomer connects to us
+                # The newcomer connects to every member (spec §5.4 join sequence).
+                peer = self._connect(e.address, now)
+            peer.index = e.index
+            if not peer.constant_id:
+                peer.constant_id, peer.variable_id = e.constant_id, e.variable_id
+            self._announce(peer)
+
+    def _on_join_response(self, peer: Peer, msg: mw.JoinResponse, now: float) -> None:
+        if self.joined or peer.address != self._join_host:
+            return
+        peer.join_fragments[msg.fragment_index] = msg
+        if len(peer.join_fragments) < msg.fragment_count:
+            return
+        entries: list[StationEntry] = []
+        for frag in peer.join_fragments.values():
+            entries.extend(frag.entries)
+        peer.join_fragments.clear()
+        self.index = msg.joiner_index
+        self.joined = True
+        self._join_deadline = None
+        self._emit(MeshJoined(station_index=msg.joiner_index, host_index=msg.host_index))
+        self._apply_table(entries, msg.host_index, msg.update_counter, now, connect_new=True)
+        early, self._early_update = self._early_update, None
+        if early is not None and early[2] > self.table.update_counter:
+            self._apply_table(early[0], early[1], early[2], now, connect_new=True)
+
+    def _on_update_mesh(self, peer: Peer, msg: mw.UpdateMesh, now: float) -> None:
+        # Fragments of one update share its counter; collect until complete.
+        key = msg.update_counter
+        frags = peer.update_fragments
+        if any(f.update_counter != key for f in frags.values()):
+            frags.clear()
+        frags[msg.fragment_index] = msg
+        if len(frags) < msg.fragment_count:
+            return
+        got = list(frags.values())
+        frags.clear()
+        if key <= self.table.update_counter and msg.host_index == self.table.host_index:
+            return
+        entries = [e for f in got for e in f.entries]
+        if not self.joined:
+            # The host's update can overtake our (retransmitted) join response:
+            # keep the newest and apply it once we are in.
+            if self._early_update is None or key > self._early_update[2]:
+                self._early_update = (entries, msg.host_index, key)
+            return
+        self._apply_table(entries, msg.host_index, key, now)
+
+    # ------------------------------------------------------------------ rtt
+    def _on_rtt(self, peer: Peer, payload: bytes, now: float) -> None:
+        is_response, ticks = mw.decode_rtt(self.profile, payload)
+        if not is_response:
+            peer.outbox.append(self._message(peer, Proto.RTT, 1, mw.encode_rtt(self.profile, True, ticks)))
+            return
+        sent = self.started + ticks / 1_000_000
+        if sent <= now:
+            peer.rtt.on_sample(now - sent, now)
+
+    # ------------------------------------------------------------------ departures
+    def _members(self) -> list[Peer]:
+        return [p for p in self.peers.values() if p.connected and p.index is not None]
+
+    def _peer_by_index(self, index: int) -> Peer | None:
+        for p in self.peers.values():
+            if p.index == index and p.state is not PeerState.CLOSED:
+                return p
+        return None
+
+    def _peer_lost(self, peer: Peer, reason: str, now: float, *, linger: bool = False) -> None:
+        if peer.state is PeerState.CLOSED:
+            return
+        if linger and self.codec is not None:
+            # Send what we owe it (the ack of its leave) before forgetting it.
+            self._ready.extend(self._drain_peer(peer, now))
+        index = peer.index
+        was_joining_host = peer.address == self._join_host and not self.joined
+        self._close_peer(peer)
+        if was_joining_host:
+            self._fail_join("lost the host while joining", now)
+            return
+        if index is None or self.index is None:
+            return
+        if peer.announced:
+            self._emit(StationLeft(station_index=index, constant_id=peer.constant_id, reason=reason))
+        if index not in self.table:
+            return
+        lost_host = index == self.table.host_index
+        if not lost_host and not self.is_host():
+            # The host owns the table: it removes the station and sends an update.
+            return
+        self.table.remove(index)
+        if lost_host:
+            new_host = self.table.elect_host()
+            if new_host is None:
+                return
+            old = index
+            self.table.host_index = new_host
+            self._emit(HostChanged(old_host_index=old, new_host_index=new_host))
+            if new_host == self.index:
+                self.table.update_counter += 1
+                self._send_update_mesh(now)
+        elif self.is_host():
+            self.table.update_counter += 1
+            self._send_update_mesh(now)
+
+    def _fail_join(self, reason: str, now: float) -> None:
+        self.failure = reason
+        self._join_deadline = None
+        self._close("join-failed", now)
+
+    def _close(self, reason: str, now: float) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._leave_deadline = None
+        for peer in list(self.peers.values()):
+            self._close_peer(peer)
+        self._emit(MeshDestroyed(reason=reason if self.failure is None else f"{reason}: {self.failure}"))
+
+    def decode_context(self) -> dict[str, object]:
+        """Session-file fields `pianode decode` needs besides version, network and key."""
+        return mw.decode_context(self.config, self)
+
+    def statistics(self) -> dict[str, object]:
+        return {
+            "station_index": self.index,
+            "host_index": self.table.host_index,
+            "stations": len(self.table),
+            "counters": dict(self.counters),
+            "drops": dict(self.drops),
+        }
+
+
+def _ip_int(ip: str) -> int:
+    return int(ipaddress.IPv4Address(ip))
