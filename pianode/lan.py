@@ -34,7 +34,7 @@ import attrs
 import trio
 
 from protocols.errors import AuthenticationError, ConfigError, DecodeError
-from protocols.pia.keys import lan_constant_id, lan_network_id
+from protocols.pia.keys import lan6_network_id, lan_constant_id, lan_network_id
 from protocols.pia.lan import (
     BrowseReply,
     BrowseRequest,
@@ -63,6 +63,7 @@ __all__ = [
     "LanStatistics",
     "browse",
     "lan_identity",
+    "make_network_property",
     "make_session_info",
 ]
 
@@ -142,6 +143,43 @@ def make_session_info(
     )
 
 
+def make_network_property(
+    profile: VersionProfile,
+    *,
+    ip: str,
+    port: int = PIA_PORT,
+    max_stations: int = 4,
+    name: str = "pianode",
+    application_version: int = 0,
+    matchmake_key: int = 0,
+    application_data: bytes = b"",
+    random: RandomBytes = secrets.token_bytes,
+) -> LanNetworkProperty:
+    """A one-station LanNetworkProperty (6.16-6.30) for a host at ``ip:port`` (spec §4, §6.3).
+
+    The network id is ``(random32 << 32) | IPv4``.  The session key param slot
+    is left zero: the responder fills it from the first valid browse request.
+    """
+    if not (6, 16) <= profile.version <= (6, 30):
+        raise ConfigError(f"LanNetworkProperty hosting needs Pia 6.16-6.30, not {profile.name}")
+    sys_v = profile.lan_system_version if profile.lan_system_version is not None else 0
+    system = LanNetworkProperty.system_property(
+        system_version=sys_v, application_version=application_version, players=1, host_name=name
+    )
+    return LanNetworkProperty(
+        network_id=lan6_network_id(ip, int.from_bytes(random(4), "big")),
+        property_data=system + application_data,
+        matchmake_key=matchmake_key,
+        current_stations=1,
+        max_stations=max_stations,
+        is_opened=True,
+        has_player_limit=False,
+        current_players=1,
+        host_ip=ip,
+        host_port=port,
+    )
+
+
 @attrs.frozen
 class LanStatistics:
     """Counters of a host or browser; ``dropped`` maps a reason to a count."""
@@ -193,6 +231,11 @@ class BrowseResponder:
         self._random = random
         self._backend = backend
         self._counter = int.from_bytes(random(4), "big")  # nonce counter: any start, +1 per reply
+        # A session without a param (5.x: None; 6.x: a zero slot) takes the first valid request's.
+        if isinstance(session, LanSessionInfo):
+            self._param_pending = session.session_key_param is None and profile.version >= (5, 7)
+        else:
+            self._param_pending = session.session_key_param == bytes(32)
         self.counters = _Counters()
 
     def statistics(self) -> LanStatistics:
@@ -229,8 +272,12 @@ class BrowseResponder:
                 backend=self._backend,
             )
             # Spec §6.4 step 3: the first valid request fixes the published param.
-            if isinstance(self.session, LanSessionInfo) and self.session.session_key_param is None:
-                self.session = attrs.evolve(self.session, session_key_param=param)
+            if self._param_pending:
+                self._param_pending = False
+                if isinstance(self.session, LanSessionInfo):
+                    self.session = attrs.evolve(self.session, session_key_param=param)
+                else:
+                    self.session = self.session.with_session_key_param(param)
         if not self._matches(request):
             c.drop("no_match", addr)
             return []
@@ -346,17 +393,16 @@ class BrowseClient:
             except AuthenticationError as exc:
                 c.drop("bad_challenge", addr, exc)
                 return None
-        if isinstance(info, LanSessionInfo):
-            if (
-                info.system_communication_version is not None
-                and self.profile.lan_system_version is not None
-                and info.system_communication_version != self.profile.lan_system_version
-            ):
-                c.drop("system_version", addr, info.system_communication_version)
-                return None
-            if self.application_version is not None and info.application_communication_version != self.application_version:
-                c.drop("application_version", addr, info.application_communication_version)
-                return None
+        if (
+            info.system_communication_version is not None
+            and self.profile.lan_system_version is not None
+            and info.system_communication_version != self.profile.lan_system_version
+        ):
+            c.drop("system_version", addr, info.system_communication_version)
+            return None
+        if self.application_version is not None and info.application_communication_version != self.application_version:
+            c.drop("application_version", addr, info.application_communication_version)
+            return None
         if info.network_id in self._seen:
             c.drop("duplicate", addr)
             return None

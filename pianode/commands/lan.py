@@ -24,7 +24,15 @@ import trio
 
 from pianode.cli import CliError
 from pianode.commands.common import parse_hostport
-from pianode.lan import DEFAULT_BROADCAST, BrowseClient, FoundSession, LanHost, browse, make_session_info
+from pianode.lan import (
+    DEFAULT_BROADCAST,
+    BrowseClient,
+    FoundSession,
+    LanHost,
+    browse,
+    make_network_property,
+    make_session_info,
+)
 from protocols.errors import ConfigError
 from protocols.pia.keys import parse_game_key
 from protocols.pia.lan import LanNetworkProperty, LanSessionInfo, browse_port
@@ -53,7 +61,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     h.add_argument("--address", default="127.0.0.1", help="host IPv4 advertised in the session (default 127.0.0.1)")
     h.add_argument("--port", default="49152", help="host Pia port advertised in the session (default 49152)")
     h.add_argument("--bind", default=None, metavar="ADDR[:PORT]", help="listen address (default 0.0.0.0:30000/35000)")
-    h.add_argument("--game-mode", default="0", help="game mode (default 0)")
+    h.add_argument("--game-mode", default="0", help="game mode (default 0; 5.x only)")
     h.add_argument("--app-version", default="0", help="application communication version (default 0)")
     h.add_argument("--host-address-size", default="18", help="5.10 only: 18 (KW) or 6 (NintendoClients)")
     h.set_defaults(handler=run_host)
@@ -122,13 +130,20 @@ def run_host(args: argparse.Namespace) -> int:
         raise CliError("--host-address-size must be 6 or 18")
     bind = parse_hostport(args.bind, browse_port(profile)) if args.bind else ("0.0.0.0", browse_port(profile))
     broadcast_ip, _ = _broadcast(args, profile)
+    app_version = _number(args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)
+    info: LanSessionInfo | LanNetworkProperty
     try:
-        info = make_session_info(
-            profile, ip=args.address, port=port, max_participants=max_n, name=args.name,
-            game_mode=_number(args.game_mode, "game-mode"),
-            application_version=_number(args.app_version, "app-version", hi=255),
-            host_address_size=size,
-        )  # fmt: skip
+        if profile.version >= (6, 0):
+            info = make_network_property(
+                profile, ip=args.address, port=port, max_stations=max_n, name=args.name,
+                application_version=app_version,
+            )  # fmt: skip
+        else:
+            info = make_session_info(
+                profile, ip=args.address, port=port, max_participants=max_n, name=args.name,
+                game_mode=_number(args.game_mode, "game-mode"), application_version=app_version,
+                host_address_size=size,
+            )  # fmt: skip
         host = LanHost(profile, key, info, bind=bind, broadcast_ip=broadcast_ip)
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
@@ -182,13 +197,18 @@ def session_record(found: FoundSession) -> dict[str, Any]:
         assert isinstance(info, LanNetworkProperty)
         out.update(
             network_id=info.network_id,
+            system_communication_version=info.system_communication_version,
+            application_communication_version=info.application_communication_version,
+            host_name=info.host_name,
             matchmake_key=info.matchmake_key,
             current_stations=info.current_stations,
             max_stations=info.max_stations,
             is_opened=info.is_opened,
             host_address=info.host_ip,
             host_port=info.host_port,
-            property_data=info.property_data.hex(),
+            has_player_limit=info.has_player_limit,
+            current_players=info.current_players,
+            application_data=info.application_data.hex(),
             session_key_param=None if info.session_key_param is None else info.session_key_param.hex(),
         )
     out["session_key"] = None if found.session_key is None else found.session_key.hex()

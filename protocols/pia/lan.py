@@ -89,6 +89,7 @@ BROWSE_PORT_6 = 35000  # Pia 6.16-7.2
 APPLICATION_DATA_SIZE = 0x180  # 384
 STATION_COUNT = 16
 HOST_LOCATION_SIZE = 35  # 5.2-5.9 StationLocation (spec §5.2)
+SYSTEM_PROPERTY_SIZE = 0x7C  # 6.29-6.30 LAN system property (spec §6.3)
 SESSION_FRAGMENT_SIZE = 800  # spec §6.5
 
 
@@ -447,6 +448,67 @@ class LanNetworkProperty:
     def session_key_param(self) -> bytes | None:
         p = self.property_data
         return p[0x5C:0x7C] if len(p) >= 0x7C else None
+
+    @property
+    def system_communication_version(self) -> int | None:
+        """Byte 2 of the system property (spec §6.3); None when the property data is too short."""
+        p = self.property_data
+        return p[2] if len(p) >= 3 else None
+
+    @property
+    def application_communication_version(self) -> int | None:
+        p = self.property_data
+        return int.from_bytes(p[3:5], "big") if len(p) >= 5 else None
+
+    @property
+    def host_name(self) -> str:
+        """Host name from the system property: u32 size at 0x17, encoding at 0x1B, 64 bytes at 0x1C."""
+        p = self.property_data
+        if len(p) < 0x5C:
+            return ""
+        size = min(int.from_bytes(p[0x17:0x1B], "big"), 64)
+        codec = "utf-16-le" if p[0x1B] == 2 else "utf-8"
+        return p[0x1C : 0x1C + size].decode(codec, errors="replace").split("\0", 1)[0]
+
+    @property
+    def application_data(self) -> bytes:
+        """The game's bytes after the 0x7C-byte system property."""
+        return self.property_data[SYSTEM_PROPERTY_SIZE:]
+
+    @classmethod
+    def system_property(
+        cls,
+        *,
+        system_version: int,
+        application_version: int = 0,
+        password: bytes = bytes(16),
+        has_player_limit: bool = False,
+        players: int = 1,
+        host_name: str = "",
+        session_key_param: bytes = bytes(32),
+    ) -> bytes:
+        """The 0x7C-byte system property that starts ``property_data`` (spec §6.3)."""
+        name = host_name.encode("utf-8")
+        if len(name) > 64 or len(password) != 16 or len(session_key_param) != 32:
+            raise EncodeError("host name <= 64 bytes, password 16 bytes, session key param 32 bytes")
+        w = Writer()
+        w.u16(SYSTEM_PROPERTY_SIZE)
+        w.u8(system_version, "system_version")
+        w.u16(application_version, "application_version")
+        w.bytes(password)
+        w.u8(int(has_player_limit))
+        w.u8(players, "players")
+        w.u32(len(name))
+        w.u8(NameEncoding.UTF8)
+        w.fixed(name, 64, "host name")
+        w.bytes(session_key_param)
+        return w.getvalue()
+
+    def with_session_key_param(self, param: bytes) -> LanNetworkProperty:
+        if len(self.property_data) < SYSTEM_PROPERTY_SIZE or len(param) != 32:
+            raise EncodeError("property data holds no session key param slot")
+        p = self.property_data
+        return attrs.evolve(self, property_data=p[:0x5C] + bytes(param) + p[0x7C:])
 
     def session_key(self, game_key: bytes) -> bytes:
         param = self.session_key_param

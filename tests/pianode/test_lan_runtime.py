@@ -14,12 +14,13 @@ from pianode.lan import (
     LanHost,
     browse,
     lan_identity,
+    make_network_property,
     make_session_info,
 )
 from protocols.errors import ConfigError
-from protocols.pia.lan import BrowseReply, LanSessionInfo, lan_session_key
+from protocols.pia.lan import BrowseReply, LanNetworkProperty, LanSessionInfo, lan_session_key
 from protocols.pia.lan_criteria import LanSessionSearchCriteria, Range
-from protocols.pia.versions import profile_for
+from protocols.pia.versions import VersionProfile, profile_for
 
 KEY = bytes.fromhex("ee182a63e216cdb1f51ad4bed8cf6508")  # Splatoon 2 (spec §3.6)
 OTHER_KEY = bytes(16)
@@ -43,10 +44,16 @@ def test_make_session_info_identities() -> None:
         make_session_info(profile_for("6.30"), ip="127.0.0.2")
 
 
-@pytest.mark.parametrize("version", ["5.3", "5.9", "5.10", "5.18", "5.29"])
+def _hosted(prof: VersionProfile, ip: str) -> LanSessionInfo | LanNetworkProperty:
+    if prof.version >= (6, 0):
+        return make_network_property(prof, ip=ip)
+    return make_session_info(prof, ip=ip)
+
+
+@pytest.mark.parametrize("version", ["5.3", "5.9", "5.10", "5.18", "5.29", "6.16", "6.30"])
 def test_sans_io_browse_exchange(version: str) -> None:
     prof = profile_for(version)
-    host = BrowseResponder(prof, KEY, make_session_info(prof, ip="127.0.0.2"))
+    host = BrowseResponder(prof, KEY, _hosted(prof, "127.0.0.2"))
     client = BrowseClient(prof, KEY)
     out = host.receive(client.request(), ("127.0.0.9", 5000))
     assert len(out) == 3 and {dest for _, dest in out} == {("127.0.0.9", 5000)}  # three copies (spec §6.1)
@@ -55,13 +62,24 @@ def test_sans_io_browse_exchange(version: str) -> None:
     assert client.statistics().dropped == {"duplicate": 2}
     session = found[0]
     published = host.session
-    assert isinstance(published, LanSessionInfo) and session.info == published
+    assert session.info == published
     if prof.lan_challenge_version is None:
         assert session.session_key is None and published.session_key_param is None
     else:
         # The first valid request fixed the published param to "reply key ‖ request key" (spec §6.4).
         assert published.session_key_param == session.challenge_param
         assert session.session_key == lan_session_key(KEY, published.session_key_param)
+    assert session.info.system_communication_version == prof.lan_system_version
+
+
+def test_make_network_property_6x() -> None:
+    prof = profile_for("6.30")
+    prop = make_network_property(prof, ip="127.0.0.2", port=49153, max_stations=8, name="six",
+                                 application_version=0x1234, random=lambda n: bytes([0xAB]) * n)  # fmt: skip
+    assert prop.network_id == (0xABABABAB << 32) | 0x7F000002  # (random32 << 32) | IPv4 (spec §4)
+    assert (prop.system_communication_version, prop.application_communication_version) == (10, 0x1234)
+    assert prop.host_name == "six" and prop.session_key_param == bytes(32) and prop.max_stations == 8
+    assert len(prop.property_data) == 0x7C and prop.encode(prof)[0x21B:0x21F] == bytes([127, 0, 0, 2])
 
 
 def test_second_browser_gets_the_first_param() -> None:
@@ -155,6 +173,20 @@ async def test_browse_filters_by_version_and_criteria() -> None:
     assert hosts["5.18 mode 1"].statistics().dropped == {"no_match": 1}
     assert hosts["5.9"].statistics().dropped == {"challenge_version": 1}
     assert client.statistics().dropped == {"system_version": 3, "duplicate": 2}  # three copies each
+
+
+async def test_6x_host_and_browse_on_loopback() -> None:
+    port = _free_port()
+    p630 = profile_for("6.30")
+    host = LanHost(p630, KEY, make_network_property(p630, ip="127.0.0.7", name="six"), bind=("0.0.0.0", port))
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(host.run)
+            found = await browse(p630, KEY, broadcast=(DEFAULT_BROADCAST, port), timeout=0.5)
+            nursery.cancel_scope.cancel()
+    assert len(found) == 1 and isinstance(found[0].info, LanNetworkProperty)
+    assert found[0].info.host_ip == "127.0.0.7" and found[0].info.host_name == "six"
+    assert found[0].session_key == lan_session_key(KEY, found[0].challenge_param or b"")
 
 
 async def test_bad_datagram_is_dropped_and_host_keeps_running() -> None:
