@@ -9,7 +9,8 @@ clamped to a floor and a ceiling, plus the minimum, latest and count of samples.
 Two mechanisms feed it, depending on the Pia version:
 
 * **RTT protocol** (spec §5.6, the only mechanism from 5.11): a request carries the
-  requester's own system time as a u64; the peer echoes that value in a response;
+  requester's own system time as a u64; the peer echoes that value in a response
+  (payload codec: :mod:`protocols.pia.rtt`, whose kind constants are re-exported);
   the requester's RTT is its clock now minus the time it sent.  :class:`RttProbe`
   keeps the requests in flight, so a response is matched by its echoed time and
   counted once: a duplicate, forged or stale echo yields no sample.  The time unit
@@ -35,6 +36,8 @@ from collections import OrderedDict
 
 import attrs
 
+from protocols.pia.rtt import RTT_REQUEST, RTT_RESPONSE
+
 __all__ = [
     "RTT_REQUEST",
     "RTT_RESPONSE",
@@ -49,9 +52,6 @@ __all__ = [
     "ticks",
 ]
 
-#: RTT protocol message kinds (spec §5.6, first u32 of the payload).
-RTT_REQUEST = 0
-RTT_RESPONSE = 1
 #: nn::os system tick frequency on the Switch; the unit of our RTT request times.
 SWITCH_TICK_HZ = 19_200_000
 

@@ -46,6 +46,7 @@ are mapped in :func:`layout_for`; each choice is commented there.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 
 import attrs
 
@@ -216,6 +217,10 @@ class Segment:
 
     header: WindowHeader
     payload: bytes = attrs.field(default=b"", repr=bytes.hex)
+
+    def __iter__(self) -> Iterator[WindowHeader | bytes]:
+        """Unpack as ``header, payload = segment``."""
+        return iter((self.header, self.payload))
 
 
 def _words(count: int) -> int:

@@ -301,3 +301,9 @@ def test_bulk_ack_garbage(data: bytes) -> None:
     except DecodeError:
         return
     assert encode_bulk_ack(ack) == data
+
+
+def test_segment_unpacks_as_header_and_payload() -> None:
+    header = WindowHeader529(1, 0, 2, 3)
+    h, p = Segment(header, b"data")
+    assert (h, p) == (header, b"data")
