@@ -124,10 +124,14 @@ class Node:
         return False
 
     # ------------------------------------------------------------------ public API
-    async def create_mesh(self) -> int:
-        """Create a mesh with this node as host; returns its station index (0)."""
+    async def create_mesh(self, *, network_id: int | None = None) -> int:
+        """Create a mesh with this node as host; returns its station index (0).
+
+        *network_id*: LDN's advertised random u32 or NEX's gathering id (default:
+        the network type's rule).
+        """
         session = self._require_session()
-        session.create(trio.current_time())
+        session.create(trio.current_time(), network_id=network_id)
         self._wake()
         await trio.lowlevel.checkpoint()
         assert session.index is not None

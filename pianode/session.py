@@ -206,12 +206,18 @@ class MeshSession:
         self.network_id = network_id
         self.codec = mw.packet_codec(self.config, self.profile, session_key, network_id)
 
-    def create(self, now: float) -> None:
-        """Create a mesh with this node as host and station index 0."""
+    def create(self, now: float, *, network_id: int | None = None) -> None:
+        """Create a mesh with this node as host and station index 0.
+
+        *network_id* overrides the network type's rule (LDN: the random u32 the
+        host advertises; NEX: the gathering id).
+        """
         if self.joined or self._join_host is not None:
             raise RuntimeError("this node already created or joined a mesh")
         key = self.session_key or self.rng.randbytes(16)
-        self._setup_crypto(key, mw.network_id_for_host(self.config, self.local_address, self.rng))
+        if network_id is None:
+            network_id = mw.network_id_for_host(self.config, self.local_address, self.rng)
+        self._setup_crypto(key, network_id)
         entry = self.table.add(self.constant_id, self.variable_id, self.local_address)
         self.index = entry.index
         self.table.host_index = entry.index
