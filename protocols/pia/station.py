@@ -46,7 +46,7 @@ from protocols.pia.types import (
     player_info_size,
     read_source,
 )
-from protocols.pia.versions import Proto, VersionProfile
+from protocols.pia.versions import DOCUMENTED_VERSIONS, Proto, VersionProfile, profile_for
 from protocols.wire import Reader, Writer
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "StationMessageType",
     "StationOpaque",
     "decode_station_message",
+    "profiles_with_station_version",
 ]
 
 V4_10 = (4, 10)
@@ -586,3 +587,22 @@ def decode_station_message(payload: Source, profile: VersionProfile) -> StationM
         raise BadValue(f"unknown station message type {kind}")
 
     return read_source(payload, read, "station message")
+
+
+def profiles_with_station_version(version_byte: int) -> tuple[VersionProfile, ...]:
+    """Documented <= 5.18 profiles whose connection messages carry *version_byte* at offset 2.
+
+    Up to 5.18 a connection request or response names its station protocol
+    version (2: 3.3-3.6, 3: 3.7-3.10, 5: 4.5-4.10, 7: 5.2-5.6, 8: 5.7-5.9,
+    9: 5.10-5.18; spec §5.1), which is how a capture decoder can tell which
+    layout family it is looking at.  Versions 0-2 of the 5.19+ MeshStation
+    protocol travel elsewhere (in the protocol list) and are not matched here.
+    """
+    out = []
+    for v in DOCUMENTED_VERSIONS:
+        if v > V5_18:
+            break
+        prof = profile_for(v)
+        if prof.station_version == version_byte:
+            out.append(prof)
+    return tuple(out)

@@ -32,6 +32,7 @@ from protocols.pia.station import (
     Platform,
     StationOpaque,
     decode_station_message,
+    profiles_with_station_version,
 )
 from protocols.pia.types import InetAddress, PlayerInfo, StationLocation
 from protocols.pia.versions import VersionProfile, profile_for
@@ -327,9 +328,22 @@ def _station_payloads(captures: pathlib.Path) -> list[tuple[str, bool, bytes]]:
     return out
 
 
+def test_station_version_byte_names_the_layout_family() -> None:
+    assert [x.name for x in profiles_with_station_version(5)] == ["4.5", "4.6", "4.7", "4.8", "4.9", "4.10"]
+    assert [x.name for x in profiles_with_station_version(9)] == ["5.10", "5.11", "5.12", "5.14", "5.17", "5.18"]
+    assert {x.name for x in profiles_with_station_version(2)} == {"3.3", "3.4", "3.5", "3.6"}
+    assert profiles_with_station_version(0) == ()
+
+
 def test_real_3ds_station_messages(captures: pathlib.Path) -> None:
     payloads = _station_payloads(captures)
     assert len(payloads) == 7
+    # The request's version byte (offset 2) is 5: the 4.5-4.10 layouts, all identical.
+    family = profiles_with_station_version(payloads[0][2][2])
+    assert {x.name for x in family} == {"4.5", "4.6", "4.7", "4.8", "4.9", "4.10"}
+    for other in family:
+        for _, _, raw in payloads:
+            assert decode_station_message(raw, other).encode(other) == raw
     p = profile_for("4.10")
     decoded = {}
     for name, _, raw in payloads:
