@@ -49,8 +49,8 @@ import hashlib
 import heapq
 import itertools
 import math
-import struct
 import socket as _stdlib_socket
+import struct
 import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -270,9 +270,7 @@ class FaultInjector:
     then the default.
     """
 
-    def __init__(
-        self, faults: LinkFaults = CLEAN, *, repeat_window: float = 5.0, max_tracked: int = 100_000
-    ) -> None:
+    def __init__(self, faults: LinkFaults = CLEAN, *, repeat_window: float = 5.0, max_tracked: int = 100_000) -> None:
         if not repeat_window > 0.0:
             raise ValueError(f"repeat_window must be > 0 seconds, got {repeat_window!r}")
         self.default = faults
@@ -591,9 +589,9 @@ class FaultySocket(trio.socket.SocketType):
         broadcast addresses).
         """
         host = str(address[0])
-        if (host == "255.255.255.255" or host.endswith(".255") or host == "<broadcast>") and not self._stdlib.getsockopt(
-            _stdlib_socket.SOL_SOCKET, _stdlib_socket.SO_BROADCAST
-        ):
+        if (
+            host == "255.255.255.255" or host.endswith(".255") or host == "<broadcast>"
+        ) and not self._stdlib.getsockopt(_stdlib_socket.SOL_SOCKET, _stdlib_socket.SO_BROADCAST):
             raise PermissionError(errno.EACCES, "Permission denied (broadcast needs SO_BROADCAST)")
 
     async def _transmit(self, payload: bytes, flags: int, address: Any, *, connected: bool) -> None:
@@ -753,4 +751,3 @@ class FaultInjectingSocketFactory(FaultingSocketFactory):
         if stdlib_sock.type != _stdlib_socket.SOCK_DGRAM:
             return trio.socket.from_stdlib_socket(stdlib_sock)
         return FaultySocket(self, stdlib_sock)
-

@@ -314,9 +314,9 @@ class SimulatedNetwork(FaultingSocketFactory):
         receivers = []
         for sock in self._ports.get(port, ()):
             bound_ip = sock._address[0]  # type: ignore[index]
-            if bound_ip in (ANY, ip):
-                receivers.append(sock)
-            elif shim and (network is None or ipaddress.IPv4Address(bound_ip) in network):
+            # Linux: wildcard and broadcast-address binds only; the shim adds
+            # unicast binds inside the broadcast's network.
+            if bound_ip in (ANY, ip) or (shim and (network is None or ipaddress.IPv4Address(bound_ip) in network)):
                 receivers.append(sock)
         return receivers
 
@@ -343,9 +343,7 @@ class SimulatedNetwork(FaultingSocketFactory):
         else:
             self._transmit(source, ip, port, data, None)
 
-    def _transmit(
-        self, source: Address, dst_ip: str, port: int, data: bytes, receiver: SimulatedSocket | None
-    ) -> None:
+    def _transmit(self, source: Address, dst_ip: str, port: int, data: bytes, receiver: SimulatedSocket | None) -> None:
         fate = self.injector.fate(source[0], dst_ip, port, data)
         for c in fate.copies:
             if c.delay > 0.0:
@@ -353,9 +351,7 @@ class SimulatedNetwork(FaultingSocketFactory):
             else:
                 self._deliver(c.data, source, dst_ip, port, receiver)
 
-    def _deliver(
-        self, data: bytes, source: Address, dst_ip: str, port: int, receiver: SimulatedSocket | None
-    ) -> None:
+    def _deliver(self, data: bytes, source: Address, dst_ip: str, port: int, receiver: SimulatedSocket | None) -> None:
         counters = self.injector.counters
         if receiver is None:
             # Unicast is resolved on arrival: a socket bound while the datagram

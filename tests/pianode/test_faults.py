@@ -84,7 +84,7 @@ def test_decision_is_a_function_of_its_inputs() -> None:
         [decide_fate(faults, "127.0.0.1", "127.0.0.2", PORT, d, occurrence=1) for d in data],
     ):
         assert other != first
-        assert sum(a == b for a, b in zip(first, other)) < len(data) // 2
+        assert sum(a == b for a, b in zip(first, other, strict=True)) < len(data) // 2
 
 
 @pytest.mark.parametrize("loss", [0.05, 0.2, 0.5])
@@ -136,7 +136,14 @@ def test_fate_invariants(
     seed: int,
 ) -> None:
     faults = LinkFaults(
-        loss=loss, duplicate=dup, reorder=reorder, truncate=trunc, corrupt=corrupt, delay=delay, jitter=jitter, seed=seed
+        loss=loss,
+        duplicate=dup,
+        reorder=reorder,
+        truncate=trunc,
+        corrupt=corrupt,
+        delay=delay,
+        jitter=jitter,
+        seed=seed,
     )
     fate = decide_fate(faults, "127.0.0.1", "127.0.0.2", PORT, data)
     assert len(fate.copies) <= 2
@@ -153,7 +160,7 @@ def test_fate_invariants(
             assert len(c.data) < len(data)
         elif fate.corrupted:
             assert len(c.data) == len(data)
-            flipped = sum(bin(x ^ y).count("1") for x, y in zip(c.data, data))
+            flipped = sum(bin(x ^ y).count("1") for x, y in zip(c.data, data, strict=True))
             assert flipped == 1
     assert len({c.data for c in fate.copies}) <= 1  # duplicates carry the same bytes
 
@@ -266,7 +273,7 @@ async def test_truncation_cuts_and_corruption_flips_one_bit(autojump_clock: trio
             await a.sendto(d, ("127.0.0.2", PORT))
         cut = drain(b)
     assert len(cut) == 50
-    for original, received in zip(data, cut):
+    for original, received in zip(data, cut, strict=True):
         assert len(received) < len(original) and original.startswith(received)
     assert net.statistics().truncated == 50
 
@@ -276,9 +283,9 @@ async def test_truncation_cuts_and_corruption_flips_one_bit(autojump_clock: trio
         for d in data:
             await a.sendto(d, ("127.0.0.2", PORT))
         mangled = drain(b)
-    for original, received in zip(data, mangled):
+    for original, received in zip(data, mangled, strict=True):
         assert len(received) == len(original)
-        assert sum(bin(x ^ y).count("1") for x, y in zip(original, received)) == 1
+        assert sum(bin(x ^ y).count("1") for x, y in zip(original, received, strict=True)) == 1
     assert net.statistics().corrupted == 50
 
 
@@ -592,7 +599,7 @@ async def test_real_socket_sendto_nowait_applies_faults() -> None:
             for d in data:
                 assert tx.sendto_nowait(d, ("127.0.0.1", port)) == len(d)  # type: ignore[attr-defined]
             fates = [decide_fate(faults, "127.0.0.1", "127.0.0.1", port, d) for d in data]
-            expected = collections.Counter({d: len(f.copies) for d, f in zip(data, fates) if f.copies})
+            expected = collections.Counter({d: len(f.copies) for d, f in zip(data, fates, strict=True) if f.copies})
             got: collections.Counter[bytes] = collections.Counter()
             with trio.fail_after(5):
                 while sum(got.values()) < sum(expected.values()):

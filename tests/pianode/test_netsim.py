@@ -58,7 +58,9 @@ async def net() -> AsyncIterator[SimulatedNetwork]:
 # ---------------------------------------------------------------- installation
 
 
-async def test_install_routes_trio_socket_calls_here(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_install_routes_trio_socket_calls_here(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     sock = udp()
     assert isinstance(sock, SimulatedSocket)
     assert isinstance(sock, tsocket.SocketType)
@@ -116,7 +118,9 @@ async def test_sendto_with_flags_argument_form(net: SimulatedNetwork, autojump_c
     assert drain(b) == [(b"x", ("127.0.0.1", PORT))]
 
 
-async def test_port_zero_picks_distinct_free_ports(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_port_zero_picks_distinct_free_ports(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     first = await bound("127.0.0.1", 0)
     second = await bound("127.0.0.1", 0)
     p1, p2 = first.getsockname()[1], second.getsockname()[1]
@@ -125,7 +129,9 @@ async def test_port_zero_picks_distinct_free_ports(net: SimulatedNetwork, autoju
     assert taken.getsockname()[1] not in (p1, p2)
 
 
-async def test_unbound_sender_binds_on_first_send(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_unbound_sender_binds_on_first_send(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     sender = udp()
     assert sender.getsockname() == ("0.0.0.0", 0)
     receiver = await bound("127.0.0.9")
@@ -167,7 +173,9 @@ async def test_reuseport_also_shares(net: SimulatedNetwork, autojump_clock: trio
     assert [s.getsockname() for s in socks] == [("0.0.0.0", PORT)] * 2
 
 
-async def test_rebinding_is_einval_and_close_frees_the_port(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_rebinding_is_einval_and_close_frees_the_port(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     sock = await bound("127.0.0.1")
     with pytest.raises(OSError) as info:
         await sock.bind(("127.0.0.1", PORT + 1))
@@ -192,7 +200,9 @@ async def test_bad_addresses(net: SimulatedNetwork, autojump_clock: trio.testing
     assert info.value.errno == errno.EMSGSIZE
 
 
-async def test_wildcard_bind_receives_any_destination_ip(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_wildcard_bind_receives_any_destination_ip(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     wild = await bound("0.0.0.0")
     sender = await bound("127.0.0.3", PORT + 1)
     for ip in ("127.0.0.1", "127.0.0.77", "10.1.2.3"):
@@ -210,7 +220,9 @@ async def test_exact_bind_beats_wildcard(net: SimulatedNetwork, autojump_clock: 
     assert [d for d, _ in drain(wild)] == [b"to .6"]
 
 
-async def test_unicast_to_shared_port_reaches_one_socket(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_unicast_to_shared_port_reaches_one_socket(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     socks = [await bound("0.0.0.0", reuse=True) for _ in range(3)]
     sender = await bound("127.0.0.1", PORT + 1)
     await sender.sendto(b"one", ("127.0.0.1", PORT))
@@ -228,7 +240,9 @@ async def test_datagram_to_nobody_is_counted(net: SimulatedNetwork, autojump_clo
 # ---------------------------------------------------------------- broadcast
 
 
-async def test_broadcast_fans_out_to_wildcard_and_broadcast_binds(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_broadcast_fans_out_to_wildcard_and_broadcast_binds(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     listeners = [await bound("0.0.0.0", reuse=True) for _ in range(3)]
     on_bcast = await bound("127.255.255.255", reuse=True)
     on_unicast = await bound("127.0.0.2", reuse=True)  # Linux gives this one nothing
@@ -242,7 +256,9 @@ async def test_broadcast_fans_out_to_wildcard_and_broadcast_binds(net: Simulated
     assert net.statistics().delivered == 4
 
 
-async def test_limited_broadcast_and_stdlib_spelling(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_limited_broadcast_and_stdlib_spelling(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     listeners = [await bound("", reuse=True) for _ in range(2)]  # "" is INADDR_ANY
     sender = await bound("127.0.0.4", PORT + 1, broadcast=True)
     await sender.sendto(b"all", ("<broadcast>", PORT))
@@ -288,7 +304,9 @@ async def test_subnet_bind_shim_and_custom_networks(autojump_clock: trio.testing
 # ---------------------------------------------------------------- receive queues
 
 
-async def test_receive_queue_is_bounded_like_a_kernel_buffer(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_receive_queue_is_bounded_like_a_kernel_buffer(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     receiver = await bound("127.0.0.2")
     sender = await bound("127.0.0.1")
     assert receiver.getsockopt(tsocket.SOL_SOCKET, tsocket.SO_RCVBUF) == 212992
@@ -308,7 +326,9 @@ async def test_receive_queue_is_bounded_like_a_kernel_buffer(net: SimulatedNetwo
     assert drain(receiver) == [(b"after", ("127.0.0.1", PORT))]
 
 
-async def test_so_rcvbuf_is_doubled_and_limits_the_queue(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_so_rcvbuf_is_doubled_and_limits_the_queue(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     receiver = await bound("127.0.0.2")
     receiver.setsockopt(tsocket.SOL_SOCKET, tsocket.SO_RCVBUF, 4096)
     assert receiver.getsockopt(tsocket.SOL_SOCKET, tsocket.SO_RCVBUF) == 8192
@@ -321,7 +341,9 @@ async def test_so_rcvbuf_is_doubled_and_limits_the_queue(net: SimulatedNetwork, 
     assert receiver.getsockopt(tsocket.SOL_SOCKET, tsocket.SO_RCVBUF) == 2304  # Linux's floor
 
 
-async def test_a_datagram_larger_than_the_buffer_still_fits_an_empty_queue(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_a_datagram_larger_than_the_buffer_still_fits_an_empty_queue(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     receiver = await bound("127.0.0.2")
     receiver.setsockopt(tsocket.SOL_SOCKET, tsocket.SO_RCVBUF, 1)
     sender = await bound("127.0.0.1")
@@ -346,7 +368,9 @@ async def test_options_and_unknown_options(net: SimulatedNetwork, autojump_clock
 # ---------------------------------------------------------------- receive API
 
 
-async def test_recv_nowait_and_wait_readable_contract(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_recv_nowait_and_wait_readable_contract(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     receiver = await bound("127.0.0.2")
     sender = await bound("127.0.0.1")
     with pytest.raises(trio.WouldBlock):
@@ -395,7 +419,9 @@ async def test_drain_loop_with_batches(net: SimulatedNetwork, autojump_clock: tr
     assert sorted(got) == sorted(b"127.0.0.%d/%d" % (10 + i, n) for i in range(4) for n in range(40))
 
 
-async def test_recvfrom_truncates_and_into_variants(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_recvfrom_truncates_and_into_variants(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     receiver = await bound("127.0.0.2")
     sender = await bound("127.0.0.1")
     for payload in (b"0123456789", b"abcdef", b"XYZ", b"hello"):
@@ -410,7 +436,9 @@ async def test_recvfrom_truncates_and_into_variants(net: SimulatedNetwork, autoj
         assert await receiver.recv_into(small) == 3 and small == b"hel"
 
 
-async def test_close_wakes_waiters_and_later_calls_fail(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_close_wakes_waiters_and_later_calls_fail(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     sock = await bound("127.0.0.2")
 
     async def close_soon() -> None:
@@ -430,7 +458,9 @@ async def test_close_wakes_waiters_and_later_calls_fail(net: SimulatedNetwork, a
     assert info.value.errno == errno.EBADF
 
 
-async def test_context_manager_closes_and_unbinds(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
+async def test_context_manager_closes_and_unbinds(
+    net: SimulatedNetwork, autojump_clock: trio.testing.MockClock
+) -> None:
     with udp() as sock:
         await sock.bind(("127.0.0.1", PORT))
         assert ("127.0.0.1", PORT) in net.bound()
@@ -493,7 +523,7 @@ async def test_sendto_nowait_delivers_without_a_checkpoint(
 ) -> None:
     receiver = await bound("127.0.0.2")
     sender = await bound("127.0.0.1")
-    with trio.CancelScope() as scope:
+    with trio.CancelScope() as scope:  # noqa: ASYNC100 - the point: no checkpoint inside
         scope.cancel()
         # Not a checkpoint, so even a cancelled scope lets it through.
         for n in range(3):
