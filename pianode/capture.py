@@ -14,7 +14,7 @@ Theory of operation
   (extension headers walked).  Frames that carry no UDP are *counted* by reason in
   :class:`CaptureStats` (``tcp``, ``icmp``, ``arp``, ...) and otherwise ignored.
 * **JSON Lines**: one object per line with ``"hex"`` and optional ``"src"``,
-  ``"dst"`` (``"ip:port"``) and ``"time"``.
+  ``"dst"`` (``"ip:port"``), ``"time"``, ``"name"`` and ``"src_mac"``.
 * **hex lines**: one datagram per line in bare hex (spaces and colons allowed,
   ``#`` comments).  JSON and hex lines may be mixed; a line's first character
   decides.
@@ -630,6 +630,10 @@ def _json_record(line: str, index: int, line_no: int) -> Datagram:
         errors.append('"time" is not a number')
         t = None
     name = obj.get("name")
+    mac = obj.get("src_mac")
+    if mac is not None and not (isinstance(mac, str) and _is_mac(mac)):
+        errors.append('"src_mac" is not a MAC address')
+        mac = None
     return Datagram(
         index=index,
         data=data,
@@ -639,7 +643,13 @@ def _json_record(line: str, index: int, line_no: int) -> Datagram:
         frame=line_no,
         error=f"line {line_no}: " + "; ".join(errors) if errors else None,
         name=name if isinstance(name, str) else None,
+        src_mac=mac.lower().replace("-", ":") if isinstance(mac, str) else None,
     )
+
+
+def _is_mac(text: str) -> bool:
+    parts = text.replace("-", ":").split(":")
+    return len(parts) == 6 and all(len(p) == 2 and all(c in "0123456789abcdefABCDEF" for c in p) for p in parts)
 
 
 def open_capture(source: str | os.PathLike[str] | BinaryIO) -> Capture:

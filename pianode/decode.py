@@ -324,6 +324,15 @@ class Decoder:
             if report.error is None and report.authenticated is not False:
                 return self._pia_result(d, profile, assumed, report, keys)
         assert first is not None
+        if first[1].header is None and not assumed:
+            # The session's version does not fit this header (spec §1.2): decode
+            # it as the header says, and say so.
+            for profile in candidate_profiles(d.data):
+                report, keys = self._inspect(profile, d.data, source_ip)
+                if report.header is not None:
+                    given = first[0].name
+                    note = f"the header does not fit Pia {given} ({_one_line(first[1].error or '')}); decoded as {profile.name}"
+                    return attrs.evolve(self._pia_result(d, profile, True, report, keys), note=note)
         return self._pia_result(d, first[0], assumed, first[1], first[2])
 
     def _inspect(self, profile: VersionProfile, data: bytes, source_ip: str) -> tuple[PacketReport, KeySet]:
@@ -387,15 +396,27 @@ class Decoder:
                 out["error"] = error
         out["payload"] = payload.hex()
         proto = _proto_for(profile, m.protocol_type)
-        if error is None and self._subdecode is not None and proto is not None:
+        if error is None and proto is not None:
             try:
-                decoded = self._subdecode(proto, m.protocol_port, payload, profile)
-            except DecodeError as exc:
+                decoded = self._decode_known(proto, m.protocol_port, payload, profile)
+            except (DecodeError, ConfigError) as exc:
                 out["decoded_error"] = _one_line(exc)
             else:
                 if decoded is not None:
                     out["decoded"] = {"type": type(decoded).__name__, **_as_dict(to_jsonable(decoded))}
         return out, error
+
+    def _decode_known(self, proto: Proto, port: int, payload: bytes, profile: VersionProfile) -> Any:
+        """A decoded form of a known sub-protocol message, or None."""
+        decoded = None
+        if self._subdecode is not None:
+            decoded = self._subdecode(proto, port, payload, profile)
+        if decoded is None and proto is Proto.LAN:
+            # LAN host/session/keep-alive messages (spec §6.5).
+            from protocols.pia.lan import decode_lan_message
+
+            decoded = decode_lan_message(payload, profile)
+        return decoded
 
     # -- LAN browse -------------------------------------------------------
     def _lan(self, d: Datagram, kind: str) -> DecodeResult:

@@ -120,7 +120,9 @@ def _int(value: object, what: str, bits: int = 32) -> int:
         try:
             value = int(text, 16) if text.lower().startswith("0x") else int(text, 10)
         except ValueError:
-            raise ConfigError(f"{what} must be an integer (decimal or 0x hex), got {text!r}") from None
+            if not text or not set(text) <= _HEX:
+                raise ConfigError(f"{what} must be an integer (decimal or 0x hex), got {text!r}") from None
+            value = int(text, 16)  # "a1b2c3d4": hex digits that cannot be decimal
     if not isinstance(value, int):
         raise ConfigError(f"{what} must be an integer")
     if not 0 <= value < 1 << bits:

@@ -398,11 +398,13 @@ def test_jsonl_and_hex_lines_mixed_with_bad_records() -> None:
             json.dumps([1, 2]),
             json.dumps({"hex": "00", "time": "soon"}),
             "0x0102",
+            json.dumps({"hex": "01", "src_mac": "02-AA-bb-cc-dd-01"}),
+            json.dumps({"hex": "02", "src_mac": "02:aa"}),
         ]
     ).encode()
     got, stats = read(text)
     assert stats.format == "jsonl"  # type: ignore[attr-defined]
-    assert [(d.index, d.frame) for d in got] == [(1, 2), (2, 4), (3, 5), (4, 6), (5, 7), (6, 8), (7, 9), (8, 10)]
+    assert [(d.index, d.frame) for d in got] == [(1, 2), (2, 4), (3, 5), (4, 6), (5, 7), (6, 8), (7, 9), (8, 10), (9, 11), (10, 12)]
     assert (got[0].data, got[0].src, got[0].dst, got[0].time) == (MAGIC, "10.0.0.1:49152", "[::1]:5", 1.25)
     assert got[1].data == MAGIC + b"\x01" and got[2].data == MAGIC + b"\x02"
     assert got[3].error is not None and got[3].error.startswith("line 6: not JSON")
@@ -410,6 +412,8 @@ def test_jsonl_and_hex_lines_mixed_with_bad_records() -> None:
     assert got[5].error == "line 8: not a JSON object"
     assert got[6].error == 'line 9: "time" is not a number'
     assert got[7].data == b"\x01\x02" and got[7].error is None
+    assert (got[8].src_mac, got[8].error) == ("02:aa:bb:cc:dd:01", None)
+    assert (got[9].src_mac, got[9].error) == (None, 'line 12: "src_mac" is not a MAC address')
     assert all(d.error is None for d in got[:3])
 
 

@@ -615,3 +615,24 @@ def test_ldn5_nonce_uses_the_source_mac_seen_in_the_capture(tmp_path: Path) -> N
     # No MAC anywhere (JSON Lines carry none): the datagram says so.
     r = Decoder(load_session(None, session)).decode(Datagram(index=1, data=data, src="169.254.1.2:49152"))
     assert r.authenticated is None and r.error == "no MAC address known for LDN source '169.254.1.2'"
+
+
+def test_session_version_that_does_not_fit_the_header_is_noted() -> None:
+    r = one(D9, version="5.45", network="lan", session_key="9f1bba38de3b1df42ab5b29e7844d207")
+    assert (r.authenticated, r.profile, r.profile_assumed) == (True, "5.21", True)
+    assert r.note is not None and r.note.startswith("the header does not fit Pia 5.45 (")
+    assert r.note.endswith("decoded as 5.21")
+
+
+def test_lan_protocol_messages_inside_pia_packets_are_decoded() -> None:
+    from protocols.pia.lan import HostRequest, encode_lan_message
+
+    p = profile_for("5.18")
+    payload = encode_lan_message(HostRequest(0xB2D7C002), p)
+    msg = Message(p.protocol_id(Proto.LAN), 0, payload, flags=p.bitmap_flag, source_constant_id=1)
+    codec = PacketCodec(p, KEY, nonce_builder(p, NetworkType.LAN))
+    data = codec.encode(Packet(PacketHeader(True, 3, connection_id=5, nonce=bytes(8)), (msg,)), "192.168.1.10")
+    r = one(data, version="5.18", network="lan", session_key=KEY.hex())
+    assert r.messages is not None
+    assert r.messages[0]["protocol"] == "lan"
+    assert r.messages[0]["decoded"] == {"type": "HostRequest", "network_id": 0xB2D7C002}

@@ -57,6 +57,11 @@ def test_ldn_key_from_session_param_or_application_data_matches_d6() -> None:
     assert load_session(None, {**base, "session_param": "0x12345678", "network_id": "287454020"}).keys_for(
         profile_for("5.18")
     ).session_key.hex() == d6  # type: ignore[union-attr]
+    # Hex digits that cannot be decimal are read as hex.
+    assert load_session(None, {**base, "session_param": "1234567a", "network_id": 1}).session_param == 0x1234567A
+    assert load_session(None, {**base, "session_param": "0x12345678", "network_id": "287454020"}).keys_for(
+        profile_for("5.18")
+    ).session_key.hex() == d6  # type: ignore[union-attr]
 
 
 def test_ldn6_key_and_network_id_from_ssid_match_d12() -> None:
