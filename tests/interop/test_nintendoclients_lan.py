@@ -177,3 +177,49 @@ async def test_nintendoclients_browser_finds_our_host(nc_python: pathlib.Path, v
         # The library returns a session only when our challenge reply verified; the
         # param our host published came from that request (spec §6.4 step 3).
         assert published.session_key_param is not None
+
+
+WRONG_KEY = bytes.fromhex("ee182a63e216cdb1f51ad4bed8cf6508")  # Splatoon 2: not the key the other side uses
+
+
+def test_wrong_game_key_is_refused_by_our_browser(nc_python: pathlib.Path) -> None:
+    """The challenge is really checked: a host on another game key is not reported."""
+    prof = profile_for("5.18")
+    host_ip, browser_ip = "127.0.0.90", "127.0.0.91"
+    cmd = [
+        str(nc_python), str(HARNESS), "host", "--version", "5.18", "--game-key", WRONG_KEY.hex(),
+        "--address", host_ip, "--network-id", "777", "--system-version", "7", "--duration", "30",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _read_json_line(proc, 30)
+        client = BrowseClient(prof, GAME_KEY)
+
+        async def run() -> list[Any]:
+            return await browse(prof, GAME_KEY, bind=(browser_ip, 0), timeout=1.0, client=client)
+
+        found = [f for f in trio.run(run) if f.network_id == 777]
+    finally:
+        proc.kill()
+        proc.communicate()
+    # Its host cannot open our challenge, so it stays silent; nothing unverified is reported.
+    assert found == []
+
+
+async def test_wrong_game_key_is_refused_by_nintendoclients_browser(nc_python: pathlib.Path) -> None:
+    prof = profile_for("5.18")
+    info = make_session_info(prof, ip="127.0.0.92", application_version=3)
+    host = LanHost(prof, GAME_KEY, info)
+    cmd = [
+        str(nc_python), str(HARNESS), "browse", "--version", "5.18", "--game-key", WRONG_KEY.hex(),
+        "--address", "127.0.0.93", "--timeout", "1.0",
+    ]  # fmt: skip
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(host.run)
+            result = await trio.run_process(cmd, capture_stdout=True, capture_stderr=True, check=False)
+            nursery.cancel_scope.cancel()
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    sessions = json.loads(result.stdout.decode().splitlines()[-1])["sessions"]
+    assert [s for s in sessions if s["network_id"] == info.network_id] == []
+    assert host.statistics().dropped.get("bad_challenge", 0) >= 1
