@@ -1,0 +1,127 @@
+"""Interop with nintendoclients 5.0.0 (PyPI, MIT): our PRUDP against its client and its server, on loopback.
+
+A session fixture builds a Python 3.12 virtual environment with the library in
+pytest's cache directory (reused by later runs).  Its peer script is
+scripts/interop/prudp_nc_peer.py.  Both directions, v0 with the library's 3DS
+settings and v1 with its default (Wii U) settings, with and without zlib, with
+messages from 1 byte to 64 KiB that span many fragments.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+import trio
+
+from pianode.prudp import Settings
+from pianode.prudp.endpoint import PrudpConnection, PrudpEndpoint
+
+pytestmark = pytest.mark.interop
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PEER = ROOT / "scripts" / "interop" / "prudp_nc_peer.py"
+PY312 = ["/root/.pyenv/versions/3.12.1/bin/python3", "python3.12", "python3.13"]
+KEY = "6f599f81"
+SIZES = [1, 2, 100, 961, 962, 963, 1299, 1300, 1301, 4096, 20000, 65535, 65536]
+MODES = [("v0", "nintendo-v0"), ("v1", "nintendo-v1")]
+
+
+@pytest.fixture(scope="session")
+def nc_python(request: pytest.FixtureRequest) -> str:
+    def usable(exe: str | None) -> bool:
+        check = [str(exe), "-c", "import sys; assert sys.version_info >= (3, 12)"]
+        return exe is not None and subprocess.run(check, capture_output=True).returncode == 0
+
+    base = next((exe for c in PY312 if usable(exe := shutil.which(c) or (c if pathlib.Path(c).exists() else None))), None)
+    if base is None:
+        pytest.skip("INTEROP NOT RUN: no Python 3.12 found for nintendoclients (needs >= 3.12)")
+    venv = pathlib.Path(request.config.cache.mkdir("nintendoclients-5.0.0")) / "venv"
+    py = venv / "bin" / "python"
+    probe = [str(py), "-c", "import importlib.metadata as m; assert m.version('nintendoclients') == '5.0.0'"]
+    if not py.exists() or subprocess.run(probe, capture_output=True).returncode != 0:
+        steps = [[base, "-m", "venv", "--clear", str(venv)], [str(py), "-m", "pip", "install", "-q", "nintendoclients==5.0.0"]]
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                pytest.skip(f"INTEROP NOT RUN: cannot install nintendoclients 5.0.0: {done.stderr.strip()[-500:]}")
+    return str(py)
+
+
+async def _echo(conn: PrudpConnection) -> None:
+    try:
+        while True:
+            await conn.send(await conn.receive())
+    except (trio.EndOfChannel, trio.ClosedResourceError):
+        pass
+
+
+async def _serve(host: PrudpEndpoint, nursery: trio.Nursery) -> None:
+    while True:
+        nursery.start_soon(_echo, await host.accept())
+
+
+def _flags(compression: bool) -> list[str]:
+    return ["--compression"] if compression else []
+
+
+@pytest.mark.parametrize("compression", [False, True], ids=["plain", "zlib"])
+@pytest.mark.parametrize(("mode", "variant"), MODES)
+async def test_their_client_against_our_host(
+    nc_python: str, mode: str, variant: str, compression: bool, nursery: trio.Nursery
+) -> None:
+    host = PrudpEndpoint(Settings(variant, access_key=KEY, compression=compression or None))
+    _, port = await nursery.start(host.run, ("127.0.0.1", 0))
+    host.listen()
+    nursery.start_soon(_serve, host, nursery)
+    argv = [nc_python, str(PEER), "client", "--mode", mode, "--port", str(port), "--access-key", KEY]
+    argv += ["--sizes", ",".join(map(str, SIZES)), *_flags(compression)]
+    with trio.fail_after(120):
+        done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    out = done.stdout.decode()
+    assert done.returncode == 0, out + done.stderr.decode()
+    assert out.split("\n")[: len(SIZES)] == [f"ok {n}" for n in SIZES]
+    assert host.statistics().get("dropped_bad_signature", 0) == 0
+
+
+async def _read_port(proc: trio.Process) -> int:
+    assert proc.stdout is not None
+    buf = b""
+    while b"\n" not in buf:
+        chunk = await proc.stdout.receive_some()
+        if not chunk:
+            raise AssertionError(f"nintendoclients server exited: {buf!r}")
+        buf += chunk
+    first = buf.split(b"\n")[0].decode()
+    assert first.startswith("listening "), first
+    return int(first.split()[1])
+
+
+@pytest.mark.parametrize("compression", [False, True], ids=["plain", "zlib"])
+@pytest.mark.parametrize(("mode", "variant"), MODES)
+async def test_our_client_against_their_server(
+    nc_python: str, mode: str, variant: str, compression: bool, nursery: trio.Nursery
+) -> None:
+    argv = [nc_python, str(PEER), "server", "--mode", mode, "--access-key", KEY, *_flags(compression)]
+    proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        with trio.fail_after(120):
+            port = await _read_port(proc)
+            client = PrudpEndpoint(Settings(variant, access_key=KEY, compression=compression or None))
+            await nursery.start(client.run, ("127.0.0.1", 0))
+            conn = await client.connect(("127.0.0.1", port))
+            for n in SIZES:
+                message = bytes((i * 29 + n) & 0xFF for i in range(n))
+                await conn.send(message)
+                assert await conn.receive() == message, n
+            await conn.close()
+        assert conn.closed_reason == "closed"
+        assert client.statistics().get("dropped_bad_signature", 0) == 0
+    finally:
+        proc.kill()
+        await proc.wait()
+        assert proc.stdout is not None
+        await proc.stdout.aclose()
+
