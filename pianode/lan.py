@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import socket as _socket_consts
 from collections import Counter
 from collections.abc import Callable
 
@@ -340,6 +339,7 @@ class BrowseClient:
         self.application_version = application_version
         self._backend = backend
         self._counter = counter
+        self._sequence = 0  # challenge version 4: +1 per request, echoed by the reply (spec §6.4)
         self._key = random(16)
         self._plaintext = random(256)
         self._challenge: ChallengeRequest | None = None
@@ -362,10 +362,11 @@ class BrowseClient:
                 plaintext=self._plaintext,
                 counter=self._counter,
                 broadcast_ip=self.broadcast_ip,
-                sequence_id=0 if version == 4 else None,
+                sequence_id=self._sequence if version == 4 else None,
                 backend=self._backend,
             )
             self._counter += 1
+            self._sequence = (self._sequence + 1) & 0xFF
         self._challenge = challenge
         self.counters.sent += 1
         return BrowseRequest(self.search, challenge).encode(self.profile)
@@ -383,7 +384,8 @@ class BrowseClient:
         param = None
         if reply.challenge is not None:
             assert self.game_key is not None
-            if self._challenge is None or reply.challenge.version != self._challenge.version:
+            sent = self._challenge
+            if sent is None or (reply.challenge.version, reply.challenge.sequence_id) != (sent.version, sent.sequence_id):
                 c.drop("challenge_version", addr)
                 return None
             try:
@@ -416,16 +418,18 @@ class BrowseClient:
 
 
 def _best_effort_sockopts(sock: trio.socket.SocketType, *, reuse: bool, broadcast: bool) -> None:
-    opts = []
+    # Best effort (some platforms lack SO_REUSEPORT or refuse an option): a
+    # socket without them still works for a single host on the machine.
+    opts: list[int] = []
     if reuse:
-        opts.append(_socket_consts.SO_REUSEADDR)
-        if hasattr(_socket_consts, "SO_REUSEPORT"):
-            opts.append(_socket_consts.SO_REUSEPORT)
+        opts.append(trio.socket.SO_REUSEADDR)
+        if hasattr(trio.socket, "SO_REUSEPORT"):
+            opts.append(trio.socket.SO_REUSEPORT)
     if broadcast:
-        opts.append(_socket_consts.SO_BROADCAST)
+        opts.append(trio.socket.SO_BROADCAST)
     for opt in opts:
         with contextlib.suppress(OSError):
-            sock.setsockopt(_socket_consts.SOL_SOCKET, opt, 1)
+            sock.setsockopt(trio.socket.SOL_SOCKET, opt, 1)
 
 
 class LanHost:

@@ -269,17 +269,18 @@ async def test_cli_host_and_browse_jsonl_and_table() -> None:
         ("host", "--game-key", KEY.hex(), "--address", "not-an-ip", "--duration", "0"),
     ],
 )
-def test_cli_bad_flags_one_line_exit_2(argv: tuple[str, ...]) -> None:
-    import subprocess
+def test_cli_bad_flags_one_line_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    from pianode.cli import main
 
-    res = subprocess.run(_cli(*argv), capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2
-    assert len(res.stderr.strip().splitlines()) == 1 and res.stderr.startswith("pianode lan: ")
+    assert main(["lan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("pianode lan: ")
 
 
-def test_cli_browse_finds_nothing_exit_1() -> None:
-    import subprocess
+def test_cli_browse_finds_nothing_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    from pianode.cli import main
 
-    cmd = _cli("browse", "--game-key", KEY.hex(), "--broadcast", f"127.255.255.255:{_free_port()}", "--timeout", "0.2")
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert res.returncode == 1 and "0 session(s) found" in res.stdout
+    argv = ["lan", "browse", "--game-key", KEY.hex(), "--broadcast", f"127.255.255.255:{_free_port()}",
+            "--timeout", "0.2"]  # fmt: skip
+    assert main(argv) == 1
+    assert "0 session(s) found" in capsys.readouterr().out
