@@ -36,10 +36,10 @@ Acknowledgements
     segments were lost.  Acks travel in segments without ``HAS_PAYLOAD`` whose
     payload is the 5.18 bulk-ack form: ``ack id`` = the highest sequence id
     delivered in order (every id up to it is acknowledged) and mask bit *i* =
-    ``ack id + 1 + i`` held as an early arrival.  The spec documents 32 records;
-    we send one record, for our stream (the meaning of records for streams that
-    do not exist is undocumented); the 5.29+ ack payload is undocumented, so the
-    5.29 layout carries the same form.  An ack is due ``ack_delay`` after data
+    ``ack id + 1 + i`` held as an early arrival.  The spec documents 32 records; we
+    send one record, for our stream, or that record repeated to the documented 32
+    (``ack_records``; what records for other streams hold is undocumented).  The
+    5.29+ ack payload is undocumented, so 5.29+ layouts carry the same form.  An ack is due ``ack_delay`` after data
     arrives (at once for an out-of-order or duplicate segment), and goes out early
     whenever data is being sent anyway, so the node bundles it into the same
     datagram (piggybacking at the packet level).  Flags ``INITIALIZED``, ``RESET``
@@ -139,6 +139,10 @@ class WindowConfig:
     #: a segment is resent before its timeout once this many later ones are acknowledged
     #: and it has been out for the smoothed RTT plus its deviation (0 disables)
     fast_retransmit: int = 3
+    #: records per bulk ack (16-bit layouts).  The 5.18 form documents 32; what the
+    #: records for other streams hold is not, so we send ours once, or repeat it to
+    #: fill the documented size when this is 32 (a copy acknowledges nothing new).
+    ack_records: int = 1
 
     def __attrs_post_init__(self) -> None:
         if self.layout not in _SUPPORTED:
@@ -151,6 +155,8 @@ class WindowConfig:
             raise ValueError("max_payload must be 1..65535 and stream_id 0..255")
         if not 0 <= self.first_sequence_id < 1 << sequence_bits(self.layout):
             raise ValueError(f"initial_sequence_id does not fit the {self.layout.value} layout")
+        if not 1 <= self.ack_records <= 255:
+            raise ValueError("ack_records must be 1..255")
         if self.backoff < 1 or self.max_retries < 0:
             raise ValueError("backoff must be >= 1 and max_retries >= 0")
 
@@ -391,7 +397,8 @@ class ReliableWindow:
             return Segment(self._header(0, 0), b"")
         # ack id = last delivered; mask bit i = (ack id) + 1 + i = expected + i.
         record = AckRecord(self.config.stream_id, self._rx_wire(self._expected - 1), self._early_mask(self._expected))
-        return Segment(self._header(0, self._wire(self._next)), encode_bulk_ack(BulkAck((record,))))
+        payload = encode_bulk_ack(BulkAck((record,) * self.config.ack_records))
+        return Segment(self._header(0, self._wire(self._next)), payload)
 
     # -- timers ---------------------------------------------------------------------------
 
