@@ -26,7 +26,7 @@ import attrs
 from protocols.errors import DecodeError, EncodeError
 from protocols.prudp.checksum import key_byte
 from protocols.prudp.framing_v0 import decode_v0, encode_v0
-from protocols.prudp.framing_v1 import decode_v1, encode_v1
+from protocols.prudp.framing_v1 import MAGIC, decode_v1, encode_v1
 from protocols.prudp.packet import Flag, PacketType, PrudpPacket
 from protocols.prudp.payload import (
     Rc4Stream,
@@ -125,6 +125,9 @@ def decode_datagram(
             (missing streams start from ``"CD&ML"``).  Only correct if every
             packet of the flow is fed once, in sequence order.
 
+    A ``nintendo-v0*`` variant also reads v1 datagrams (magic ``EA D0 01``) and
+    4-byte-checksum v0 packets when those verify and the 1-byte form does not.
+
     Returns:
         The packets, each with ``checksum_ok`` (``None`` for v1, which has no
         checksum) and ``plaintext`` (``None`` when it cannot be recovered).
@@ -134,13 +137,44 @@ def decode_datagram(
     """
     codec = PacketCodec(variant, access_key)
     v = codec.variant
-    packets = codec.decode(data, verify=False)
+    if v.framing == Framing.V0 and v.flags_bytes == 2 and bytes(data[:3]) == MAGIC + b"\x01":
+        # A NEX server accepts both versions on one socket and tells them apart by
+        # "EA D0 01" (spec §2.3); no v0 packet starts so (stream type 14 does not exist).
+        v = attrs.evolve(v, framing=Framing.V1, checksum_bytes=0, connection_signature_bytes=16)
+        codec = PacketCodec(v, access_key)
+    packets = _decode_with_checksum_fallback(codec, data)
     if v.framing == Framing.V1:
         packets = [attrs.evolve(p, checksum_ok=None) for p in packets]
     out = []
     for p in packets:
         out.append(attrs.evolve(p, plaintext=_plaintext(p, v, aes_key, nex_streams), checksum_ok=p.checksum_ok))
     return out
+
+
+def _decode_with_checksum_fallback(codec: PacketCodec, data: bytes) -> list[PrudpPacket]:
+    """Decode without raising on checksums; NEX v0 titles may use the 4-byte form (spec §2.4).
+
+    When the configured 1-byte form does not verify (or does not even frame the
+    datagram) but the 4-byte form verifies every packet, the 4-byte reading wins:
+    a chance match is 2**-32 per packet.
+    """
+    v = codec.variant
+    try:
+        packets = codec.decode(data, verify=False)
+        error: DecodeError | None = None
+    except DecodeError as exc:
+        packets, error = [], exc
+    if v.framing == Framing.V0 and v.checksum_bytes == 1 and (error is not None or not all(p.checksum_ok for p in packets)):
+        alt = PacketCodec(attrs.evolve(v, checksum_bytes=4), codec.access_key)
+        try:
+            alt_packets = alt.decode(data, verify=True)
+        except DecodeError:
+            alt_packets = []
+        if alt_packets:
+            return alt_packets
+    if error is not None:
+        raise error
+    return packets
 
 
 def _plaintext(

@@ -1,0 +1,75 @@
+"""decode_datagram: the stateless view for capture decoders (several packets, version sniffing, plaintexts)."""
+
+from __future__ import annotations
+
+import attrs
+
+from protocols.prudp import Flag, PacketCodec, PacketType, PrudpPacket, decode_datagram, variant_for
+from protocols.prudp.payload import Rc4Stream
+from protocols.prudp.rendezvous import HostHello
+
+H = bytes.fromhex
+
+
+def _data(seq: int, payload: bytes, flags: Flag = Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE) -> PrudpPacket:
+    return PrudpPacket(
+        source=0xAF, destination=0xA1, type=PacketType.DATA, flags=flags, session_id=0x5A, sequence_id=seq,
+        fragment_id=0, payload=payload,
+    )
+
+
+def test_several_packets_in_one_datagram() -> None:
+    codec = PacketCodec("nintendo-v0", "12345678")
+    ping = PrudpPacket(source=0xAF, destination=0xA1, type=PacketType.PING, flags=Flag.NEED_ACK | Flag.HAS_SIZE, sequence_id=3)
+    ack = attrs.evolve(_data(9, b"", Flag.ACK), session_id=0x3C)
+    datagram = codec.encode_many([_data(2, b"abc"), ping, ack])
+    out = decode_datagram(datagram, "nintendo-v0", "12345678")
+    assert [p.type_name for p in out] == ["DATA", "PING", "DATA"]
+    assert [p.flag_names for p in out] == [["RELIABLE", "NEED_ACK", "HAS_SIZE"], ["NEED_ACK", "HAS_SIZE"], ["ACK"]]
+    assert [p.sequence_id for p in out] == [2, 3, 9]
+    assert all(p.checksum_ok for p in out)
+    assert out[1].plaintext == b"" and out[2].plaintext == b""
+    assert out[0].plaintext is None  # NEX DATA is a keystream: no plaintext without its history
+
+
+def test_bad_checksum_is_reported_not_raised() -> None:
+    datagram = bytearray(PacketCodec("nintendo-v0", "12345678").encode(_data(2, b"abc")))
+    datagram[-1] ^= 0xFF
+    (p,) = decode_datagram(bytes(datagram), "nintendo-v0", "12345678")
+    assert p.checksum_ok is False and p.sequence_id == 2
+
+
+def test_nex_stream_decrypted_in_capture_order() -> None:
+    tx = Rc4Stream(b"CD&ML")
+    codec = PacketCodec("nintendo-v0", "12345678")
+    wire = [codec.encode(_data(seq, tx.process(text))) for seq, text in ((2, b"hello"), (3, b"world"))]
+    assert H("67e228b77c") in wire[0]  # spec §8.2: RC4("CD&ML", "hello")
+    streams: dict[tuple[int, int, int], Rc4Stream] = {}
+    got = [decode_datagram(w, "nintendo-v0", "12345678", nex_streams=streams)[0].plaintext for w in wire]
+    assert got == [b"hello", b"world"]
+
+
+def test_v0_session_reads_v1_datagrams() -> None:
+    v1 = H("ead001030500afa1e2005a0002009c3e3be44991e911165ba339483e827002010067e228b77c")
+    (p,) = decode_datagram(v1, "nintendo-v0", "3d37fbdb")
+    assert p.type == PacketType.DATA and p.sequence_id == 2 and p.checksum_ok is None
+    assert p.payload == H("67e228b77c")
+
+
+def test_four_byte_checksum_titles_are_recognised() -> None:
+    data = H("afa1e2005a69c325b3020000050067e228b77c8dc58909")
+    (p,) = decode_datagram(data, "nintendo-v0", "12345678")
+    assert p.checksum_ok and p.payload == H("67e228b77c")
+    (wrong,) = decode_datagram(data, "nintendo-v0", "aaaaaaaa")  # "87654321" would collide: same byte sum
+    assert wrong.checksum_ok is False
+
+
+def test_rendezvous_connect_payloads_are_clear() -> None:
+    hello = HostHello(b"\x30" * 70, bytes(64), bytes(32))
+    codec = PacketCodec("rendezvous")
+    ack = PrudpPacket(
+        source=0x3F, destination=0x31, type=PacketType.CONNECT, flags=Flag.ACK | Flag.HAS_SIZE, sequence_id=1,
+        connection_signature=bytes(4), payload=hello.encode(),
+    )
+    (p,) = decode_datagram(codec.encode(ack), variant_for("rendezvous"))
+    assert p.plaintext == hello.encode() and p.checksum_ok
