@@ -528,3 +528,30 @@ def test_lan_message_shaped_garbage(kind: int, tail: bytes, version: str) -> Non
     except DecodeError:
         return
     assert encode_lan_message(msg, prof) == wire
+
+
+@given(st.integers(0, 0x1F), small, small, small, st.booleans(), st.sampled_from(["6.16", "6.30"]))
+def test_network_setting_flags_gate_matching(flags: int, cur: int, mx: int, key: int, opened: bool, version: str) -> None:
+    prof = profile_for(version)
+    prop = LanNetworkProperty(1, bytes(0x7C), key, cur, mx, opened)
+    setting = LanSearchNetworkSetting(matchmake_key=5, max_stations_upper=8, max_stations_lower=4, flags=flags)
+    # 6.29-6.30 moved every flag up one bit (0x1 ignored); 6.16-6.26 start at 0x1 (spec §6.2).
+    shift = 1 if version == "6.30" else 0
+    expected = True
+    if flags & (0x1 << shift) and key != 5:
+        expected = False
+    if flags & (0x2 << shift) and not 4 <= mx <= 8:
+        expected = False
+    if flags & (0x4 << shift) and not opened:
+        expected = False
+    if flags & (0x8 << shift) and cur >= mx:
+        expected = False
+    assert setting.matches(prop, prof) == expected
+
+
+def test_reassembler_is_bounded() -> None:
+    r = SessionReassembler(max_pending=2)
+    for tag in range(5):
+        assert r.add("a", SessionMessage(tag, 0, 0, 2, b"x")) is None
+    assert r.add("a", SessionMessage(0, 0, 1, 2, b"y")) is None  # tag 0 was forgotten
+    assert r.add("a", SessionMessage(4, 0, 1, 2, b"y")) == b"xy"
