@@ -56,9 +56,8 @@ class PacketIdCounter:
     __slots__ = ("_next",)
 
     def __init__(self, start: int = 1) -> None:
-        if not 1 <= start <= 0xFFFF:
-            raise ValueError(f"packet id counter must start in 1..65535, not {start}")
-        self._next = start
+        self._next = 1
+        self.reset(start)
 
     def peek(self) -> int:
         """The id the next call to :meth:`next` returns."""
@@ -71,7 +70,10 @@ class PacketIdCounter:
         return value
 
     def reset(self, start: int = 1) -> None:
-        self.__init__(start)  # type: ignore[misc]
+        """Start counting again (a new connection id)."""
+        if not 1 <= start <= 0xFFFF:
+            raise ValueError(f"packet id counter must start in 1..65535, not {start}")
+        self._next = start
 
 
 class Verdict(enum.Enum):
@@ -109,7 +111,6 @@ class PacketIdFilter:
             raise ValueError(f"expected packet id must be in 1..65535, not {expected}")
         self.window = window
         self.max_ahead = max_ahead
-        self._initial = expected
         self._counts = dict.fromkeys(Verdict, 0)
         self.reset(expected)
 
