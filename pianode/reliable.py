@@ -65,6 +65,7 @@ long test cross the wrap.
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 import attrs
 
@@ -84,8 +85,10 @@ from protocols.pia.reliable import (
     decode_segment,
     encode_bulk_ack,
     encode_segment,
+    layout_for,
     sequence_bits,
 )
+from protocols.pia.versions import VersionProfile
 
 __all__ = [
     "MessageTooLarge",
@@ -159,6 +162,14 @@ class WindowConfig:
             raise ValueError("ack_records must be 1..255")
         if self.backoff < 1 or self.max_retries < 0:
             raise ValueError("backoff must be >= 1 and max_retries >= 0")
+
+    @classmethod
+    def for_version(cls, version: VersionProfile | str | tuple[int, int], **settings: Any) -> WindowConfig:
+        """Settings for a Pia version: its sliding-window layout, plus any overrides."""
+        layout = layout_for(version)
+        if layout is WindowLayout.V5_14:
+            raise ValueError("the 5.14 sliding-window header has undocumented fields; no window runs on it")
+        return cls(layout=layout, **settings)
 
     @property
     def legacy(self) -> bool:

@@ -495,3 +495,14 @@ def test_garbage_segments_never_raise_and_stay_bounded(segments: list[tuple[Wind
         timer = w.get_timer()
         assert timer is None or timer > now  # nothing left due: a driver never spins
     assert w.statistics().sent == 1
+
+
+def test_config_for_version() -> None:
+    assert WindowConfig.for_version("5.18").layout is WindowLayout.V5_17
+    assert WindowConfig.for_version("5.29", stream_id=3).stream_id == 3
+    assert WindowConfig.for_version("5.10").first_sequence_id == 0xFFFFF82F
+    assert WindowConfig.for_version("5.43").first_sequence_id == 0xF82F
+    with pytest.raises(ValueError, match="5.14"):
+        WindowConfig.for_version("5.14")
+    with pytest.raises(ValueError, match="receive_buffer"):
+        WindowConfig(layout=WindowLayout.V5_12, receive_buffer=65)
