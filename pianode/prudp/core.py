@@ -136,9 +136,21 @@ class EndpointCore:
         cid = ConnectionId(address, p.destination, p.source)
         conn = self.connections.get(cid)
         if conn is not None and conn.state != State.CLOSED:
-            conn.receive_packet(p, now)
-            self._collect(conn)
-            return
+            if not conn.is_client and self._is_new_client(conn, p):
+                # The peer restarted on the same virtual port: a fresh SYN or a CONNECT
+                # with another signature/session supersedes the old connection.
+                if p.type == PacketType.CONNECT:
+                    conn.abort(now, "superseded by a new CONNECT from the same port")
+                    self._collect(conn)
+                    self._stats.update(conn.stats)
+                    del self.connections[cid]
+                else:
+                    self._answer_syn(p, address)
+                    return
+            else:
+                conn.receive_packet(p, now)
+                self._collect(conn)
+                return
         if p.destination not in self._listening or p.flags & Flag.ACK:
             self._stats["dropped_no_connection"] += 1
             return
@@ -157,6 +169,16 @@ class EndpointCore:
             self._collect(conn)
         else:
             self._stats["dropped_no_connection"] += 1
+
+    @staticmethod
+    def _is_new_client(conn: Connection, p: PrudpPacket) -> bool:
+        if p.flags & Flag.ACK:
+            return False
+        if p.type == PacketType.SYN:
+            return True
+        return p.type == PacketType.CONNECT and (
+            p.connection_signature != conn.remote_signature or p.session_id != conn.remote_session
+        )
 
     def _answer_syn(self, p: PrudpPacket, address: Address) -> None:
         v = self.settings.variant

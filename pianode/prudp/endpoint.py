@@ -62,7 +62,10 @@ class PrudpConnection:
         await trio.lowlevel.checkpoint()
         if self.closed_reason is not None:
             raise trio.ClosedResourceError(f"PRUDP connection closed: {self.closed_reason}")
-        self._endpoint.core.send(self.id, data, trio.current_time(), substream)
+        try:
+            self._endpoint.core.send(self.id, data, trio.current_time(), substream)
+        except ConnectionError as exc:
+            raise trio.ClosedResourceError(str(exc)) from None
         self._endpoint._wakeup()
 
     async def receive(self) -> bytes:

@@ -341,3 +341,18 @@ def test_rendezvous_one_mebibyte_over_lossy_reordering_link() -> None:
     net.run_until(lambda: len(messages(net, HOST)) == 1, max_time=3600)
     assert messages(net, HOST) == [message]
     assert client.statistics()["retransmissions"] > 50
+
+
+def test_client_restart_on_the_same_port_supersedes_the_old_connection() -> None:
+    net, host, client = pair("nintendo-v1")
+    connect(net, client)
+    old = next(iter(host.connections))
+    # a new client process on the same address and port picks the same virtual port
+    net.nodes[CLIENT] = client2 = EndpointCore(settings("nintendo-v1", host=False))
+    cid = client2.connect(HOST, net.now)
+    net.run_until(lambda: any(isinstance(e, Connected) for e in net.events[CLIENT][1:]))
+    assert cid.local_vport == old.remote_vport
+    reasons = [e.reason for e in net.events[HOST] if isinstance(e, Disconnected)]
+    assert reasons == ["superseded by a new CONNECT from the same port"]
+    client2.send(cid, b"after restart", net.now)
+    net.run_until(lambda: messages(net, CLIENT) == [b"after restart"])
