@@ -600,8 +600,9 @@ def _hex(text: str, line_no: int) -> tuple[bytes, str | None]:
 def _json_record(line: str, index: int, line_no: int) -> Datagram:
     try:
         obj: Any = json.loads(line)
-    except ValueError as exc:
-        return Datagram(index=index, data=b"", frame=line_no, error=f"line {line_no}: not JSON ({exc.msg})")
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+        reason = " ".join((getattr(exc, "msg", None) or str(exc) or type(exc).__name__).split())
+        return Datagram(index=index, data=b"", frame=line_no, error=f"line {line_no}: not JSON ({reason})")
     if not isinstance(obj, dict):
         return Datagram(index=index, data=b"", frame=line_no, error=f"line {line_no}: not a JSON object")
     errors: list[str] = []
@@ -721,7 +722,7 @@ def _checksum(data: bytes) -> int:
     """RFC 1071 one's-complement sum, folded and complemented."""
     if len(data) % 2:
         data += b"\x00"
-    total = sum(struct.unpack(f">{len(data) // 2}H", data))
+    total: int = sum(struct.unpack(f">{len(data) // 2}H", data))
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return ~total & 0xFFFF

@@ -45,10 +45,22 @@ import attrs
 from pianode.capture import Datagram, parse_endpoint
 from pianode.session_file import DecodeContext, KeySet
 from protocols.errors import ConfigError, DecodeError
-from protocols.pia.header import MAGIC, PacketHeader, header_format_for_version, sniff_header_format
+from protocols.pia.header import (
+    MAGIC,
+    PacketHeader,
+    header_format_for_version,
+    sniff_header_format,
+)
 from protocols.pia.message import Message, inflate_payload
 from protocols.pia.packet import PacketCodec, PacketReport
-from protocols.pia.versions import DOCUMENTED_VERSIONS, HeaderFormat, NetworkType, Proto, VersionProfile, profile_for
+from protocols.pia.versions import (
+    DOCUMENTED_VERSIONS,
+    HeaderFormat,
+    NetworkType,
+    Proto,
+    VersionProfile,
+    profile_for,
+)
 
 __all__ = ["KINDS", "DecodeResult", "Decoder", "FlowTracker", "candidate_profiles", "to_jsonable"]
 
@@ -331,7 +343,8 @@ class Decoder:
                 report, keys = self._inspect(profile, d.data, source_ip)
                 if report.header is not None:
                     given = first[0].name
-                    note = f"the header does not fit Pia {given} ({_one_line(first[1].error or '')}); decoded as {profile.name}"
+                    why = _one_line(first[1].error or "")
+                    note = f"the header does not fit Pia {given} ({why}); decoded as {profile.name}"
                     return attrs.evolve(self._pia_result(d, profile, True, report, keys), note=note)
         return self._pia_result(d, first[0], assumed, first[1], first[2])
 
@@ -521,7 +534,7 @@ def _as_dict(value: Any) -> dict[str, Any]:
 
 
 def _prudp_json(p: Any) -> dict[str, Any]:
-    out = to_jsonable(p)
+    out: dict[str, Any] = to_jsonable(p)
     out["type"] = p.type.name
     out["flags"] = p.flag_names
     out["source_stream_type"], out["source_port"] = p.source_stream_type, p.source_port
@@ -577,7 +590,9 @@ def _lan_candidates(data: bytes, kind: str) -> list[VersionProfile]:
     chal_ver = data[5 + size] if len(data) > 5 + size else None
     sys_ver = data[5 + 0x26] if kind == "lan-browse-reply" and len(data) > 5 + 0x27 else None
     # LanSessionInfo 5.3+: system communication version at 0x26 (spec §6.3).
-    ordered.sort(key=lambda p: (p.lan_challenge_version != chal_ver, sys_ver is not None and p.lan_system_version != sys_ver))
+    ordered.sort(
+        key=lambda p: (p.lan_challenge_version != chal_ver, sys_ver is not None and p.lan_system_version != sys_ver)
+    )
     return ordered
 
 

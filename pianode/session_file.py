@@ -383,8 +383,8 @@ def load_session(path: str | os.PathLike[str] | None, overrides: Mapping[str, An
             raise ConfigError(f"cannot read session file {name}: {reason}") from None
         try:
             obj = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"session file {name} is not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:
+            raise ConfigError(f"session file {name} is not JSON: {' '.join(str(exc).split())}") from None
         if not isinstance(obj, dict):
             raise ConfigError(f"session file {name} must hold a JSON object")
         raw.update(obj)

@@ -21,7 +21,7 @@ from typing import Any, NoReturn, TextIO
 
 from pianode.capture import Capture, CaptureError, open_capture
 from pianode.cli import CliError
-from pianode.decode import DecodeResult, Decoder, FlowTracker
+from pianode.decode import Decoder, DecodeResult, FlowTracker
 from pianode.session_file import DecodeContext, load_session
 from protocols.errors import ConfigError
 
@@ -49,7 +49,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="use the nearest documented version for an undocumented one")
     g.add_argument("--network", help="lan, ldn, nex or npln (needed for 5.7+ nonces)")
     g.add_argument("--session-key", help="16-byte session key (hex)")
-    g.add_argument("--hmac-key", help="<= 5.6 HMAC-MD5 key when it is not the session key (hex, or text; hex:/ascii: prefix)")
+    g.add_argument("--hmac-key",
+                   help="<= 5.6 HMAC-MD5 key when it is not the session key (hex, or text; hex:/ascii: prefix)")
     g.add_argument("--game-key", help="game key: 32 hex digits or 16 characters")
     g.add_argument("--session-param", help="LAN: 64 hex digits; LDN 5.9+: an integer")
     g.add_argument("--application-data", help="hex of the LDN advertisement's Pia application data")

@@ -6,6 +6,7 @@ the writer under test) and cross-checked with tshark, which CI installs.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
 import ipaddress
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from pianode.capture import (
     CaptureError,
+    CaptureStats,
     Datagram,
     PcapWriter,
     _frame_to_udp,
@@ -66,7 +68,8 @@ def _csum(data: bytes) -> int:
 def ipv4_udp(src: str, sport: int, dst: str, dport: int, payload: bytes, *, frag: int = 0x4000) -> bytes:
     s, d = ipaddress.IPv4Address(src).packed, ipaddress.IPv4Address(dst).packed
     ulen = 8 + len(payload)
-    udp_c = _csum(s + d + bytes([0, 17]) + ulen.to_bytes(2, "big") + struct.pack(">HHHH", sport, dport, ulen, 0) + payload)
+    pseudo = s + d + bytes([0, 17]) + ulen.to_bytes(2, "big")
+    udp_c = _csum(pseudo + struct.pack(">HHHH", sport, dport, ulen, 0) + payload)
     udp = struct.pack(">HHHH", sport, dport, ulen, udp_c or 0xFFFF) + payload
     ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + ulen, 7, frag, 64, 17, 0, s, d)
     ip = ip[:10] + _csum(ip).to_bytes(2, "big") + ip[12:]
@@ -111,10 +114,9 @@ def wlan(etype: int, body: bytes, *, from_ds: bool = False, protected: bool = Fa
     """A QoS data frame station→AP (ToDS) or AP→station relaying PEER (FromDS), with LLC/SNAP."""
     fc0 = 0x88 if qos else 0x08
     fc1 = (0x02 if from_ds else 0x01) | (0x40 if protected else 0)
-    if from_ds:  # addr1 = receiver, addr2 = AP, addr3 = original source
-        addrs = STA_MAC + AP_MAC + PEER_MAC
-    else:  # addr1 = AP (BSSID), addr2 = source, addr3 = destination
-        addrs = AP_MAC + STA_MAC + PEER_MAC
+    # FromDS: addr1 = receiver, addr2 = AP, addr3 = original source.
+    # ToDS: addr1 = AP (BSSID), addr2 = source, addr3 = destination.
+    addrs = STA_MAC + AP_MAC + PEER_MAC if from_ds else AP_MAC + STA_MAC + PEER_MAC
     head = bytes([fc0, fc1]) + b"\0\0" + addrs + b"\x10\x00" + (b"\0\0" if qos else b"")
     return head + bytes.fromhex("aaaa03000000") + struct.pack(">H", etype) + body
 
@@ -159,7 +161,7 @@ def pcapng_section(interfaces: list[tuple[int, int | None]], packets: list[tuple
     return out
 
 
-def read(data: bytes) -> tuple[list[Datagram], object]:
+def read(data: bytes) -> tuple[list[Datagram], CaptureStats]:
     cap = open_capture(io.BytesIO(data))
     return list(cap), cap.stats
 
@@ -184,7 +186,7 @@ def test_ndpi_frame_and_udp_counts(captures: Path) -> None:
     pia = [d for d in datagrams if d.data[:4] == MAGIC]
     assert len(pia) == counts["pia"]
     cols = expected["packets_columns"]
-    rows = [dict(zip(cols, r)) for r in expected["packets"]]
+    rows = [dict(zip(cols, r, strict=True)) for r in expected["packets"]]
     assert [(d.frame, len(d.data)) for d in pia] == [(r["frame"], r["udp_payload_length"]) for r in rows]
     assert sum(d.data[4] == 2 for d in pia) == counts["pia_encrypted"]
 
@@ -219,7 +221,7 @@ def test_mgba_jsonl_without_addresses(captures: Path) -> None:
         datagrams = list(cap)
     assert cap.format == "jsonl"
     assert len(datagrams) == len(lines) == 18
-    for d, line in zip(datagrams, lines):
+    for d, line in zip(datagrams, lines, strict=True):
         obj = json.loads(line)
         assert d.data == bytes.fromhex(obj["hex"])
         assert d.time == obj["time"]
@@ -297,7 +299,7 @@ def test_802_11_frames_without_udp_are_counted() -> None:
     ]
     got, stats = read(pcap_file(105, [(0.0, f) for f in frames]))
     assert [d.frame for d in got] == [6]
-    assert stats.skipped == {  # type: ignore[attr-defined]
+    assert stats.skipped == {
         "802.11-protected": 1, "802.11-management": 1, "802.11-control": 1, "802.11-null-data": 1,
         "802.11-non-snap": 1,
     }
@@ -350,8 +352,8 @@ def test_non_udp_frames_are_counted_not_yielded() -> None:
     ]
     got, stats = read(pcap_file(1, [(0.0, f) for f in frames]))
     assert [(d.frame, d.data) for d in got] == [(7, PAYLOAD_A)]
-    assert stats.frames == 8 and stats.udp == 1  # type: ignore[attr-defined]
-    assert stats.skipped == {  # type: ignore[attr-defined]
+    assert stats.frames == 8 and stats.udp == 1
+    assert stats.skipped == {
         "arp": 1, "tcp": 1, "icmpv6": 1, "ip-fragment": 2, "lldp": 1, "short-frame": 1,
     }
 
@@ -366,7 +368,7 @@ def test_ethernet_padding_is_not_payload() -> None:
 def test_snaplen_cut_datagram_is_reported_not_dropped() -> None:
     frame = ether(0x0800, V4)[:-10]
     got, stats = read(pcap_file(1, [(0.0, frame), (1.0, ether(0x0800, V4))]))
-    assert len(got) == 2
+    assert len(got) == 2 == stats.udp
     assert got[0].error == f"captured only {len(PAYLOAD_A) - 10} of {len(PAYLOAD_A)} UDP payload bytes (snap length)"
     assert got[0].data == PAYLOAD_A[:-10]
     assert got[1].error is None and got[1].data == PAYLOAD_A
@@ -376,9 +378,9 @@ def test_file_cut_mid_record_keeps_what_came_before() -> None:
     blob = pcap_file(1, [(0.0, ether(0x0800, V4)), (1.0, ether(0x0800, V4))])
     got, stats = read(blob[:-5])
     assert len(got) == 1
-    assert stats.problem is not None and "record 2 is cut short" in stats.problem  # type: ignore[attr-defined]
+    assert stats.problem is not None and "record 2 is cut short" in stats.problem
     got, stats = read(pcapng_section([(1, None)], [(0, 1, ether(0x0800, V4))])[:-30])  # into the packet block
-    assert got == [] and stats.problem == "pcapng block is cut short"  # type: ignore[attr-defined]
+    assert got == [] and stats.problem == "pcapng block is cut short"
 
 
 # --------------------------------------------------------------------------
@@ -400,11 +402,14 @@ def test_jsonl_and_hex_lines_mixed_with_bad_records() -> None:
             "0x0102",
             json.dumps({"hex": "01", "src_mac": "02-AA-bb-cc-dd-01"}),
             json.dumps({"hex": "02", "src_mac": "02:aa"}),
+            "[" * 100_000,
+            '{"hex": "00", "n": 1' + "0" * 5000 + "}",
         ]
     ).encode()
     got, stats = read(text)
-    assert stats.format == "jsonl"  # type: ignore[attr-defined]
-    assert [(d.index, d.frame) for d in got] == [(1, 2), (2, 4), (3, 5), (4, 6), (5, 7), (6, 8), (7, 9), (8, 10), (9, 11), (10, 12)]
+    assert stats.format == "jsonl"
+    assert [d.index for d in got] == list(range(1, 13))
+    assert [d.frame for d in got] == [2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     assert (got[0].data, got[0].src, got[0].dst, got[0].time) == (MAGIC, "10.0.0.1:49152", "[::1]:5", 1.25)
     assert got[1].data == MAGIC + b"\x01" and got[2].data == MAGIC + b"\x02"
     assert got[3].error is not None and got[3].error.startswith("line 6: not JSON")
@@ -414,6 +419,8 @@ def test_jsonl_and_hex_lines_mixed_with_bad_records() -> None:
     assert got[7].data == b"\x01\x02" and got[7].error is None
     assert (got[8].src_mac, got[8].error) == ("02:aa:bb:cc:dd:01", None)
     assert (got[9].src_mac, got[9].error) == (None, 'line 12: "src_mac" is not a MAC address')
+    assert got[10].error is not None and got[10].error.startswith("line 13: not JSON")  # too deep
+    assert got[11].error is not None and got[11].error.startswith("line 14: not JSON")  # integer too long
     assert all(d.error is None for d in got[:3])
 
 
@@ -426,7 +433,7 @@ def test_hex_lines_from_a_stream_and_stdin_name(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_unreadable_inputs_raise_one_line_capture_errors(tmp_path: Path) -> None:
-    with pytest.raises(CaptureError, match="cannot open .*missing.pcap"):
+    with pytest.raises(CaptureError, match=r"cannot open .*missing\.pcap"):
         open_capture(tmp_path / "missing.pcap")
     with pytest.raises(CaptureError, match="not a pcap, pcapng, JSON Lines or hex-lines file"):
         open_capture(io.BytesIO(b"\x7fELF\x02\x01\x01 binary junk"))
@@ -465,7 +472,7 @@ def test_writer_frames_read_back_and_pass_tshark_checksums(tmp_path: Path) -> No
         prefs=("udp.check_checksum:TRUE", "ip.check_checksum:TRUE"),
     )
     assert len(rows) == len(sent)
-    for row, (payload, _s, _d, t) in zip(rows, sent):
+    for row, (payload, _s, _d, t) in zip(rows, sent, strict=True):
         assert float(row[0]) == pytest.approx(t, abs=1e-6)
         assert int(row[1]) == 8 + len(payload)
         assert row[2] in ("1", "")  # "1" = good (IPv6 has no header checksum)
@@ -483,12 +490,12 @@ def test_writer_refuses_what_cannot_be_written() -> None:
         w.write_udp(bytes(65530), "10.0.0.1:1", "10.0.0.2:1")
 
 
-def test_write_all_round_trips_a_jsonl_capture(captures: Path) -> None:
+def test_write_all_round_trips_a_capture(captures: Path) -> None:
     buf = io.BytesIO()
     with open_capture(captures / "nDPI-nintendo.pcap") as cap:
         original = list(cap)
     assert PcapWriter(buf).write_all(original) == len(original)
-    again, stats = read(buf.getvalue())
+    again, _ = read(buf.getvalue())
     assert [(d.data, d.src, d.dst, d.time) for d in again] == [(d.data, d.src, d.dst, d.time) for d in original]
 
 
@@ -503,17 +510,15 @@ def test_endpoints() -> None:
     assert parse_endpoint("10.0.0.1") == ("10.0.0.1", None)
     assert format_endpoint("fe80::1", 5) == "[fe80::1]:5"
     for bad in ("10.0.0.1:99999", "host:80", "[::1]x", "10.0.0.1:"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="bad"):
             parse_endpoint(bad)
 
 
 @settings(max_examples=400, deadline=None)
 @given(link_type=st.sampled_from([0, 1, 101, 108, 113, 276, 228, 229, 999]), frame=st.binary(max_size=120))
 def test_any_frame_gives_udp_or_a_skip(link_type: int, frame: bytes) -> None:
-    try:
+    with contextlib.suppress(_Skip):
         _frame_to_udp(link_type, frame)
-    except _Skip:
-        pass
 
 
 @settings(max_examples=300, deadline=None)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from pianode.capture import Datagram, open_capture
 from pianode.cli import main
-from pianode.decode import DecodeResult, Decoder, candidate_profiles
+from pianode.decode import Decoder, DecodeResult, candidate_profiles
 from pianode.session_file import load_session
 from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message, deflate_payload
@@ -59,7 +59,7 @@ def test_ndpi_every_pia_header_matches_the_expected_file(captures: Path) -> None
     assert sum(r.header is not None and not r.header["encrypted"] for r in pia) == counts["pia_plain"] == 5
     assert dec.kinds == {"pia": 842, "unknown": 27}
     cols = expected["packets_columns"]
-    rows = [dict(zip(cols, row)) for row in expected["packets"]]
+    rows = [dict(zip(cols, row, strict=True)) for row in expected["packets"]]
     got = [
         {
             "frame": r.frame,
@@ -131,7 +131,7 @@ def test_mgba_every_frame_authenticates_and_matches(captures: Path, hmac_key: st
     results, expected = _mgba(captures, version="5.3", hmac_key=hmac_key)
     assert len(results) == len(expected) == 18
     pia_frames = 0
-    for r, e in zip(results, expected):
+    for r, e in zip(results, expected, strict=True):
         assert (r.name, r.time, r.src, r.dst) == (e["name"], e["time"], None, None)
         if e["pia"] is None:
             assert (r.kind, r.authenticated, r.data) == ("unknown", None, "0200000000000000")
@@ -150,7 +150,7 @@ def test_mgba_every_frame_authenticates_and_matches(captures: Path, hmac_key: st
             "tag": p["hmac_md5"],
         }
         assert r.messages is not None and len(r.messages) == p["message_count"]
-        for m, em in zip(r.messages, p["messages"]):
+        for m, em in zip(r.messages, p["messages"], strict=True):
             assert (m["flags"], m["source_station_index"], m["destination"], m["source_constant_id"]) == (
                 em["flags"], em["source_station_index"], em["destination"], em["source_constant_id"]
             )
@@ -305,7 +305,8 @@ def test_candidate_profiles_follow_byte_four() -> None:
     assert names(bytes.fromhex("32ab9864") + bytes([0x7F]) + bytes(40)) == []
     assert names(b"\x00\x01") == []
     r = one(bytes.fromhex("32ab9864") + bytes([0x7F]) + bytes(40))
-    assert r.kind == "pia" and r.error == "cannot tell the Pia version: byte 4 = 0x7f names no documented header; give --version"
+    assert r.kind == "pia"
+    assert r.error == "cannot tell the Pia version: byte 4 = 0x7f names no documented header; give --version"
 
 
 @settings(max_examples=300, deadline=None)
@@ -374,13 +375,16 @@ def test_cli_jsonl_over_ndpi(captures: Path, capsys: pytest.CaptureFixture[str])
 def test_cli_table_with_session_file(captures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     session = tmp_path / "s.json"
     session.write_text(json.dumps({"version": "5.3", "hmac_key": "PokemonSIO"}))
-    code, out, err = run_cli([str(captures / "mgba-uds-frames.jsonl"), "--session", str(session), "--format", "table"], capsys)
+    argv = [str(captures / "mgba-uds-frames.jsonl"), "--session", str(session), "--format", "table"]
+    code, out, err = run_cli(argv, capsys)
     assert (code, err) == (0, "")
     assert out.count("auth ok") == 17
     assert "-- 18 datagrams (17 pia, 1 unknown); authenticated: 17 yes, 0 no, 1 not checked; 0 with errors" in out
 
 
-def test_cli_flags_override_the_session_file(captures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_flags_override_the_session_file(
+    captures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     session = tmp_path / "s.json"
     session.write_text(json.dumps({"version": "5.3", "hmac_key": "wrong key"}))
     args = [str(captures / "mgba-uds-frames.jsonl"), "--session", str(session), "--format", "jsonl"]
@@ -520,7 +524,8 @@ def _lan_exchange(version: str) -> tuple[list[tuple[bytes, str, str]], bytes]:
                                            broadcast_ip="192.168.1.255")
     info = LanSessionInfo(
         game_mode=1, network_id=0xB2D7C002, host=LanHostAddress("192.168.1.20", 49152, 1, 2, 3),
-        current_participants=1, min_participants=1, max_participants=4, system_communication_version=p.lan_system_version,
+        current_participants=1, min_participants=1, max_participants=4,
+        system_communication_version=p.lan_system_version,
         application_communication_version=3, session_type=1, session_key_param=param,
     )
     reply = BrowseReply(info, rep_chal).encode(p)
@@ -602,7 +607,7 @@ def test_ldn5_nonce_uses_the_source_mac_seen_in_the_capture(tmp_path: Path) -> N
 
     # PcapWriter gives 169.254.1.2 the MAC 02:00:a9:fe:01:02 (02:00 + the IPv4 address).
     net = {"network": NetworkType.LDN, "network_id": 0x11223344, "macs": {"169.254.1.2": "02:00:a9:fe:01:02"}}
-    data, packet = _build_from("5.26", net, "169.254.1.2")
+    data, _ = _build_from("5.26", net, "169.254.1.2")
     path = tmp_path / "ldn.pcap"
     with path.open("wb") as f:
         PcapWriter(f).write_udp(data, "169.254.1.2:49152", "169.254.1.255:49152", time=1.0)
