@@ -357,7 +357,9 @@ class Connection:
         size = self.settings.frag_size
         chunks = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
         for n, chunk in enumerate(chunks, start=1):
-            frag = 0 if n == len(chunks) else n & (0xFF if self.variant.fragment_id_bytes == 1 else 0xFFFFFFFF)
+            # ids run 1, 2, …, 0 (spec §6.8); a u8 id wraps 255 → 1, never to 0 mid-message [A]
+            limit = 0xFF if self.variant.fragment_id_bytes == 1 else 0xFFFFFFFF
+            frag = 0 if n == len(chunks) else (n - 1) % limit + 1
             flags = Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE
             self._queues[substream].append(_Outgoing(PacketType.DATA, flags, substream, frag, chunk))
         if self.state == State.CONNECTED:

@@ -120,6 +120,7 @@ class PrudpEndpoint:
             try:
                 await self._loop(sock)
             finally:
+                self._accept_send.close()  # accept() now raises EndOfChannel
                 for handle in self._handles.values():
                     if handle.closed_reason is None:
                         handle.closed_reason = "endpoint stopped"

@@ -114,8 +114,8 @@ class Settings:
             raise ConfigError("receive_window must be between 1 and 32767 (spec §6.3)")
         if self.send_window < 1:
             raise ConfigError("send_window must be positive")
-        if self.fragment_size is not None and self.fragment_size < 1:
-            raise ConfigError("fragment_size must be positive")
+        if self.fragment_size is not None and not 0 < self.fragment_size <= 60000:
+            raise ConfigError("fragment_size must be between 1 and 60000 (the payload size is a u16)")
 
     # resolved values
     @property

@@ -356,3 +356,20 @@ def test_client_restart_on_the_same_port_supersedes_the_old_connection() -> None
     assert reasons == ["superseded by a new CONNECT from the same port"]
     client2.send(cid, b"after restart", net.now)
     net.run_until(lambda: messages(net, CLIENT) == [b"after restart"])
+
+
+@pytest.mark.parametrize("variant", ["nintendo-v0", "quazal-v0"])
+def test_more_than_255_fragments_with_u8_fragment_ids(variant: str) -> None:
+    net, host, client = pair(variant, echo=False, fragment_size=10)
+    cid = connect(net, client)
+    message = bytes(i % 253 for i in range(4000))  # 400 fragments: ids 1..255, 1..144, 0
+    client.send(cid, message, net.now)
+    net.run_until(lambda: len(messages(net, HOST)) == 1)
+    assert messages(net, HOST) == [message]
+
+
+def test_settings_reject_oversized_fragments() -> None:
+    from protocols.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="fragment_size"):
+        Settings("nintendo-v0", fragment_size=70000)
