@@ -6,6 +6,8 @@ others keep their defaults), so ``decode(encode(x)) == x`` must hold exactly.
 
 from __future__ import annotations
 
+import functools
+
 from hypothesis import strategies as st
 
 from protocols.pia.types import (
@@ -40,10 +42,12 @@ def inet(sizes: tuple[int, ...] = (4,)) -> st.SearchStrategy[InetAddress]:
     return st.builds(InetAddress, st.sampled_from(sizes).flatmap(lambda n: st.binary(min_size=n, max_size=n)), u16)
 
 
+@functools.cache
 def inet_for(profile: VersionProfile) -> st.SearchStrategy[InetAddress]:
     return inet((4,) if profile.version <= (5, 10) else (0, 4, 16))
 
 
+@functools.cache
 def station_locations(profile: VersionProfile) -> st.SearchStrategy[StationLocation]:
     v = profile.version
     if v <= (5, 9):
@@ -83,10 +87,12 @@ def station_locations(profile: VersionProfile) -> st.SearchStrategy[StationLocat
     )
 
 
+@functools.cache
 def connection_infos(profile: VersionProfile) -> st.SearchStrategy[StationConnectionInfo]:
     return st.builds(StationConnectionInfo, station_locations(profile), station_locations(profile))
 
 
+@functools.cache
 def player_infos(profile: VersionProfile) -> st.SearchStrategy[PlayerInfo]:
     v = profile.version
     if v <= (4, 10):
@@ -109,6 +115,7 @@ def player_infos(profile: VersionProfile) -> st.SearchStrategy[PlayerInfo]:
     )
 
 
+@functools.cache
 def mesh_station_infos(profile: VersionProfile) -> st.SearchStrategy[MeshStationInfo]:
     v = profile.version
     if v <= (5, 9):
@@ -119,6 +126,7 @@ def mesh_station_infos(profile: VersionProfile) -> st.SearchStrategy[MeshStation
     return st.builds(MeshStationInfo, locations, u8, order)
 
 
+@functools.cache
 def station_addresses(profile: VersionProfile, size: int | None = None) -> st.SearchStrategy[StationAddress]:
     if size == 8 or (size is None and profile.version <= (4, 10)):
         return st.builds(StationAddress, inet(), u16)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +26,7 @@ LOCAL_VERSIONS = [v for v in STATION_VERSIONS if profile_for(v).version >= (5, 2
 nodes = st.builds(LocalNode, st.builds(StationAddress, inet(), u16), u8)
 
 
+@functools.cache
 def local_messages(p: VersionProfile) -> st.SearchStrategy[object]:
     kw: dict[str, st.SearchStrategy[object]] = {}
     if p.version >= (5, 7):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import json
 import pathlib
 
@@ -30,17 +32,19 @@ from protocols.pia.mesh import (
 from protocols.pia.types import InetAddress, MeshStationInfo, StationAddress, StationConnectionInfo, StationLocation
 from protocols.pia.versions import VersionProfile, profile_for
 
-FEW = settings(max_examples=4, deadline=None)
+FEW = settings(max_examples=8, deadline=None)
 
 OPAQUE_TYPES = [0x21, 0x22, 0x23, 0x24, 0x25, 0x40, 0x41, 0x42, 0x44, 0x48, 0x49, 0x4A, 0x80, 0x81]
 
 
+@functools.cache
 def join_requests(p: VersionProfile) -> st.SearchStrategy[JoinRequest]:
     if p.version <= (5, 10):
         return st.builds(JoinRequest, u32, u8, station_addresses(p))
     return st.builds(JoinRequest, u32, u8)
 
 
+@functools.cache
 def join_responses(p: VersionProfile) -> st.SearchStrategy[JoinResponse]:
     kw: dict[str, st.SearchStrategy[object]] = {}
     if p.version >= (4, 0):
@@ -54,12 +58,14 @@ def join_responses(p: VersionProfile) -> st.SearchStrategy[JoinResponse]:
     )
 
 
+@functools.cache
 def updates(p: VersionProfile) -> st.SearchStrategy[UpdateMesh]:
     return st.builds(
         UpdateMesh, u8, u8, u32, st.lists(mesh_station_infos(p), max_size=2).map(tuple), u8, u8, u8,
     )
 
 
+@functools.cache
 def mesh_messages(p: VersionProfile) -> st.SearchStrategy[object]:
     addr8 = station_addresses(p, 8)
     return st.one_of(
@@ -82,7 +88,7 @@ def test_every_mesh_message_round_trips(version: str, data: st.DataObject) -> No
 
 
 @pytest.mark.parametrize("version", STATION_VERSIONS)
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(data=st.data())
 def test_mutated_messages_decode_to_a_faithful_value_or_raise(version: str, data: st.DataObject) -> None:
     p = profile_for(version)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import json
 import pathlib
 
@@ -38,11 +40,12 @@ from protocols.pia.types import InetAddress, PlayerInfo, StationLocation
 from protocols.pia.versions import VersionProfile, profile_for
 from protocols.wire import Reader
 
-FEW = settings(max_examples=6, deadline=None)
+FEW = settings(max_examples=10, deadline=None)
 
 protocol_lists = st.lists(st.tuples(u8, u8), max_size=6).map(tuple)
 
 
+@functools.cache
 def requests(p: VersionProfile) -> st.SearchStrategy[ConnectionRequest]:
     v = p.version
     kw: dict[str, st.SearchStrategy[object]] = {"ack_id": u32}
@@ -78,6 +81,7 @@ def _mask_last_pid(players: tuple[PlayerInfo, ...]) -> tuple[PlayerInfo, ...]:
     return players[:-1] + (attrs.evolve(players[-1], principal_id=players[-1].principal_id & ~0xFF),)
 
 
+@functools.cache
 def responses(p: VersionProfile) -> st.SearchStrategy[ConnectionResponse]:
     v = p.version
     kw: dict[str, st.SearchStrategy[object]] = {"ack_id": u32, "platform": u8, "token": nul_free_tail(32)}
@@ -101,6 +105,7 @@ def responses(p: VersionProfile) -> st.SearchStrategy[ConnectionResponse]:
     return st.builds(ConnectionResponse, players=players, **kw)
 
 
+@functools.cache
 def denials(p: VersionProfile) -> st.SearchStrategy[ConnectionDenied]:
     v = p.version
     kw: dict[str, st.SearchStrategy[object]] = {"result": st.integers(1, 255)}
@@ -117,6 +122,7 @@ def denials(p: VersionProfile) -> st.SearchStrategy[ConnectionDenied]:
     return st.builds(ConnectionDenied, **kw)
 
 
+@functools.cache
 def station_messages(p: VersionProfile) -> st.SearchStrategy[object]:
     return st.one_of(
         requests(p), responses(p), denials(p), st.builds(Ack, u32),
