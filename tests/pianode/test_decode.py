@@ -445,6 +445,14 @@ def test_cli_subprocess_stdin_hex_and_no_traceback(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
 
 
+def test_cli_subprocess_pcap_on_stdin(captures: Path) -> None:
+    # tcpdump -w - | pianode decode -
+    done = subprocess.run([sys.executable, "-m", "pianode", "decode", "-", "--flows"],
+                          input=(captures / "nDPI-nintendo.pcap").read_bytes(), capture_output=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == b""
+    assert len(done.stdout.splitlines()) == 16
+
+
 def test_cli_truncated_capture_still_exits_0_with_a_note(tmp_path: Path, captures: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     cut = tmp_path / "cut.pcap"
