@@ -24,6 +24,7 @@ from protocols.prudp.packet import PacketType
 __all__ = [
     "VARIANTS",
     "Cipher",
+    "nintendo_v0",
     "Framing",
     "SignatureRule",
     "Variant",
@@ -185,6 +186,22 @@ VARIANTS: dict[str, Variant] = {
         ),
     )
 }
+
+
+def nintendo_v0(*, signature_version: int = 0, checksum_version: int = 1, flags_version: int = 1) -> Variant:
+    """A NEX v0 variant from the reference client's three ``prudp_v0`` settings (spec §2.10).
+
+    ``signature_version`` 0 = games, 1 = Friends (spec §2.5); ``checksum_version``
+    1 = 1-byte, 0 = 4-byte (spec §2.4); ``flags_version`` 1 = 2-byte type/flags,
+    0 = the 1-byte form (spec §1.3).
+    """
+    if signature_version not in (0, 1) or checksum_version not in (0, 1) or flags_version not in (0, 1):
+        raise ConfigError("prudp_v0 signature/checksum/flags versions are 0 or 1")
+    base = VARIANTS["nintendo-v0-friends" if signature_version else "nintendo-v0"]
+    if checksum_version == 1 and flags_version == 1:
+        return base
+    name = f"{base.name}-c{checksum_version}f{flags_version}"
+    return attrs.evolve(base, name=name, checksum_bytes=1 if checksum_version else 4, flags_bytes=2 if flags_version else 1)
 
 
 def variant_for(name: str | Variant) -> Variant:

@@ -373,3 +373,15 @@ def test_settings_reject_oversized_fragments() -> None:
 
     with pytest.raises(ConfigError, match="fragment_size"):
         Settings("nintendo-v0", fragment_size=70000)
+
+
+def test_v1_substreams_keep_separate_order_and_keystreams() -> None:
+    net, host, client = pair("nintendo-v1", Link(loss=0.1, reorder=0.3, seed=13), max_substream=1, max_transmissions=10)
+    cid = connect(net, client)
+    sent = [(i % 2, bytes([i]) * (500 + 300 * i)) for i in range(12)]
+    for sub, data in sent:
+        client.send(cid, data, net.now, substream=sub)
+    net.run_until(lambda: len(messages(net, CLIENT)) == len(sent))
+    echoed = [(e.substream, e.data) for e in net.events[CLIENT] if isinstance(e, MessageReceived)]
+    for sub in (0, 1):
+        assert [d for s, d in echoed if s == sub] == [d for s, d in sent if s == sub]

@@ -303,3 +303,20 @@ def test_rendezvous_suffix_must_match_sequence() -> None:
     plain = strip_ratio(aes_cbc_open(AES_KEY, p.payload))
     with pytest.raises(BadValue):
         strip_sequence_suffix(plain, p.sequence_id + 1)
+
+
+def test_nintendo_v0_settings_map_to_variants() -> None:
+    from protocols.errors import ConfigError
+    from protocols.prudp.variants import nintendo_v0
+
+    assert nintendo_v0() is variant_for("nintendo-v0")
+    assert nintendo_v0(signature_version=1) is variant_for("nintendo-v0-friends")
+    alt = nintendo_v0(checksum_version=0)
+    (p,) = PacketCodec(alt, "12345678").decode(H("afa1e2005a69c325b3020000050067e228b77c8dc58909"))
+    assert p.payload == PL
+    one_byte = nintendo_v0(checksum_version=0, flags_version=0)
+    (quazal_syn,) = PacketCodec("quazal-v0", "8dtRv2oj").decode(H("3f3120000000000000000000000073"))
+    syn = PacketCodec(one_byte).encode(quazal_syn)
+    assert syn[:3] == H("3f3120") and len(syn) == 18  # 1-byte flags, 4-byte checksum (NC's "alt" v0)
+    with pytest.raises(ConfigError):
+        nintendo_v0(checksum_version=2)
