@@ -398,6 +398,17 @@ def load_session(path: str | os.PathLike[str] | None, overrides: Mapping[str, An
     return _build(raw)
 
 
+def _short_session_key(raw: Mapping[str, Any], profile: VersionProfile | None) -> bytes | None:
+    """A session key shorter than 16 bytes given for an HMAC-only (<= 5.6) session, or None."""
+    value = raw.get("session_key")
+    if value is None or raw.get("hmac_key") is not None:
+        return None
+    if profile is None or profile.cipher is not Cipher.ECB_HMAC:
+        return None
+    key = parse_key_text(value, "session_key")
+    return key if len(key) < 16 else None
+
+
 def _build(raw: Mapping[str, Any]) -> DecodeContext:
     kw: dict[str, Any] = {}
     warnings = [f"ignored unknown setting {k!r}" for k in raw if k not in SETTINGS]
@@ -421,6 +432,13 @@ def _build(raw: Mapping[str, Any]) -> DecodeContext:
         "macs": _macs,
         "prudp": _prudp,
     }
+    short = _short_session_key(raw, kw.get("profile"))
+    if short is not None:
+        # <= 5.6 signs with HMAC-MD5, whose key may have any length; a short
+        # "session_key" there can only be that key (it cannot be an AES key).
+        raw = {k: v for k, v in raw.items() if k != "session_key"}
+        raw["hmac_key"] = "hex:" + short.hex()
+        warnings.append(f"session_key of {len(short)} bytes used as the <= 5.6 HMAC key (it cannot decrypt)")
     for key, parse in parsers.items():
         if raw.get(key) is not None:
             kw[key] = parse(raw[key])

@@ -95,6 +95,14 @@ def test_hmac_key_of_any_length_hex_or_text() -> None:
     assert ctx.keys_for(profile_for("5.4")).hmac_key == b"\x11" * 16
 
 
+def test_short_session_key_of_an_hmac_era_session_is_the_hmac_key() -> None:
+    ctx = load_session(None, {"version": "5.3", "session_key": "PokemonSIO"})
+    assert (ctx.session_key, ctx.hmac_key) == (None, b"PokemonSIO")
+    assert ctx.warnings == ("session_key of 10 bytes used as the <= 5.6 HMAC key (it cannot decrypt)",)
+    with pytest.raises(ConfigError, match="session_key must be 16 bytes"):
+        load_session(None, {"version": "5.18", "session_key": "PokemonSIO"})
+
+
 def test_session_and_game_key_forms() -> None:
     long_nex = "00112233445566778899aabbccddeeff" + "ffee" * 8
     ctx = load_session(None, {"version": "5.10", "network": "nex", "session_key": long_nex, "gathering_id": 7})
@@ -102,7 +110,7 @@ def test_session_and_game_key_forms() -> None:
     ctx = load_session(None, {"game_key": "p1frXqxmeCZWFv0X"})
     assert ctx.game_key == b"p1frXqxmeCZWFv0X"
     with pytest.raises(ConfigError, match="session_key must be 16 bytes"):
-        load_session(None, {"session_key": "0011"})
+        load_session(None, {"version": "5.10", "session_key": "0011"})
     with pytest.raises(ConfigError, match="game_key: a game key is 32 hex digits or 16 ASCII characters"):
         load_session(None, {"game_key": "short"})
 
