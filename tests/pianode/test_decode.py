@@ -319,6 +319,34 @@ def test_any_bytes_give_a_result(tail: bytes, magic: bool) -> None:
         assert r.error is None or "\n" not in r.error
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from([(0, 0x23A, 0), (0, 0x23A, 0x12A), (0, 0x16, 0x12A), (0, 0x0E, 0x12A), (1, 1266, 0),
+                     (1, 1297, 58), (1, 1298, 58), (1, 0x22D, 58)]),
+    st.randoms(use_true_random=False),
+)
+def test_garbage_shaped_like_lan_browse_packets_gives_a_result(shape: tuple[int, int, int], rnd: Any) -> None:
+    kind, size, tail = shape
+    data = bytes([kind]) + size.to_bytes(4, "big") + rnd.randbytes(size + tail)
+    if tail and rnd.random() < 0.5:  # a plausible challenge version byte
+        data = data[: 5 + size] + bytes([rnd.choice([1, 2, 3])]) + data[6 + size :]
+    r = Decoder(load_session(None, {"game_key": SMM2})).decode(
+        Datagram(index=1, data=data, src="10.0.0.1:1", dst="10.0.0.255:30000")
+    )
+    assert r.kind == ("lan-browse-request" if kind == 0 else "lan-browse-reply")
+    assert (r.lan is None) == (r.error is not None) or r.authenticated is False
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["nintendo-v0", "nintendo-v1", "quazal-v0", "rendezvous"]), st.binary(max_size=120))
+def test_garbage_as_prudp_gives_a_result(variant: str, data: bytes) -> None:
+    r = Decoder(load_session(None, {"prudp": {"variant": variant, "access_key": "ridfebb9"}})).decode(
+        Datagram(index=1, data=data)
+    )
+    assert r.kind in ("prudp", "unknown")
+    assert (r.kind == "unknown") == (r.prudp is None)
+
+
 # --------------------------------------------------------------------------
 # PRUDP
 
