@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import collections
 import enum
+import heapq
+import itertools
 import ipaddress
 import random
 from collections.abc import Callable, Iterable
@@ -151,6 +153,8 @@ class Peer:
     join_fragments: dict[int, mw.JoinResponse] = attrs.field(factory=dict)
     update_fragments: dict[int, mw.UpdateMesh] = attrs.field(factory=dict)
     held: list[tuple[bytes, bool]] = attrs.field(factory=list)
+    #: Time of this peer's live entry in the session's timer heap (None: none).
+    scheduled: float | None = None
 
     @property
     def connected(self) -> bool:
@@ -187,6 +191,9 @@ class MeshSession:
         self._ack_counter = self.rng.randrange(1, 1 << 32)
         self._events: collections.deque[Event] = collections.deque()
         self._ready: list[tuple[bytes, tuple[str, int]]] = []
+        self._touched: dict[Peer, None] = {}
+        self._timers: list[tuple[float, int, Peer]] = []
+        self._timer_seq = itertools.count()
         self.drops: collections.Counter[str] = collections.Counter()
         self.counters: collections.Counter[str] = collections.Counter()
         self._join_host: tuple[str, int] | None = None
@@ -252,6 +259,7 @@ class MeshSession:
         for peer in members:
             assert peer.mesh_window is not None
             peer.mesh_window.send(payload, now)
+            self._touch(peer)
         if not members:
             self._close("left", now)
 
@@ -273,9 +281,10 @@ class MeshSession:
         if reliable:
             assert peer.data_window is not None
             peer.data_window.send(data, now)
+            self._touch(peer)
             self.counters["reliable_sent"] += 1
         else:
-            peer.outbox.append(self._message(peer, Proto.UNRELIABLE, 0, data))
+            self._enqueue(peer, Proto.UNRELIABLE, 0, data)
             self.counters["unreliable_sent"] += 1
 
     # ------------------------------------------------------------------ queries
@@ -309,31 +318,46 @@ class MeshSession:
         return rows
 
     # ------------------------------------------------------------------ timers
+    # Each peer has one deadline (the earliest of its retransmissions, window
+    # timers, keep-alive, RTT probe and silence timeout) kept in a heap, and a
+    # peer whose output may have changed is "touched".  So a datagram or a
+    # timer costs work for the peers it concerns, not for the whole mesh.
     def get_timer(self) -> float | None:
         if self.closed:
             return None
-        deadlines: list[float] = []
-        if self._join_deadline is not None:
-            deadlines.append(self._join_deadline)
-        if self._leave_deadline is not None:
-            deadlines.append(self._leave_deadline)
-        for peer in self.peers.values():
-            if peer.state is PeerState.CLOSED:
-                continue
-            for p in peer.pending.values():
-                deadlines.append(p.next_send)
-            deadlines.append(peer.last_heard + self.config.station_timeout)
-            if peer.connected:
-                deadlines.append(peer.next_keepalive)
-                deadlines.append(peer.next_rtt)
-                for w in (peer.mesh_window, peer.data_window):
-                    if w is not None:
-                        t = w.get_timer()
-                        if t is not None:
-                            deadlines.append(t)
-            if peer.outbox:
-                deadlines.append(0.0)
-        return min(deadlines) if deadlines else None
+        heap = self._timers
+        while heap and heap[0][2].scheduled != heap[0][0]:
+            heapq.heappop(heap)  # stale entry
+        t = heap[0][0] if heap else None
+        for extra in (self._join_deadline, self._leave_deadline):
+            if extra is not None and (t is None or extra < t):
+                t = extra
+        return t
+
+    def _touch(self, peer: Peer) -> None:
+        self._touched[peer] = None
+
+    def _peer_deadline(self, peer: Peer) -> float | None:
+        if peer.state is PeerState.CLOSED:
+            return None
+        d = peer.last_heard + self.config.station_timeout
+        for p in peer.pending.values():
+            if p.next_send < d:
+                d = p.next_send
+        if peer.connected:
+            d = min(d, peer.next_keepalive, peer.next_rtt)
+            for w in (peer.mesh_window, peer.data_window):
+                if w is not None:
+                    t = w.get_timer()
+                    if t is not None and t < d:
+                        d = t
+        return d
+
+    def _reschedule(self, peer: Peer) -> None:
+        d = self._peer_deadline(peer)
+        if d is not None and (peer.scheduled is None or d < peer.scheduled):
+            peer.scheduled = d
+            heapq.heappush(self._timers, (d, next(self._timer_seq), peer))
 
     def handle_timer(self, now: float) -> None:
         if self.closed:
@@ -344,26 +368,39 @@ class MeshSession:
         if self._leave_deadline is not None and now >= self._leave_deadline:
             self._close("left", now)
             return
-        for peer in list(self.peers.values()):
-            if peer.state is PeerState.CLOSED:
-                continue
-            if now - peer.last_heard >= self.config.station_timeout:
-                self._peer_lost(peer, "timeout", now)
-                continue
-            for w in (peer.mesh_window, peer.data_window):
-                if w is not None:
-                    w.handle_timer(now)
-                    if w.failed:
-                        self._peer_lost(peer, "timeout", now)
-                        break
-            if peer.state is PeerState.CLOSED:
-                continue
-            if peer.connected and now >= peer.next_keepalive:
-                peer.outbox.append(self._message(peer, Proto.KEEP_ALIVE, 0, b""))
-                peer.next_keepalive = now + self.config.keepalive_interval
-            if peer.connected and now >= peer.next_rtt:
-                peer.outbox.append(self._message(peer, Proto.RTT, 1, mw.encode_rtt(self.profile, False, self._ticks(now))))
-                peer.next_rtt = now + self.config.rtt_interval
+        heap = self._timers
+        due: list[Peer] = []
+        while heap and heap[0][0] <= now:
+            t, _, peer = heapq.heappop(heap)
+            if peer.scheduled == t:
+                peer.scheduled = None
+                due.append(peer)
+        for peer in due:
+            self._peer_timer(peer, now)
+            self._touch(peer)
+
+    def _peer_timer(self, peer: Peer, now: float) -> None:
+        if peer.state is PeerState.CLOSED:
+            return
+        if now - peer.last_heard >= self.config.station_timeout:
+            self._peer_lost(peer, "timeout", now)
+            return
+        for w in (peer.mesh_window, peer.data_window):
+            if w is not None:
+                w.handle_timer(now)
+                if w.failed:
+                    self._peer_lost(peer, "timeout", now)
+                    return
+        if peer.connected and now >= peer.next_keepalive:
+            self._enqueue(peer, Proto.KEEP_ALIVE, 0, b"")
+            peer.next_keepalive = now + self.config.keepalive_interval
+        if peer.connected and now >= peer.next_rtt:
+            self._enqueue(peer, Proto.RTT, 1, mw.encode_rtt(self.profile, False, self._ticks(now)))
+            peer.next_rtt = now + self.config.rtt_interval
+
+    def _enqueue(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> None:
+        peer.outbox.append(self._message(peer, proto, port, payload))
+        self._touched[peer] = None
 
     def _ticks(self, now: float) -> int:
         return int(round((now - self.started) * 1_000_000)) & 0xFFFFFFFFFFFFFFFF
@@ -373,10 +410,13 @@ class MeshSession:
         out, self._ready = self._ready, []
         if self.codec is None:
             return out
-        for peer in list(self.peers.values()):
-            if peer.state is PeerState.CLOSED:
-                continue
-            out.extend(self._drain_peer(peer, now))
+        while self._touched:
+            touched, self._touched = self._touched, {}
+            for peer in touched:
+                if peer.state is PeerState.CLOSED:
+                    continue
+                out.extend(self._drain_peer(peer, now))
+                self._reschedule(peer)
         if self.leaving and not any(
             p.pending or (p.mesh_window is not None and not p.mesh_window.idle)
             for p in self.peers.values()
@@ -444,6 +484,7 @@ class MeshSession:
     ) -> int:
         ack_id = self._next_ack_id()
         peer.pending[ack_id] = _Pending(proto, port, build(ack_id), now, self.config.resend_interval, kind=kind)
+        self._touch(peer)
         return ack_id
 
     # ------------------------------------------------------------------ input
@@ -485,6 +526,7 @@ class MeshSession:
             self._dispatch(peer, message, now)
             if peer.state is PeerState.CLOSED or self.closed:
                 break
+        self._touched[peer] = None
 
     def _accept_header(self, peer: Peer, header: PacketHeader) -> bool:
         """Replay and identity checks on an authenticated header."""
@@ -590,7 +632,7 @@ class MeshSession:
         return peer
 
     def _ack(self, peer: Peer, ack_id: int) -> None:
-        peer.outbox.append(self._message(peer, Proto.STATION, 0, mw.encode_station_ack(self.profile, ack_id)))
+        self._enqueue(peer, Proto.STATION, 0, mw.encode_station_ack(self.profile, ack_id))
 
     def _on_station(self, peer: Peer, msg: mw.StationMessage, now: float) -> None:
         if isinstance(msg, mw.StationAck):
@@ -628,7 +670,7 @@ class MeshSession:
             else:
                 refuse = 0
             if refuse:
-                peer.outbox.append(self._message(peer, Proto.STATION, 0, mw.encode_connect_deny(self.profile, self, peer, refuse)))
+                self._enqueue(peer, Proto.STATION, 0, mw.encode_connect_deny(self.profile, self, peer, refuse))
                 return
             if self.profile.inverse_handshake:
                 if not any(isinstance(p, _Pending) and p.proto is Proto.STATION for p in peer.pending.values()):
@@ -659,7 +701,7 @@ class MeshSession:
             return
         if isinstance(msg, mw.Disconnect):
             if not msg.response:
-                peer.outbox.append(self._message(peer, Proto.STATION, 0, mw.encode_disconnect(self.profile, True)))
+                self._enqueue(peer, Proto.STATION, 0, mw.encode_disconnect(self.profile, True))
             self._peer_lost(peer, "left", now)
 
     def _ack_if(self, peer: Peer, ack_id: int | None) -> None:
@@ -724,7 +766,7 @@ class MeshSession:
 
     def _on_join_request(self, peer: Peer, now: float) -> None:
         if not self.is_host():
-            peer.outbox.append(self._message(peer, Proto.MESH, 0, mw.encode_join_deny(self.profile, mw.DENY_NOT_HOST)))
+            self._enqueue(peer, Proto.MESH, 0, mw.encode_join_deny(self.profile, mw.DENY_NOT_HOST))
             return
         entry = self.table.by_address(peer.address)
         if entry is None:
@@ -732,7 +774,7 @@ class MeshSession:
                 entry = self.table.add(peer.constant_id, peer.variable_id, peer.address)
             except MeshFull:
                 self.counters["joins_denied"] += 1
-                peer.outbox.append(self._message(peer, Proto.MESH, 0, mw.encode_join_deny(self.profile, mw.DENY_MESH_FULL)))
+                self._enqueue(peer, Proto.MESH, 0, mw.encode_join_deny(self.profile, mw.DENY_MESH_FULL))
                 return
             self.table.update_counter += 1
         peer.index = entry.index
@@ -750,6 +792,7 @@ class MeshSession:
             assert member.mesh_window is not None
             for payload in payloads:
                 member.mesh_window.send(payload, now)
+            self._touch(member)
 
     def _apply_table(
         self, entries: list[StationEntry], host_index: int, counter: int, now: float, *, connect_new: bool = False
@@ -823,7 +866,7 @@ class MeshSession:
     def _on_rtt(self, peer: Peer, payload: bytes, now: float) -> None:
         is_response, ticks = mw.decode_rtt(self.profile, payload)
         if not is_response:
-            peer.outbox.append(self._message(peer, Proto.RTT, 1, mw.encode_rtt(self.profile, True, ticks)))
+            self._enqueue(peer, Proto.RTT, 1, mw.encode_rtt(self.profile, True, ticks))
             return
         sent = self.started + ticks / 1_000_000
         if sent <= now:

@@ -100,7 +100,14 @@ class UdpEndpoint:
     def send_nowait(self, data: bytes, addr: tuple[str, int]) -> bool:
         """Send if the kernel takes it now; False when it would block (simulated: always queues)."""
         if self._raw is None:
-            return False
+            send = getattr(self._sock, "sendto_nowait", None)
+            if send is None:
+                return False
+            try:
+                send(data, addr)
+            except OSError:
+                self.send_errors += 1
+            return True
         try:
             self._raw.sendto(data, addr)
         except BlockingIOError:
