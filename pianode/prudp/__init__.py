@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from pianode.prudp.core import EndpointCore
 from pianode.prudp.events import (
+    Connected,
     ConnectionFailed,
     ConnectionId,
-    Connected,
     Disconnected,
     MessageReceived,
     Settings,
 )
 
 __all__ = [
+    "Connected",
     "ConnectionFailed",
     "ConnectionId",
-    "Connected",
     "Disconnected",
     "EndpointCore",
     "MessageReceived",

@@ -41,9 +41,9 @@ from collections.abc import Callable
 import attrs
 
 from pianode.prudp.events import (
+    Connected,
     ConnectionFailed,
     ConnectionId,
-    Connected,
     Disconnected,
     Event,
     MessageReceived,

@@ -30,9 +30,9 @@ from pianode.prudp.connection import RandomBytes
 from pianode.prudp.core import EndpointCore
 from pianode.prudp.events import (
     Address,
+    Connected,
     ConnectionFailed,
     ConnectionId,
-    Connected,
     Disconnected,
     MessageReceived,
     Settings,
@@ -108,7 +108,9 @@ class PrudpEndpoint:
         self.address: Address | None = None
 
     # -------------------------------------------------------------- lifetime
-    async def run(self, bind: Address = ("127.0.0.1", 0), *, task_status: trio.TaskStatus[Address] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, bind: Address = ("127.0.0.1", 0), *, task_status: trio.TaskStatus[Address] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         """Bind, report the bound address through *task_status*, then drive the endpoint forever."""
         sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
         with sock:

@@ -15,9 +15,9 @@ from protocols.errors import ConfigError
 from protocols.prudp.variants import Variant, variant_for
 
 __all__ = [
+    "Connected",
     "ConnectionFailed",
     "ConnectionId",
-    "Connected",
     "Disconnected",
     "Event",
     "MessageReceived",
@@ -73,6 +73,10 @@ def _variant(value: str | Variant) -> Variant:
     return variant_for(value)
 
 
+def _key_bytes(key: str | bytes) -> bytes:
+    return key.encode() if isinstance(key, str) else bytes(key)
+
+
 @attrs.frozen
 class Settings:
     """Everything a PRUDP endpoint needs to know; ``None`` means "the variant's default".
@@ -91,7 +95,7 @@ class Settings:
     """
 
     variant: Variant = attrs.field(converter=_variant)
-    access_key: bytes = attrs.field(default=b"", converter=lambda k: k.encode() if isinstance(k, str) else bytes(k))
+    access_key: bytes = attrs.field(default=b"", converter=_key_bytes)
     compression: bool | None = None
     fragment_size: int | None = None
     resend_timeout: float | None = None

@@ -24,8 +24,8 @@ def key_byte(access_key: bytes) -> int:
 
 
 def _word_sum(data: bytes) -> int:
-    n = len(data) // 4
-    return sum(struct.unpack_from(f"<{n}I", data)) & 0xFFFFFFFF
+    words: tuple[int, ...] = struct.unpack_from(f"<{len(data) // 4}I", data)
+    return sum(words) & 0xFFFFFFFF
 
 
 def checksum_1(data: bytes, key: int) -> int:

@@ -28,10 +28,10 @@ from protocols.errors import BadValue, ConfigError, DecodeError, ShortData
 __all__ = [
     "QUAZAL_KEY",
     "Rc4Stream",
-    "aes_cbc_open",
-    "aes_cbc_seal",
     "add_ratio",
     "add_sequence_suffix",
+    "aes_cbc_open",
+    "aes_cbc_seal",
     "derive_substream_key",
     "quazal_rc4",
     "strip_ratio",

@@ -37,11 +37,11 @@ from protocols.wire import Reader, Writer
 
 __all__ = [
     "HostHello",
+    "client_finish",
     "derive_session_key",
     "ecdh",
     "generate_key",
     "host_accept",
-    "client_finish",
     "load_public_key",
     "public_bytes",
     "sign_host_key",

@@ -24,10 +24,10 @@ from protocols.prudp.packet import PacketType
 __all__ = [
     "VARIANTS",
     "Cipher",
-    "nintendo_v0",
     "Framing",
     "SignatureRule",
     "Variant",
+    "nintendo_v0",
     "variant_for",
 ]
 

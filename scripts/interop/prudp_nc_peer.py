@@ -40,10 +40,9 @@ async def echo(client: prudp.PRUDPClient) -> None:
 
 async def serve(args: argparse.Namespace) -> None:
     s = make_settings(args)
-    async with prudp.serve_transport(s, "127.0.0.1", 0) as transport:
-        async with transport.serve(echo, 1, 10):
-            print(f"listening {transport.local_address()[1]}", flush=True)
-            await anyio.sleep(args.duration)
+    async with prudp.serve_transport(s, "127.0.0.1", 0) as transport, transport.serve(echo, 1, 10):
+        print(f"listening {transport.local_address()[1]}", flush=True)
+        await anyio.sleep(args.duration)
 
 
 async def client(args: argparse.Namespace) -> int:

@@ -9,8 +9,8 @@ import pytest
 from prudp_harness import Link, Net
 
 from pianode.prudp import (
-    ConnectionFailed,
     Connected,
+    ConnectionFailed,
     Disconnected,
     EndpointCore,
     MessageReceived,
@@ -139,7 +139,14 @@ def test_ping_ack_never_clears_data_in_flight() -> None:
     key = next(k for k in c._inflight if k[0] == PacketType.DATA)
     seq = key[2]
     h = next(iter(host.connections.values()))
-    ping_ack = PrudpPacket(source=h.id.local_vport, destination=h.id.remote_vport, type=PacketType.PING, flags=Flag.ACK, session_id=h.local_session, sequence_id=seq)
+    ping_ack = PrudpPacket(
+        source=h.id.local_vport,
+        destination=h.id.remote_vport,
+        type=PacketType.PING,
+        flags=Flag.ACK,
+        session_id=h.local_session,
+        sequence_id=seq,
+    )
     ping_ack = h._sign(ping_ack)
     client.receive_datagram(host.codec.encode(ping_ack), HOST, net.now)
     assert key in c._inflight
@@ -157,7 +164,7 @@ def test_retransmission_backs_off_then_gives_up() -> None:
     client.send(cid, b"lost", net.now)
     net.run_until(lambda: any(isinstance(e, Disconnected) for e in net.events[CLIENT]), max_time=t0 + 100)
     times = [t for t, src, d in net.sent if src == CLIENT and t >= t0]
-    gaps = [round(b - a, 6) for a, b in zip(times, times[1:])]
+    gaps = [round(b - a, 6) for a, b in zip(times, times[1:], strict=False)]
     assert len(times) == 5
     assert gaps == [1.0, 1.5, 2.25, 3.375]  # RTO 1 s, x1.5 per resend
     (event,) = [e for e in net.events[CLIENT] if isinstance(e, Disconnected)]
@@ -238,7 +245,7 @@ def test_compression_shrinks_the_wire() -> None:
         cid = connect(net, client)
         before = sum(len(d) for _, s, d in net.sent if s == CLIENT)
         client.send(cid, b"A" * 20000, net.now)
-        net.run_until(lambda: len(messages(net, HOST)) == 1)
+        net.run_until(lambda n=net: len(messages(n, HOST)) == 1)
         assert messages(net, HOST) == [b"A" * 20000]
         sizes[compress] = sum(len(d) for _, s, d in net.sent if s == CLIENT) - before
     assert sizes[True] * 5 < sizes[False]
