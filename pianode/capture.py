@@ -13,8 +13,10 @@ Theory of operation
   one (LDN 5.x nonces need it, spec §3.2), then IPv4 (fragments are skipped, not reassembled) or IPv6
   (extension headers walked).  Frames that carry no UDP are *counted* by reason in
   :class:`CaptureStats` (``tcp``, ``icmp``, ``arp``, ...) and otherwise ignored.
-* **JSON Lines**: one object per line with ``"hex"`` and optional ``"src"``,
-  ``"dst"`` (``"ip:port"``), ``"time"``, ``"name"`` and ``"src_mac"``.
+* **JSON Lines**: one object per line with ``"hex"`` (or ``"data"``/``"payload"``)
+  and optional ``"src"``, ``"dst"`` (``"ip:port"``), ``"time"`` (seconds, or an
+  ISO 8601 time), ``"name"`` and ``"src_mac"``.  Only unreadable bytes make a
+  record an error; a bad optional field is dropped with a warning.
 * **hex lines**: one datagram per line in bare hex (spaces and colons allowed,
   ``#`` comments).  JSON and hex lines may be mixed; a line's first character
   decides.
@@ -38,8 +40,10 @@ draft-ietf-opsawg-pcapng; link types — tcpdump.org LINKTYPE_* registry.
 from __future__ import annotations
 
 import collections
+import datetime
 import ipaddress
 import json
+import math
 import os
 import struct
 import sys
@@ -81,6 +85,8 @@ class Datagram:
     error: str | None = None
     #: A label the input gave the record (the ``"name"`` field of JSON Lines).
     name: str | None = None
+    #: A non-fatal problem with the record (a field that was ignored).
+    warning: str | None = None
     #: The sender's link-layer address ("aa:bb:cc:dd:ee:ff") when the frame carries one
     #: (Ethernet, Linux cooked, 802.11); LDN 5.x nonces are built from it (spec §3.2).
     src_mac: str | None = None
@@ -605,15 +611,18 @@ def _json_record(line: str, index: int, line_no: int) -> Datagram:
         return Datagram(index=index, data=b"", frame=line_no, error=f"line {line_no}: not JSON ({reason})")
     if not isinstance(obj, dict):
         return Datagram(index=index, data=b"", frame=line_no, error=f"line {line_no}: not a JSON object")
-    errors: list[str] = []
+    # Only the bytes are essential: a bad "hex" makes the record an error; a bad
+    # address, time or MAC is dropped with a warning and the datagram still decodes.
     data = b""
-    hx = obj.get("hex")
+    error: str | None = None
+    hx = next((obj[k] for k in ("hex", "data", "payload") if k in obj), None)
     if not isinstance(hx, str):
-        errors.append('no "hex" string')
+        error = f'line {line_no}: no "hex" string'
     else:
         data, err = _hex(hx, line_no)
         if err:
-            errors.append('"hex" is not hex')
+            error = f'line {line_no}: "hex" is not hex'
+    warnings: list[str] = []
     endpoints: dict[str, str | None] = {}
     for key in ("src", "dst"):
         value = obj.get(key)
@@ -623,29 +632,53 @@ def _json_record(line: str, index: int, line_no: int) -> Datagram:
         try:
             ip, port = parse_endpoint(str(value))
         except ValueError as exc:
-            errors.append(f'"{key}": {exc}')
+            warnings.append(f'"{key}" ignored: {exc}')
             continue
         endpoints[key] = format_endpoint(ip, port)
-    t = obj.get("time")
-    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
-        errors.append('"time" is not a number')
-        t = None
+    t = _time(obj.get("time"))
+    if t is None and obj.get("time") is not None:
+        warnings.append('"time" ignored: not a number or ISO 8601 time')
     name = obj.get("name")
     mac = obj.get("src_mac")
     if mac is not None and not (isinstance(mac, str) and _is_mac(mac)):
-        errors.append('"src_mac" is not a MAC address')
+        warnings.append('"src_mac" ignored: not a MAC address')
         mac = None
     return Datagram(
         index=index,
         data=data,
-        time=None if t is None else float(t),
+        time=t,
         src=endpoints["src"],
         dst=endpoints["dst"],
         frame=line_no,
-        error=f"line {line_no}: " + "; ".join(errors) if errors else None,
+        error=error,
         name=name if isinstance(name, str) else None,
         src_mac=mac.lower().replace("-", ":") if isinstance(mac, str) else None,
+        warning=f"line {line_no}: " + "; ".join(warnings) if warnings else None,
     )
+
+
+def _time(value: object) -> float | None:
+    """Seconds from a number, a numeric string or an ISO 8601 time (UTC when no zone is given)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            number = float(text)
+        except ValueError:
+            pass
+        else:
+            return number if math.isfinite(number) else None
+        try:
+            when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        return when.timestamp()
+    return None
 
 
 def _is_mac(text: str) -> bool:

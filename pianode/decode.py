@@ -273,6 +273,8 @@ class Decoder:
             result = self._decode(d)
         except (DecodeError, ConfigError) as exc:  # a codec path we did not wrap: still one line
             result = self._base(d, "unknown", error=_one_line(exc))
+        if d.warning is not None:
+            result = attrs.evolve(result, note=d.warning if result.note is None else f"{result.note}; {d.warning}")
         self.kinds[result.kind] += 1
         self.auth[{True: "true", False: "false", None: "null"}[result.authenticated]] += 1
         if result.error is not None:

@@ -53,7 +53,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="<= 5.6 HMAC-MD5 key when it is not the session key (hex, or text; hex:/ascii: prefix)")
     g.add_argument("--game-key", metavar="KEY", help="game key: 32 hex digits or 16 characters")
     g.add_argument("--session-param", metavar="PARAM", help="LAN: 64 hex digits; LDN 5.9+: an integer")
-    g.add_argument("--application-data", metavar="HEX", help="hex of the LDN advertisement's Pia application data")
+    g.add_argument("--application-data", metavar="HEX",
+                   help="hex of the LDN advertisement's Pia application data")
     g.add_argument("--ssid", metavar="HEX", help="LDN 6.x: the 16 SSID bytes (hex)")
     g.add_argument("--network-id", metavar="N", help="network id (integer, decimal or 0x hex)")
     g.add_argument("--gathering-id", metavar="N", help="NEX gathering id (integer)")

@@ -413,15 +413,31 @@ def test_jsonl_and_hex_lines_mixed_with_bad_records() -> None:
     assert (got[0].data, got[0].src, got[0].dst, got[0].time) == (MAGIC, "10.0.0.1:49152", "[::1]:5", 1.25)
     assert got[1].data == MAGIC + b"\x01" and got[2].data == MAGIC + b"\x02"
     assert got[3].error is not None and got[3].error.startswith("line 6: not JSON")
-    assert got[4].error == "line 7: \"hex\" is not hex; \"src\": bad address 'nowhere' (expected ip:port)"
+    assert got[4].error == 'line 7: "hex" is not hex'
+    assert got[4].warning == "line 7: \"src\" ignored: bad address 'nowhere' (expected ip:port)"
     assert got[5].error == "line 8: not a JSON object"
-    assert got[6].error == 'line 9: "time" is not a number'
+    assert (got[6].data, got[6].error, got[6].time) == (b"\x00", None, None)
+    assert got[6].warning == 'line 9: "time" ignored: not a number or ISO 8601 time'
     assert got[7].data == b"\x01\x02" and got[7].error is None
     assert (got[8].src_mac, got[8].error) == ("02:aa:bb:cc:dd:01", None)
-    assert (got[9].src_mac, got[9].error) == (None, 'line 12: "src_mac" is not a MAC address')
+    assert (got[9].src_mac, got[9].error) == (None, None)
+    assert got[9].warning == 'line 12: "src_mac" ignored: not a MAC address'
     assert got[10].error is not None and got[10].error.startswith("line 13: not JSON")  # too deep
     assert got[11].error is not None and got[11].error.startswith("line 14: not JSON")  # integer too long
-    assert all(d.error is None for d in got[:3])
+    assert all(d.error is None and d.warning is None for d in got[:3])
+
+
+def test_jsonl_field_aliases_and_time_forms() -> None:
+    lines = [
+        {"data": "01", "time": "1.5"},
+        {"payload": "02", "time": "2017-07-22T13:48:40.644357Z"},
+        {"hex": "03", "time": "2017-07-22T13:48:40"},
+        {"hex": "04", "time": float("inf")},
+    ]
+    got, _ = read("\n".join(json.dumps(x) for x in lines).encode())
+    assert [d.data for d in got] == [b"\x01", b"\x02", b"\x03", b"\x04"]
+    assert [d.time for d in got] == [1.5, 1500731320.644357, 1500731320.0, None]
+    assert [d.warning is None for d in got] == [True, True, True, False]
 
 
 def test_hex_lines_from_a_stream_and_stdin_name(monkeypatch: pytest.MonkeyPatch) -> None:

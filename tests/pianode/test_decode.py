@@ -677,3 +677,12 @@ def test_lan_protocol_messages_inside_pia_packets_are_decoded() -> None:
     assert r.messages is not None
     assert r.messages[0]["protocol"] == "lan"
     assert r.messages[0]["decoded"] == {"type": "HostRequest", "network_id": 0xB2D7C002}
+
+
+def test_ignored_jsonl_fields_become_a_note_not_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps({"hex": D9.hex(), "src": "192.168.1.10:49152", "dst": "somewhere", "time": "later"}))
+    (r,), _ = decode_file(path, version="5.18", **D9_LAN)
+    assert (r.kind, r.authenticated, r.error, r.dst, r.time) == ("pia", True, None, None, None)
+    assert r.note == ("line 1: \"dst\" ignored: bad address 'somewhere' (expected ip:port);"
+                      " \"time\" ignored: not a number or ISO 8601 time")
