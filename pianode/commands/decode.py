@@ -59,7 +59,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     g.add_argument("--network-id", metavar="N", help="network id (integer, decimal or 0x hex)")
     g.add_argument("--gathering-id", metavar="N", help="NEX gathering id (integer)")
     g.add_argument("--mac", action="append", metavar="IP=MAC", help="LDN 5.x: a station's MAC (repeatable)")
-    g.add_argument("--prudp-variant", metavar="NAME", help="decode PRUDP of this variant instead of Pia (e.g. quazal-v0)")
+    g.add_argument("--prudp-variant", metavar="NAME",
+                   help="decode PRUDP of this variant instead of Pia (e.g. quazal-v0)")
     g.add_argument("--access-key", metavar="KEY", help="PRUDP access key (text; hex: prefix for hex)")
     g.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None,
                    help="AES-GCM backend (default: fastest installed)")
