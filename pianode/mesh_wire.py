@@ -271,16 +271,11 @@ StationMessage = ConnectRequest | ConnectResponse | StationAck | Disconnect
 def _station_location(profile: VersionProfile, loc: Location) -> StationLocation:
     ip, port = loc.address
     inet = InetAddress.from_ip(ip, port)
-    return StationLocation(
-        public=inet,
-        private=inet,
-        constant_id=loc.constant_id,
-        variable_id=loc.variable_id,
-        service_variable_id=loc.service_variable_id,
-        url_type=3 if profile.version <= (5, 9) else 0,
-        nat_location=2,
-        private_available=1,
-    )
+    ids = dict(constant_id=loc.constant_id, variable_id=loc.variable_id, service_variable_id=loc.service_variable_id)
+    if profile.version <= (5, 9):
+        # URL type 3 = "udp" (a local station, no NEX stream); spec §5.2.
+        return StationLocation(public=inet, url_type=3, nat_location=2, **ids)
+    return StationLocation(public=inet, private=inet, nat_location=2, private_available=1, **ids)
 
 
 def _from_station_location(loc: StationLocation | StationConnectionInfo | None) -> Location:
@@ -449,7 +444,8 @@ def _infos(profile: VersionProfile, entries: list[StationEntry]) -> list[MeshSta
         location: StationLocation | StationConnectionInfo = (
             StationConnectionInfo(public=sl, private=sl) if profile.version <= (5, 9) else sl
         )
-        out.append(MeshStationInfo(location=location, index=e.index, join_order=e.join_order & 0xFFFF))
+        join_order = e.join_order & 0xFFFF if (5, 29) < profile.version <= (5, 45) else 0
+        out.append(MeshStationInfo(location=location, index=e.index, join_order=join_order))
     return out
 
 
