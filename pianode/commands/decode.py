@@ -248,7 +248,8 @@ def render_row(r: DecodeResult, t0: float | None = None) -> str:
             lines.append(line)
             if "decoded" in m:
                 dec = m["decoded"]
-                lines.append(f"{'':>12}{dec.get('type', '')}: {_fields(dec, skip=('type',))}")
+                text = f"{dec.get('type', '')}: {_fields(dec, skip=('type',))}"
+                lines.append(f"{'':>12}{text if len(text) <= 200 else text[:199] + '…'}")
             elif "decoded_error" in m:
                 lines.append(f"{'':>12}(not decoded: {m['decoded_error']})")
     elif r.kind == "prudp":
