@@ -583,6 +583,8 @@ class Connection:
             self._inflight.pop((int(PacketType.DATA), sub, seq), None)
 
     def _on_request(self, p: PrudpPacket, now: float) -> None:
+        if p.type == PacketType.PING:
+            self.stats["pings_received"] += 1
         if not p.flags & Flag.RELIABLE:
             if p.flags & Flag.NEED_ACK:
                 self._ack(p)

@@ -8,6 +8,8 @@ with pianode's own environment:
     python prudp_nc_peer.py client --mode v0|v1 [--compression] --port P --sizes 1,2,...
         connects to 127.0.0.1:P, sends one message per size, checks each echo,
         prints "ok <size>" per message, exits 0 when every echo matched
+    --ping S sets the library's keep-alive interval; --idle S makes the client wait
+    S seconds after connecting, so pings run both ways before any data
 
 ``v0`` uses the library's 3DS settings file, ``v1`` its default (Wii U)
 settings.  Loopback only.
@@ -27,6 +29,8 @@ def make_settings(args: argparse.Namespace) -> settings.Settings:
     s["prudp.access_key"] = args.access_key
     if args.compression:
         s["prudp.compression"] = 1
+    if args.ping is not None:
+        s["prudp.ping_timeout"] = args.ping
     return s
 
 
@@ -51,6 +55,7 @@ async def client(args: argparse.Namespace) -> int:
     bad = 0
     with anyio.fail_after(args.duration):
         async with prudp.connect(s, "127.0.0.1", args.port, 1, 10, disconnect_timeout=5) as conn:
+            await anyio.sleep(args.idle)  # lets keep-alive pings run both ways first
             for n in sizes:
                 message = bytes((i * 13 + n) & 0xFF for i in range(n))
                 await conn.send(message)
@@ -72,6 +77,8 @@ def main() -> int:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--sizes", default="1")
     p.add_argument("--duration", type=float, default=120.0)
+    p.add_argument("--ping", type=float, default=None, help="seconds between the library's keep-alive pings")
+    p.add_argument("--idle", type=float, default=0.0, help="client: wait this long after connecting")
     args = p.parse_args()
     if args.role == "server":
         anyio.run(serve, args)

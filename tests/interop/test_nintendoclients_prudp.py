@@ -35,14 +35,19 @@ def nc_python(request: pytest.FixtureRequest) -> str:
         check = [str(exe), "-c", "import sys; assert sys.version_info >= (3, 12)"]
         return exe is not None and subprocess.run(check, capture_output=True).returncode == 0
 
-    base = next((exe for c in PY312 if usable(exe := shutil.which(c) or (c if pathlib.Path(c).exists() else None))), None)
+    base = next(
+        (exe for c in PY312 if usable(exe := shutil.which(c) or (c if pathlib.Path(c).exists() else None))), None
+    )
     if base is None:
         pytest.skip("INTEROP NOT RUN: no Python 3.12 found for nintendoclients (needs >= 3.12)")
     venv = pathlib.Path(request.config.cache.mkdir("nintendoclients-5.0.0")) / "venv"
     py = venv / "bin" / "python"
     probe = [str(py), "-c", "import importlib.metadata as m; assert m.version('nintendoclients') == '5.0.0'"]
     if not py.exists() or subprocess.run(probe, capture_output=True).returncode != 0:
-        steps = [[base, "-m", "venv", "--clear", str(venv)], [str(py), "-m", "pip", "install", "-q", "nintendoclients==5.0.0"]]
+        steps = [
+            [base, "-m", "venv", "--clear", str(venv)],
+            [str(py), "-m", "pip", "install", "-q", "nintendoclients==5.0.0"],
+        ]
         for step in steps:
             done = subprocess.run(step, capture_output=True, text=True, timeout=600)
             if done.returncode != 0:
@@ -72,18 +77,44 @@ def _flags(compression: bool) -> list[str]:
 async def test_their_client_against_our_host(
     nc_python: str, mode: str, variant: str, compression: bool, nursery: trio.Nursery
 ) -> None:
-    host = PrudpEndpoint(Settings(variant, access_key=KEY, compression=compression or None))
+    await _their_client_against_our_host(
+        nc_python,
+        mode,
+        Settings(variant, access_key=KEY, compression=compression or None),
+        _flags(compression),
+        nursery,
+    )
+
+
+async def test_their_client_against_our_host_with_aggregate_acks_and_pings(
+    nc_python: str, nursery: trio.Nursery
+) -> None:
+    """v1 aggregate acks (spec §6.4, new format) instead of per-packet acks; an idle spell with pings both ways
+    (ours every 0.5 s, unreliable; theirs every 2 s, reliable)."""
+    settings = Settings("nintendo-v1", access_key=KEY, aggregate_ack=True, ping_interval=0.5)
+    host = await _their_client_against_our_host(nc_python, "v1", settings, ["--ping", "2", "--idle", "2.5"], nursery)
+    stats = host.statistics()
+    assert stats["aggregate_acks_sent"] > 0
+    assert stats["pings_sent"] >= 2  # theirs answered ours, or two misses would have ended the connection
+    assert stats["pings_received"] >= 1  # their reliable pings took their slots in our window
+
+
+async def _their_client_against_our_host(
+    nc_python: str, mode: str, settings: Settings, extra: list[str], nursery: trio.Nursery
+) -> PrudpEndpoint:
+    host = PrudpEndpoint(settings)
     _, port = await nursery.start(host.run, ("127.0.0.1", 0))
     host.listen()
     nursery.start_soon(_serve, host, nursery)
     argv = [nc_python, str(PEER), "client", "--mode", mode, "--port", str(port), "--access-key", KEY]
-    argv += ["--sizes", ",".join(map(str, SIZES)), *_flags(compression)]
+    argv += ["--sizes", ",".join(map(str, SIZES)), *extra]
     with trio.fail_after(120):
         done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
     out = done.stdout.decode()
     assert done.returncode == 0, out + done.stderr.decode()
     assert out.split("\n")[: len(SIZES)] == [f"ok {n}" for n in SIZES]
     assert host.statistics().get("dropped_bad_signature", 0) == 0
+    return host
 
 
 async def _read_port(proc: trio.Process) -> int:
@@ -104,14 +135,33 @@ async def _read_port(proc: trio.Process) -> int:
 async def test_our_client_against_their_server(
     nc_python: str, mode: str, variant: str, compression: bool, nursery: trio.Nursery
 ) -> None:
-    argv = [nc_python, str(PEER), "server", "--mode", mode, "--access-key", KEY, *_flags(compression)]
+    settings = Settings(variant, access_key=KEY, compression=compression or None)
+    await _our_client_against_their_server(nc_python, mode, settings, _flags(compression), nursery)
+
+
+async def test_our_client_against_their_server_with_aggregate_acks_and_pings(
+    nc_python: str, nursery: trio.Nursery
+) -> None:
+    settings = Settings("nintendo-v1", access_key=KEY, aggregate_ack=True, ping_interval=0.5)
+    client = await _our_client_against_their_server(nc_python, "v1", settings, ["--ping", "2"], nursery, idle=2.5)
+    stats = client.statistics()
+    assert stats["aggregate_acks_sent"] > 0
+    assert stats["pings_sent"] >= 2
+    assert stats["pings_received"] >= 1
+
+
+async def _our_client_against_their_server(
+    nc_python: str, mode: str, settings: Settings, extra: list[str], nursery: trio.Nursery, idle: float = 0.0
+) -> PrudpEndpoint:
+    argv = [nc_python, str(PEER), "server", "--mode", mode, "--access-key", KEY, *extra]
     proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         with trio.fail_after(120):
             port = await _read_port(proc)
-            client = PrudpEndpoint(Settings(variant, access_key=KEY, compression=compression or None))
+            client = PrudpEndpoint(settings)
             await nursery.start(client.run, ("127.0.0.1", 0))
             conn = await client.connect(("127.0.0.1", port))
+            await trio.sleep(idle)  # keep-alive pings run both ways meanwhile
             for n in SIZES:
                 message = bytes((i * 29 + n) & 0xFF for i in range(n))
                 await conn.send(message)
@@ -119,9 +169,9 @@ async def test_our_client_against_their_server(
             await conn.close()
         assert conn.closed_reason == "closed"
         assert client.statistics().get("dropped_bad_signature", 0) == 0
+        return client
     finally:
         proc.kill()
         await proc.wait()
         assert proc.stdout is not None
         await proc.stdout.aclose()
-
