@@ -483,6 +483,9 @@ def test_writer_frames_read_back_and_pass_tshark_checksums(tmp_path: Path) -> No
     norm = [(p, s if isinstance(s, str) else f"{s[0]}:{s[1]}", d if isinstance(d, str) else f"{d[0]}:{d[1]}", t)
             for p, s, d, t in sent]
     assert [(d.data, d.src, d.dst, d.time) for d in got] == norm
+    # Link-layer sources are 02:00 + the last four address bytes (pianode/ldn.py relies on this rule).
+    assert [d.src_mac for d in got] == ["02:00:0a:00:00:01", "02:00:c0:a8:b2:d7", "02:00:00:00:00:01",
+                                        "02:00:7f:00:00:03"]
     rows = tshark_fields(
         path, "frame.time_epoch", "udp.length", "ip.checksum.status", "udp.checksum.status", "udp.payload",
         prefs=("udp.check_checksum:TRUE", "ip.check_checksum:TRUE"),
