@@ -6,6 +6,8 @@ import struct
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prudp_harness import Link, Net
 
 from pianode.prudp import (
@@ -26,15 +28,15 @@ VARIANTS = ["nintendo-v0", "nintendo-v0-friends", "nintendo-v1", "quazal-v0", "r
 CERT = generate_key()
 
 
-def settings(variant: str, *, host: bool, **kw: object) -> Settings:
+def make_settings(variant: str, *, host: bool, **kw: object) -> Settings:
     cert = CERT if host else CERT.public_key()
     return Settings(variant, access_key="12345678", certificate=cert, **kw)  # type: ignore[arg-type]
 
 
 def pair(variant: str, link: Link | None = None, *, echo: bool = True, **kw: object) -> tuple[Net, EndpointCore, EndpointCore]:
     net = Net(link)
-    host = net.add(HOST, EndpointCore(settings(variant, host=True, **kw)))
-    client = net.add(CLIENT, EndpointCore(settings(variant, host=False, **kw)))
+    host = net.add(HOST, EndpointCore(make_settings(variant, host=True, **kw)))
+    client = net.add(CLIENT, EndpointCore(make_settings(variant, host=False, **kw)))
     host.listen()
     if echo:
 
@@ -355,7 +357,7 @@ def test_client_restart_on_the_same_port_supersedes_the_old_connection() -> None
     connect(net, client)
     old = next(iter(host.connections))
     # a new client process on the same address and port picks the same virtual port
-    net.nodes[CLIENT] = client2 = EndpointCore(settings("nintendo-v1", host=False))
+    net.nodes[CLIENT] = client2 = EndpointCore(make_settings("nintendo-v1", host=False))
     cid = client2.connect(HOST, net.now)
     net.run_until(lambda: any(isinstance(e, Connected) for e in net.events[CLIENT][1:]))
     assert cid.local_vport == old.remote_vport
@@ -392,3 +394,39 @@ def test_v1_substreams_keep_separate_order_and_keystreams() -> None:
     echoed = [(e.substream, e.data) for e in net.events[CLIENT] if isinstance(e, MessageReceived)]
     for sub in (0, 1):
         assert [d for s, d in echoed if s == sub] == [d for s, d in sent if s == sub]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    variant=st.sampled_from(VARIANTS),
+    loss=st.floats(0.0, 0.3),
+    reorder=st.floats(0.0, 0.5),
+    duplicate=st.floats(0.0, 0.3),
+    seed=st.integers(0, 2**32),
+    sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=8),
+)
+def test_any_lossy_link_delivers_each_message_once_in_order(
+    variant: str, loss: float, reorder: float, duplicate: float, seed: int, sizes: list[int]
+) -> None:
+    link = Link(loss=loss, reorder=reorder, duplicate=duplicate, seed=seed)
+    net, host, client = pair(variant, link, echo=False, max_transmissions=40, fragment_size=500)
+    cid = connect(net, client)
+    payloads = [bytes([n & 0xFF]) * n for n in sizes]
+    for p in payloads:
+        client.send(cid, p, net.now)
+    net.run_until(lambda: len(messages(net, HOST)) >= len(payloads), max_time=3600)
+    for _ in range(200):  # let late duplicates and retransmissions drain
+        net.step()
+    assert messages(net, HOST) == payloads
+
+
+@pytest.mark.parametrize(("stream_type", "encrypted"), [(3, True), (1, False)])
+def test_quazal_encrypts_only_the_secure_stream_type(stream_type: int, encrypted: bool) -> None:
+    net, host, client = pair("quazal-v0", echo=False, stream_type=stream_type, compression=False)
+    cid = connect(net, client)
+    assert cid.local_vport >> 4 == stream_type
+    secret = b"plain text marker " * 3
+    client.send(cid, secret, net.now)
+    net.run_until(lambda: messages(net, HOST) == [secret])
+    on_wire = any(secret in d for _, src, d in net.sent if src == CLIENT)
+    assert on_wire is not encrypted
