@@ -23,7 +23,7 @@ import enum
 import attrs
 
 from protocols.errors import BadValue, EncodeError, UnsupportedVersion
-from protocols.pia.types import Source, StationAddress, decode_station_address, read_source
+from protocols.pia.types import Source, StationAddress, decode_station_address, read_source, require_only
 from protocols.pia.versions import VersionProfile
 from protocols.wire import Reader, Writer
 
@@ -102,6 +102,9 @@ class UpdateSession:
         _check(profile, EncodeError)
         if len(self.nodes) != LOCAL_NODE_SLOTS:
             raise EncodeError(f"an update session lists exactly {LOCAL_NODE_SLOTS} nodes, not {len(self.nodes)}")
+        if profile.version < (5, 7):
+            require_only(self, {"sequence_id", "network_id", "host_variable_id", "allow_participation", "nodes",
+                                "migration_state"}, profile)
         w = Writer()
         w.u32_le(self.sequence_id, "sequence id")
         w.u32_le(self.network_id, "network id")

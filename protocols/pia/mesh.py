@@ -40,6 +40,7 @@ from protocols.pia.types import (
     decode_station_address,
     mesh_station_info_size,
     read_source,
+    require_only,
 )
 from protocols.pia.versions import VersionProfile
 from protocols.wire import Reader, Writer
@@ -123,6 +124,7 @@ class JoinRequest:
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check_mesh(profile)
+        require_only(self, {"ack_id", "station_index"} | ({"address"} if profile.version <= V5_10 else set()), profile)
         w = Writer()
         w.u8(MeshMessageType.JOIN_REQUEST)
         w.u8(self.station_index, "station index")
@@ -186,6 +188,12 @@ class JoinResponse:
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check_mesh(profile)
+        extra = _join_extra(profile)
+        used = {"ack_id", "station_count", "host_index", "joiner_index", "stations", "fragment_count",
+                "fragment_index", "base_index"}
+        if extra:
+            used |= {"max_active", "max_buffer"} | ({"max_total", "update_counter"} if extra == 8 else set())
+        require_only(self, used, profile)
         w = Writer()
         w.u8(MeshMessageType.JOIN_RESPONSE)
         w.u8(self.station_count, "station count")
@@ -195,7 +203,6 @@ class JoinResponse:
         w.u8(self.fragment_index, "fragment index")
         w.u8(len(self.stations), "entries in fragment")
         w.u8(self.base_index, "base index")
-        extra = _join_extra(profile)
         if extra:
             w.u8(self.max_active, "max active stations")
             w.u8(self.max_buffer, "max buffer stations")

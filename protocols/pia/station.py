@@ -45,6 +45,7 @@ from protocols.pia.types import (
     decode_station_location,
     player_info_size,
     read_source,
+    require_only,
 )
 from protocols.pia.versions import DOCUMENTED_VERSIONS, Proto, VersionProfile, profile_for
 from protocols.wire import Reader, Writer
@@ -191,6 +192,7 @@ class ConnectionRequest:
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check_station(profile)
+        require_only(self, _request_fields(profile), profile)
         v = profile.version
         w = Writer()
         w.u8(StationMessageType.CONNECTION_REQUEST)
@@ -232,6 +234,22 @@ class ConnectionRequest:
                 p.write(w, profile)
         w.u32(self.ack_id, "ack id")
         return w.getvalue()
+
+
+def _request_fields(profile: VersionProfile) -> set[str]:
+    v = profile.version
+    if v <= V5_26:
+        used = {"ack_id", "connection_id", "is_inverse"}
+        used |= {"version"} if v <= V5_18 else {"protocols", "target_constant_id", "target_variable_id"}
+        if v >= (5, 2):
+            used.add("target_constant_id")
+        if v >= V5_7:
+            used |= {"target_variable_id", "inverse_connection_id"}
+        return used | ({"connection_info"} if v <= V5_9 else {"location"})
+    return {
+        "ack_id", "result", "platform", "target_constant_id", "target_variable_id", "protocols", "location", "token",
+        "network_id", "player_count", "participant_count", "players",
+    }
 
 
 def _read_location_block(r: Reader, profile: VersionProfile) -> dict[str, object]:
@@ -317,6 +335,7 @@ class ConnectionResponse:
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check_station(profile)
+        require_only(self, _response_fields(profile), profile)
         v = profile.version
         w = Writer()
         w.u8(StationMessageType.CONNECTION_RESPONSE)
@@ -366,6 +385,24 @@ class ConnectionResponse:
         w.bytes(data)
         w.u32(self.ack_id, "ack id")
         return w.getvalue()
+
+
+def _response_fields(profile: VersionProfile) -> set[str]:
+    v = profile.version
+    if v <= V4_10:
+        return {"ack_id", "version", "platform", "token", "players"}
+    used = {"ack_id", "platform", "token", "network_id", "player_count", "participant_count", "player_info_count",
+            "players"}
+    if v >= V5_7:
+        used |= {"target_constant_id", "target_variable_id"}
+    if v > V5_26:
+        return used | {"protocols", "location"}
+    used |= {"version", "fragment_id"}
+    if v > V5_18:
+        used.add("protocol_id")
+    if v > V5_23:
+        used.add("connection_id")
+    return used
 
 
 def _drops_last_byte(profile: VersionProfile) -> bool:
@@ -446,6 +483,14 @@ class ConnectionDenied:
         if self.result == ConnectionResult.ACCEPTED:
             raise EncodeError("a denial cannot carry result 0 (accepted)")
         v = profile.version
+        used = {"result"}
+        if v <= V5_18:
+            used.add("version")
+        if v >= V5_7:
+            used |= {"constant_id", "variable_id"}
+        if V5_18 < v <= V5_26:
+            used |= {"protocol_id", "expected_version"} | ({"connection_id"} if v > V5_23 else set())
+        require_only(self, used, profile)
         w = Writer()
         w.u8(StationMessageType.CONNECTION_RESPONSE)
         w.u8(self.result, "result")

@@ -59,6 +59,7 @@ __all__ = [
     "mesh_station_info_size",
     "player_info_size",
     "read_source",
+    "require_only",
 ]
 
 Source = bytes | bytearray | memoryview | Reader
@@ -81,6 +82,18 @@ def read_source(src: Source, read: Callable[[Reader], T], what: str) -> T:
     value = read(r)
     r.expect_end(what)
     return value
+
+
+def require_only(value: object, used: set[str], profile: VersionProfile) -> None:
+    """Raise EncodeError if *value* sets a field that *profile*'s layout does not carry.
+
+    Every value type holds the union of all versions' fields; a field the
+    version has no room for must keep its default, otherwise encoding would
+    silently lose it (and decode(encode(x)) would differ from x).
+    """
+    for f in attrs.fields(type(value)):  # type: ignore[misc]
+        if f.name not in used and getattr(value, f.name) != f.default:
+            raise EncodeError(f"{type(value).__name__}.{f.name} does not exist in Pia {profile.name}")
 
 
 def _rstrip_nul(data: bytes | bytearray | memoryview | str) -> bytes:
@@ -268,6 +281,7 @@ class StationLocation:
         return self.nat_filtering | (self.nat_mapping << 2) | (self.nat_type << 4)
 
     def write(self, w: Writer, profile: VersionProfile) -> None:
+        require_only(self, _location_fields(profile), profile)
         v = profile.version
         if v <= V5_9:
             StationAddress(self.public, self.extension_id).write(w, profile)
@@ -310,6 +324,25 @@ class StationLocation:
         w = Writer()
         self.write(w, profile)
         return w.getvalue()
+
+
+_LOCATION_IDS = {"public", "constant_id", "variable_id"}
+_LOCATION_URL = {"service_variable_id", "url_type", "stream_id", "stream_type", "nat_mapping", "nat_filtering",
+                 "nat_location", "probe_init"}
+_LOCATION_NAT = {"nat_filtering", "nat_mapping", "nat_type"}
+
+
+def _location_fields(profile: VersionProfile) -> set[str]:
+    v = profile.version
+    if v <= V4_10:
+        return _LOCATION_IDS | _LOCATION_URL | {"extension_id"}
+    if v <= V5_9:
+        return _LOCATION_IDS | _LOCATION_URL | {"relay"}
+    if _is_6x(profile):
+        return _LOCATION_IDS | _LOCATION_NAT
+    return _LOCATION_IDS | _LOCATION_NAT | {
+        "private", "relay", "service_variable_id", "nat_location", "probe_init", "private_available",
+    }
 
 
 def _split_nat_bits(b: int) -> dict[str, int]:
@@ -473,6 +506,7 @@ class PlayerInfo:
         v = profile.version
         if v > V5_45:
             raise EncodeError(f"Pia {profile.name} uses SessionPlayerInfo, not PlayerInfo")
+        require_only(self, _player_fields(profile), profile)
         if v <= V4_10:
             w.fixed(self.name, 32, "player name")
             w.u8(self.name_length, "name length")
@@ -500,6 +534,14 @@ class PlayerInfo:
         w = Writer()
         self.write(w, profile)
         return w.getvalue()
+
+
+def _player_fields(profile: VersionProfile) -> set[str]:
+    v = profile.version
+    if v <= V4_10:
+        return {"name", "name_length", "language"} | ({"gathering_id"} if v >= (4, 0) else set())
+    used = {"name", "name_encoding", "account_name", "account_encoding", "language", "play_history_key"}
+    return used | ({"principal_id"} if v >= (5, 7) else set())
 
 
 def decode_player_info(src: Source, profile: VersionProfile) -> PlayerInfo:
@@ -649,6 +691,7 @@ class MeshStationInfo:
         v = profile.version
         if v > V5_45:
             raise EncodeError(f"Pia {profile.name} has no mesh protocol")
+        require_only(self, {"location", "index"} | ({"join_order"} if _has_join_order(profile) else set()), profile)
         start = len(w)
         if v <= V5_9:
             if not isinstance(self.location, StationConnectionInfo):

@@ -135,3 +135,41 @@ def station_addresses(profile: VersionProfile, size: int | None = None) -> st.Se
 
 def profiles(names: list[str]) -> list[VersionProfile]:
     return [profile_for(n) for n in names]
+
+
+# -- values with every field drawn, whatever the version carries ----------------------
+# Used for the property "encode raises EncodeError, or decode(encode(x)) == x":
+# a field the version has no room for must never vanish silently.
+
+def _maybe(strategy: st.SearchStrategy[object], default: object) -> st.SearchStrategy[object]:
+    return st.one_of(st.just(default), strategy)
+
+
+any_locations = st.builds(
+    StationLocation,
+    public=inet((0, 4, 16)),
+    constant_id=_maybe(u64, 0),
+    variable_id=_maybe(u32, 0),
+    service_variable_id=_maybe(u32, 0),
+    extension_id=_maybe(u16, 0),
+    url_type=_maybe(u8, 0),
+    nat_mapping=_maybe(st.integers(0, 3), 0),
+    nat_filtering=_maybe(st.integers(0, 3), 0),
+    nat_type=_maybe(st.integers(0, 15), 0),
+    nat_location=_maybe(u8, 0),
+    private=_maybe(inet((0, 4, 16)), InetAddress()),
+    relay=_maybe(inet((0, 4)), InetAddress()),
+    private_available=_maybe(u8, 0),
+)
+
+any_players = st.builds(
+    PlayerInfo,
+    name=nul_free_tail(32),
+    name_encoding=_maybe(u8, 2),
+    name_length=_maybe(u8, 0),
+    language=_maybe(u8, 0),
+    gathering_id=_maybe(u32, 0),
+    account_name=_maybe(nul_free_tail(40), b""),
+    play_history_key=_maybe(nul_free_tail(64), b""),
+    principal_id=_maybe(u64, 0),
+)

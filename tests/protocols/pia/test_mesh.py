@@ -7,6 +7,7 @@ import functools
 import json
 import pathlib
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -262,3 +263,21 @@ def test_real_3ds_mesh_messages(captures: pathlib.Path) -> None:
     assert isinstance(update, UpdateMesh)
     assert (update.station_count, update.host_index, update.update_counter) == (2, 0, 1)
     assert update.stations == resp.stations
+
+
+@settings(max_examples=200, deadline=None)
+@given(version=st.sampled_from(STATION_VERSIONS), data=st.data())
+def test_encode_refuses_or_round_trips(version: str, data: st.DataObject) -> None:
+    """Set one field of a valid join message to anything: encode refuses it or it survives the round trip."""
+    p = profile_for(version)
+    msg = data.draw(st.one_of(join_requests(p), join_responses(p)))
+    field = data.draw(st.sampled_from([f.name for f in attrs.fields(type(msg)) if f.name != "stations"]))
+    value = StationAddress(InetAddress(), 1) if field == "address" else data.draw(st.integers(1, 255))
+    msg = attrs.evolve(msg, **{field: value})
+    try:
+        raw = msg.encode(p)
+    except EncodeError:
+        # Only 4.x has room for an extension id; max_* and the counter need 4.x/5.x.
+        assert (field == "address" and p.version > (4, 10)) or field.startswith("max_") or field == "update_counter"
+        return
+    assert decode_mesh_message(raw, p) == msg

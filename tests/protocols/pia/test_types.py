@@ -7,6 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pia_type_strategies import (
     STATION_VERSIONS,
+    any_locations,
+    any_players,
     V6_VERSIONS,
     connection_infos,
     inet,
@@ -386,3 +388,34 @@ def test_session_types_errors_and_6x_player_info() -> None:
         decode_player_info(bytes(195), profile_for("6.20"))
     with pytest.raises(EncodeError):
         PlayerInfo().encode(profile_for("6.20"))
+
+
+# -- fields a version cannot carry are refused, never dropped ---------------------------
+
+ALL_VERSIONS = STATION_VERSIONS + V6_VERSIONS
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(ALL_VERSIONS), any_locations, any_players, st.integers(0, 0xFFFF))
+def test_encode_refuses_or_round_trips(version: str, loc: StationLocation, player: PlayerInfo, order: int) -> None:
+    p = profile_for(version)
+    cases = [(loc, decode_station_location)]
+    if p.version <= (5, 45):
+        cases.append((player, decode_player_info))
+        if p.version >= (5, 10):
+            cases.append((MeshStationInfo(loc, 1, order), decode_mesh_station_info))
+    for value, decode in cases:
+        try:
+            raw = value.encode(p)
+        except EncodeError:
+            continue
+        assert decode(raw, p) == value
+
+
+def test_unused_fields_are_refused() -> None:
+    with pytest.raises(EncodeError, match="private"):
+        StationLocation(private=InetAddress(b"", 0)).encode(profile_for("5.9"))
+    with pytest.raises(EncodeError, match="principal_id"):
+        PlayerInfo(principal_id=1).encode(profile_for("5.6"))
+    with pytest.raises(EncodeError, match="join_order"):
+        MeshStationInfo(StationLocation(), 1, 5).encode(profile_for("5.29"))
