@@ -31,13 +31,14 @@ from protocols.prudp.packet import Flag, PacketType, PrudpPacket
 from protocols.prudp.payload import (
     Rc4Stream,
     aes_cbc_open,
+    derive_substream_key,
     quazal_rc4,
     strip_ratio,
     strip_sequence_suffix,
 )
 from protocols.prudp.variants import Cipher, Framing, Variant, variant_for
 
-__all__ = ["PacketCodec", "decode_datagram", "quazal_open", "quazal_seal"]
+__all__ = ["NexStream", "PacketCodec", "decode_datagram", "quazal_open", "quazal_seal"]
 
 
 class PacketCodec:
@@ -99,6 +100,68 @@ def quazal_seal(plain: bytes, variant: Variant, packet_type: PacketType, source_
     return quazal_rc4(data) if rc4 else data
 
 
+class NexStream:
+    """One direction's NEX RC4 keystream as seen in a capture (spec §2.8).
+
+    Reliable DATA must be decrypted once each, in sequence order.  The first
+    packet seen fixes the starting sequence id.  A retransmitted copy gets the
+    plaintext decoded the first time.  A packet that arrives early is held (its
+    own plaintext cannot be returned, since the keystream offset is not known
+    yet) and decrypted once the gap fills, so later packets and copies still
+    decode; a gap that never fills stops decryption for that direction.
+    """
+
+    _KEEP = 1024  # recent plaintexts kept for copies, and early ciphertexts held
+
+    def __init__(self, key: bytes) -> None:
+        self._rc4 = Rc4Stream(key)
+        self._next: int | None = None
+        self._seen: dict[int, bytes] = {}
+        self._held: dict[int, bytes] = {}
+
+    def _take(self, sequence_id: int, payload: bytes) -> bytes:
+        plain = self._rc4.process(payload)
+        self._next = (sequence_id + 1) & 0xFFFF
+        self._seen[sequence_id] = plain
+        if len(self._seen) > self._KEEP:
+            del self._seen[next(iter(self._seen))]
+        return plain
+
+    def open(self, sequence_id: int, payload: bytes) -> bytes | None:
+        if sequence_id in self._seen:
+            return self._seen[sequence_id]
+        if self._next is None:
+            self._next = sequence_id
+        ahead = (sequence_id - self._next) & 0xFFFF
+        if ahead >= 0x8000:
+            return None  # older than where this capture's stream starts
+        if ahead:
+            if len(self._held) < self._KEEP:
+                self._held[sequence_id] = payload
+            return None
+        plain = self._take(sequence_id, payload)
+        while self._next in self._held:
+            seq = self._next
+            self._take(seq, self._held.pop(seq))
+        return plain
+
+
+def _substream_key(key: bytes, substream: int) -> bytes:
+    for _ in range(substream):
+        key = derive_substream_key(key)
+    return key
+
+
+def _maybe_ratio(data: bytes) -> bytes:
+    """NEX payloads carry a ratio byte only with compression on (spec §2.8); recognise ``ratio ‖ zlib``."""
+    if len(data) > 3 and data[0] and data[1] == 0x78:
+        try:
+            return strip_ratio(data)
+        except DecodeError:
+            pass
+    return data
+
+
 def _rendezvous_open(packet: PrudpPacket, aes_key: bytes) -> bytes:
     plain = strip_ratio(aes_cbc_open(aes_key, packet.payload))
     return strip_sequence_suffix(plain, packet.sequence_id)
@@ -110,7 +173,7 @@ def decode_datagram(
     access_key: bytes | str = b"",
     *,
     aes_key: bytes | None = None,
-    nex_streams: MutableMapping[tuple[int, int, int], Rc4Stream] | None = None,
+    nex_streams: MutableMapping[tuple[int, int, int], NexStream] | None = None,
 ) -> list[PrudpPacket]:
     """Decode one captured datagram without connection state.
 
@@ -121,9 +184,10 @@ def decode_datagram(
         access_key: the game's access key (checksums; v0 family).
         aes_key: the Rendez-Vous session key, if known.
         nex_streams: optional map ``(source vport, destination vport, substream) →
-            Rc4Stream``; when given, reliable NEX DATA is decrypted in call order
-            (missing streams start from ``"CD&ML"``).  Only correct if every
-            packet of the flow is fed once, in sequence order.
+            NexStream``, kept by the caller per UDP flow (pass an empty dict
+            first); when given, reliable NEX DATA of an auth connection (key
+            ``"CD&ML"``) is decrypted in sequence order, retransmitted copies
+            included (:class:`NexStream`).
 
     A ``nintendo-v0*`` variant also reads v1 datagrams (magic ``EA D0 01``) and
     4-byte-checksum v0 packets when those verify and the 1-byte form does not.
@@ -181,7 +245,7 @@ def _plaintext(
     p: PrudpPacket,
     v: Variant,
     aes_key: bytes | None,
-    nex_streams: MutableMapping[tuple[int, int, int], Rc4Stream] | None,
+    nex_streams: MutableMapping[tuple[int, int, int], NexStream] | None,
 ) -> bytes | None:
     if not p.payload:
         return b""
@@ -199,8 +263,13 @@ def _plaintext(
         if nex_streams is None or not p.flags & Flag.RELIABLE:
             return None
         key = (p.source, p.destination, p.substream_id)
-        stream = nex_streams.setdefault(key, Rc4Stream(v.default_key))
-        data = stream.process(p.payload)
-        return strip_ratio(data) if v.ratio_byte_always else data
+        stream = nex_streams.get(key)
+        if stream is None:
+            stream = nex_streams[key] = NexStream(_substream_key(v.default_key, p.substream_id))
+        data = stream.open(p.sequence_id, p.payload)
+        if data is None:
+            return None
+        # the ratio byte is there only if the title enabled compression; its zlib header tells
+        return _maybe_ratio(data)
     except DecodeError:
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 
 from protocols.prudp import Flag, PacketCodec, PacketType, PrudpPacket, decode_datagram, variant_for
+from protocols.prudp.codec import NexStream
 from protocols.prudp.payload import Rc4Stream
 from protocols.prudp.rendezvous import HostHello
 
@@ -44,9 +45,31 @@ def test_nex_stream_decrypted_in_capture_order() -> None:
     codec = PacketCodec("nintendo-v0", "12345678")
     wire = [codec.encode(_data(seq, tx.process(text))) for seq, text in ((2, b"hello"), (3, b"world"))]
     assert H("67e228b77c") in wire[0]  # spec §8.2: RC4("CD&ML", "hello")
-    streams: dict[tuple[int, int, int], Rc4Stream] = {}
-    got = [decode_datagram(w, "nintendo-v0", "12345678", nex_streams=streams)[0].plaintext for w in wire]
-    assert got == [b"hello", b"world"]
+    streams: dict[tuple[int, int, int], NexStream] = {}
+    # a retransmitted copy of the first packet sits between the two
+    got = [decode_datagram(w, "nintendo-v0", "12345678", nex_streams=streams)[0].plaintext for w in (wire[0], wire[0], wire[1])]
+    assert got == [b"hello", b"hello", b"world"]
+
+
+def test_nex_stream_holds_early_packets() -> None:
+    tx = Rc4Stream(b"CD&ML")
+    codec = PacketCodec("nintendo-v0", "12345678")
+    wire = [codec.encode(_data(seq, tx.process(b"msg%d" % seq))) for seq in (2, 3, 4, 5)]
+    streams: dict[tuple[int, int, int], NexStream] = {}
+    order = (wire[0], wire[2], wire[1], wire[2], wire[3])
+    got = [decode_datagram(w, "nintendo-v0", "12345678", nex_streams=streams)[0].plaintext for w in order]
+    # seq 4 came before 3: its offset was unknown then; its copy and seq 5 decode
+    assert got == [b"msg2", None, b"msg3", b"msg4", b"msg5"]
+
+
+def test_nex_compressed_payloads_are_recognised() -> None:
+    from protocols.prudp.payload import add_ratio
+
+    tx = Rc4Stream(b"CD&ML")
+    codec = PacketCodec("nintendo-v0", "12345678")
+    wire = codec.encode(_data(2, tx.process(add_ratio(b"Z" * 500))))
+    (p,) = decode_datagram(wire, "nintendo-v0", "12345678", nex_streams={})
+    assert p.plaintext == b"Z" * 500
 
 
 def test_v0_session_reads_v1_datagrams() -> None:
