@@ -35,6 +35,7 @@ import enum
 import attrs
 
 from protocols.errors import BadValue, EncodeError, UnsupportedVersion
+from protocols.pia.mesh import JoinRequest, JoinResponse
 from protocols.pia.types import (
     PlayerInfo,
     Source,
@@ -64,6 +65,7 @@ __all__ = [
     "StationOpaque",
     "decode_station_message",
     "profiles_with_station_version",
+    "trailing_ack_id",
 ]
 
 V4_10 = (4, 10)
@@ -651,3 +653,17 @@ def profiles_with_station_version(version_byte: int) -> tuple[VersionProfile, ..
         if prof.station_version == version_byte:
             out.append(prof)
     return tuple(out)
+
+
+def trailing_ack_id(message: object) -> int | None:
+    """The ack id a message asks the peer to acknowledge, or None if it is sent once.
+
+    Station connection requests and accepting responses, and the mesh join
+    request and join response fragments, end in a u32 ack id; the receiver
+    answers each with an :class:`Ack` carrying it and the sender resends every
+    500 ms until then (spec §5.3, §5.4).  Acks, denials, disconnection and
+    refusal messages are sent once.
+    """
+    if isinstance(message, ConnectionRequest | ConnectionResponse | JoinRequest | JoinResponse):
+        return message.ack_id
+    return None

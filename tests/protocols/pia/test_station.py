@@ -35,6 +35,7 @@ from protocols.pia.station import (
     StationOpaque,
     decode_station_message,
     profiles_with_station_version,
+    trailing_ack_id,
 )
 from protocols.pia.types import InetAddress, PlayerInfo, StationConnectionInfo, StationLocation
 from protocols.pia.versions import VersionProfile, profile_for
@@ -312,6 +313,17 @@ def test_misuse_and_6x() -> None:
         decode_station_message(bytes(8), profile_for("6.20"))
     with pytest.raises(BadValue):
         decode_station_message(bytes([1, 1, 9, 2]) + bytes(200), profile_for("5.18"))  # is-inverse 2
+
+
+def test_trailing_ack_id() -> None:
+    from protocols.pia.mesh import JoinRefused, JoinRequest, JoinResponse
+
+    assert trailing_ack_id(ConnectionRequest(ack_id=3)) == 3
+    assert trailing_ack_id(ConnectionResponse(ack_id=4)) == 4
+    assert trailing_ack_id(JoinRequest(5)) == 5
+    assert trailing_ack_id(JoinResponse(6, 1, 0, 0, ())) == 6
+    for once in (Ack(7), ConnectionDenied(), DisconnectionRequest(), JoinRefused(1)):
+        assert trailing_ack_id(once) is None
 
 
 def test_reader_source_leaves_the_rest() -> None:
