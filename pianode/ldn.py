@@ -1,0 +1,868 @@
+"""Simulated LDN networks on one machine: host, scanner and joining station above a pretend 802.11 (spec §7).
+
+Theory of operation
+-------------------
+A real LDN host is the access point of a hidden 802.11 network; it hands out
+``169.254.X.Y`` addresses and announces the network in advertisement action
+frames that carry Pia's application data and the participant list (spec
+§7.1).  Without a radio, this module simulates that layer and runs unmodified
+Pia above it (spec §7.4):
+
+* **Address plan.**  An LDN network is ``169.254.X.0/24`` with the host at
+  ``.1`` (§7.1).  On one machine LDN address ``169.254.X.Y`` *is* loopback
+  address ``127.254.X.Y`` (:func:`ldn_to_loopback`, :func:`loopback_to_ldn`):
+  every station's Pia socket is bound there.  The host draws X (1..254) per
+  network, so several networks coexist; it assigns Y = 2, 3, ... to stations.
+* **MACs.**  A station's MAC is ``02:00`` (locally administered) followed by
+  its loopback IPv4 bytes (:func:`pianode.mesh_wire.mac_for`), e.g.
+  ``02:00:7f:fe:X:Y``.  The node derives its LDN constant id, service variable
+  id and nonces from the same rule, and :class:`pianode.capture.PcapWriter`
+  writes the same MACs in a recording's link layer.
+* **Discovery channel** (our design).  UDP port :data:`DISCOVERY_PORT`
+  (30400); every datagram starts ``"PNLD" · u8 channel version (1) · u8 kind``:
+
+  ========== ========================== =========================================================
+  kind       direction                  body
+  ========== ========================== =========================================================
+  1 advert   host → 127.255.255.255     u16 Pia port · u16 control port · the plaintext LDN
+             every 100 ms (§7.1)        advertisement payload of §7.1 (encryption 1 = plain)
+  2 connect  station → control port     8-byte token · u8 platform · u16 app comm version ·
+                                        32-byte name (stands in for association + authentication)
+  3 reply    host → station             8-byte token · u8 result (0 accepted, else the §7.1
+                                        disconnect reason, 5 = rejected) · LDN IPv4 · MAC (6)
+  4 leave    station → control port     LDN IPv4 · u8 reason
+  ========== ========================== =========================================================
+
+  Scanners bind ``0.0.0.0:30400`` with SO_REUSEADDR (and SO_REUSEPORT), so
+  every scanner on the machine receives every advertisement broadcast.  The
+  host's control socket sits on its own loopback address.  A station retries
+  a connect three times, 0.7 s apart, like the §7.1 authentication request.
+* **Advertisement payload** (§7.1, plain variant): 32-byte session info (u64
+  local communication id · 2 pad · u16 game mode · 4 pad · 16-byte SSID) · u8
+  LDN version · u8 encryption (1) · u16 data size · u32 nonce · SHA-256 of the
+  advertisement data · advertisement data (16-byte network key · u16 security
+  level · u8 accept policy · pad · u16 band/channel · u8 max participants · u8
+  current · 8 × 56-byte participant · 2 pad · u16 app data size · 384-byte
+  application data · 412 pad · u64 auth token).  The byte order of these LDN
+  fields is not documented; we write them big-endian.  Pia's application data
+  inside keeps its own rule (little-endian 5.x header, big-endian 6.x system
+  property, :mod:`protocols.pia.ldn`).
+* **Keys.**  The host draws the network id and session param (5.9+) and the
+  SSID; a joining station derives the session key and network id from the
+  advertisement exactly as a console does (:func:`derive_session`, §7.3,
+  §11), then joins the host's mesh with :meth:`pianode.node.Node.join`.
+
+The codecs and :class:`LdnHostState` are pure (bytes and ``now`` in, values
+out); :class:`LdnHost`, :func:`scan` and :func:`open_ldn_station` drive them on
+Trio sockets, so everything also runs on :mod:`pianode.netsim` under
+``MockClock``.  The Pia port inside an LDN network is undocumented (§7.3); ours
+defaults to :data:`PIA_PORT` and travels in the advert frame.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import ipaddress
+import json
+import logging
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from pianode.config import NodeConfig
+from pianode.mesh_wire import mac_for
+from pianode.node import Node, open_node
+from protocols.errors import BadMagic, BadValue, ConfigError, DecodeError, EncodeError
+from protocols.pia.keys import ldn_session_key_for
+from protocols.pia.ldn import APPLICATION_DATA_SIZE, LdnApplicationData, LdnSystemProperty, decode_application_data
+from protocols.pia.versions import Cipher, NetworkType, VersionProfile
+from protocols.wire import Reader, Writer
+
+__all__ = [
+    "DISCOVERY_PORT",
+    "PIA_PORT",
+    "AdvertFrame",
+    "Advertisement",
+    "ConnectReply",
+    "ConnectRequest",
+    "FoundNetwork",
+    "LdnHost",
+    "LdnHostState",
+    "LdnParticipant",
+    "LdnRecorder",
+    "LdnSession",
+    "LdnStation",
+    "LeaveNotice",
+    "decode_frame",
+    "derive_session",
+    "encode_frame",
+    "ldn_to_loopback",
+    "loopback_to_ldn",
+    "open_ldn_host",
+    "open_ldn_station",
+    "scan",
+]
+
+log = logging.getLogger(__name__)
+
+DISCOVERY_PORT = 30400
+PIA_PORT = 49152
+DEFAULT_BROADCAST = "127.255.255.255"
+ADVERTISE_INTERVAL = 0.1  # advertisement frames every 100 ms (spec §7.1)
+CONNECT_TIMEOUT = 0.7  # authentication response awaited 700 ms, 3 attempts (spec §7.1)
+CONNECT_ATTEMPTS = 3
+MAX_PARTICIPANTS = 8  # 8 participant slots in the advertisement (spec §7.1)
+LOOPBACK_OCTET = 254  # 169.254.X.Y <-> 127.254.X.Y
+REJECTED = 5  # LDN disconnect reason "rejected" (spec §7.1)
+
+_MAGIC = b"PNLD"
+_CHANNEL_VERSION = 1
+_ADVERT, _CONNECT, _REPLY, _LEAVE = 1, 2, 3, 4
+_NAME_SIZE = 32
+_PARTICIPANT_SIZE = 56
+_ADVERT_DATA_SIZE = 1280  # plaintext advertisement data, §7.1 sizes added up
+_MAX_DATAGRAM = 2048
+
+Address = tuple[str, int]
+Tap = Callable[[bytes, Address, Address, float], None]
+
+
+# ---------------------------------------------------------------------- address plan
+
+
+def ldn_to_loopback(ip: str) -> str:
+    """LDN ``169.254.X.Y`` → loopback ``127.254.X.Y`` (the address the station's sockets use)."""
+    a = ipaddress.IPv4Address(ip).packed
+    if a[:2] != b"\xa9\xfe":
+        raise ConfigError(f"{ip} is not an LDN address (169.254.X.Y)")
+    return str(ipaddress.IPv4Address(bytes((127, LOOPBACK_OCTET)) + a[2:]))
+
+
+def loopback_to_ldn(ip: str) -> str:
+    """Loopback ``127.254.X.Y`` → LDN ``169.254.X.Y``."""
+    a = ipaddress.IPv4Address(ip).packed
+    if a[:2] != bytes((127, LOOPBACK_OCTET)):
+        raise ConfigError(f"{ip} is not a simulated LDN loopback address (127.{LOOPBACK_OCTET}.X.Y)")
+    return str(ipaddress.IPv4Address(b"\xa9\xfe" + a[2:]))
+
+
+def _mac_text(mac: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in mac)
+
+
+# ---------------------------------------------------------------------- advertisement codec
+
+
+def _name_bytes(name: str) -> bytes:
+    raw = name.encode("utf-8")[: _NAME_SIZE - 1]
+    return raw + bytes(_NAME_SIZE - len(raw))
+
+
+def _name_text(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+
+
+@attrs.frozen
+class LdnParticipant:
+    """One participant slot of the advertisement (spec §7.1): LDN IPv4, MAC, user name."""
+
+    ip: str
+    mac: bytes = attrs.field(repr=_mac_text)
+    name: str = ""
+    connected: bool = True
+    platform: int = 0
+    app_version: int = 0
+
+    @property
+    def loopback_ip(self) -> str:
+        return ldn_to_loopback(self.ip)
+
+
+@attrs.frozen
+class Advertisement:
+    """The plaintext LDN advertisement payload (spec §7.1); ``participants[0]`` is the host."""
+
+    local_communication_id: int
+    ssid: bytes = attrs.field(repr=lambda b: b.hex())
+    application_data: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
+    max_participants: int = MAX_PARTICIPANTS
+    participants: tuple[LdnParticipant, ...] = ()
+    game_mode: int = 0
+    network_key: bytes = attrs.field(default=bytes(16), repr=False)
+    ldn_version: int = 3
+    security_level: int = 1
+    accept_policy: int = 0
+    channel: int = 1
+    nonce: int = 0
+    auth_token: int = 0
+
+    @property
+    def host(self) -> LdnParticipant:
+        if not self.participants:
+            raise BadValue("advertisement without a host participant")
+        return self.participants[0]
+
+    def _data(self) -> bytes:
+        if len(self.participants) > MAX_PARTICIPANTS:
+            raise EncodeError(f"at most {MAX_PARTICIPANTS} participants")
+        if len(self.application_data) > APPLICATION_DATA_SIZE:
+            raise EncodeError(f"application data is at most {APPLICATION_DATA_SIZE} bytes")
+        w = Writer()
+        w.fixed(self.network_key, 16, "network key")
+        w.u16(self.security_level, "security level")
+        w.u8(self.accept_policy, "accept policy")
+        w.zeros(1)
+        w.u16(self.channel, "band/channel")
+        w.u8(self.max_participants, "max participants")
+        w.u8(len(self.participants))
+        for p in self.participants:
+            w.fixed(ipaddress.IPv4Address(p.ip).packed, 4, "participant IPv4")
+            w.fixed(p.mac, 6, "participant MAC")
+            w.u8(int(p.connected))
+            w.u8(p.platform, "platform")
+            w.bytes(_name_bytes(p.name))
+            w.u16(p.app_version, "app comm version")
+            w.zeros(10)
+        w.zeros(_PARTICIPANT_SIZE * (MAX_PARTICIPANTS - len(self.participants)) + 2)
+        w.u16(len(self.application_data))
+        w.bytes(self.application_data + bytes(APPLICATION_DATA_SIZE - len(self.application_data)))
+        w.zeros(412)
+        w.u64(self.auth_token, "auth token")
+        return w.getvalue()
+
+    def encode(self) -> bytes:
+        data = self._data()
+        w = Writer()
+        w.u64(self.local_communication_id, "local communication id")
+        w.zeros(2)
+        w.u16(self.game_mode, "game mode")
+        w.zeros(4)
+        w.fixed(self.ssid, 16, "SSID")
+        w.u8(self.ldn_version, "LDN version")
+        w.u8(1)  # encryption 1: plain (§7.1)
+        w.u16(len(data))
+        w.u32(self.nonce, "nonce")
+        w.bytes(hashlib.sha256(data).digest())
+        w.bytes(data)
+        return w.getvalue()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Advertisement:
+        r = Reader(data)
+        local_id = r.u64("local communication id")
+        r.skip(2)
+        game_mode = r.u16("game mode")
+        r.skip(4)
+        ssid = r.bytes(16, "SSID")
+        ldn_version, encryption = r.u8("LDN version"), r.u8("encryption")
+        if encryption != 1:
+            raise BadValue(f"only plain advertisements (encryption 1) are simulated, got {encryption}")
+        size, nonce = r.u16("data size"), r.u32("nonce")
+        digest = r.bytes(32, "SHA-256")
+        body = r.bytes(size, "advertisement data")
+        r.expect_end("advertisement")
+        if hashlib.sha256(body).digest() != digest:
+            raise BadValue("advertisement SHA-256 does not match its data")
+        b = Reader(body)
+        network_key = b.bytes(16, "network key")
+        security, accept = b.u16("security level"), b.u8("accept policy")
+        b.skip(1)
+        channel, max_p, count = b.u16("band/channel"), b.u8("max participants"), b.u8("participant count")
+        if count > MAX_PARTICIPANTS:
+            raise BadValue(f"{count} participants in an advertisement of {MAX_PARTICIPANTS} slots")
+        participants = []
+        for i in range(MAX_PARTICIPANTS):
+            ip = str(ipaddress.IPv4Address(b.bytes(4, "participant IPv4")))
+            mac = b.bytes(6, "participant MAC")
+            connected, platform = b.u8("connected"), b.u8("platform")
+            name = _name_text(b.bytes(_NAME_SIZE, "user name"))
+            app_version = b.u16("app comm version")
+            b.skip(10)
+            if i < count:
+                participants.append(LdnParticipant(ip, mac, name, bool(connected), platform, app_version))
+        b.skip(2)
+        app_size = b.u16("application data size")
+        if app_size > APPLICATION_DATA_SIZE:
+            raise BadValue(f"application data size {app_size} exceeds {APPLICATION_DATA_SIZE}")
+        app = b.bytes(APPLICATION_DATA_SIZE, "application data")[:app_size]
+        b.skip(412)
+        token = b.u64("auth token")
+        b.expect_end("advertisement data")
+        return cls(local_id, ssid, app, max_p, tuple(participants), game_mode, network_key, ldn_version, security,
+                   accept, channel, nonce, token)  # fmt: skip
+
+
+# ---------------------------------------------------------------------- channel frames
+
+
+@attrs.frozen
+class AdvertFrame:
+    pia_port: int
+    control_port: int
+    advertisement: Advertisement
+
+
+@attrs.frozen
+class ConnectRequest:
+    token: bytes = attrs.field(repr=lambda b: b.hex())
+    name: str = ""
+    platform: int = 0
+    app_version: int = 0
+
+
+@attrs.frozen
+class ConnectReply:
+    token: bytes = attrs.field(repr=lambda b: b.hex())
+    result: int
+    ip: str = "0.0.0.0"
+    mac: bytes = attrs.field(default=bytes(6), repr=_mac_text)
+
+
+@attrs.frozen
+class LeaveNotice:
+    ip: str
+    reason: int = 0
+
+
+Frame = AdvertFrame | ConnectRequest | ConnectReply | LeaveNotice
+
+
+def encode_frame(frame: Frame) -> bytes:
+    w = Writer()
+    w.bytes(_MAGIC)
+    w.u8(_CHANNEL_VERSION)
+    if isinstance(frame, AdvertFrame):
+        w.u8(_ADVERT)
+        w.u16(frame.pia_port, "Pia port")
+        w.u16(frame.control_port, "control port")
+        w.bytes(frame.advertisement.encode())
+    elif isinstance(frame, ConnectRequest):
+        w.u8(_CONNECT)
+        w.fixed(frame.token, 8, "token")
+        w.u8(frame.platform, "platform")
+        w.u16(frame.app_version, "app comm version")
+        w.bytes(_name_bytes(frame.name))
+    elif isinstance(frame, ConnectReply):
+        w.u8(_REPLY)
+        w.fixed(frame.token, 8, "token")
+        w.u8(frame.result, "result")
+        w.bytes(ipaddress.IPv4Address(frame.ip).packed)
+        w.fixed(frame.mac, 6, "MAC")
+    else:
+        w.u8(_LEAVE)
+        w.bytes(ipaddress.IPv4Address(frame.ip).packed)
+        w.u8(frame.reason, "reason")
+    return w.getvalue()
+
+
+def decode_frame(data: bytes) -> Frame:
+    """One discovery-channel datagram; raises only :class:`DecodeError` subclasses."""
+    r = Reader(data)
+    if r.bytes(4, "magic") != _MAGIC:
+        raise BadMagic("not an LDN discovery datagram")
+    version = r.u8("channel version")
+    if version != _CHANNEL_VERSION:
+        raise BadValue(f"discovery channel version {version}")
+    kind = r.u8("kind")
+    frame: Frame
+    if kind == _ADVERT:
+        pia_port, control_port = r.u16("Pia port"), r.u16("control port")
+        frame = AdvertFrame(pia_port, control_port, Advertisement.decode(r.rest()))
+    elif kind == _CONNECT:
+        token, platform, app_version = r.bytes(8, "token"), r.u8("platform"), r.u16("app comm version")
+        frame = ConnectRequest(token, _name_text(r.bytes(_NAME_SIZE, "name")), platform, app_version)
+    elif kind == _REPLY:
+        token, result = r.bytes(8, "token"), r.u8("result")
+        ip = str(ipaddress.IPv4Address(r.bytes(4, "IPv4")))
+        frame = ConnectReply(token, result, ip, r.bytes(6, "MAC"))
+    elif kind == _LEAVE:
+        frame = LeaveNotice(str(ipaddress.IPv4Address(r.bytes(4, "IPv4"))), r.u8("reason"))
+    else:
+        raise BadValue(f"unknown discovery datagram kind {kind}")
+    r.expect_end("discovery datagram")
+    return frame
+
+
+# ---------------------------------------------------------------------- keys as a console derives them
+
+
+@attrs.frozen
+class LdnSession:
+    """What a console derives from an advertisement (spec §7.3, §11)."""
+
+    network_id: int
+    session_key: bytes = attrs.field(repr=False)
+    pia: LdnApplicationData | LdnSystemProperty
+
+
+def derive_session(
+    profile: VersionProfile, game_key: bytes, advertisement: Advertisement, *, session_key: bytes | None = None
+) -> LdnSession:
+    """Network id and session key of an LDN network, from the game key and the advertisement.
+
+    * 5.9-5.45: network id = the little-endian u32 at 0x0 of the application
+      data, session key = SEAD(session param at 0xC) → AES-ECB(game key) (§11);
+    * 5.7-5.8: the game supplies the key (*session_key*), the network id is
+      still the application data's (§3.3);
+    * 6.x: network id = CRC-32(``ssid[1:16]``), key = AES-ECB(game key, SSID) (§11).
+
+    Raises:
+        ConfigError: Pia <= 5.6 (LDN unencrypted), a 5.7/5.8 network without
+            *session_key*, or an application data system communication version
+            that is not the one *profile* speaks.
+        DecodeError: the application data does not decode for *profile*.
+    """
+    if profile.cipher is Cipher.ECB_HMAC:
+        raise ConfigError(f"Pia {profile.name} does not encrypt LDN traffic (spec §3.3)")
+    pia = decode_application_data(advertisement.application_data, profile)
+    want = profile.ldn_system_version
+    if want is not None and pia.system_communication_version != want:
+        raise ConfigError(
+            f"the network speaks LDN system communication version {pia.system_communication_version}; "
+            f"Pia {profile.name} uses {want}"
+        )
+    if isinstance(pia, LdnSystemProperty):
+        key = ldn_session_key_for(profile, game_key, ssid=advertisement.ssid)
+        return LdnSession(LdnSystemProperty.network_id_for(advertisement.ssid), key, pia)
+    if pia.session_param is None or profile.version < (5, 9):
+        if session_key is None:
+            raise ConfigError(f"Pia {profile.name} LDN keys are supplied by the game: give the session key")
+        return LdnSession(pia.network_id, session_key, pia)
+    return LdnSession(pia.network_id, pia.session_key(game_key), pia)
+
+
+# ---------------------------------------------------------------------- host state (sans-IO)
+
+
+@attrs.define
+class _Slot:
+    participant: LdnParticipant
+    token: bytes
+    assigned_at: float
+    seen_in_mesh: bool = False
+
+
+class LdnHostState:
+    """The host's LDN network: identity, keys, address assignment and the advertisement.
+
+    Pure: the driver passes ``now`` and the loopback addresses currently in the
+    Pia mesh (:meth:`prune`).
+    """
+
+    def __init__(
+        self,
+        profile: VersionProfile,
+        game_key: bytes,
+        *,
+        rng: random.Random,
+        max_participants: int = MAX_PARTICIPANTS,
+        name: str = "pianode",
+        local_communication_id: int = 0x0100_0000_0000_1000,
+        game_mode: int = 0,
+        subnet: int | None = None,
+        session_key: bytes | None = None,
+        app_version: int = 0,
+        game_data: bytes = b"",
+        join_grace: float = 15.0,
+    ) -> None:
+        if not 2 <= max_participants <= MAX_PARTICIPANTS:
+            raise ConfigError(f"an LDN network has 2..{MAX_PARTICIPANTS} participants, not {max_participants}")
+        self.profile = profile
+        self.x = subnet if subnet is not None else rng.randrange(1, 255)
+        if not 1 <= self.x <= 254:
+            raise ConfigError(f"subnet octet must be 1..254, got {self.x}")
+        self.max_participants = max_participants
+        self.local_communication_id = local_communication_id
+        self.game_mode = game_mode
+        self.join_grace = join_grace
+        self.ssid = rng.randbytes(16)  # 16 random bytes (spec §7.1)
+        self.network_key = rng.randbytes(16)
+        self.auth_token = rng.getrandbits(64)
+        app: LdnApplicationData | LdnSystemProperty
+        if profile.version >= (6, 0):
+            app = LdnSystemProperty(
+                profile.ldn_system_version or 0, app_version, player_count=1,
+                player_name_size=len(name.encode()[:64]), encoding=1,
+                player_name_raw=name.encode()[:64].ljust(64, b"\0"), game_data=game_data,
+            )  # fmt: skip
+        else:
+            param = rng.getrandbits(32) if profile.version >= (5, 9) else None
+            app = LdnApplicationData.build(profile, network_id=rng.getrandbits(32), session_param=param, game_data=game_data)
+        self.application_data = app.encode(profile)
+        host_ip = f"169.254.{self.x}.1"
+        host = LdnParticipant(host_ip, mac_for(ldn_to_loopback(host_ip)), name, app_version=app_version)
+        self._slots: dict[int, _Slot] = {1: _Slot(host, b"", 0.0, True)}
+        #: Every participant that ever held an address (LDN IP → MAC), for a recording's session file.
+        self.history: dict[str, bytes] = {host.ip: host.mac}
+        self.session = derive_session(profile, game_key, self.advertisement(), session_key=session_key)
+
+    @property
+    def host(self) -> LdnParticipant:
+        return self._slots[1].participant
+
+    @property
+    def participants(self) -> tuple[LdnParticipant, ...]:
+        return tuple(self._slots[y].participant for y in sorted(self._slots))
+
+    def advertisement(self) -> Advertisement:
+        return Advertisement(
+            local_communication_id=self.local_communication_id,
+            ssid=self.ssid,
+            application_data=self.application_data,
+            max_participants=self.max_participants,
+            participants=self.participants,
+            game_mode=self.game_mode,
+            network_key=self.network_key,
+            auth_token=self.auth_token,
+        )
+
+    def connect(self, request: ConnectRequest, now: float) -> ConnectReply:
+        """Assign the next free ``169.254.X.Y`` (a repeated request gets the same answer)."""
+        for slot in self._slots.values():
+            if slot.token == request.token and request.token:
+                return ConnectReply(request.token, 0, slot.participant.ip, slot.participant.mac)
+        if len(self._slots) >= self.max_participants:
+            return ConnectReply(request.token, REJECTED)
+        y = next(y for y in range(2, 255) if y not in self._slots)
+        ip = f"169.254.{self.x}.{y}"
+        p = LdnParticipant(ip, mac_for(ldn_to_loopback(ip)), request.name, True, request.platform, request.app_version)
+        self._slots[y] = _Slot(p, request.token, now)
+        self.history[ip] = p.mac
+        return ConnectReply(request.token, 0, ip, p.mac)
+
+    def leave(self, ip: str) -> bool:
+        y = self._y(ip)
+        return y is not None and y != 1 and self._slots.pop(y, None) is not None
+
+    def prune(self, now: float, mesh_loopback_ips: set[str]) -> list[str]:
+        """Drop stations that left the Pia mesh or never joined within the grace period."""
+        gone = []
+        for y, slot in list(self._slots.items()):
+            if y == 1:
+                continue
+            in_mesh = slot.participant.loopback_ip in mesh_loopback_ips
+            if in_mesh:
+                slot.seen_in_mesh = True
+            elif slot.seen_in_mesh or now - slot.assigned_at > self.join_grace:
+                del self._slots[y]
+                gone.append(slot.participant.ip)
+        return gone
+
+    def _y(self, ip: str) -> int | None:
+        try:
+            a = ipaddress.IPv4Address(ip).packed
+        except ValueError:
+            return None
+        return a[3] if a[:3] == bytes((169, 254, self.x)) else None
+
+    def session_file(self, version: str, game_key_text: str) -> dict[str, Any]:
+        """What a capture of this network lets a decoder use: game key, application data, MACs.
+
+        ``macs`` is keyed by the addresses a recording shows (the loopback ones).
+        """
+        return {
+            "version": version,
+            "network": "ldn",
+            "game_key": game_key_text,
+            "application_data": self.application_data.hex(),
+            "macs": {ldn_to_loopback(ip): _mac_text(mac) for ip, mac in sorted(self.history.items())},
+        }
+
+
+# ---------------------------------------------------------------------- sockets
+
+
+async def _udp_socket(bind: Address, *, reuse: bool = False, broadcast: bool = False) -> trio.socket.SocketType:
+    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+    try:
+        if reuse:
+            sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
+            if hasattr(trio.socket, "SO_REUSEPORT"):
+                sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEPORT, 1)
+        if broadcast:
+            sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_BROADCAST, 1)
+        await sock.bind(bind)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+# ---------------------------------------------------------------------- host driver
+
+
+@attrs.frozen(kw_only=True)
+class LdnHostConfig:
+    """Settings of :func:`open_ldn_host` (the node settings come from *node*)."""
+
+    node: NodeConfig
+    game_key: bytes = attrs.field(repr=False)
+    max_participants: int = 4
+    name: str = "pianode"
+    pia_port: int = PIA_PORT
+    discovery: Address = (DEFAULT_BROADCAST, DISCOVERY_PORT)
+    advertise_interval: float = ADVERTISE_INTERVAL
+    local_communication_id: int = 0x0100_0000_0000_1000
+    game_mode: int = 0
+    subnet: int | None = None
+    session_key: bytes | None = None
+
+
+class LdnHost:
+    """A running LDN host: the network state, its Pia node (``node``) and the control socket."""
+
+    def __init__(self, config: LdnHostConfig, state: LdnHostState, node: Node, control: trio.socket.SocketType) -> None:
+        self.config = config
+        self.state = state
+        self.node = node
+        self._control = control
+        self.adverts_sent = 0
+        self.dropped = 0
+
+    @property
+    def control_address(self) -> Address:
+        host, port = self._control.getsockname()[:2]
+        return (str(host), int(port))
+
+    def session_file(self, game_key_text: str) -> dict[str, Any]:
+        return self.state.session_file(self.config.node.profile.name, game_key_text)
+
+    def _mesh_ips(self) -> set[str]:
+        return {s.address[0] for s in self.node.stations()}
+
+    async def _advertise(self) -> None:
+        while True:
+            self.state.prune(trio.current_time(), self._mesh_ips())
+            frame = AdvertFrame(self.node.address[1], self.control_address[1], self.state.advertisement())
+            try:
+                await self._control.sendto(encode_frame(frame), self.config.discovery)
+                self.adverts_sent += 1
+            except OSError as exc:  # e.g. no route in a namespace being torn down
+                log.debug("advertisement not sent: %s", exc)
+            await trio.sleep(self.config.advertise_interval)
+
+    async def _serve(self) -> None:
+        while True:
+            data, addr = await self._control.recvfrom(_MAX_DATAGRAM)
+            try:
+                frame = decode_frame(data)
+            except DecodeError:
+                self.dropped += 1
+                continue
+            if isinstance(frame, ConnectRequest):
+                reply = self.state.connect(frame, trio.current_time())
+                await self._control.sendto(encode_frame(reply), addr[:2])
+            elif isinstance(frame, LeaveNotice):
+                self.state.leave(frame.ip)
+            else:
+                self.dropped += 1
+
+
+@asynccontextmanager
+async def open_ldn_host(config: LdnHostConfig, *, tap: Tap | None = None, rng: random.Random | None = None) -> AsyncIterator[LdnHost]:
+    """Create an LDN network, its host node and the advertisement, for the ``async with`` block.
+
+    Tries up to 20 subnets (X) when the chosen loopback address is taken
+    (``config.pia_port`` 0 lets the system pick the Pia port).
+    """
+    rng = rng or random.Random(config.node.seed)
+    state, control = await _claim_subnet(config, rng)
+    with control:
+        node_config = attrs.evolve(
+            config.node, network=NetworkType.LDN, session_key=state.session.session_key,
+            bind=(state.host.loopback_ip, config.pia_port), max_stations=config.max_participants, name=config.name,
+        )  # fmt: skip
+        async with open_node(node_config, tap=tap) as node:
+            await node.create_mesh(network_id=state.session.network_id)
+            host = LdnHost(config, state, node, control)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(host._advertise)
+                nursery.start_soon(host._serve)
+                yield host
+                nursery.cancel_scope.cancel()
+
+
+async def _claim_subnet(config: LdnHostConfig, rng: random.Random) -> tuple[LdnHostState, trio.socket.SocketType]:
+    """A network state whose host loopback address is free: control socket bound, Pia port probed."""
+    last: OSError | None = None
+    for _ in range(1 if config.subnet is not None else 20):
+        state = LdnHostState(
+            config.node.profile, config.game_key, rng=rng, max_participants=config.max_participants,
+            name=config.name, local_communication_id=config.local_communication_id, game_mode=config.game_mode,
+            subnet=config.subnet, session_key=config.session_key,
+        )  # fmt: skip
+        loopback = state.host.loopback_ip
+        try:
+            probe = await _udp_socket((loopback, config.pia_port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            last = exc
+            continue
+        probe.close()
+        return state, await _udp_socket((loopback, 0), broadcast=True)
+    raise OSError(errno.EADDRINUSE, f"no free simulated LDN subnet on loopback ({last})")
+
+
+# ---------------------------------------------------------------------- scanner
+
+
+@attrs.frozen
+class FoundNetwork:
+    """An advertisement heard on the discovery channel."""
+
+    advertisement: Advertisement
+    pia_port: int
+    control: Address
+    last_seen: float
+
+    @property
+    def host_address(self) -> Address:
+        """The host's Pia socket (loopback side)."""
+        return (self.advertisement.host.loopback_ip, self.pia_port)
+
+
+async def scan(
+    timeout: float,
+    *,
+    port: int = DISCOVERY_PORT,
+    bind_ip: str = "0.0.0.0",
+    local_communication_id: int | None = None,
+    ssid: bytes | None = None,
+    first: bool = False,
+) -> list[FoundNetwork]:
+    """Listen for advertisements for *timeout* seconds; one entry per SSID, newest advert kept.
+
+    *first*: return as soon as one matching network is heard.
+    """
+    found: dict[bytes, FoundNetwork] = {}
+    with await _udp_socket((bind_ip, port), reuse=True) as sock:
+        with trio.move_on_after(timeout):
+            while True:
+                data, addr = await sock.recvfrom(_MAX_DATAGRAM)
+                try:
+                    frame = decode_frame(data)
+                except DecodeError:
+                    continue
+                if not isinstance(frame, AdvertFrame):
+                    continue
+                adv = frame.advertisement
+                if local_communication_id is not None and adv.local_communication_id != local_communication_id:
+                    continue
+                if ssid is not None and adv.ssid != ssid:
+                    continue
+                if not adv.participants:
+                    continue
+                found[adv.ssid] = FoundNetwork(adv, frame.pia_port, (str(addr[0]), frame.control_port), trio.current_time())
+                if first:
+                    break
+    return list(found.values())
+
+
+# ---------------------------------------------------------------------- station
+
+
+class LdnStation:
+    """A station inside a simulated LDN network: its address, MAC, derived keys and Pia node."""
+
+    def __init__(self, network: FoundNetwork, ip: str, mac: bytes, session: LdnSession, node: Node) -> None:
+        self.network = network
+        self.ip = ip
+        self.mac = mac
+        self.session = session
+        self.node = node
+
+
+class JoinRefused(Exception):
+    """The LDN host did not give this station an address."""
+
+
+async def _associate(network: FoundNetwork, request: ConnectRequest) -> ConnectReply:
+    with await _udp_socket(("127.0.0.1", 0)) as sock:
+        for _ in range(CONNECT_ATTEMPTS):
+            await sock.sendto(encode_frame(request), network.control)
+            with trio.move_on_after(CONNECT_TIMEOUT):
+                while True:
+                    data, _addr = await sock.recvfrom(_MAX_DATAGRAM)
+                    try:
+                        frame = decode_frame(data)
+                    except DecodeError:
+                        continue
+                    if isinstance(frame, ConnectReply) and frame.token == request.token:
+                        return frame
+    raise JoinRefused("the LDN host did not answer the connect request")
+
+
+@asynccontextmanager
+async def open_ldn_station(
+    network: FoundNetwork,
+    node_config: NodeConfig,
+    game_key: bytes,
+    *,
+    name: str = "pianode",
+    session_key: bytes | None = None,
+    tap: Tap | None = None,
+    rng: random.Random | None = None,
+) -> AsyncIterator[LdnStation]:
+    """Connect to the LDN network, derive its keys as a console does, and join its Pia mesh.
+
+    Raises:
+        ConfigError: the advertisement does not fit this version (see :func:`derive_session`).
+        JoinRefused: no address from the host (full, or no answer).
+        pianode.node.JoinError: the Pia mesh join failed.
+    """
+    rng = rng or random.Random(node_config.seed)
+    session = derive_session(node_config.profile, game_key, network.advertisement, session_key=session_key)
+    request = ConnectRequest(rng.randbytes(8), name)
+    reply = await _associate(network, request)
+    if reply.result != 0:
+        raise JoinRefused(f"the LDN host rejected the connection (reason {reply.result})")
+    loopback = ldn_to_loopback(reply.ip)
+    config = attrs.evolve(
+        node_config, network=NetworkType.LDN, session_key=session.session_key, bind=(loopback, network.pia_port), name=name
+    )
+    try:
+        async with open_node(config, tap=tap) as node:
+            await node.join(network.host_address, network_id=session.network_id)
+            yield LdnStation(network, reply.ip, reply.mac, session, node)
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            with await _udp_socket(("127.0.0.1", 0)) as sock:
+                await sock.sendto(encode_frame(LeaveNotice(reply.ip)), network.control)
+
+
+# ---------------------------------------------------------------------- recording
+
+
+class LdnRecorder:
+    """Collects the datagrams nodes send (their ``tap``) and writes a pcap plus a decode session file.
+
+    The session file holds only what a console capture offers: version,
+    network, game key, the advertisement's application data and the MACs.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes, Address, Address, float]] = []
+
+    def tap(self, data: bytes, src: Address, dst: Address, now: float) -> None:
+        self.records.append((data, src, dst, now))
+
+    def write(self, pcap_path: str, session: dict[str, Any]) -> str:
+        """Write *pcap_path* and ``<stem>.session.json`` beside it; returns the session file's path."""
+        from pianode.capture import PcapWriter
+
+        stem = pcap_path[:-5] if pcap_path.endswith(".pcap") else pcap_path
+        session_path = stem + ".session.json"
+        with open(pcap_path, "wb") as f:
+            writer = PcapWriter(f)
+            for data, src, dst, now in self.records:
+                writer.write_udp(data, src, dst, now)
+        with open(session_path, "w", encoding="utf-8") as f:
+            json.dump(session, f, indent=2, sort_keys=True)
+            f.write("\n")
+        return session_path
