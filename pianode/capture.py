@@ -745,8 +745,10 @@ def _looks_hex(line: bytes) -> bool:
 # --------------------------------------------------------------------------
 # Writer
 
-# Link-layer addresses for written frames: locally administered (02:...), the
-# rest taken from the IP so every host keeps one distinct MAC.
+# Link-layer addresses for written frames: 02:00 (locally administered) + the
+# last four address bytes, so every host keeps one distinct MAC.  pianode/ldn.py
+# gives its simulated stations the same MACs, so LDN 5.x recordings decode with
+# the MACs the link layer shows.
 def _mac_for(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bytes:
     return b"\x02\x00" + ip.packed[-4:]
 
