@@ -35,6 +35,8 @@ from protocols.prudp.payload import (
     quazal_rc4,
     strip_ratio,
     strip_sequence_suffix,
+    unreliable_base_key,
+    unreliable_packet_key,
 )
 from protocols.prudp.variants import Cipher, Framing, Variant, variant_for
 
@@ -260,7 +262,12 @@ def _plaintext(
         # NEX: only non-ack DATA is encrypted (spec §2.8)
         if p.type != PacketType.DATA or acked:
             return p.payload
-        if nex_streams is None or not p.flags & Flag.RELIABLE:
+        if not p.flags & Flag.RELIABLE:
+            # unreliable DATA: its own RC4 key from seq and session, base key all zeros
+            # without a Kerberos session key (spec §2.8), so no history is needed
+            key32 = unreliable_packet_key(unreliable_base_key(None), p.sequence_id, p.session_id)
+            return _maybe_ratio(Rc4Stream(key32).process(p.payload))
+        if nex_streams is None:
             return None
         key = (p.source, p.destination, p.substream_id)
         stream = nex_streams.get(key)

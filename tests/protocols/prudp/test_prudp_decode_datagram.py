@@ -96,3 +96,12 @@ def test_rendezvous_connect_payloads_are_clear() -> None:
     )
     (p,) = decode_datagram(codec.encode(ack), variant_for("rendezvous"))
     assert p.plaintext == hello.encode() and p.checksum_ok
+
+
+def test_unreliable_nex_data_decrypts_without_history() -> None:
+    from protocols.prudp.payload import unreliable_base_key, unreliable_packet_key
+
+    key = unreliable_packet_key(unreliable_base_key(None), 0x1234, 0x5A)
+    packet = attrs.evolve(_data(0x1234, Rc4Stream(key).process(b"unordered")), flags=Flag.NEED_ACK | Flag.HAS_SIZE)
+    (p,) = decode_datagram(PacketCodec("nintendo-v0", "k").encode(packet), "nintendo-v0", "k")
+    assert p.plaintext == b"unordered"
