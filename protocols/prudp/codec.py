@@ -218,11 +218,14 @@ def decode_datagram(
 
 
 def _decode_with_checksum_fallback(codec: PacketCodec, data: bytes) -> list[PrudpPacket]:
-    """Decode without raising on checksums; NEX v0 titles may use the 4-byte form (spec §2.4).
+    """Decode without raising on checksums, trying the v0 alternatives titles are known to use.
 
-    When the configured 1-byte form does not verify (or does not even frame the
-    datagram) but the 4-byte form verifies every packet, the 4-byte reading wins:
-    a chance match is 2**-32 per packet.
+    Rendez-Vous-era titles may use the 4-byte checksum (spec §2.4, §3.3), and the
+    reference client's "alt" v0 pairs it with the 1-byte type/flags form (spec
+    §1.3).  When the configured reading does not verify (or does not frame the
+    datagram) but an alternative verifies every packet, the alternative wins: a
+    chance match of a 4-byte checksum is 2**-32 per packet.  If nothing verifies,
+    the configured reading is kept, or else the first alternative that frames.
     """
     v = codec.variant
     try:
@@ -230,15 +233,23 @@ def _decode_with_checksum_fallback(codec: PacketCodec, data: bytes) -> list[Prud
         error: DecodeError | None = None
     except DecodeError as exc:
         packets, error = [], exc
-    if v.framing == Framing.V0 and v.checksum_bytes == 1 and (error is not None or not all(p.checksum_ok for p in packets)):
-        alt = PacketCodec(attrs.evolve(v, checksum_bytes=4), codec.access_key)
+    if v.framing != Framing.V0 or v.checksum_bytes != 1 or (error is None and all(p.checksum_ok for p in packets)):
+        return packets
+    alternatives = [attrs.evolve(v, checksum_bytes=4)]
+    if v.flags_bytes == 2:
+        alternatives.append(attrs.evolve(v, checksum_bytes=4, flags_bytes=1))
+    framed: list[PrudpPacket] = []
+    for alt_variant in alternatives:
         try:
-            alt_packets = alt.decode(data, verify=False)
+            alt_packets = PacketCodec(alt_variant, codec.access_key).decode(data, verify=False)
         except DecodeError:
-            alt_packets = []
-        if alt_packets and (all(p.checksum_ok for p in alt_packets) or error is not None):
-            return alt_packets  # it verifies, or it is the only reading that frames the datagram
+            continue
+        if all(p.checksum_ok for p in alt_packets):
+            return alt_packets
+        framed = framed or alt_packets
     if error is not None:
+        if framed:
+            return framed  # the only reading that frames the datagram
         raise error
     return packets
 

@@ -105,3 +105,12 @@ def test_unreliable_nex_data_decrypts_without_history() -> None:
     packet = attrs.evolve(_data(0x1234, Rc4Stream(key).process(b"unordered")), flags=Flag.NEED_ACK | Flag.HAS_SIZE)
     (p,) = decode_datagram(PacketCodec("nintendo-v0", "k").encode(packet), "nintendo-v0", "k")
     assert p.plaintext == b"unordered"
+
+
+def test_one_byte_flags_with_four_byte_checksum_titles_are_recognised() -> None:
+    from protocols.prudp.variants import nintendo_v0
+
+    alt = nintendo_v0(checksum_version=0, flags_version=0)
+    wire = PacketCodec(alt, "12345678").encode(_data(7, b"quazal-style"))
+    (p,) = decode_datagram(wire, "nintendo-v0", "12345678")
+    assert p.checksum_ok and p.sequence_id == 7 and p.flags == Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE
