@@ -217,6 +217,9 @@ def decode_datagram(
     return out
 
 
+_KNOWN_FLAGS = int(Flag.ACK | Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE | Flag.MULTI_ACK)
+
+
 def _decode_with_checksum_fallback(codec: PacketCodec, data: bytes) -> list[PrudpPacket]:
     """Decode without raising on checksums, trying the v0 alternatives titles are known to use.
 
@@ -239,14 +242,20 @@ def _decode_with_checksum_fallback(codec: PacketCodec, data: bytes) -> list[Prud
     if v.flags_bytes == 2:
         alternatives.append(attrs.evolve(v, checksum_bytes=4, flags_bytes=1))
     framed: list[PrudpPacket] = []
+    verified: list[list[PrudpPacket]] = []
     for alt_variant in alternatives:
         try:
             alt_packets = PacketCodec(alt_variant, codec.access_key).decode(data, verify=False)
         except DecodeError:
             continue
         if all(p.checksum_ok for p in alt_packets):
-            return alt_packets
+            verified.append(alt_packets)
         framed = framed or alt_packets
+    if verified:
+        # The 4-byte sum covers the same bytes whichever type/flags form frames them, so
+        # both readings verify; the right one uses only known flag bits (spec §1.3).
+        plausible = [ps for ps in verified if all(not p.flags & ~_KNOWN_FLAGS for p in ps)]
+        return (plausible or verified)[0]
     if error is not None:
         if framed:
             return framed  # the only reading that frames the datagram
