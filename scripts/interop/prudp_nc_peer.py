@@ -3,16 +3,17 @@
 Run with a Python that has ``nintendoclients`` installed (it needs 3.12+), never
 with pianode's own environment:
 
-    python prudp_nc_peer.py server --mode v0|v1 [--compression] [--access-key K]
+    python prudp_nc_peer.py server --mode v0|friends|v0-alt|v1 [--compression] [--access-key K]
         prints "listening <port>" once bound to 127.0.0.1, then echoes every message
-    python prudp_nc_peer.py client --mode v0|v1 [--compression] --port P --sizes 1,2,...
+    python prudp_nc_peer.py client --mode v0|friends|v0-alt|v1 [--compression] --port P --sizes 1,2,...
         connects to 127.0.0.1:P, sends one message per size, checks each echo,
         prints "ok <size>" per message, exits 0 when every echo matched
     --ping S sets the library's keep-alive interval; --idle S makes the client wait
     S seconds after connecting, so pings run both ways before any data
 
-``v0`` uses the library's 3DS settings file, ``v1`` its default (Wii U)
-settings.  Loopback only.
+``v0`` uses the library's 3DS settings file, ``friends`` its Friends settings
+(signature version 1), ``v0-alt`` the 3DS settings with 1-byte type/flags and
+the 4-byte checksum, and ``v1`` its default (Wii U) settings.  Loopback only.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from nintendo.nex import prudp, settings
 
 
 def make_settings(args: argparse.Namespace) -> settings.Settings:
-    s = settings.load("3ds") if args.mode == "v0" else settings.default()
+    if args.mode == "v1":
+        s = settings.default()
+    else:
+        s = settings.load("friends" if args.mode == "friends" else "3ds")
+    if args.mode == "v0-alt":  # the library's alternative v0: 1-byte type/flags, 4-byte checksum
+        s["prudp_v0.flags_version"] = 0
+        s["prudp_v0.checksum_version"] = 0
     s["prudp.access_key"] = args.access_key
     if args.compression:
         s["prudp.compression"] = 1
@@ -71,7 +78,7 @@ async def client(args: argparse.Namespace) -> int:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("role", choices=("server", "client"))
-    p.add_argument("--mode", choices=("v0", "v1"), required=True)
+    p.add_argument("--mode", choices=("v0", "friends", "v0-alt", "v1"), required=True)
     p.add_argument("--access-key", default="6f599f81")
     p.add_argument("--compression", action="store_true")
     p.add_argument("--port", type=int, default=0)

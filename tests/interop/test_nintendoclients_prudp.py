@@ -18,6 +18,8 @@ import trio
 
 from pianode.prudp import Settings
 from pianode.prudp.endpoint import PrudpConnection, PrudpEndpoint
+from protocols.prudp import Variant, variant_for
+from protocols.prudp.variants import nintendo_v0
 
 pytestmark = pytest.mark.interop
 
@@ -27,6 +29,10 @@ PY312 = ["/root/.pyenv/versions/3.12.1/bin/python3", "python3.12", "python3.13"]
 KEY = "6f599f81"
 SIZES = [1, 2, 100, 961, 962, 963, 1299, 1300, 1301, 4096, 20000, 65535, 65536]
 MODES = [("v0", "nintendo-v0"), ("v1", "nintendo-v1")]
+EXTRA_MODES = [
+    ("friends", variant_for("nintendo-v0-friends")),
+    ("v0-alt", nintendo_v0(checksum_version=0, flags_version=0)),
+]
 
 
 @pytest.fixture(scope="session")
@@ -175,3 +181,11 @@ async def _our_client_against_their_server(
         await proc.wait()
         assert proc.stdout is not None
         await proc.stdout.aclose()
+
+
+@pytest.mark.parametrize(("mode", "variant"), EXTRA_MODES, ids=[m for m, _ in EXTRA_MODES])
+async def test_other_v0_settings_both_ways(nc_python: str, mode: str, variant: Variant, nursery: trio.Nursery) -> None:
+    """Friends (signature version 1) and the 1-byte-flags/4-byte-checksum v0, in both directions."""
+    settings = Settings(variant, access_key=KEY)
+    await _their_client_against_our_host(nc_python, mode, settings, [], nursery)
+    await _our_client_against_their_server(nc_python, mode, settings, [], nursery)
