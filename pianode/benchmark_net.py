@@ -1,0 +1,634 @@
+"""Node-level benchmark sections that need sockets: receive rate, memory, RTT, profiles.
+
+Theory of operation
+-------------------
+**Receive rate** (issue 6, figure 2).  Node A creates a mesh and node B joins
+it, so A holds a connected peer at B's address.  B is then stopped (A keeps it:
+the bench nodes have a long station timeout) and B's own session codec seals
+a full packet-id cycle (65535 datagrams) of unreliable data messages exactly as
+B would have sent them: same header fields, ids counting on from B's counter.
+A separate process (``python -m pianode.benchmark_net sender``) binds B's
+address and sends them to A.
+
+A blasting sender would overflow A's socket and the kernel would drop whole
+runs of datagrams: the packet-id replay window (``pianode.packet_ids``: at
+most 1024 ids ahead) would then refuse everything after the first big gap and
+the figure would measure drops.  So the sender is flow controlled: it keeps at
+most ``WINDOW`` datagrams beyond what the receiver has consumed, read from a
+shared 16-byte file mapping the receiver updates.  The window is smaller than
+the socket buffer, so nothing is lost and the receiver is never idle.  The
+reference is a bare Trio draining receiver (perf-limits §7) fed the same
+datagrams by the same sender in the same run; rounds alternate and the figure
+is the median of the per-round ratios.
+
+**Memory**: tracemalloc around forming an N-station mesh and letting it idle.
+
+**RTT**: two nodes in one process; B echoes every ``P`` message back as
+unreliable data; A times send → echo.  Reference: two plain Trio UDP sockets
+echoing in the same process.  Figure: median(node) − median(bare).
+
+**Profiles** (``--profile DIR``): cProfile over one extra receive round and a
+short real-time session, written as ``.pstats`` plus the top entries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import mmap
+import os
+import pstats
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+import attrs
+import trio
+
+from pianode.benchmark import Budget, Figure, at_least, below
+from pianode.config import NodeConfig
+from pianode.events import DataReceived
+from pianode.node import Node, open_node
+
+__all__ = ["bench_memory", "bench_receive", "bench_rtt", "profile_hot_paths"]
+
+WINDOW = 1024  # datagrams in flight beyond what the receiver consumed
+_COUNTER = struct.Struct("<QQ")  # consumed, stop flag
+_RCVBUF = 1 << 20
+_KEY = bytes.fromhex("00112233445566778899aabbccddeeff")
+_LONG = 3600.0  # station timeout of the bench nodes: B is gone while A is measured
+
+
+def _config(budget: Budget, ip: str, **extra: Any) -> NodeConfig:
+    return NodeConfig(
+        version=budget.version,
+        aead_backend=budget.node_backend,
+        session_key=_KEY,
+        bind=(ip, 0),
+        station_timeout=_LONG,
+        **extra,
+    )
+
+
+async def _pair(budget: Budget, stack: AsyncExitStack) -> tuple[Node, Node]:
+    """Nodes A (host, 127.0.0.1) and B (127.0.0.2), connected; both live until *stack* closes."""
+    a = await stack.enter_async_context(open_node(_config(budget, "127.0.0.1")))
+    await a.create_mesh()
+    b = await stack.enter_async_context(open_node(_config(budget, "127.0.0.2")))
+    with trio.fail_after(15):
+        await b.join(a.address)
+        if not await a.wait_connected(1, 10) or not await b.wait_connected(1, 10):
+            raise RuntimeError("the two bench nodes did not connect")
+    await trio.sleep(0.3)  # let the last acks of the handshake land
+    return a, b
+
+
+# ---------------------------------------------------------------------------- receive
+
+
+class _Counter:
+    """The shared consumed/stop words (a 16-byte file mapped by both processes)."""
+
+    def __init__(self) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="pianode-bench-", suffix=".ctr")
+        os.write(fd, bytes(_COUNTER.size))
+        self._map = mmap.mmap(fd, _COUNTER.size)
+        os.close(fd)
+        self.consumed = 0
+        self.stop = 0
+
+    def publish(self) -> None:
+        _COUNTER.pack_into(self._map, 0, self.consumed, self.stop)
+
+    def close(self) -> None:
+        self._map.close()
+        os.unlink(self.path)
+
+
+async def _sender(
+    datagrams_file: str, source: tuple[str, int], dest: tuple[str, int], start: int, end: int, counter: _Counter
+) -> trio.Process:
+    cmd = [
+        sys.executable, "-m", "pianode.benchmark_net", "sender",
+        "--file", datagrams_file, "--source", f"{source[0]}:{source[1]}", "--dest", f"{dest[0]}:{dest[1]}",
+        "--start", str(start), "--end", str(end), "--counter", counter.path, "--window", str(WINDOW),
+    ]  # fmt: skip
+    return await trio.lowlevel.open_process(cmd, stdout=subprocess.PIPE)
+
+
+async def _finish(proc: trio.Process, counter: _Counter) -> tuple[int, int]:
+    """Stop the sender; returns (datagrams sent, next index)."""
+    counter.stop = 1
+    counter.publish()
+    out = b""
+    with trio.move_on_after(10) as scope:
+        assert proc.stdout is not None
+        while chunk := await proc.stdout.receive_some(4096):
+            out += chunk
+        await proc.wait()
+    if scope.cancelled_caught:
+        proc.kill()
+        await proc.wait()
+        raise RuntimeError("the bench sender did not stop")
+    fields = dict(part.split("=") for part in out.decode().split())
+    return int(fields["sent"]), int(fields["next"])
+
+
+async def _measure(read: Callable[[], int], seconds: float, proc: trio.Process, total: int | None) -> float:
+    """Consumed per second over *seconds* once datagrams flow.
+
+    *total* is how many the sender has (None: it loops for ever); a short
+    feed is timed from its first datagram until it is used up.
+    """
+    with trio.move_on_after(10):
+        while read() == 0 and proc.returncode is None:
+            await trio.sleep(0.001)
+    if total is None:
+        await trio.sleep(min(0.2, seconds / 4))  # warm up
+    c0, t0 = read(), time.perf_counter()
+    if total is None:
+        await trio.sleep(seconds)
+    else:
+        end = t0 + seconds
+        while time.perf_counter() < end and read() < total:
+            await trio.sleep(0.001)
+    c1, t1 = read(), time.perf_counter()
+    return (c1 - c0) / (t1 - t0)
+
+
+@attrs.define
+class _Feed:
+    path: str
+    count: int
+    source: tuple[str, int]
+    payload: int
+
+
+def _write_datagrams(path: str, datagrams: list[bytes]) -> None:
+    with open(path, "wb") as f:
+        for d in datagrams:
+            f.write(len(d).to_bytes(2, "big") + d)
+
+
+def _read_datagrams(path: str) -> list[bytes]:
+    with open(path, "rb") as f:
+        blob = f.read()
+    out, pos = [], 0
+    while pos < len(blob):
+        n = int.from_bytes(blob[pos : pos + 2], "big")
+        out.append(blob[pos + 2 : pos + 2 + n])
+        pos += 2 + n
+    return out
+
+
+def _forge_feed(b: Node, b_address: tuple[str, int], a: Node, budget: Budget, path: str) -> _Feed:
+    """Seal B's next *receive_datagrams* data packets to A with B's own session state."""
+    from protocols.pia.packet import Packet
+
+    session = b.session
+    assert session is not None and session.codec is not None and a.station_index is not None
+    peer = session.peers[a.address]
+    now = trio.current_time()
+    session.send(a.station_index, b"D" + bytes(budget.receive_payload - 1), reliable=False, now=now)
+    template = None
+    for data, dst in session.datagrams_to_send(now):
+        if dst == a.address:
+            template = data
+    if template is None:
+        raise RuntimeError("B produced no datagram for A")
+    codec = session.codec
+    src_ip = b_address[0]
+    packet = codec.decode(template, src_ip)
+    data_messages = tuple(m for m in packet.messages if m.payload[:1] == b"D")
+    hn = int.from_bytes(packet.header.nonce or bytes(8), "big")
+    out = []
+    for i in range(budget.receive_datagrams):
+        header = attrs.evolve(
+            packet.header, packet_id=peer.tx_ids.next(), nonce=((hn + 1 + i) & (2**64 - 1)).to_bytes(8, "big"), tag=b""
+        )
+        out.append(codec.encode(Packet(header, data_messages, packet.footer), src_ip))
+    _write_datagrams(path, out)
+    return _Feed(path, len(out), b_address, budget.receive_payload)
+
+
+async def _node_round(a: Node, feed: _Feed, start: int, end: int, seconds: float) -> tuple[float, int]:
+    """One measured round; a feed shorter than a packet-id cycle is sent from *start* to *end* only."""
+    counter = _Counter()
+    events = a.events()
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def consume() -> None:
+                # receive_nowait in a loop: one checkpoint per batch, not per event.
+                while True:
+                    event = await events.receive()
+                    n = isinstance(event, DataReceived)
+                    while True:
+                        try:
+                            event = events.receive_nowait()
+                        except trio.WouldBlock:
+                            break
+                        n += isinstance(event, DataReceived)
+                    counter.consumed += n
+                    counter.publish()
+
+            nursery.start_soon(consume)
+            proc = await _sender(feed.path, feed.source, a.address, start, end, counter)
+            total = None if feed.count >= 65535 else end - start
+            rate = await _measure(lambda: counter.consumed, seconds, proc, total)
+            _, nxt = await _finish(proc, counter)
+            await trio.sleep(0.05)  # let A drain what is still queued
+            nursery.cancel_scope.cancel()
+    finally:
+        counter.close()
+    return rate, nxt
+
+
+async def _bare_round(feed: _Feed, seconds: float) -> float:
+    """A Trio receiver that only drains (perf-limits §7) and counts."""
+    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
+    await sock.bind(("127.0.0.1", 0))
+    raw = socket.socket(fileno=sock.fileno())
+    raw.setblocking(False)
+    counter = _Counter()
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def drain() -> None:
+                recv = raw.recvfrom
+                n = 0
+                while True:
+                    try:
+                        recv(2048)
+                    except BlockingIOError:
+                        counter.consumed = n
+                        counter.publish()
+                        await trio.lowlevel.wait_readable(raw)
+                        continue
+                    n += 1
+                    if n % 64 == 0:
+                        counter.consumed = n
+                        counter.publish()
+                        await trio.lowlevel.checkpoint()
+
+            nursery.start_soon(drain)
+            proc = await _sender(feed.path, ("127.0.0.3", 0), sock.getsockname(), 0, feed.count, counter)
+            total = None if feed.count >= 65535 else feed.count
+            rate = await _measure(lambda: counter.consumed, seconds, proc, total)
+            await _finish(proc, counter)
+            nursery.cancel_scope.cancel()
+    finally:
+        raw.detach()
+        sock.close()
+        counter.close()
+    return rate
+
+
+async def _receive(budget: Budget, profile_path: str | None = None) -> list[Figure]:
+    with tempfile.TemporaryDirectory(prefix="pianode-bench-") as tmp:
+        async with AsyncExitStack() as stack:
+            a = await stack.enter_async_context(open_node(_config(budget, "127.0.0.1")))
+            await a.create_mesh()
+            async with AsyncExitStack() as b_stack:
+                b = await b_stack.enter_async_context(open_node(_config(budget, "127.0.0.2")))
+                with trio.fail_after(15):
+                    await b.join(a.address)
+                    if not await a.wait_connected(1, 10):
+                        raise RuntimeError("the bench nodes did not connect")
+                await trio.sleep(0.3)  # let the last acks of the handshake land
+                b_address = b.address
+            # B is stopped; its session state lives on and seals the feed, and
+            # its address becomes the sender's.  A still counts B as connected.
+            feed = _forge_feed(b, b_address, a, budget, os.path.join(tmp, "datagrams"))
+            start = 0
+            rounds = budget.receive_rounds + (profile_path is not None)
+            share = feed.count // rounds  # a short feed is split between the rounds (ids never repeat)
+            ratios, nodes, bares = [], [], []
+            for _ in range(budget.receive_rounds):
+                bare = await _bare_round(feed, budget.receive_seconds)
+                node, start = await _node_round(a, feed, start, start + share, budget.receive_seconds)
+                bares.append(bare)
+                nodes.append(node)
+                ratios.append(node / bare if bare else 0.0)
+            if profile_path is not None:
+                prof = cProfile.Profile()
+                prof.enable()
+                await _node_round(a, feed, start, start + share, budget.receive_seconds)
+                prof.disable()
+                prof.dump_stats(profile_path)
+            stats = a.statistics()
+    ratio = 100 * statistics.median(ratios)
+    node_rate = statistics.median(nodes)
+    return [
+        Figure(
+            "receive",
+            f"one node decrypt+dispatch (Pia {budget.version}, {budget.receive_payload} B payload)",
+            ratio,
+            "%",
+            "≥ 25 %",
+            at_least(ratio, 25.0),
+            f"{node_rate / 1e3:.1f}k/s vs bare Trio drain {statistics.median(bares) / 1e3:.1f}k/s",
+            {"node_rates": nodes, "bare_rates": bares, "ratios": ratios, "node_statistics": stats},
+        ),
+        Figure(
+            "receive",
+            "one node datagrams/s (absolute, this machine)",
+            node_rate,
+            "/s",
+            "≥ 100k/s",
+            at_least(node_rate, 100_000.0),
+            f"drops {stats.get('drops')}",
+        ),
+    ]
+
+
+def bench_receive(budget: Budget) -> list[Figure]:
+    return trio.run(_receive, budget)
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+async def _form(budget: Budget, stack: AsyncExitStack, n: int) -> list[Node]:
+    nodes = []
+    for i in range(n):
+        nodes.append(await stack.enter_async_context(open_node(_config(budget, f"127.0.0.{i + 1}"))))
+    await nodes[0].create_mesh()
+    async with trio.open_nursery() as joins:
+        for node in nodes[1:]:
+            joins.start_soon(node.join, nodes[0].address)
+    with trio.move_on_after(10 + n):
+        for node in nodes:
+            await node.wait_connected(n - 1, 10 + n)
+    return nodes
+
+
+async def _memory(budget: Budget) -> list[Figure]:
+    n = budget.memory_stations
+    async with AsyncExitStack() as warm:  # imports, caches and first-use allocations
+        await _form(budget, warm, 2)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        async with AsyncExitStack() as stack:
+            nodes = await _form(budget, stack, n)
+            formed = all(sum(1 for s in node.stations() if s.state == "connected") == n - 1 for node in nodes)
+            await trio.sleep(budget.memory_idle)
+            gc.collect()
+            current, peak = tracemalloc.get_traced_memory()
+            top = tracemalloc.take_snapshot().statistics("filename")[:8]
+    finally:
+        tracemalloc.stop()
+    per_node = (current - base) / n / 1024
+    return [
+        Figure(
+            "memory",
+            f"Python heap per idle node, {n} stations",
+            per_node,
+            "KiB",
+            "< 1024 KiB",
+            below(per_node, 1024.0) and formed,
+            f"{(current - base) / 2**20:.2f} MiB for {n} nodes, peak {(peak - base) / 2**20:.2f} MiB"
+            + ("" if formed else "; the mesh did not fully form"),
+            {"by_file": [(str(s.traceback[0].filename), s.size) for s in top]},
+        )
+    ]
+
+
+def bench_memory(budget: Budget) -> list[Figure]:
+    return trio.run(_memory, budget)
+
+
+# ---------------------------------------------------------------------------- rtt
+
+
+async def _bare_rtt(pings: int, payload: bytes) -> list[float]:
+    server = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+    client = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+    await server.bind(("127.0.0.1", 0))
+    await client.bind(("127.0.0.1", 0))
+    dest = server.getsockname()
+    samples = []
+    with server, client:
+        async with trio.open_nursery() as nursery:
+
+            async def echo() -> None:
+                while True:
+                    data, addr = await server.recvfrom(2048)
+                    await server.sendto(data, addr)
+
+            nursery.start_soon(echo)
+            for _ in range(pings):
+                with trio.move_on_after(1):
+                    t = time.perf_counter()
+                    await client.sendto(payload, dest)
+                    await client.recvfrom(2048)
+                    samples.append(time.perf_counter() - t)
+            nursery.cancel_scope.cancel()
+    return samples
+
+
+async def _node_rtt(a: Node, b: Node, pings: int, payload: bytes) -> list[float]:
+    assert b.station_index is not None
+    target = b.station_index
+    samples = []
+    a_events, b_events = a.events(), b.events()
+    async with trio.open_nursery() as nursery:
+
+        async def echo() -> None:
+            async for event in b_events:
+                if isinstance(event, DataReceived) and event.data[:1] == b"P":
+                    await b.send(event.source_index, event.data, reliable=False)
+
+        nursery.start_soon(echo)
+        for i in range(pings):
+            ping = b"P" + i.to_bytes(4, "big") + payload[5:]
+            with trio.move_on_after(1):
+                t = time.perf_counter()
+                await a.send(target, ping, reliable=False)
+                while True:
+                    event = await a_events.receive()
+                    if isinstance(event, DataReceived) and event.data == ping:
+                        samples.append(time.perf_counter() - t)
+                        break
+        nursery.cancel_scope.cancel()
+    return samples
+
+
+async def _rtt(budget: Budget) -> list[Figure]:
+    payload = bytes(64)
+    bare_medians, node_medians, lost = [], [], 0
+    async with AsyncExitStack() as stack:
+        a, b = await _pair(budget, stack)
+        for _ in range(budget.rtt_rounds):
+            bare = await _bare_rtt(budget.rtt_pings, payload)
+            node = await _node_rtt(a, b, budget.rtt_pings, payload)
+            lost += budget.rtt_pings - len(node)
+            if bare and node:
+                bare_medians.append(statistics.median(bare))
+                node_medians.append(statistics.median(node))
+    if not node_medians:
+        return [Figure("rtt", "RTT overhead over a bare Trio echo", None, "µs", "< 100 µs", False, "no round trip completed")]
+    bare_us = 1e6 * statistics.median(bare_medians)
+    node_us = 1e6 * statistics.median(node_medians)
+    overhead = node_us - bare_us
+    return [
+        Figure(
+            "rtt",
+            f"RTT overhead over a bare Trio echo (Pia {budget.version}, 64 B)",
+            overhead,
+            "µs",
+            "< 100 µs",
+            below(overhead, 100.0),
+            f"median {node_us:.0f} µs through pianode vs {bare_us:.0f} µs bare; {lost} pings lost",
+            {"node_medians_us": [1e6 * x for x in node_medians], "bare_medians_us": [1e6 * x for x in bare_medians]},
+        )
+    ]
+
+
+def bench_rtt(budget: Budget) -> list[Figure]:
+    return trio.run(_rtt, budget)
+
+
+# ---------------------------------------------------------------------------- profiles
+
+
+def _top(path: str, count: int = 25) -> str:
+    out = io.StringIO()
+    stats = pstats.Stats(path, stream=out)
+    stats.sort_stats("tottime").print_stats(count)
+    return out.getvalue()
+
+
+def profile_hot_paths(budget: Budget, sections: Sequence[str], progress: Callable[[str], None] | None = None) -> dict[str, str]:
+    """cProfile the receive path and a short real-time session; returns {name: pstats path}."""
+    from pianode.config import NodeConfig as _NodeConfig
+    from pianode.mesh_run import MeshRun
+
+    assert budget.profile_dir is not None
+    os.makedirs(budget.profile_dir, exist_ok=True)
+    written: dict[str, str] = {}
+    if "receive" in sections:
+        path = os.path.join(budget.profile_dir, "receive.pstats")
+        trio.run(_receive, attrs.evolve(budget, receive_rounds=1), path)
+        written["receive"] = path
+    if "session" in sections:
+        path = os.path.join(budget.profile_dir, "session.pstats")
+        config = _NodeConfig(version=budget.version, aead_backend=budget.node_backend, seed=7)
+        run = MeshRun(
+            config, nodes=budget.session_nodes, rate=budget.session_rate,
+            duration=min(budget.session_seconds, budget.profile_session_seconds),
+        )  # fmt: skip
+        prof = cProfile.Profile()
+        prof.enable()
+        trio.run(run.run)
+        prof.disable()
+        prof.dump_stats(path)
+        written["session"] = path
+    for name, path in written.items():
+        with open(path[: -len(".pstats")] + ".txt", "w") as f:
+            f.write(_top(path, 60))
+        if progress is not None:
+            progress(f"profile {name}: {path}\n{_top(path, 25)}")
+    return written
+
+
+# ---------------------------------------------------------------------------- sender process
+
+
+def _hostport(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+def sender_main(argv: Sequence[str]) -> int:
+    """Send prepared datagrams, flow controlled by the receiver's consumed count.
+
+    Bounded: stops when the receiver sets the stop word, after 120 s, or (for
+    fewer than 65535 datagrams, which cannot loop without reusing packet ids)
+    when the list runs out.
+    """
+    p = argparse.ArgumentParser(prog="pianode.benchmark_net sender")
+    p.add_argument("--file", required=True)
+    p.add_argument("--source", type=_hostport, required=True)
+    p.add_argument("--dest", type=_hostport, required=True)
+    p.add_argument("--start", type=int, default=0)
+    p.add_argument("--end", type=int, default=None, help="stop before this index (feeds shorter than a cycle)")
+    p.add_argument("--counter", required=True)
+    p.add_argument("--window", type=int, default=WINDOW)
+    args = p.parse_args(argv)
+    datagrams = _read_datagrams(args.file)
+    n = len(datagrams)
+    loop = n >= 65535
+    end = n if loop or args.end is None else min(args.end, n)
+    dest = args.dest
+    if not dest[0].startswith("127.") or not args.source[0].startswith("127."):
+        print("sender: loopback only", file=sys.stderr)
+        return 2
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _RCVBUF)
+    sock.bind(args.source)
+    fd = os.open(args.counter, os.O_RDONLY)
+    shared = mmap.mmap(fd, _COUNTER.size, prot=mmap.PROT_READ)
+    os.close(fd)
+    unpack = _COUNTER.unpack_from
+    send = sock.sendto
+    window = args.window
+    idx = args.start % n
+    sent = 0
+    base = unpack(shared, 0)[0]
+    lost = 0  # datagrams written off after a stall (the receiver dropped them)
+    last_seen, last_change = base, time.monotonic()
+    hard_stop = last_change + 120.0
+    while True:
+        consumed, stop = unpack(shared, 0)
+        if stop:
+            break
+        now = time.monotonic()
+        if now > hard_stop:
+            break
+        done = consumed - base
+        if consumed != last_seen:
+            last_seen, last_change = consumed, now
+        elif now - last_change > 0.2 and sent - lost > done:
+            lost = sent - done  # nothing consumed for 200 ms: assume the rest is gone
+            last_change = now
+        room = window - (sent - lost - done)
+        if room <= 0:
+            continue
+        for _ in range(min(room, 32)):
+            try:
+                send(datagrams[idx], dest)
+            except BlockingIOError:
+                break
+            sent += 1
+            idx += 1
+            if not loop and idx >= end:
+                print(f"sent={sent} next={idx}", flush=True)
+                # Wait for the stop word so the receiver's window stays open.
+                while not unpack(shared, 0)[1] and time.monotonic() < hard_stop:
+                    time.sleep(0.01)
+                return 0
+            if idx == n:
+                idx = 0  # a full packet-id cycle: the ids go on where they began
+    print(f"sent={sent} next={idx}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["sender"]:
+        sys.exit(sender_main(sys.argv[2:]))
+    print("usage: python -m pianode.benchmark_net sender ...", file=sys.stderr)
+    sys.exit(2)
