@@ -388,3 +388,38 @@ async def test_wrong_version_station_refuses_before_connecting(autojump_clock: t
                     pass
             assert len(host.state.participants) == 1
 
+
+
+# ---------------------------------------------------------------- pianode mesh --network ldn engine
+
+
+async def test_ldn_mesh_run_forms_by_discovery_migrates_and_records(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.testing.MockClock
+) -> None:
+    from pianode.ldn_mesh import LdnMeshRun
+
+    pcap = tmp_path / "mesh.pcap"
+    run = LdnMeshRun(NodeConfig(version="5.29", network="ldn", seed=9), nodes=4, game_key=GAME_KEY,
+                     game_key_text=SMM2, record=str(pcap), leave_host=True, messages=5)
+    async with SimulatedNetwork() as net:
+        net.install()
+        result = await run.run()
+    assert result.ok, result.problems
+    assert result.reliable_delivered == result.reliable_expected > 0
+    assert len(result.host_changes) == 3  # every remaining station saw the host migrate
+    assert run.host is not None
+    stations = {row["address"].rsplit(":", 1)[0] for row in result.stations}
+    assert stations <= {ldn.ldn_to_loopback(p) for p in run.host.state.history}
+    assert result.record is not None
+    session = json.loads(pathlib.Path(result.record["session"]).read_text())
+    assert set(session) == {"version", "network", "game_key", "application_data", "macs"}
+    rows = _decode(capsys, pcap, pathlib.Path(result.record["session"]))
+    assert len(rows) == result.record["datagrams"]
+    assert all(row["authenticated"] is True for row in rows)
+
+
+def test_ldn_mesh_run_refuses_more_than_eight_stations() -> None:
+    from pianode.ldn_mesh import LdnMeshRun
+
+    with pytest.raises(ValueError, match="2..8 stations"):
+        LdnMeshRun(NodeConfig(version="5.18", network="ldn"), nodes=9, game_key=GAME_KEY, game_key_text=SMM2)
