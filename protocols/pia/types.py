@@ -118,7 +118,12 @@ def _is_6x(profile: VersionProfile) -> bool:
 
 @attrs.frozen
 class InetAddress:
-    """An address (0, 4 or 16 raw bytes) and a port."""
+    """An address (0, 4 or 16 raw bytes) and a port.
+
+    The bytes are kept as sent, so an IPv4 address written in the 18-byte form
+    (NC-2020 pads it with 12 zero bytes, spec §5.2) decodes to a 16-byte
+    address and re-encodes to the same 18 bytes.
+    """
 
     address: bytes = attrs.field(default=bytes(4), converter=bytes, repr=_hex)
     port: int = 0
