@@ -23,10 +23,12 @@ from pianode import ldn
 from pianode.cli import main as cli_main
 from pianode.config import NodeConfig
 from pianode.events import DataReceived
+from pianode.ldn_local import HostIdentity, UpdateSessionAnnouncer, answer_update_session
 from pianode.netsim import SimulatedNetwork
 from protocols.errors import BadValue, ConfigError, DecodeError
 from protocols.pia.keys import ldn_constant_id, parse_game_key
 from protocols.pia.ldn import LdnApplicationData, LdnSystemProperty
+from protocols.pia.local import UNUSED_RANKING, UpdateSessionAck
 from protocols.pia.versions import profile_for
 
 SMM2 = "667c18475889faab61f93ef1da180971"
@@ -423,3 +425,49 @@ def test_ldn_mesh_run_refuses_more_than_eight_stations() -> None:
 
     with pytest.raises(ValueError, match="2..8 stations"):
         LdnMeshRun(NodeConfig(version="5.18", network="ldn"), nodes=9, game_key=GAME_KEY, game_key_text=SMM2)
+
+
+# ---------------------------------------------------------------- Local protocol update session (spec §5.10)
+
+
+def _announcer(version: str = "5.18") -> UpdateSessionAnnouncer:
+    return UpdateSessionAnnouncer(profile_for(version), HostIdentity(0x1234, 0xABCD, 0x7F02FE0100000000),
+                                  rng=random.Random(1))
+
+
+A, B, C, D = (("127.254.5.1", 49152), ("127.254.5.2", 49152), ("127.254.5.3", 49152), ("127.254.5.4", 49152))
+
+
+def test_update_session_is_resent_every_100_ms_until_each_station_acks() -> None:
+    an = _announcer()
+    assert an.set_members([A, B, C], 10.0)
+    sent = an.due(10.0)
+    assert [addr for addr, _ in sent] == [B, C]  # not to the host itself
+    payload = sent[0][1]
+    assert payload[:2] == b"\x01\x11" and int.from_bytes(payload[2:4], "little") == len(payload) - 12
+    msg, ack = answer_update_session(profile_for("5.18"), payload)
+    assert msg.sequence_id == an.sequence_id and msg.host_constant_id == 0x7F02FE0100000000
+    assert [n.ranking for n in msg.nodes] == [0, 1, 2] + [UNUSED_RANKING] * 5
+    assert str(msg.nodes[2].address.inet.ip) == "127.254.5.3"
+    assert an.due(10.05) == [] and an.get_timer() == pytest.approx(10.1)
+    assert an.receive(B, ack)
+    assert [addr for addr, _ in an.due(10.1)] == [C]
+    stale = (msg.sequence_id - 1) & 0xFFFFFFFF
+    assert not an.receive(C, UpdateSessionAck(stale).encode(profile_for("5.18")))
+    assert an.receive(C, ack) and an.settled and an.get_timer() is None
+    assert an.due(11.0) == []
+
+
+def test_update_session_sequence_and_rankings_follow_joins_and_leaves() -> None:
+    an = _announcer("5.29")
+    an.set_members([A, B, C], 0.0)
+    first = an.sequence_id
+    assert not an.set_members([A, B, C], 1.0)  # nothing changed, nothing sent
+    assert an.sequence_id == first
+    an.set_members([A, C], 2.0)
+    assert an.sequence_id == (first + 1) & 0xFFFFFFFF
+    assert (an.ranking(A), an.ranking(C)) == (0, 2)  # a leave keeps the gap
+    an.set_members([A, C, D], 3.0)
+    assert [an.ranking(x) for x in (A, C, D)] == [0, 1, 2]  # a join renumbers
+    an.set_members([A, C, D], 4.0, allow_participation=False)
+    assert an.sequence_id == (first + 3) & 0xFFFFFFFF and an.message().allow_participation == 0
