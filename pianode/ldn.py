@@ -84,14 +84,19 @@ from protocols.pia.versions import Cipher, NetworkType, VersionProfile
 from protocols.wire import Reader, Writer
 
 __all__ = [
+    "DEFAULT_BROADCAST",
     "DISCOVERY_PORT",
+    "MAX_PARTICIPANTS",
     "PIA_PORT",
+    "REJECTED",
     "AdvertFrame",
     "Advertisement",
     "ConnectReply",
     "ConnectRequest",
     "FoundNetwork",
+    "JoinRefused",
     "LdnHost",
+    "LdnHostConfig",
     "LdnHostState",
     "LdnParticipant",
     "LdnRecorder",
@@ -125,7 +130,6 @@ _CHANNEL_VERSION = 1
 _ADVERT, _CONNECT, _REPLY, _LEAVE = 1, 2, 3, 4
 _NAME_SIZE = 32
 _PARTICIPANT_SIZE = 56
-_ADVERT_DATA_SIZE = 1280  # plaintext advertisement data, §7.1 sizes added up
 _MAX_DATAGRAM = 2048
 
 Address = tuple[str, int]
@@ -149,6 +153,10 @@ def loopback_to_ldn(ip: str) -> str:
     if a[:2] != bytes((127, LOOPBACK_OCTET)):
         raise ConfigError(f"{ip} is not a simulated LDN loopback address (127.{LOOPBACK_OCTET}.X.Y)")
     return str(ipaddress.IPv4Address(b"\xa9\xfe" + a[2:]))
+
+
+def _is_ldn_address(ip: str) -> bool:
+    return ipaddress.IPv4Address(ip).packed[:2] == b"\xa9\xfe"
 
 
 def _mac_text(mac: bytes) -> str:
@@ -492,7 +500,9 @@ class LdnHostState:
             )  # fmt: skip
         else:
             param = rng.getrandbits(32) if profile.version >= (5, 9) else None
-            app = LdnApplicationData.build(profile, network_id=rng.getrandbits(32), session_param=param, game_data=game_data)
+            app = LdnApplicationData.build(
+                profile, network_id=rng.getrandbits(32), session_param=param, game_data=game_data
+            )
         self.application_data = app.encode(profile)
         host_ip = f"169.254.{self.x}.1"
         host = LdnParticipant(host_ip, mac_for(ldn_to_loopback(host_ip)), name, app_version=app_version)
@@ -664,7 +674,9 @@ class LdnHost:
 
 
 @asynccontextmanager
-async def open_ldn_host(config: LdnHostConfig, *, tap: Tap | None = None, rng: random.Random | None = None) -> AsyncIterator[LdnHost]:
+async def open_ldn_host(
+    config: LdnHostConfig, *, tap: Tap | None = None, rng: random.Random | None = None
+) -> AsyncIterator[LdnHost]:
     """Create an LDN network, its host node and the advertisement, for the ``async with`` block.
 
     Tries up to 20 subnets (X) when the chosen loopback address is taken
@@ -756,9 +768,10 @@ async def scan(
                     continue
                 if ssid is not None and adv.ssid != ssid:
                     continue
-                if not adv.participants:
+                if not adv.participants or not _is_ldn_address(adv.host.ip):
                     continue
-                found[adv.ssid] = FoundNetwork(adv, frame.pia_port, (str(addr[0]), frame.control_port), trio.current_time())
+                control = (str(addr[0]), frame.control_port)
+                found[adv.ssid] = FoundNetwork(adv, frame.pia_port, control, trio.current_time())
                 if first:
                     break
     return list(found.values())
@@ -824,7 +837,11 @@ async def open_ldn_station(
         raise JoinRefused(f"the LDN host rejected the connection (reason {reply.result})")
     loopback = ldn_to_loopback(reply.ip)
     config = attrs.evolve(
-        node_config, network=NetworkType.LDN, session_key=session.session_key, bind=(loopback, network.pia_port), name=name
+        node_config,
+        network=NetworkType.LDN,
+        session_key=session.session_key,
+        bind=(loopback, network.pia_port),
+        name=name,
     )
     try:
         async with open_node(config, tap=tap) as node:

@@ -100,7 +100,8 @@ class UpdateSessionAnnouncer:
 
     def message(self) -> UpdateSession:
         nodes = tuple(
-            LocalNode(StationAddress(InetAddress.from_ip(ip, port)), self._ranking[(ip, port)]) for ip, port in self._order
+            LocalNode(StationAddress(InetAddress.from_ip(ip, port)), self._ranking[(ip, port)])
+            for ip, port in self._order
         )
         return UpdateSession(
             sequence_id=self.sequence_id,

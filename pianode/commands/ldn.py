@@ -69,7 +69,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         q.add_argument("--allow-nearest-version", action="store_true", help="use the nearest documented version")
         q.add_argument("--discovery-port", type=int, default=DISCOVERY_PORT,
                        help=f"UDP port of the advertisement channel (default {DISCOVERY_PORT})")
-        q.add_argument("--local-id", default=None, metavar="HEX", help="local communication id (title id) to use or match")
+        q.add_argument("--local-id", default=None, metavar="HEX",
+                       help="local communication id (title id) to use or match")
         q.add_argument("--format", choices=("table", "jsonl"), default="table", help="output format (default table)")
 
     def station(q: argparse.ArgumentParser) -> None:
@@ -77,8 +78,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         q.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
         q.add_argument("--stations", type=int, default=None, metavar="N",
                        help="exchange numbered messages once the mesh has N stations, then leave")
-        q.add_argument("--messages", type=int, default=10, metavar="M", help="reliable messages per station (default 10)")
-        q.add_argument("--session-key", default=None, metavar="HEX", help="Pia 5.7/5.8 only: the game-supplied session key")
+        q.add_argument("--messages", type=int, default=10, metavar="M",
+                       help="reliable messages per station (default 10)")
+        q.add_argument("--session-key", default=None, metavar="HEX",
+                       help="Pia 5.7/5.8 only: the game-supplied session key")
         q.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None, help="AEAD backend")
         q.add_argument("--seed", type=int, default=None, help="seed for ids, keys and addresses (reproducible runs)")
 
@@ -89,8 +92,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     h.add_argument("--port", type=int, default=PIA_PORT, help=f"Pia UDP port inside the network (default {PIA_PORT})")
     h.add_argument("--subnet", type=int, default=None, metavar="X", help="use 169.254.X.0/24 (default random)")
     h.add_argument("--game-mode", type=int, default=0, help="game mode in the session info (default 0)")
-    h.add_argument("--broadcast", default=DEFAULT_BROADCAST, help=f"advertisement destination (default {DEFAULT_BROADCAST})")
-    h.add_argument("--interval", type=float, default=0.1, metavar="S", help="seconds between advertisements (default 0.1)")
+    h.add_argument("--broadcast", default=DEFAULT_BROADCAST,
+                   help=f"advertisement destination (default {DEFAULT_BROADCAST})")
+    h.add_argument("--interval", type=float, default=0.1, metavar="S",
+                   help="seconds between advertisements (default 0.1)")
     h.add_argument("--record", metavar="FILE.pcap",
                    help="record the datagrams this host sends, and FILE.session.json with what a capture offers")
     h.set_defaults(handler=run_host)
@@ -103,8 +108,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     j = ldn_sub.add_parser("join", help="scan, connect to an LDN network and join its Pia mesh")
     common(j, key_required=True)
     station(j)
-    j.add_argument("--ssid", default=None, metavar="HEX", help="join the network with this SSID (default: the first heard)")
-    j.add_argument("--timeout", type=float, default=3.0, metavar="S", help="seconds to scan for the network (default 3)")
+    j.add_argument("--ssid", default=None, metavar="HEX",
+                   help="join the network with this SSID (default: the first heard)")
+    j.add_argument("--timeout", type=float, default=3.0, metavar="S",
+                   help="seconds to scan for the network (default 3)")
     j.set_defaults(handler=run_join)
 
     p.set_defaults(handler=lambda args: _no_subcommand(p))
@@ -205,10 +212,9 @@ class _Exchange:
                 if tag == _TAG:
                     self.received[src] += 1
             elif isinstance(event, StationJoined):
-                self.out.emit(
-                    {"event": "station-joined", "index": event.station_index, "address": f"{event.address[0]}:{event.address[1]}"},
-                    f"station {event.station_index} joined from {event.address[0]}:{event.address[1]}",
-                )
+                where = f"{event.address[0]}:{event.address[1]}"
+                self.out.emit({"event": "station-joined", "index": event.station_index, "address": where},
+                              f"station {event.station_index} joined from {where}")  # fmt: skip
             elif isinstance(event, StationLeft):
                 self.out.emit({"event": "station-left", "index": event.station_index, "reason": event.reason},
                               f"station {event.station_index} left ({event.reason})")  # fmt: skip
@@ -350,7 +356,8 @@ def run_scan(args: argparse.Namespace) -> int:
         raise CliError("--discovery-port must be 1..65535")
     profile = profile_for(args.version, allow_nearest=args.allow_nearest_version)
     game_key = _game_key(args.game_key) if args.game_key else None
-    found = trio.run(lambda: scan(args.timeout, port=args.discovery_port, local_communication_id=_local_id(args.local_id)))
+    local_id = _local_id(args.local_id)
+    found = trio.run(lambda: scan(args.timeout, port=args.discovery_port, local_communication_id=local_id))
     out = _Out(args.format)
     if not out.jsonl:
         print(f"{'host':<16} {'loopback':<16} {'port':>5} {'players':>7} {'sys':>3} {'network id':>10}  ssid")

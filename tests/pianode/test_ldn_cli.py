@@ -107,7 +107,8 @@ def test_scan_lists_a_hosted_network_as_jsonl_and_table() -> None:
     try:
         network = json.loads(_wait_for_line(host, 15))
         scan = [*PIANODE, "ldn", "scan", "--discovery-port", discovery, "--timeout", "0.6", "--version", "5.29"]
-        res = subprocess.run([*scan, "--format", "jsonl", "--game-key", SMM2], capture_output=True, text=True, timeout=30)
+        res = subprocess.run([*scan, "--format", "jsonl", "--game-key", SMM2],
+                             capture_output=True, text=True, timeout=30)  # fmt: skip
         table = subprocess.run(scan, capture_output=True, text=True, timeout=30)
     finally:
         host.kill()
