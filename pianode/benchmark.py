@@ -248,7 +248,7 @@ def bench_message(profile: VersionProfile, payload: bytes) -> Message:
         protocol_port=0,
         payload=payload,
         flags=profile.bitmap_flag,
-        destination=1 << 1,
+        destination=0 if fmt is MessageFormat.G else 1 << 1,  # M-G addresses in the header
         source_constant_id=src,
         source_station_index=1 if fmt is MessageFormat.A else None,
     )
