@@ -28,7 +28,7 @@ from protocols.pia import station as pstation
 from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
 from protocols.pia.nonce import nonce_builder
-from protocols.pia.packet import PacketCodec
+from protocols.pia.packet import Packet, PacketCodec
 from protocols.pia.types import InetAddress, MeshStationInfo, StationConnectionInfo, StationLocation
 from protocols.pia.versions import HeaderFormat, MessageFormat, NetworkType, Proto, VersionProfile
 
@@ -186,6 +186,41 @@ def make_header(profile: VersionProfile, peer: Peer, session: MeshSession, hn: b
         source_variable_id=session.variable_id,
         nonce=hn,
     )
+
+
+def group_header(profile: VersionProfile, session: MeshSession, packet_id: int, hn: bytes) -> PacketHeader:
+    """Header of a packet for several stations: no single destination, receivers in the footer."""
+    return PacketHeader(
+        encrypted=True,
+        packet_id=packet_id,
+        version=profile.header_version,
+        destination_variable_id=0,
+        source_variable_id=session.variable_id,
+        nonce=hn,
+    )
+
+
+def footer_size_offset(profile: VersionProfile) -> int | None:
+    """Offset of the header's footer-size byte (spec §1.1), or None without a footer."""
+    return {HeaderFormat.E: 0xF, HeaderFormat.F: 0xB, HeaderFormat.G: 0xC}.get(profile.header_format)
+
+
+# Decoded group packets, shared by the nodes of one process: the same bytes from
+# the same source under the same key always decode to the same value, so the
+# stations a packet was fanned out to need not each decrypt it.
+_SHARED: dict[tuple[object, ...], Packet] = {}
+_SHARED_LIMIT = 4096
+
+
+def shared_decode(codec: PacketCodec, codec_key: tuple[object, ...], data: bytes, source: str) -> Packet:
+    key = (codec_key, source, data)
+    packet = _SHARED.get(key)
+    if packet is None:
+        packet = codec.decode(data, source)
+        if len(_SHARED) >= _SHARED_LIMIT:
+            _SHARED.pop(next(iter(_SHARED)))
+        _SHARED[key] = packet
+    return packet
 
 
 def make_message(profile: VersionProfile, session: MeshSession, peer: Peer, proto: Proto, port: int, payload: bytes) -> Message:

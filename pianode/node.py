@@ -46,6 +46,7 @@ class Node:
         self.session: MeshSession | None = None
         self._event_send, self._event_receive = trio.open_memory_channel[Event](config.receive_queue)
         self._wake_scope: trio.CancelScope | None = None
+        self._woken = False
         self._state_changed = trio.Event()
         self.events_dropped = 0
         self.tap: Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None = None
@@ -85,12 +86,18 @@ class Node:
                     processed = 0
                     await trio.lowlevel.checkpoint()
                 continue
+            if self._woken or session.has_output():
+                # A user call queued output while we were busy sending.
+                self._woken = False
+                await trio.lowlevel.checkpoint()
+                continue
             timer = session.get_timer()
             deadline = math.inf if timer is None else timer
             with trio.move_on_at(deadline) as scope:
                 self._wake_scope = scope
                 await endpoint.wait_readable()
             self._wake_scope = None
+            self._woken = False
 
     async def _flush(self, endpoint: UdpEndpoint, session: MeshSession, now: float) -> None:
         for data, addr in session.datagrams_to_send(now):
@@ -108,6 +115,7 @@ class Node:
             self._state_changed = trio.Event()
 
     def _wake(self) -> None:
+        self._woken = True
         if self._wake_scope is not None:
             self._wake_scope.cancel()
 

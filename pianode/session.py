@@ -90,6 +90,7 @@ class DropReason(str, enum.Enum):
     UNEXPECTED = "unexpected"
     QUEUE_FULL = "queue_full"
     UNENCRYPTED = "unencrypted"
+    NOT_ADDRESSED = "not_addressed"
 
 
 @attrs.frozen
@@ -139,6 +140,7 @@ class Peer:
     sent_response: bool = False
     tx_ids: PacketIdCounter = attrs.field(factory=PacketIdCounter)
     rx_ids: PacketIdFilter = attrs.field(factory=PacketIdFilter)
+    rx_group_ids: PacketIdFilter = attrs.field(factory=lambda: PacketIdFilter(expected=None))
     recent_nonces: collections.deque[bytes] = attrs.field(factory=lambda: collections.deque(maxlen=256))
     outbox: list[Message] = attrs.field(factory=list)
     pending: dict[int, _Pending] = attrs.field(factory=dict)
@@ -192,6 +194,10 @@ class MeshSession:
         self._events: collections.deque[Event] = collections.deque()
         self._ready: list[tuple[bytes, tuple[str, int]]] = []
         self._touched: dict[Peer, None] = {}
+        self._group_outbox: list[Message] = []
+        self._group_ids = PacketIdCounter()
+        self._group_offset = mw.footer_size_offset(self.profile)
+        self._codec_key: tuple[object, ...] = ()
         self._timers: list[tuple[float, int, Peer]] = []
         self._timer_seq = itertools.count()
         self.drops: collections.Counter[str] = collections.Counter()
@@ -212,6 +218,7 @@ class MeshSession:
         self.session_key = session_key
         self.network_id = network_id
         self.codec = mw.packet_codec(self.config, self.profile, session_key, network_id)
+        self._codec_key = (self.profile.version, self.config.network, session_key, network_id, self.config.aead_backend)
 
     def create(self, now: float, *, network_id: int | None = None) -> None:
         """Create a mesh with this node as host and station index 0.
@@ -271,11 +278,27 @@ class MeshSession:
         self._send_data(peer, data, reliable, now)
 
     def broadcast(self, data: bytes, *, reliable: bool, now: float) -> int:
-        n = 0
-        for peer in self._members():
+        members = self._members()
+        if not reliable and self.profile.footer == "plain" and len(members) > 1:
+            # One packet for everyone, its footer naming the receivers' variable
+            # ids (spec §1.6): sealed once, then handed to each member.
+            dest = 0
+            for peer in members:
+                dest |= 1 << peer.index  # type: ignore[operator]
+            self._group_outbox.append(
+                Message(
+                    protocol_type=self.profile.protocol_id(Proto.UNRELIABLE),
+                    protocol_port=0,
+                    payload=data,
+                    flags=self.profile.bitmap_flag,
+                    destination=dest,
+                )
+            )
+            self.counters["unreliable_sent"] += len(members)
+            return len(members)
+        for peer in members:
             self._send_data(peer, data, reliable, now)
-            n += 1
-        return n
+        return len(members)
 
     def _send_data(self, peer: Peer, data: bytes, reliable: bool, now: float) -> None:
         if reliable:
@@ -334,6 +357,10 @@ class MeshSession:
                 t = extra
         return t
 
+    def has_output(self) -> bool:
+        """Whether :meth:`datagrams_to_send` has something to send right now."""
+        return bool(self._touched or self._group_outbox or self._ready)
+
     def _touch(self, peer: Peer) -> None:
         self._touched[peer] = None
 
@@ -382,7 +409,7 @@ class MeshSession:
     def _peer_timer(self, peer: Peer, now: float) -> None:
         if peer.state is PeerState.CLOSED:
             return
-        if now - peer.last_heard >= self.config.station_timeout:
+        if now >= peer.last_heard + self.config.station_timeout:  # same sum as the deadline
             self._peer_lost(peer, "timeout", now)
             return
         for w in (peer.mesh_window, peer.data_window):
@@ -410,6 +437,8 @@ class MeshSession:
         out, self._ready = self._ready, []
         if self.codec is None:
             return out
+        if self._group_outbox:
+            out.extend(self._flush_group(now))
         while self._touched:
             touched, self._touched = self._touched, {}
             for peer in touched:
@@ -467,6 +496,27 @@ class MeshSession:
                 self.tap(data, self.local_address, peer.address, now)
         return out
 
+    def _flush_group(self, now: float) -> list[tuple[bytes, tuple[str, int]]]:
+        assert self.codec is not None
+        messages, self._group_outbox = self._group_outbox, []
+        members = self._members()
+        if not members:
+            return []
+        footer = tuple(sorted({p.variable_id & 0xFFFF for p in members}))
+        out = []
+        for bundle in mw.bundle(self.profile, messages, self.config.mtu - 2 * len(footer)):
+            self._nonce_counter = (self._nonce_counter + 1) & 0xFFFFFFFFFFFFFFFF
+            header = mw.group_header(self.profile, self, self._group_ids.next(), self._nonce_counter.to_bytes(8, "big"))
+            data = self.codec.encode(Packet(header=header, messages=tuple(bundle), footer=footer), self.local_address[0])
+            self.counters["group_packets_sent"] += 1
+            for peer in members:
+                out.append((data, peer.address))
+                peer.packets_sent += 1
+                if self.tap is not None:
+                    self.tap(data, self.local_address, peer.address, now)
+            self.counters["packets_sent"] += len(members)
+        return out
+
     def _header(self, peer: Peer, now: float) -> PacketHeader:
         self._nonce_counter = (self._nonce_counter + 1) & 0xFFFFFFFFFFFFFFFF
         hn = self._nonce_counter.to_bytes(8, "big")
@@ -494,7 +544,12 @@ class MeshSession:
             return
         peer = self.peers.get(addr)
         try:
-            packet = self.codec.decode(data, addr[0])
+            if self._group_offset is not None and len(data) > self._group_offset and data[self._group_offset]:
+                # A packet with a footer went to several stations of this
+                # process: decode it once for all of them.
+                packet = mw.shared_decode(self.codec, self._codec_key, data, addr[0])
+            else:
+                packet = self.codec.decode(data, addr[0])
         except AuthenticationError:
             self._drop(DropReason.BAD_TAG)
             return
@@ -514,6 +569,15 @@ class MeshSession:
                 return
             if sum(1 for p in self.peers.values() if p.index is None) >= MAX_PROVISIONAL_PEERS:
                 self._drop(DropReason.QUEUE_FULL)
+                return
+        elif packet.footer:
+            if (self.variable_id & 0xFFFF) not in packet.footer:
+                self._drop(DropReason.NOT_ADDRESSED)
+                return
+            if peer.rx_group_ids.accept(header.packet_id) is not Verdict.ACCEPTED or (
+                header.source_variable_id != peer.variable_id
+            ):
+                self._drop(DropReason.REPLAYED if header.source_variable_id == peer.variable_id else DropReason.IDENTITY_MISMATCH)
                 return
         elif not self._accept_header(peer, header):
             return

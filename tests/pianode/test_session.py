@@ -343,7 +343,7 @@ def test_silent_host_migrates_after_station_timeout(version: str) -> None:
     [
         "5.18",
         # Here the member's silence deadline lands on 14.007 + 5.0 (see the test below).
-        pytest.param("5.29", marks=pytest.mark.xfail(strict=True, reason=FLOAT_DEADLINE_BUG)),
+        "5.29",
     ],
 )
 def test_keepalive_holds_a_quiet_mesh_and_timeout_removes_a_silent_member(version: str) -> None:
@@ -450,7 +450,6 @@ def _pump(sessions: list[MeshSession], now: float) -> None:
     raise AssertionError("datagrams still flowing after 100 rounds")
 
 
-@pytest.mark.xfail(strict=True, reason=FLOAT_DEADLINE_BUG)
 def test_silence_deadline_makes_progress_when_handled() -> None:
     host = MeshSession(_config(1), ("127.0.0.1", 49152), now=0.0)
     member = MeshSession(_config(2), ("127.0.0.2", 49152), now=0.0)
