@@ -1,0 +1,329 @@
+"""Real :class:`pianode.node.Node` objects on the simulated network, under an autojump MockClock.
+
+Join, data, leave, host migration (leave and silence), keep-alive timeout,
+denial and retransmission, each with every wait under ``trio.fail_after`` on
+the virtual clock.  A wall-clock watchdog turns a node that spins without
+letting virtual time advance (which ``fail_after`` cannot see) into a failure.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from pianode.config import NodeConfig
+from pianode.events import DataReceived, Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
+from pianode.faults import CLEAN, LinkFaults
+from pianode.netsim import SimulatedNetwork
+from pianode.node import JoinError, Node, open_node
+
+KEY = bytes.fromhex("00112233445566778899aabbccddeeff")
+PORT = 49152
+TIMEOUT = 5.0  # NodeConfig.station_timeout default
+WALL_LIMIT = 20.0  # real seconds any one test may take
+
+
+@asynccontextmanager
+async def wall_clock_limit(seconds: float = WALL_LIMIT) -> AsyncIterator[None]:
+    """Cancel the body if it takes *seconds* of real time (a spin the virtual clock hides)."""
+    token = trio.lowlevel.current_trio_token()
+    done = threading.Event()
+    scope = trio.CancelScope()
+
+    def watchdog() -> None:
+        if not done.wait(seconds):
+            try:
+                trio.from_thread.run_sync(scope.cancel, trio_token=token)
+            except trio.RunFinishedError:
+                pass
+
+    thread = threading.Thread(target=watchdog, daemon=True)
+    thread.start()
+    try:
+        with scope:
+            yield
+    finally:
+        done.set()
+        thread.join()
+    if scope.cancelled_caught:
+        pytest.fail(f"the test used more than {seconds} s of real time: a node busy-loops without advancing the clock")
+
+
+class Mesh:
+    """Nodes on one simulated network, each on its own 127.0.0.x, with their events collected."""
+
+    def __init__(self, nursery: trio.Nursery, net: SimulatedNetwork, config: NodeConfig) -> None:
+        self.nursery = nursery
+        self.net = net
+        self.config = config
+        self.nodes: list[Node] = []
+        self.scopes: list[trio.CancelScope] = []
+        self.events: list[list[Event]] = []
+
+    async def start(self, **overrides: object) -> Node:
+        i = len(self.nodes)
+        cfg = attrs.evolve(self.config, bind=(f"127.0.0.{i + 1}", PORT), seed=100 + i, **overrides)  # type: ignore[arg-type]
+        events: list[Event] = []
+
+        async def run(*, task_status: trio.TaskStatus[tuple[Node, trio.CancelScope]] = trio.TASK_STATUS_IGNORED) -> None:
+            with trio.CancelScope() as scope:
+                async with open_node(cfg) as node:
+                    task_status.started((node, scope))
+                    async for event in node.events():
+                        events.append(event)
+
+        node, scope = await self.nursery.start(run)
+        self.nodes.append(node)
+        self.scopes.append(scope)
+        self.events.append(events)
+        return node
+
+    def kill(self, node: Node) -> None:
+        """Stop a node without a leave: its socket closes, it never answers again."""
+        self.scopes[self.nodes.index(node)].cancel()
+
+    def of(self, node: Node, kind: type) -> list:
+        return [e for e in self.events[self.nodes.index(node)] if isinstance(e, kind)]
+
+    def data(self, node: Node, *, reliable: bool = True) -> dict[int, list[bytes]]:
+        out: dict[int, list[bytes]] = {}
+        for e in self.of(node, DataReceived):
+            if e.reliable == reliable:
+                out.setdefault(e.source_index, []).append(e.data)
+        return out
+
+
+@asynccontextmanager
+async def simulated_mesh(
+    version: str = "5.18", network: str = "lan", faults: LinkFaults = CLEAN, **config: object
+) -> AsyncIterator[Mesh]:
+    async with wall_clock_limit():
+        async with SimulatedNetwork(faults) as net:
+            net.install()
+            async with trio.open_nursery() as nursery:
+                cfg = NodeConfig(version=version, network=network, session_key=KEY, **config)  # type: ignore[arg-type]
+                yield Mesh(nursery, net, cfg)
+                nursery.cancel_scope.cancel()
+
+
+def by_index(nodes: list[Node], index: int) -> Node:
+    return next(x for x in nodes if x.station_index == index)
+
+
+def n_connected(node: Node) -> int:
+    return sum(1 for s in node.stations() if s.state == "connected")
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float) -> None:
+    """Poll until *predicate* holds, then give the event collectors time to catch up."""
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+    await trio.sleep(0.05)
+
+
+async def form(mesh: Mesh, n: int, timeout: float = 30.0) -> list[Node]:
+    nodes = [await mesh.start() for _ in range(n)]
+    assert await nodes[0].create_mesh() == 0
+    indexes: dict[int, int] = {}
+
+    async def join(i: int) -> None:
+        indexes[i] = await nodes[i].join(nodes[0].address)
+
+    with trio.fail_after(timeout):
+        async with trio.open_nursery() as joins:
+            for i in range(1, n):
+                joins.start_soon(join, i)
+    assert sorted(indexes.values()) == list(range(1, n))
+    await wait_until(lambda: all(n_connected(x) == n - 1 for x in nodes), timeout)
+    return sorted(nodes, key=lambda x: x.station_index or 0)
+
+
+def message(src: int, k: int) -> bytes:
+    return b"%d:%d:" % (src, k) + bytes(k % 11)
+
+
+async def exchange(mesh: Mesh, nodes: list[Node], count: int, timeout: float = 60.0) -> None:
+    """Each node broadcasts *count* numbered reliable messages; each arrives once, in order."""
+    before = {id(x): mesh.data(x) for x in nodes}
+    for k in range(count):
+        for x in nodes:
+            assert x.station_index is not None
+            assert await x.broadcast(message(x.station_index, k)) == len(nodes) - 1
+        await trio.sleep(0.005)
+
+    def fresh(x: Node) -> dict[int, list[bytes]]:
+        got = mesh.data(x)
+        old = before[id(x)]
+        return {src: v[len(old.get(src, [])) :] for src, v in got.items()}
+
+    await wait_until(lambda: all(sum(map(len, fresh(x).values())) >= count * (len(nodes) - 1) for x in nodes), timeout)
+    await trio.sleep(1.0)  # duplicates would arrive meanwhile
+    for x in nodes:
+        got = {src: v for src, v in fresh(x).items() if v}
+        assert got == {o.station_index: [message(o.station_index, k) for k in range(count)] for o in nodes if o is not x}
+
+
+# ---------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+@pytest.mark.parametrize("network", ["lan", "nex"])
+async def test_mesh_forms_and_exchanges_data(version: str, network: str, autojump_clock: trio.testing.MockClock) -> None:
+    async with simulated_mesh(version, network) as mesh:
+        nodes = await form(mesh, 4)
+        assert sorted(x.station_index for x in nodes) == [0, 1, 2, 3]
+        assert {x.host_index for x in nodes} == {0}
+        rows = [[(s.index, s.constant_id, s.address, s.is_host) for s in x.stations()] for x in nodes]
+        assert all(r == rows[0] for r in rows)
+        assert {s[2] for s in rows[0]} == {x.address for x in nodes}
+        for x in nodes:
+            joined = mesh.of(x, MeshJoined)
+            assert joined == [MeshJoined(station_index=x.station_index, host_index=0)]  # type: ignore[arg-type]
+            assert sorted(e.station_index for e in mesh.of(x, StationJoined)) == sorted(
+                o.station_index for o in nodes if o is not x
+            )
+        # Unreliable: one each way on a clean network.
+        for x in nodes:
+            await x.send((x.station_index + 1) % 4, b"ping", reliable=False)  # type: ignore[operator]
+        await exchange(mesh, nodes, 10)
+        for x in nodes:
+            assert mesh.data(x, reliable=False) == {(x.station_index - 1) % 4: [b"ping"]}  # type: ignore[operator]
+        # RTT: the simulated network has no latency, so samples exist and are tiny.
+        await trio.sleep(3.0)
+        for x in nodes:
+            for s in x.stations():
+                if not s.is_self:
+                    assert s.rtt is not None and 0.0 <= s.rtt < 0.01
+                    assert s.packets_sent > 0 and s.packets_received > 0
+            stats = x.statistics()
+            assert stats["station_index"] == x.station_index and stats["host_index"] == 0
+            assert stats["drops"] == {}
+
+
+async def test_join_denied_when_mesh_full(autojump_clock: trio.testing.MockClock) -> None:
+    async with simulated_mesh(max_stations=3) as mesh:
+        nodes = await form(mesh, 3)
+        late = await mesh.start()
+        with trio.fail_after(30):
+            with pytest.raises(JoinError, match="full"):
+                await late.join(nodes[0].address)
+        await trio.sleep(0.05)
+        destroyed = mesh.of(late, MeshDestroyed)
+        assert len(destroyed) == 1 and "full" in destroyed[0].reason
+        assert late.station_index is None
+        assert all(len(x.stations()) == 3 for x in nodes)
+        await exchange(mesh, nodes, 2)
+
+
+async def test_join_to_nobody_fails_after_join_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    async with simulated_mesh(join_timeout=3.0) as mesh:
+        lonely = await mesh.start()
+        started = trio.current_time()
+        with trio.fail_after(30):
+            with pytest.raises(JoinError):
+                await lonely.join(("127.0.0.200", PORT))
+        assert 3.0 <= trio.current_time() - started <= 5.0
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+async def test_member_leave(version: str, autojump_clock: trio.testing.MockClock) -> None:
+    async with simulated_mesh(version) as mesh:
+        nodes = await form(mesh, 4)
+        leaver = by_index(nodes, 2)
+        with trio.fail_after(5):
+            await leaver.leave()
+        await wait_until(lambda: leaver.session is not None and leaver.session.closed, 1)
+        assert mesh.of(leaver, MeshDestroyed) == [MeshDestroyed(reason="left")]
+        rest = [x for x in nodes if x is not leaver]
+        await wait_until(lambda: all(len(x.stations()) == 3 for x in rest), 10)
+        for x in rest:
+            assert [(e.station_index, e.reason) for e in mesh.of(x, StationLeft)] == [(2, "left")]
+            assert [s.index for s in x.stations()] == [0, 1, 3]
+            assert x.host_index == 0
+        await exchange(mesh, rest, 5)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+async def test_host_leave_then_newcomer_joins_new_host(version: str, autojump_clock: trio.testing.MockClock) -> None:
+    async with simulated_mesh(version) as mesh:
+        nodes = await form(mesh, 4)
+        with trio.fail_after(5):
+            await nodes[0].leave()
+        rest = nodes[1:]
+        await wait_until(lambda: all(x.host_index == 1 and len(x.stations()) == 3 for x in rest), 10)
+        for x in rest:
+            assert mesh.of(x, HostChanged) == [HostChanged(old_host_index=0, new_host_index=1)]
+        assert [x.station_index for x in rest] == [1, 2, 3]
+        await exchange(mesh, rest, 5)
+        newcomer = await mesh.start()
+        with trio.fail_after(15):
+            assert await newcomer.join(rest[0].address) == 0  # lowest free index
+        members = [*rest, newcomer]
+        await wait_until(lambda: all(n_connected(x) == 3 for x in members), 15)
+        assert {x.host_index for x in members} == {1}
+        await exchange(mesh, members, 5)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+async def test_killed_host_migrates_after_station_timeout(version: str, autojump_clock: trio.testing.MockClock) -> None:
+    async with simulated_mesh(version) as mesh:
+        nodes = await form(mesh, 4)
+        await trio.sleep(1.3)
+        killed_at = trio.current_time()
+        mesh.kill(nodes[0])
+        rest = nodes[1:]
+        await wait_until(lambda: all(x.host_index == 1 for x in rest), 3 * TIMEOUT)
+        assert TIMEOUT - 1.0 <= trio.current_time() - killed_at <= TIMEOUT + 1.5
+        for x in rest:
+            assert mesh.of(x, HostChanged) == [HostChanged(old_host_index=0, new_host_index=1)]
+            # Timed out itself, or removed by the new host's update that came first.
+            assert [e.station_index for e in mesh.of(x, StationLeft)] == [0]
+            assert mesh.of(x, StationLeft)[0].reason in ("timeout", "removed")
+        await wait_until(lambda: all(len(x.stations()) == 3 for x in rest), 5)
+        assert [x.station_index for x in rest] == [1, 2, 3]
+        await exchange(mesh, rest, 5)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+async def test_keepalive_and_timeout_of_a_silent_member(version: str, autojump_clock: trio.testing.MockClock) -> None:
+    async with simulated_mesh(version) as mesh:
+        nodes = await form(mesh, 3)
+        await trio.sleep(3 * TIMEOUT)  # quiet: only keep-alives and RTT probes
+        assert all(n_connected(x) == 2 for x in nodes)
+        assert not any(mesh.of(x, StationLeft) for x in nodes)
+        for x in nodes:
+            counters = x.statistics()["counters"]
+            assert isinstance(counters, dict) and counters["keepalives_received"] >= 2 * (3 * TIMEOUT - 2)
+        silenced = trio.current_time()
+        mesh.net.isolate(nodes[2].address[0])
+        rest = nodes[:2]
+        await wait_until(lambda: all(len(x.stations()) == 2 for x in rest), 3 * TIMEOUT)
+        assert TIMEOUT - 1.0 <= trio.current_time() - silenced <= TIMEOUT + 1.5
+        for x in rest:
+            assert [e.station_index for e in mesh.of(x, StationLeft)] == [2]
+            assert x.host_index == 0
+        await exchange(mesh, rest, 3)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+async def test_retransmission_under_loss_duplication_and_reordering(
+    version: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    faults = LinkFaults(loss=0.2, duplicate=0.1, reorder=0.1, seed=11)
+    async with simulated_mesh(version, faults=faults) as mesh:
+        nodes = await form(mesh, 4, timeout=60)
+        assert sorted(x.station_index for x in nodes) == [0, 1, 2, 3]
+        assert {x.host_index for x in nodes} == {0}
+        await exchange(mesh, nodes, 30, timeout=120)
+        stats = mesh.net.statistics().as_dict()
+        assert stats["lost"] > 0 and stats["duplicated"] > 0
+        # The lost data segments were sent again, and duplicates were refused.
+        assert sum(s.lost for x in nodes for s in x.stations()) > 0
+        assert sum(x.statistics()["drops"].get("replayed", 0) for x in nodes) > 0  # type: ignore[attr-defined]
