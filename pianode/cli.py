@@ -13,6 +13,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 __all__ = ["CliError", "main"]
 
@@ -32,8 +33,15 @@ class CliError(Exception):
     """A user error: printed as one line, exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pianode",
         description="Nintendo Pia peer-to-peer nodes, LAN/LDN simulation, PRUDP and a capture decoder.",
     )
