@@ -36,7 +36,7 @@ EXTRA_MODES = [
 
 
 @pytest.fixture(scope="session")
-def nc_python(request: pytest.FixtureRequest) -> str:
+def nc_python(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     def usable(exe: str | None) -> bool:
         check = [str(exe), "-c", "import sys; assert sys.version_info >= (3, 12)"]
         return exe is not None and subprocess.run(check, capture_output=True).returncode == 0
@@ -46,7 +46,9 @@ def nc_python(request: pytest.FixtureRequest) -> str:
     )
     if base is None:
         pytest.skip("INTEROP NOT RUN: no Python 3.12 found for nintendoclients (needs >= 3.12)")
-    venv = pathlib.Path(request.config.cache.mkdir("nintendoclients-5.0.0")) / "venv"
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    home = cache.mkdir("nintendoclients-5.0.0") if cache is not None else tmp_path_factory.mktemp("nintendoclients")
+    venv = pathlib.Path(home) / "venv"
     py = venv / "bin" / "python"
     probe = [str(py), "-c", "import importlib.metadata as m; assert m.version('nintendoclients') == '5.0.0'"]
     if not py.exists() or subprocess.run(probe, capture_output=True).returncode != 0:
