@@ -8,15 +8,16 @@ captures, :func:`~protocols.prudp.codec.decode_datagram`.  Connection state
 
 from __future__ import annotations
 
-from protocols.prudp.codec import PacketCodec, decode_datagram
+from protocols.prudp.codec import NexStream, PacketCodec, decode_datagram
 from protocols.prudp.packet import Flag, PacketType, PrudpPacket, StreamType, flag_names, split_vport, vport
-from protocols.prudp.variants import VARIANTS, Cipher, Framing, SignatureRule, Variant, variant_for
+from protocols.prudp.variants import VARIANTS, Cipher, Framing, SignatureRule, Variant, nintendo_v0, variant_for
 
 __all__ = [
     "VARIANTS",
     "Cipher",
     "Flag",
     "Framing",
+    "NexStream",
     "PacketCodec",
     "PacketType",
     "PrudpPacket",
@@ -25,6 +26,7 @@ __all__ = [
     "Variant",
     "decode_datagram",
     "flag_names",
+    "nintendo_v0",
     "split_vport",
     "variant_for",
     "vport",
