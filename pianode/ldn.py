@@ -13,6 +13,10 @@ Pia above it (spec §7.4):
   address ``127.254.X.Y`` (:func:`ldn_to_loopback`, :func:`loopback_to_ldn`):
   every station's Pia socket is bound there.  The host draws X (1..254) per
   network, so several networks coexist; it assigns Y = 2, 3, ... to stations.
+  On a real link (separate machines, or network namespaces joined by a
+  bridge) the *direct* plan binds the LDN addresses themselves: the host is
+  given its ``169.254.X.1`` and each station asks for the address its
+  interface already has (the connect request's requested address).
 * **MACs.**  A station's MAC is ``02:00`` (locally administered) followed by
   its loopback IPv4 bytes (:func:`pianode.mesh_wire.mac_for`), e.g.
   ``02:00:7f:fe:X:Y``.  The node derives its LDN constant id, service variable
@@ -26,8 +30,9 @@ Pia above it (spec §7.4):
   ========== ========================== =========================================================
   1 advert   host → 127.255.255.255     u16 Pia port · u16 control port · the plaintext LDN
              every 100 ms (§7.1)        advertisement payload of §7.1 (encryption 1 = plain)
-  2 connect  station → control port     8-byte token · u8 platform · u16 app comm version ·
-                                        32-byte name (stands in for association + authentication)
+  2 connect  station → control port     8-byte token · u32 requested LDN IPv4 (0: assign one) ·
+                                        u8 platform · u16 app comm version · 32-byte name
+                                        (stands in for association + authentication)
   3 reply    host → station             8-byte token · u8 result (0 accepted, else the §7.1
                                         disconnect reason, 5 = rejected) · LDN IPv4 · MAC (6)
   4 leave    station → control port     LDN IPv4 · u8 reason
@@ -188,6 +193,7 @@ class LdnParticipant:
 
     @property
     def loopback_ip(self) -> str:
+        """The participant's socket address under the loopback plan."""
         return ldn_to_loopback(self.ip)
 
 
@@ -321,6 +327,8 @@ class ConnectRequest:
     name: str = ""
     platform: int = 0
     app_version: int = 0
+    #: The LDN address the station's interface already has (direct plan); 0.0.0.0 = assign one.
+    requested_ip: str = "0.0.0.0"
 
 
 @attrs.frozen
@@ -352,6 +360,7 @@ def encode_frame(frame: Frame) -> bytes:
     elif isinstance(frame, ConnectRequest):
         w.u8(_CONNECT)
         w.fixed(frame.token, 8, "token")
+        w.bytes(ipaddress.IPv4Address(frame.requested_ip).packed)
         w.u8(frame.platform, "platform")
         w.u16(frame.app_version, "app comm version")
         w.bytes(_name_bytes(frame.name))
@@ -382,8 +391,10 @@ def decode_frame(data: bytes) -> Frame:
         pia_port, control_port = r.u16("Pia port"), r.u16("control port")
         frame = AdvertFrame(pia_port, control_port, Advertisement.decode(r.rest()))
     elif kind == _CONNECT:
-        token, platform, app_version = r.bytes(8, "token"), r.u8("platform"), r.u16("app comm version")
-        frame = ConnectRequest(token, _name_text(r.bytes(_NAME_SIZE, "name")), platform, app_version)
+        token = r.bytes(8, "token")
+        requested = str(ipaddress.IPv4Address(r.bytes(4, "requested IPv4")))
+        platform, app_version = r.u8("platform"), r.u16("app comm version")
+        frame = ConnectRequest(token, _name_text(r.bytes(_NAME_SIZE, "name")), platform, app_version, requested)
     elif kind == _REPLY:
         token, result = r.bytes(8, "token"), r.u8("result")
         ip = str(ipaddress.IPv4Address(r.bytes(4, "IPv4")))
@@ -477,6 +488,7 @@ class LdnHostState:
         app_version: int = 0,
         game_data: bytes = b"",
         join_grace: float = 15.0,
+        direct: bool = False,
     ) -> None:
         if not 2 <= max_participants <= MAX_PARTICIPANTS:
             raise ConfigError(f"an LDN network has 2..{MAX_PARTICIPANTS} participants, not {max_participants}")
@@ -488,6 +500,8 @@ class LdnHostState:
         self.local_communication_id = local_communication_id
         self.game_mode = game_mode
         self.join_grace = join_grace
+        #: Direct plan: sockets use the LDN addresses themselves (a real link), not 127.254.X.Y.
+        self.direct = direct
         self.ssid = rng.randbytes(16)  # 16 random bytes (spec §7.1)
         self.network_key = rng.randbytes(16)
         self.auth_token = rng.getrandbits(64)
@@ -505,7 +519,7 @@ class LdnHostState:
             )
         self.application_data = app.encode(profile)
         host_ip = f"169.254.{self.x}.1"
-        host = LdnParticipant(host_ip, mac_for(ldn_to_loopback(host_ip)), name, app_version=app_version)
+        host = LdnParticipant(host_ip, mac_for(self.socket_ip(host_ip)), name, app_version=app_version)
         self._slots: dict[int, _Slot] = {1: _Slot(host, b"", 0.0, True)}
         #: Every participant that ever held an address (LDN IP → MAC), for a recording's session file.
         self.history: dict[str, bytes] = {host.ip: host.mac}
@@ -514,6 +528,10 @@ class LdnHostState:
     @property
     def host(self) -> LdnParticipant:
         return self._slots[1].participant
+
+    def socket_ip(self, ldn_ip: str) -> str:
+        """Where a participant's sockets are: its LDN address (direct plan) or 127.254.X.Y (loopback plan)."""
+        return ldn_ip if self.direct else ldn_to_loopback(ldn_ip)
 
     @property
     def participants(self) -> tuple[LdnParticipant, ...]:
@@ -538,9 +556,15 @@ class LdnHostState:
                 return ConnectReply(request.token, 0, slot.participant.ip, slot.participant.mac)
         if len(self._slots) >= self.max_participants:
             return ConnectReply(request.token, REJECTED)
-        y = next(y for y in range(2, 255) if y not in self._slots)
+        if request.requested_ip != "0.0.0.0":
+            wanted = self._y(request.requested_ip)
+            if wanted is None or not 2 <= wanted <= 254 or wanted in self._slots:
+                return ConnectReply(request.token, REJECTED)
+            y = wanted
+        else:
+            y = next(y for y in range(2, 255) if y not in self._slots)
         ip = f"169.254.{self.x}.{y}"
-        p = LdnParticipant(ip, mac_for(ldn_to_loopback(ip)), request.name, True, request.platform, request.app_version)
+        p = LdnParticipant(ip, mac_for(self.socket_ip(ip)), request.name, True, request.platform, request.app_version)
         self._slots[y] = _Slot(p, request.token, now)
         self.history[ip] = p.mac
         return ConnectReply(request.token, 0, ip, p.mac)
@@ -549,13 +573,13 @@ class LdnHostState:
         y = self._y(ip)
         return y is not None and y != 1 and self._slots.pop(y, None) is not None
 
-    def prune(self, now: float, mesh_loopback_ips: set[str]) -> list[str]:
+    def prune(self, now: float, mesh_ips: set[str]) -> list[str]:
         """Drop stations that left the Pia mesh or never joined within the grace period."""
         gone = []
         for y, slot in list(self._slots.items()):
             if y == 1:
                 continue
-            in_mesh = slot.participant.loopback_ip in mesh_loopback_ips
+            in_mesh = self.socket_ip(slot.participant.ip) in mesh_ips
             if in_mesh:
                 slot.seen_in_mesh = True
             elif slot.seen_in_mesh or now - slot.assigned_at > self.join_grace:
@@ -573,14 +597,14 @@ class LdnHostState:
     def session_file(self, version: str, game_key_text: str) -> dict[str, Any]:
         """What a capture of this network lets a decoder use: game key, application data, MACs.
 
-        ``macs`` is keyed by the addresses a recording shows (the loopback ones).
+        ``macs`` is keyed by the addresses a recording shows (the sockets' ones).
         """
         return {
             "version": version,
             "network": "ldn",
             "game_key": game_key_text,
             "application_data": self.application_data.hex(),
-            "macs": {ldn_to_loopback(ip): _mac_text(mac) for ip, mac in sorted(self.history.items())},
+            "macs": {self.socket_ip(ip): _mac_text(mac) for ip, mac in sorted(self.history.items())},
         }
 
 
@@ -621,6 +645,8 @@ class LdnHostConfig:
     game_mode: int = 0
     subnet: int | None = None
     session_key: bytes | None = None
+    #: Direct plan: the host's own ``169.254.X.1`` on a real link (its interface has it); None = loopback plan.
+    address: str | None = None
 
 
 class LdnHost:
@@ -687,7 +713,8 @@ async def open_ldn_host(
     with control:
         node_config = attrs.evolve(
             config.node, network=NetworkType.LDN, session_key=state.session.session_key,
-            bind=(state.host.loopback_ip, config.pia_port), max_stations=config.max_participants, name=config.name,
+            bind=(state.socket_ip(state.host.ip), config.pia_port), max_stations=config.max_participants,
+            name=config.name,
         )  # fmt: skip
         async with open_node(node_config, tap=tap) as node:
             await node.create_mesh(network_id=state.session.network_id)
@@ -702,13 +729,19 @@ async def open_ldn_host(
 async def _claim_subnet(config: LdnHostConfig, rng: random.Random) -> tuple[LdnHostState, trio.socket.SocketType]:
     """A network state whose host loopback address is free: control socket bound, Pia port probed."""
     last: OSError | None = None
-    for _ in range(1 if config.subnet is not None else 20):
+    subnet = config.subnet
+    if config.address is not None:
+        packed = ipaddress.IPv4Address(config.address).packed
+        if packed[:2] != b"\xa9\xfe" or packed[3] != 1:
+            raise ConfigError(f"an LDN host address is 169.254.X.1, not {config.address}")
+        subnet = packed[2]
+    for _ in range(1 if subnet is not None else 20):
         state = LdnHostState(
             config.node.profile, config.game_key, rng=rng, max_participants=config.max_participants,
             name=config.name, local_communication_id=config.local_communication_id, game_mode=config.game_mode,
-            subnet=config.subnet, session_key=config.session_key,
+            subnet=subnet, session_key=config.session_key, direct=config.address is not None,
         )  # fmt: skip
-        loopback = state.host.loopback_ip
+        loopback = state.socket_ip(state.host.ip)
         try:
             probe = await _udp_socket((loopback, config.pia_port))
         except OSError as exc:
@@ -735,8 +768,8 @@ class FoundNetwork:
 
     @property
     def host_address(self) -> Address:
-        """The host's Pia socket (loopback side)."""
-        return (self.advertisement.host.loopback_ip, self.pia_port)
+        """The host's Pia socket: on the address its advertisements came from."""
+        return (self.control[0], self.pia_port)
 
 
 async def scan(
@@ -795,8 +828,8 @@ class JoinRefused(Exception):
     """The LDN host did not give this station an address."""
 
 
-async def _associate(network: FoundNetwork, request: ConnectRequest) -> ConnectReply:
-    with await _udp_socket(("127.0.0.1", 0)) as sock:
+async def _associate(network: FoundNetwork, request: ConnectRequest, bind_ip: str) -> ConnectReply:
+    with await _udp_socket((bind_ip, 0)) as sock:
         for _ in range(CONNECT_ATTEMPTS):
             await sock.sendto(encode_frame(request), network.control)
             with trio.move_on_after(CONNECT_TIMEOUT):
@@ -821,8 +854,14 @@ async def open_ldn_station(
     session_key: bytes | None = None,
     tap: Tap | None = None,
     rng: random.Random | None = None,
+    address: str | None = None,
 ) -> AsyncIterator[LdnStation]:
     """Connect to the LDN network, derive its keys as a console does, and join its Pia mesh.
+
+    *address*: the direct plan on a real link: the station's own ``169.254.X.Y``
+    (its interface has it), requested from the host and bound.  None: the
+    loopback plan, the host assigns an address and the station binds
+    ``127.254.X.Y``.
 
     Raises:
         ConfigError: the advertisement does not fit this version (see :func:`derive_session`).
@@ -831,11 +870,14 @@ async def open_ldn_station(
     """
     rng = rng or random.Random(node_config.seed)
     session = derive_session(node_config.profile, game_key, network.advertisement, session_key=session_key)
-    request = ConnectRequest(rng.randbytes(8), name)
-    reply = await _associate(network, request)
+    request = ConnectRequest(rng.randbytes(8), name, requested_ip=address or "0.0.0.0")
+    local = address or "127.0.0.1"
+    reply = await _associate(network, request, local)
     if reply.result != 0:
         raise JoinRefused(f"the LDN host rejected the connection (reason {reply.result})")
-    loopback = ldn_to_loopback(reply.ip)
+    if address is not None and reply.ip != address:
+        raise JoinRefused(f"the LDN host assigned {reply.ip}, not the requested {address}")
+    loopback = reply.ip if address is not None else ldn_to_loopback(reply.ip)
     config = attrs.evolve(
         node_config,
         network=NetworkType.LDN,
@@ -849,7 +891,7 @@ async def open_ldn_station(
             yield LdnStation(network, reply.ip, reply.mac, session, node)
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(1):
-            with await _udp_socket(("127.0.0.1", 0)) as sock:
+            with await _udp_socket((local, 0)) as sock:
                 await sock.sendto(encode_frame(LeaveNotice(reply.ip)), network.control)
 
 

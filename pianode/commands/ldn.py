@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import ipaddress
 import json
 import struct
 import sys
@@ -91,6 +92,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     h.add_argument("--max", type=int, default=4, metavar="N", help="maximum participants, 2..8 (default 4)")
     h.add_argument("--port", type=int, default=PIA_PORT, help=f"Pia UDP port inside the network (default {PIA_PORT})")
     h.add_argument("--subnet", type=int, default=None, metavar="X", help="use 169.254.X.0/24 (default random)")
+    h.add_argument("--address", default=None, metavar="169.254.X.1",
+                   help="real link: bind this LDN address itself (default: loopback 127.254.X.1)")
     h.add_argument("--game-mode", type=int, default=0, help="game mode in the session info (default 0)")
     h.add_argument("--broadcast", default=DEFAULT_BROADCAST,
                    help=f"advertisement destination (default {DEFAULT_BROADCAST})")
@@ -110,6 +113,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     station(j)
     j.add_argument("--ssid", default=None, metavar="HEX",
                    help="join the network with this SSID (default: the first heard)")
+    j.add_argument("--address", default=None, metavar="169.254.X.Y",
+                   help="real link: request and bind this LDN address (default: assigned, on loopback 127.254.X.Y)")
     j.add_argument("--timeout", type=float, default=3.0, metavar="S",
                    help="seconds to scan for the network (default 3)")
     j.set_defaults(handler=run_join)
@@ -154,6 +159,18 @@ def _session_key(text: str | None) -> bytes | None:
     if len(key) != 16:
         raise CliError("--session-key must be 16 bytes (32 hex digits)")
     return key
+
+
+def _ldn_address(text: str | None, *, host: bool) -> str | None:
+    if text is None:
+        return None
+    try:
+        packed = ipaddress.IPv4Address(text).packed
+    except ValueError:
+        raise CliError(f"--address must be an IPv4 address, got {text!r}") from None
+    if packed[:2] != b"\xa9\xfe" or not 1 <= packed[2] <= 254 or (packed[3] == 1) != host or packed[3] in (0, 255):
+        raise CliError(f"--address must be 169.254.X.{'1' if host else 'Y (Y 2..254)'}, got {text}")
+    return text
 
 
 def _check_station_args(args: argparse.Namespace) -> None:
@@ -307,6 +324,7 @@ def run_host(args: argparse.Namespace) -> int:
         game_mode=args.game_mode,
         subnet=args.subnet,
         session_key=_session_key(args.session_key),
+        address=_ldn_address(args.address, host=True),
     )
     return trio.run(_host, args, config)
 
@@ -320,7 +338,7 @@ async def _host(args: argparse.Namespace, config: LdnHostConfig) -> int:
             {
                 "event": "network",
                 "host": st.host.ip,
-                "loopback": host.node.address[0],
+                "socket": host.node.address[0],
                 "pia_port": host.node.address[1],
                 "mac": st.host.mac.hex(":"),
                 "ssid": st.ssid.hex(),
@@ -328,7 +346,7 @@ async def _host(args: argparse.Namespace, config: LdnHostConfig) -> int:
                 "application_data": st.application_data.hex(),
                 "version": config.node.profile.name,
             },
-            f"LDN network 169.254.{st.x}.0/24 (loopback 127.254.{st.x}.0/24), host {st.host.ip} "
+            f"LDN network 169.254.{st.x}.0/24 (sockets on {host.node.address[0]}), host {st.host.ip} "
             f"Pia port {host.node.address[1]}, SSID {st.ssid.hex()}, network id 0x{st.session.network_id:08x}",
         )
         ex = _Exchange(host.node, out, args.stations, args.messages)
@@ -360,10 +378,10 @@ def run_scan(args: argparse.Namespace) -> int:
     found = trio.run(lambda: scan(args.timeout, port=args.discovery_port, local_communication_id=local_id))
     out = _Out(args.format)
     if not out.jsonl:
-        print(f"{'host':<16} {'loopback':<16} {'port':>5} {'players':>7} {'sys':>3} {'network id':>10}  ssid")
+        print(f"{'host':<16} {'socket':<16} {'port':>5} {'players':>7} {'sys':>3} {'network id':>10}  ssid")
     for net in sorted(found, key=lambda n: n.advertisement.host.ip):
         record = network_record(net, profile, game_key)
-        text = (f"{record['host']:<16} {record['loopback']:<16} {record['pia_port']:>5} "
+        text = (f"{record['host']:<16} {record['socket']:<16} {record['pia_port']:>5} "
                 f"{len(record['participants']):>3}/{record['max_participants']:<3} "
                 f"{record.get('system_communication_version', '-'):>3} "
                 f"{record.get('network_id', 0):>#10x}  {record['ssid']}")  # fmt: skip
@@ -379,7 +397,7 @@ def network_record(net: FoundNetwork, profile: Any, game_key: bytes | None) -> d
     adv = net.advertisement
     record: dict[str, Any] = {
         "host": adv.host.ip,
-        "loopback": adv.host.loopback_ip,
+        "socket": net.host_address[0],
         "pia_port": net.pia_port,
         "ssid": adv.ssid.hex(),
         "local_communication_id": f"{adv.local_communication_id:016x}",
@@ -425,6 +443,7 @@ def run_join(args: argparse.Namespace) -> int:
         if len(ssid) != 16:
             raise CliError("--ssid must be 16 bytes (32 hex digits)")
     game_key = _game_key(args.game_key)
+    _ldn_address(args.address, host=False)
     node_config = _node_config(args)
     return trio.run(_join, args, node_config, game_key, ssid)
 
@@ -438,14 +457,14 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
         return 1
     net = found[0]
     try:
-        async with open_ldn_station(net, node_config, game_key, name=args.name,
+        async with open_ldn_station(net, node_config, game_key, name=args.name, address=args.address,
                                     session_key=_session_key(args.session_key)) as st:  # fmt: skip
             node = st.node
             out.emit(
-                {"event": "joined", "ip": st.ip, "mac": st.mac.hex(":"), "loopback": node.address[0],
+                {"event": "joined", "ip": st.ip, "mac": st.mac.hex(":"), "socket": node.address[0],
                  "station_index": node.station_index, "host": net.advertisement.host.ip,
                  "network_id": st.session.network_id},
-                f"joined {net.advertisement.host.ip}'s network as {st.ip} ({st.mac.hex(':')}, loopback "
+                f"joined {net.advertisement.host.ip}'s network as {st.ip} ({st.mac.hex(':')}, socket "
                 f"{node.address[0]}), station index {node.station_index}",
             )  # fmt: skip
             ex = _Exchange(node, out, args.stations, args.messages)

@@ -79,7 +79,7 @@ def test_host_and_three_joiners_form_a_mesh_exchange_data_and_the_host_recording
     for s in summaries:  # 8 messages from each of the three other stations
         assert sorted(s["received"].items()) == sorted((str(i), 8) for i in {0, 1, 2, 3} - {s["station_index"]})
     # Each process on its own loopback address, inside the host's 127.254.X.0/24 (= 169.254.X.0/24).
-    prefix = network["loopback"].rsplit(".", 1)[0]
+    prefix = network["socket"].rsplit(".", 1)[0]
     addresses = {s["address"].rsplit(":", 1)[0] for s in summaries}
     assert len(addresses) == 4 and all(a.startswith(prefix + ".") for a in addresses)
     assert {j["network_id"] for j in joined} == {network["network_id"]}

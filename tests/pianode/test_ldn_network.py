@@ -78,7 +78,7 @@ advertisements = st.builds(
 frames = st.one_of(
     st.builds(ldn.AdvertFrame, st.integers(0, 0xFFFF), st.integers(0, 0xFFFF), advertisements),
     st.builds(ldn.ConnectRequest, st.binary(min_size=8, max_size=8), st.text("abcxyz", max_size=31),
-              st.integers(0, 255), st.integers(0, 0xFFFF)),
+              st.integers(0, 255), st.integers(0, 0xFFFF), st.ip_addresses(v=4).map(str)),
     st.builds(ldn.ConnectReply, st.binary(min_size=8, max_size=8), st.integers(0, 255),
               st.ip_addresses(v=4).map(str), st.binary(min_size=6, max_size=6)),
     st.builds(ldn.LeaveNotice, st.ip_addresses(v=4).map(str), st.integers(0, 255)),
@@ -203,6 +203,15 @@ def test_host_state_assigns_addresses_and_macs_and_refuses_when_full() -> None:
     assert state.leave("169.254.42.2") and not state.leave("169.254.42.1")
     c = state.connect(ldn.ConnectRequest(b"c" * 8, "c"), 2.0)
     assert c.ip == "169.254.42.2"  # the freed address is reused
+
+
+def test_host_state_grants_a_requested_address_only_when_free_and_inside_the_network() -> None:
+    state = _state(max_participants=4)
+    assert state.connect(ldn.ConnectRequest(b"a" * 8, "a", requested_ip="169.254.42.7"), 0.0).ip == "169.254.42.7"
+    for taken_or_foreign in ("169.254.42.7", "169.254.42.1", "169.254.43.3", "10.0.0.3", "169.254.42.255"):
+        reply = state.connect(ldn.ConnectRequest(b"b" * 8, "b", requested_ip=taken_or_foreign), 0.0)
+        assert reply.result == ldn.REJECTED, taken_or_foreign
+    assert state.connect(ldn.ConnectRequest(b"c" * 8, "c"), 0.0).ip == "169.254.42.2"
 
 
 def test_host_state_prunes_stations_gone_from_the_mesh_or_never_joined() -> None:
@@ -471,3 +480,26 @@ def test_update_session_sequence_and_rankings_follow_joins_and_leaves() -> None:
     assert [an.ranking(x) for x in (A, C, D)] == [0, 1, 2]  # a join renumbers
     an.set_members([A, C, D], 4.0, allow_participation=False)
     assert an.sequence_id == (first + 3) & 0xFFFFFFFF and an.message().allow_participation == 0
+
+
+async def test_direct_plan_binds_the_ldn_addresses_themselves(autojump_clock: trio.testing.MockClock) -> None:
+    # A real link (namespaces, machines): sockets on 169.254.77.Y, advertisements to 169.254.77.255.
+    async with SimulatedNetwork(broadcast_networks=["169.254.77.0/24"]) as net:
+        net.install()
+        cfg = ldn.LdnHostConfig(node=NodeConfig(version="5.29", network="ldn", seed=21), game_key=GAME_KEY,
+                                address="169.254.77.1", discovery=("169.254.77.255", ldn.DISCOVERY_PORT))
+        async with ldn.open_ldn_host(cfg) as host:
+            assert host.node.address == ("169.254.77.1", ldn.PIA_PORT)
+            found = (await ldn.scan(0.5, first=True))[0]
+            assert found.host_address == host.node.address
+            async with ldn.open_ldn_station(found, NodeConfig(version="5.29", seed=22), GAME_KEY,
+                                            address="169.254.77.3") as station:
+                assert station.node.address == ("169.254.77.3", ldn.PIA_PORT)
+                assert station.mac == bytes.fromhex("0200a9fe4d03")
+                assert await station.node.wait_connected(1, timeout=5)
+                assert host.session_file(SMM2)["macs"] == {"169.254.77.1": "02:00:a9:fe:4d:01",
+                                                           "169.254.77.3": "02:00:a9:fe:4d:03"}
+                with pytest.raises(ldn.JoinRefused):  # the same address twice
+                    async with ldn.open_ldn_station(found, NodeConfig(version="5.29", seed=23), GAME_KEY,
+                                                    address="169.254.77.3"):
+                        pass
