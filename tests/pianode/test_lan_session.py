@@ -182,4 +182,5 @@ async def test_host_refuses_configurations_it_cannot_publish(
 ) -> None:
     async with trio.open_nursery() as nursery:
         with pytest.raises(ConfigError, match=message):
-            await start_lan_host(nursery, config, KEY, browse_bind=("0.0.0.0", _free_port()), **kwargs)  # type: ignore[arg-type]
+            bind = ("0.0.0.0", _free_port())
+            await start_lan_host(nursery, config, KEY, browse_bind=bind, **kwargs)  # type: ignore[arg-type]

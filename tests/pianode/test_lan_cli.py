@@ -1,0 +1,196 @@
+"""``pianode lan host`` and ``lan join`` as separate processes: discovery, key from the param, mesh, data.
+
+Each test puts its processes on its own random 127.a.b.0/24 block and the
+browse responder on a free port (``--bind 0.0.0.0:P``, ``--broadcast
+127.255.255.255:P``), so nothing here meets another test's session.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import trio
+
+from protocols.pia.keys import lan_constant_id
+from protocols.pia.lan import lan_session_key
+
+KEY = "ee182a63e216cdb1f51ad4bed8cf6508"  # Splatoon 2 (spec §3.6)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("0.0.0.0", 0))
+        return int(s.getsockname()[1])
+
+
+def _block() -> str:
+    return f"127.{random.randrange(100, 250)}.{random.randrange(1, 250)}."
+
+
+def _lan(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "pianode", "lan", *argv]
+
+
+async def _first_line(proc: trio.Process) -> bytes:
+    assert proc.stdout is not None
+    buf = b""
+    while b"\n" not in buf:
+        chunk = await proc.stdout.receive_some(4096)
+        assert chunk, "the process exited before printing its first line"
+        buf += chunk
+    return buf
+
+
+async def _run_mesh(
+    host_argv: list[str], join_argvs: list[list[str]]
+) -> tuple[bytes, subprocess.CompletedProcess[bytes], list[subprocess.CompletedProcess[bytes]]]:
+    """Start the host, wait until it listens, run the joiners to completion, then let the host finish."""
+    results: list[subprocess.CompletedProcess[bytes]] = [None] * len(join_argvs)  # type: ignore[list-item]
+    host_result: list[subprocess.CompletedProcess[bytes]] = []
+    with trio.fail_after(40):
+        async with trio.open_nursery() as nursery:
+            host = await nursery.start(
+                lambda task_status: trio.run_process(host_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                     check=False, task_status=task_status)
+            )  # fmt: skip
+            first = await _first_line(host)
+
+            async def drain_host() -> None:
+                assert host.stdout is not None and host.stderr is not None
+                rest = b""
+                async for chunk in host.stdout:
+                    rest += chunk
+                err = b"".join([c async for c in host.stderr])
+                await host.wait()
+                host_result.append(subprocess.CompletedProcess(host_argv, host.returncode, first + rest, err))
+
+            nursery.start_soon(drain_host)
+            async with trio.open_nursery() as joins:
+                for i, argv in enumerate(join_argvs):
+                    joins.start_soon(_collect, argv, results, i)
+    return first, host_result[0], results
+
+
+async def _collect(argv: list[str], results: list[subprocess.CompletedProcess[bytes]], i: int) -> None:
+    results[i] = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+
+
+def _records(out: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.decode().splitlines()]
+
+
+async def test_host_and_three_joiners_form_a_four_station_mesh_and_exchange_data() -> None:
+    port, net = _free_port(), _block()
+    bc = f"127.255.255.255:{port}"
+    host_argv = _lan("host", "--game-key", KEY, "--address", net + "2", "--bind", f"0.0.0.0:{port}", "--broadcast", bc,
+                     "--duration", "7.5", "--format", "jsonl", "--send-every", "0.2", "--name", "lead")  # fmt: skip
+    join_argvs = [
+        _lan("join", "--game-key", KEY, "--bind", net + str(3 + i), "--broadcast", bc, "--duration", "5",
+             "--format", "jsonl", "--send-every", "0.2", "--name", f"guest{i}")  # fmt: skip
+        for i in range(3)
+    ]
+    _, host, joins = await _run_mesh(host_argv, join_argvs)
+    assert host.returncode == 0, host.stderr
+    hrec = _records(host.stdout)
+    hosting, hsummary = hrec[0], hrec[-1]
+    assert hosting["event"] == "hosting" and hsummary["event"] == "summary"
+    assert hosting["address"] == f"{net}2:49152"  # first free console port (spec §6.1)
+    key = hosting["session_key"]
+    assert key == lan_session_key(bytes.fromhex(KEY), bytes.fromhex(hosting["session_key_param"])).hex()
+    assert hsummary["stations_seen"] == [1, 2, 3]
+    assert sorted(hsummary["received"]) == ["1", "2", "3"]
+    assert hsummary["browse"]["answered"] >= 3
+    joined_from = {r["address"] for r in hrec if r["event"] == "station_joined"}
+    assert joined_from == {f"{net}{3 + i}:49152" for i in range(3)}
+    indexes = set()
+    for i, j in enumerate(joins):
+        assert j.returncode == 0, j.stderr
+        recs = _records(j.stdout)
+        joined, summary = recs[0], recs[-1]
+        assert joined["event"] == "joined" and summary["event"] == "summary"
+        # The console join flow: the host address and the key come from the browse reply (spec §6.6).
+        assert joined["host"] == hosting["address"] and joined["network_id"] == hosting["network_id"]
+        assert joined["session_key"] == key
+        me = summary["station_index"]
+        indexes.add(me)
+        others = sorted({0, 1, 2, 3} - {me})
+        assert summary["stations_seen"] == others, recs
+        assert sorted(int(k) for k in summary["received"]) == others
+        assert all(n >= 3 for n in summary["received"].values())  # a message every 0.2 s while formed
+        texts = {r["text"] for r in recs if r["event"] == "data"}
+        assert any(t.startswith("lead #") for t in texts)
+        assert all(f"guest{k} #" in " ".join(texts) for k in range(3) if k != i)
+    assert indexes == {1, 2, 3}
+    # Every station's constant id follows its LAN address (spec §4).
+    consts = {r["constant_id"] for r in hrec if r["event"] == "station_joined"}
+    assert consts == {lan_constant_id(f"{net}{3 + i}", 49152) for i in range(3)}
+
+
+async def test_table_output_and_joining_by_network_id() -> None:
+    port, net = _free_port(), _block()
+    bc = f"127.255.255.255:{port}"
+    host_argv = _lan("host", "--game-key", KEY, "--address", net + "2", "--port", "49153", "--bind",
+                     f"0.0.0.0:{port}", "--broadcast", bc, "--duration", "5", "--send-every", "0.3")  # fmt: skip
+    nid = (int(net.split(".")[2]) << 24) | (2 << 16) | 49153  # (ip & 0xFFFF) << 16 | port (spec §4)
+    join_argv = _lan("join", "--game-key", KEY, "--bind", net + "3", "--broadcast", bc, "--duration", "3",
+                     "--session", hex(nid), "--send-every", "0.3")  # fmt: skip
+    first, host, (join,) = await _run_mesh(host_argv, [join_argv])
+    assert first.decode().startswith(f"hosting network id 0x{nid:08x} (Pia 5.18, host {net}2:49153, max 4)")
+    assert join.returncode == 0 and host.returncode == 0
+    jlines = join.stdout.decode().splitlines()
+    assert jlines[0] == f"joined network id 0x{nid:08x} (Pia 5.18, host {net}2:49153) as station 1 from {net}3:49152"
+    assert "in the mesh as station 1 (host: station 0)" in jlines
+    assert any(line.startswith("data from station 0 (") and "'pianode #" in line for line in jlines)
+    assert jlines[-1].startswith(f"station 1 of network 0x{nid:08x}: saw stations [0], connected to [0]; received ")
+    hlines = host.stdout.decode().splitlines()
+    assert any(line.startswith(f"station 1 joined from {net}3:49152 ") for line in hlines)
+
+
+async def test_join_with_no_session_exits_1_with_one_line() -> None:
+    port = _free_port()
+    argv = _lan("join", "--game-key", KEY, "--bind", _block() + "3", "--broadcast", f"127.255.255.255:{port}",
+                "--timeout", "0.5")  # fmt: skip
+    with trio.fail_after(20):
+        result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == ["pianode lan: no answer from a LAN session within 0.5 s of browsing"]
+    assert result.stdout == b""
+
+
+async def test_discovery_only_host_outside_the_node_versions() -> None:
+    """6.x sessions are published without a node (the node speaks 5.7-5.45)."""
+    port = _free_port()
+    argv = _lan("host", "--game-key", KEY, "--version", "6.30", "--address", _block() + "2",
+                "--bind", f"0.0.0.0:{port}", "--duration", "0.3")  # fmt: skip
+    with trio.fail_after(20):
+        result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    assert result.returncode == 0
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].startswith("hosting network id ") and lines[-1] == "answered 0 browse requests, dropped 0"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("join", "--game-key", KEY, "--format", "xml"), "--format must be table or jsonl"),
+        (("join", "--game-key", KEY, "--version", "6.30"), "joining needs Pia 5.7-5.45"),
+        (("join", "--game-key", KEY, "--session", "host"), "--session must be an integer"),
+        (("join", "--game-key", KEY, "--bind", "nowhere"), "not an IPv4 address"),
+        (("host", "--game-key", KEY, "--max", "1"), "--max must be between 2 and 16"),
+        (("host", "--game-key", KEY, "--address", "0.0.0.0", "--duration", "1"), "specific IPv4"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(
+    argv: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pianode.cli import main
+
+    assert main(["lan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("pianode lan: ") and message in err
