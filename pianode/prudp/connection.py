@@ -16,7 +16,9 @@ Theory of operation (spec ../shared/spec/prudp.md §1.4, §5, §6):
   byte/zlib, cipher) only when they enter the send window, in order, so the NEX
   RC4 keystream advances in sequence order.  The exact datagram is kept for
   retransmission (never re-encrypted, spec §6.10 item 5), with an RTO that
-  backs off up to a ceiling; too many transmissions end the connection.
+  backs off up to a ceiling; too many transmissions end the connection.  The
+  first RTO is the variant's; once acks give RTT samples (Karn's rule) it follows
+  SRTT + 4·RTTVAR (RFC 6298, as spec §6.5 recommends), never below ``min_rto``.
 * **Acks** (spec §6.1): every valid NEED_ACK packet is acked, duplicates and
   early packets included, except packets too far ahead of the window.  In-flight
   packets are matched on (type, substream, seq), so a PING ack never clears DATA.
@@ -88,6 +90,7 @@ class _InFlight:
     sends: int
     deadline: float
     rto: float
+    first_sent: float
 
 
 @attrs.define
@@ -157,6 +160,8 @@ class Connection:
         self._ping_outstanding = False
         self._missed_pings = 0
         self._connect_ack: bytes | None = None  # host: resent when the client's CONNECT comes again
+        self._srtt: float | None = None  # smoothed RTT and its variation (spec §6.5, RFC 6298 constants)
+        self._rttvar = 0.0
 
     # ------------------------------------------------------------------ setup
     def _reset_rc4(self) -> None:
@@ -222,7 +227,9 @@ class Connection:
                 self._fail("SYN+ACK raised a negotiated value (spec §2.3)", now)
                 return
             self._minor, self._functions, self._max_sub = minor, functions, p.max_substream
-        self._inflight.pop((PacketType.SYN, 0, 0), None)
+        syn = self._inflight.pop((PacketType.SYN, 0, 0), None)
+        if syn is not None:
+            self._rtt_sample(syn, now)
         self.remote_signature = p.connection_signature
         payload = b""
         if self.variant.ecdh_connect:
@@ -248,7 +255,7 @@ class Connection:
             if p.supported_functions != offered or p.max_substream != self._max_sub:
                 self._fail("CONNECT+ACK changed the negotiated values (spec §2.3)", now)
                 return
-        self._inflight.pop((PacketType.CONNECT, 0, p.sequence_id))
+        self._rtt_sample(self._inflight.pop((PacketType.CONNECT, 0, p.sequence_id)), now)
         self.remote_session = p.session_id
         if self.variant.ecdh_connect:
             assert self._ecdh_key is not None
@@ -417,8 +424,26 @@ class Connection:
     def _transmit_tracked(self, p: PrudpPacket, key: tuple[int, int, int], now: float) -> None:
         data = self.codec.encode(p)
         self._out.append(data)
-        rto = self.settings.rto
-        self._inflight[key] = _InFlight(data, 1, now + rto, rto)
+        rto = self._rto()
+        self._inflight[key] = _InFlight(data, 1, now + rto, rto, now)
+
+    def _rto(self) -> float:
+        """Retransmission timeout: the variant's fixed value, or RFC 6298's SRTT + 4·RTTVAR once sampled."""
+        s = self.settings
+        if not s.adaptive_rto or self._srtt is None:
+            return s.rto
+        return min(max(self._srtt + 4 * self._rttvar, s.min_rto), s.rto_max)
+
+    def _rtt_sample(self, entry: _InFlight, now: float) -> None:
+        # Karn: only packets acked after a single transmission give an unambiguous sample
+        if entry.sends != 1:
+            return
+        rtt = now - entry.first_sent
+        if self._srtt is None:
+            self._srtt, self._rttvar = rtt, rtt / 2
+        else:
+            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - rtt)
+            self._srtt = 0.875 * self._srtt + 0.125 * rtt
 
     def _reliable_in_flight(self, substream: int) -> int:
         return sum(1 for (t, s, _) in self._inflight if s == substream and t != PacketType.PING)
@@ -551,6 +576,7 @@ class Connection:
         if entry is None:
             self.stats["acks_unmatched"] += 1
             return
+        self._rtt_sample(entry, now)
         if p.type == PacketType.USER and self.state == State.USER_SENT:
             self._become_connected(now)
         elif p.type == PacketType.DISCONNECT and self.state == State.CLOSING:

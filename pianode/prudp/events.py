@@ -92,6 +92,9 @@ class Settings:
             *public* key it trusts (spec §4.3).
         aggregate_ack: v1 only: acknowledge reliable DATA with aggregate acks
             (spec §6.4) instead of one ack per packet.
+        adaptive_rto: derive the retransmission timeout from measured round
+            trips (spec §6.5, RFC 6298) instead of keeping the variant's fixed
+            value; ``min_rto`` is its floor.
     """
 
     variant: Variant = attrs.field(converter=_variant)
@@ -109,6 +112,8 @@ class Settings:
     minor_version: int | None = None
     supported_functions: int = 0
     aggregate_ack: bool = False
+    adaptive_rto: bool = True
+    min_rto: float = 0.2
     certificate: Any = None
     max_message_size: int = 16 << 20
     stream_type: int | None = None
