@@ -503,3 +503,26 @@ async def test_direct_plan_binds_the_ldn_addresses_themselves(autojump_clock: tr
                     async with ldn.open_ldn_station(found, NodeConfig(version="5.29", seed=23), GAME_KEY,
                                                     address="169.254.77.3"):
                         pass
+
+
+@pytest.mark.parametrize("version", ["5.7", "5.9", "5.10", "5.11", "5.20", "5.26", "5.45"])
+async def test_every_ldn_era_hosts_and_joins(version: str, autojump_clock: trio.testing.MockClock) -> None:
+    # 5.7 takes the key from the game (§3.3); the others derive it from the session param.
+    key = b"game-given key!!" if version == "5.7" else None
+    async with SimulatedNetwork() as net:
+        net.install()
+        cfg = ldn.LdnHostConfig(node=NodeConfig(version=version, network="ldn", seed=31), game_key=GAME_KEY,
+                                session_key=key)
+        async with ldn.open_ldn_host(cfg) as host:
+            found = (await ldn.scan(0.5, first=True))[0]
+            async with ldn.open_ldn_station(found, NodeConfig(version=version, seed=32), GAME_KEY,
+                                            session_key=key) as station:
+                assert await station.node.wait_connected(1, timeout=5)
+                await station.node.send(0, b"ping")
+                with trio.fail_after(5):
+                    async for event in host.node.events():
+                        if isinstance(event, DataReceived):
+                            assert event.data == b"ping"
+                            break
+    assert station.session.session_key == host.state.session.session_key
+    assert (key is None) == (station.session.session_key != key)
