@@ -162,6 +162,11 @@ class Connection:
         self._connect_ack: bytes | None = None  # host: resent when the client's CONNECT comes again
         self._srtt: float | None = None  # smoothed RTT and its variation (spec §6.5, RFC 6298 constants)
         self._rttvar = 0.0
+        rto, total = settings.rto, 0.0
+        for _ in range(settings.transmissions):
+            total += rto
+            rto = min(rto * settings.backoff, settings.rto_max)
+        self._give_up_after = total  # e.g. NEX: 1 + 1.5 + 2.25 s
 
     # ------------------------------------------------------------------ setup
     def _reset_rc4(self) -> None:
@@ -684,7 +689,9 @@ class Connection:
         for key, entry in list(self._inflight.items()):
             if entry.deadline > now:
                 continue
-            if entry.sends >= limit:
+            # give up after `limit` transmissions, but never sooner than the fixed-RTO
+            # profile would (a short measured RTT must not shorten the outage we ride out)
+            if entry.sends >= limit and now - entry.first_sent >= self._give_up_after - 1e-9:
                 what = PacketType(key[0]).name
                 if self.state in (State.SYN_SENT, State.CONNECT_SENT, State.USER_SENT):
                     self._fail(f"no answer to {what} after {entry.sends} transmissions", now)
@@ -694,6 +701,8 @@ class Connection:
             entry.sends += 1
             entry.rto = min(entry.rto * self.settings.backoff, self.settings.rto_max)
             entry.deadline = now + entry.rto
+            if entry.sends >= limit:
+                entry.deadline = min(entry.deadline, max(now, entry.first_sent + self._give_up_after))
             self._out.append(entry.data)
             self.stats["retransmissions"] += 1
         if self._ping_due is not None and now >= self._ping_due and self.state in (State.CONNECTED, State.CLOSING):

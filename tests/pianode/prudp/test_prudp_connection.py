@@ -471,3 +471,20 @@ def test_garbage_and_mutated_datagrams_never_raise(variant: str, data: st.DataOb
     net.run_until(lambda: net.now > stop, max_time=stop + 1)  # the endpoints keep running
     # (no delivery check: a mutation can pass a 1-byte checksum by chance, 1 in 256)
     assert sum(host.statistics().values()) + sum(client.statistics().values()) > 0
+
+
+def test_short_round_trips_do_not_shorten_the_give_up_time() -> None:
+    net, host, client = pair("nintendo-v0", Link(latency=0.001), echo=False, ping_interval=1000.0)
+    cid = connect(net, client)
+    for i in range(10):
+        client.send(cid, bytes([i]), net.now)
+    c = client.connections[cid]
+    net.run_until(lambda: not c._inflight)
+    net.link.down = True
+    t0 = net.now
+    client.send(cid, b"lost", net.now)
+    net.run_until(lambda: any(isinstance(e, Disconnected) for e in net.events[CLIENT]), max_time=t0 + 60)
+    sends = [t for t, s, _ in net.sent if s == CLIENT and t >= t0]
+    assert sends[1] - sends[0] == pytest.approx(0.2)  # adaptive RTO at its floor
+    assert net.now - t0 == pytest.approx(4.75)  # as long as the fixed 1 s x3 profile (spec §6.5)
+    assert len(sends) > 3
