@@ -765,6 +765,8 @@ class FoundNetwork:
     pia_port: int
     control: Address
     last_seen: float
+    #: The discovery-channel port it was heard on.
+    discovery_port: int = DISCOVERY_PORT
 
     @property
     def host_address(self) -> Address:
@@ -804,7 +806,7 @@ async def scan(
                 if not adv.participants or not _is_ldn_address(adv.host.ip):
                     continue
                 control = (str(addr[0]), frame.control_port)
-                found[adv.ssid] = FoundNetwork(adv, frame.pia_port, control, trio.current_time())
+                found[adv.ssid] = FoundNetwork(adv, frame.pia_port, control, trio.current_time(), port)
                 if first:
                     break
     return list(found.values())
@@ -814,14 +816,55 @@ async def scan(
 
 
 class LdnStation:
-    """A station inside a simulated LDN network: its address, MAC, derived keys and Pia node."""
+    """A station inside a simulated LDN network: its address, MAC, derived keys and Pia node.
 
-    def __init__(self, network: FoundNetwork, ip: str, mac: bytes, session: LdnSession, node: Node) -> None:
+    Like a console it keeps listening to the network's advertisements and
+    learns every participant's address and MAC from them (spec §7.1):
+    ``advertisement`` is the newest one heard, ``seen`` every participant
+    (LDN address → MAC) any advertisement listed.
+    """
+
+    def __init__(
+        self, network: FoundNetwork, ip: str, mac: bytes, session: LdnSession, node: Node, *, direct: bool
+    ) -> None:
         self.network = network
+        self.advertisement = network.advertisement
         self.ip = ip
         self.mac = mac
         self.session = session
         self.node = node
+        self.direct = direct
+        self.seen: dict[str, bytes] = {}
+        self._learn(network.advertisement)
+
+    def _learn(self, advertisement: Advertisement) -> None:
+        self.advertisement = advertisement
+        self.seen.update((p.ip, p.mac) for p in advertisement.participants if _is_ldn_address(p.ip))
+
+    def macs(self) -> dict[str, bytes]:
+        """Socket address → MAC of every participant any advertisement listed."""
+        return {(ip if self.direct else ldn_to_loopback(ip)): mac for ip, mac in self.seen.items()}
+
+    def session_file(self, game_key_text: str) -> dict[str, Any]:
+        """Decode inputs as this station knows them (see :meth:`LdnHostState.session_file`)."""
+        return {
+            "version": self.node.config.profile.name,
+            "network": "ldn",
+            "game_key": game_key_text,
+            "application_data": self.advertisement.application_data.hex(),
+            "macs": {ip: _mac_text(mac) for ip, mac in sorted(self.macs().items())},
+        }
+
+    async def _follow(self) -> None:
+        with await _udp_socket(("0.0.0.0", self.network.discovery_port), reuse=True) as sock:
+            while True:
+                data, _addr = await sock.recvfrom(_MAX_DATAGRAM)
+                try:
+                    frame = decode_frame(data)
+                except DecodeError:
+                    continue
+                if isinstance(frame, AdvertFrame) and frame.advertisement.ssid == self.advertisement.ssid:
+                    self._learn(frame.advertisement)
 
 
 class JoinRefused(Exception):
@@ -888,7 +931,11 @@ async def open_ldn_station(
     try:
         async with open_node(config, tap=tap) as node:
             await node.join(network.host_address, network_id=session.network_id)
-            yield LdnStation(network, reply.ip, reply.mac, session, node)
+            station = LdnStation(network, reply.ip, reply.mac, session, node, direct=address is not None)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(station._follow)
+                yield station
+                nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             with await _udp_socket((local, 0)) as sock:

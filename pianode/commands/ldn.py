@@ -85,6 +85,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="Pia 5.7/5.8 only: the game-supplied session key")
         q.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None, help="AEAD backend")
         q.add_argument("--seed", type=int, default=None, help="seed for ids, keys and addresses (reproducible runs)")
+        q.add_argument("--record", metavar="FILE.pcap",
+                       help="record the datagrams this station sends, and FILE.session.json with what a capture "
+                            "offers (game key, application data, MACs)")  # fmt: skip
 
     h = ldn_sub.add_parser("host", help="create an LDN network, host its Pia mesh and advertise it")
     common(h, key_required=True)
@@ -99,8 +102,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help=f"advertisement destination (default {DEFAULT_BROADCAST})")
     h.add_argument("--interval", type=float, default=0.1, metavar="S",
                    help="seconds between advertisements (default 0.1)")
-    h.add_argument("--record", metavar="FILE.pcap",
-                   help="record the datagrams this host sends, and FILE.session.json with what a capture offers")
     h.set_defaults(handler=run_host)
 
     s = ldn_sub.add_parser("scan", help="list the LDN networks advertised on the discovery channel")
@@ -450,6 +451,7 @@ def run_join(args: argparse.Namespace) -> int:
 
 async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: bytes, ssid: bytes | None) -> int:
     out = _Out(args.format)
+    recorder = LdnRecorder() if args.record else None
     found = await scan(args.timeout, port=args.discovery_port, local_communication_id=_local_id(args.local_id),
                        ssid=ssid, first=True)  # fmt: skip
     if not found:
@@ -458,7 +460,8 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
     net = found[0]
     try:
         async with open_ldn_station(net, node_config, game_key, name=args.name, address=args.address,
-                                    session_key=_session_key(args.session_key)) as st:  # fmt: skip
+                                    session_key=_session_key(args.session_key),
+                                    tap=recorder.tap if recorder else None) as st:  # fmt: skip
             node = st.node
             out.emit(
                 {"event": "joined", "ip": st.ip, "mac": st.mac.hex(":"), "socket": node.address[0],
@@ -475,6 +478,9 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
                 record, ok = _summary("station", node, ex, {"ip": st.ip, "mac": st.mac.hex(":")})
                 await _leave(node, ex)
                 nursery.cancel_scope.cancel()
+            if recorder is not None:
+                session_path = recorder.write(args.record, st.session_file(args.game_key))
+                record["record"] = {"pcap": args.record, "session": session_path, "datagrams": len(recorder.records)}
     except (JoinRefused, JoinError) as exc:
         raise CliError(str(exc)) from None
     out.emit(record, _summary_text(record))

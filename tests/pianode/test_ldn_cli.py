@@ -58,7 +58,8 @@ def test_host_and_three_joiners_form_a_mesh_exchange_data_and_the_host_recording
         network = json.loads(_wait_for_line(host, 15))
         assert network["event"] == "network" and network["pia_port"] == int(pia)
         joiners = [
-            subprocess.Popen(PIANODE + ["ldn", "join", *common, "--name", f"player{i}"],
+            subprocess.Popen(PIANODE + ["ldn", "join", *common, "--name", f"player{i}"]
+                             + (["--record", str(tmp_path / "joiner.pcap")] if i == 0 else []),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for i in range(3)
         ]
@@ -90,11 +91,15 @@ def test_host_and_three_joiners_form_a_mesh_exchange_data_and_the_host_recording
     assert set(session) == {"version", "network", "game_key", "application_data", "macs"}
     assert session["application_data"] == network["application_data"]
     assert len(session["macs"]) == 4
-    capsys.readouterr()
-    assert cli_main(["decode", str(pcap), "--session", record["session"], "--format", "jsonl"]) == 0
-    rows = _jsonl(capsys.readouterr().out)
-    assert len(rows) == record["datagrams"] > 20
-    assert all(r["kind"] == "pia" and r["authenticated"] is True for r in rows)
+    # So does a joiner's: it learned every MAC from the advertisements, as a console does.
+    for rec in (record, summaries[0]["record"]):
+        capsys.readouterr()
+        assert cli_main(["decode", rec["pcap"], "--session", rec["session"], "--format", "jsonl"]) == 0
+        rows = _jsonl(capsys.readouterr().out)
+        assert len(rows) == rec["datagrams"] > 20
+        assert all(r["kind"] == "pia" and r["authenticated"] is True for r in rows)
+    joiner_session = json.loads(pathlib.Path(summaries[0]["record"]["session"]).read_text())
+    assert joiner_session == session
 
 
 def test_scan_lists_a_hosted_network_as_jsonl_and_table() -> None:

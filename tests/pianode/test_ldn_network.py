@@ -286,6 +286,9 @@ async def _session(version: str, n_stations: int, recorder: ldn.LdnRecorder) -> 
         await trio.sleep(0.3)  # one more advertisement with everyone in it
         heard = (await ldn.scan(0.5, first=True))[0].advertisement
         views = [(s.ip, s.mac, s.node.config.name, s.node.address[0], s.node.session.constant_id) for s in stations]
+        # Every station learned every participant's MAC from the advertisements (spec §7.1).
+        host_view = host.session_file(SMM2)
+        assert all(s.session_file(SMM2) == host_view for s in stations)
         result = {"got": got, "stations": views, "heard": heard, "host": host,
                   "indexes": sorted(n.station_index for n in nodes), "session": host.session_file(SMM2)}
         nursery.cancel_scope.cancel()
