@@ -10,6 +10,7 @@ keeps the session a pure state machine over a stable vocabulary.
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 import random
 import zlib
@@ -208,7 +209,7 @@ def footer_size_offset(profile: VersionProfile) -> int | None:
 # Decoded group packets, shared by the nodes of one process: the same bytes from
 # the same source under the same key always decode to the same value, so the
 # stations a packet was fanned out to need not each decrypt it.
-_SHARED: dict[tuple[object, ...], Packet] = {}
+_SHARED: collections.OrderedDict[tuple[object, ...], Packet] = collections.OrderedDict()
 _SHARED_LIMIT = 4096
 
 
@@ -218,27 +219,27 @@ def shared_decode(codec: PacketCodec, codec_key: tuple[object, ...], data: bytes
     if packet is None:
         packet = codec.decode(data, source)
         if len(_SHARED) >= _SHARED_LIMIT:
-            _SHARED.pop(next(iter(_SHARED)))
+            _SHARED.popitem(last=False)
         _SHARED[key] = packet
     return packet
 
 
+_SOURCE_ID_FORMATS = frozenset({MessageFormat.B, MessageFormat.C, MessageFormat.D, MessageFormat.E})
+
+
 def make_message(profile: VersionProfile, session: MeshSession, peer: Peer, proto: Proto, port: int, payload: bytes) -> Message:
-    ptype = profile.protocol_id(proto)
+    ptype = session.protocol_ids[proto]
     if peer.index is not None:
         flags, destination = profile.bitmap_flag, 1 << peer.index
     else:
         flags, destination = 0, 0
-    src_const = session.constant_id if profile.message_format in (
-        MessageFormat.B, MessageFormat.C, MessageFormat.D, MessageFormat.E
-    ) else None
     return Message(
         protocol_type=ptype,
         protocol_port=port,
         payload=payload,
         flags=flags,
         destination=destination,
-        source_constant_id=src_const,
+        source_constant_id=session.message_source_id,
     )
 
 

@@ -148,6 +148,7 @@ class Peer:
     data_window: ReliableWindow | None = None
     rtt: RttEstimator = attrs.field(factory=RttEstimator)
     last_heard: float = 0.0
+    last_sent: float = -1e9
     next_keepalive: float = 0.0
     next_rtt: float = 0.0
     packets_sent: int = 0
@@ -184,6 +185,11 @@ class MeshSession:
         self.variable_id = ident.variable_id
         self.location = ident
         self.index: int | None = None
+        # Per-packet lookups, resolved once.
+        self.protocol_ids: dict[Proto, int] = dict(self.profile.protocol_ids)
+        self.message_source_id = (
+            self.constant_id if self.profile.message_format in mw._SOURCE_ID_FORMATS else None
+        )
         self.table = MeshTable(max_stations=config.max_stations)
         self.peers: dict[tuple[str, int], Peer] = {}
         self.session_key: bytes | None = config.session_key
@@ -491,6 +497,7 @@ class MeshSession:
             data = self.codec.encode(Packet(header=header, messages=tuple(bundle)), self.local_address[0])
             out.append((data, peer.address))
             peer.packets_sent += 1
+            peer.last_sent = now
             self.counters["packets_sent"] += 1
             if self.tap is not None:
                 self.tap(data, self.local_address, peer.address, now)
@@ -512,6 +519,7 @@ class MeshSession:
             for peer in members:
                 out.append((data, peer.address))
                 peer.packets_sent += 1
+                peer.last_sent = now
                 if self.tap is not None:
                     self.tap(data, self.local_address, peer.address, now)
             self.counters["packets_sent"] += len(members)
@@ -590,7 +598,8 @@ class MeshSession:
             self._dispatch(peer, message, now)
             if peer.state is PeerState.CLOSED or self.closed:
                 break
-        self._touched[peer] = None
+        if not peer.connected:
+            self._touched[peer] = None  # handshake state changed
 
     def _accept_header(self, peer: Peer, header: PacketHeader) -> bool:
         """Replay and identity checks on an authenticated header."""
@@ -629,6 +638,7 @@ class MeshSession:
             elif proto is Proto.MESH:
                 if message.protocol_port == 1:
                     assert peer.mesh_window is not None
+                    self._touched[peer] = None  # an ack is due
                     for payload in peer.mesh_window.receive_message(message.payload, now):
                         self._on_mesh(peer, mw.decode_mesh(self.profile, payload), now)
                 else:
@@ -641,6 +651,7 @@ class MeshSession:
                 self._deliver(peer, message.payload, reliable=False)
             elif proto is Proto.RELIABLE:
                 assert peer.data_window is not None
+                self._touched[peer] = None  # an ack is due
                 for payload in peer.data_window.receive_message(message.payload, now):
                     self._deliver(peer, payload, reliable=True)
             else:
