@@ -339,6 +339,7 @@ async def form_lan_mesh(
     browse_timeout: float = 10.0,
     tap: Tap | None = None,
     name: str = "pianode",
+    session_key_param: bytes | None = None,
 ) -> LanMesh:
     """Form a mesh by real LAN discovery: ``configs[0]`` hosts, every other one browses and joins.
 
@@ -346,19 +347,21 @@ async def form_lan_mesh(
     responder listens on ``0.0.0.0:browse_port_number`` (default 30000) and
     joiners broadcast to ``broadcast_ip`` on that port; each joiner selects the
     host's network id, so other sessions answering on the same port are
-    ignored.  Joins run concurrently.
+    ignored.  Joins run concurrently.  *session_key_param* fixes the
+    published param (and so the session key) for reproducible runs.
 
     Raises:
-        ConfigError: a configuration that cannot host or join a LAN session.
+        ConfigError: fewer than 2 or more than 16 nodes (the LanSessionInfo
+            slots), or a configuration that cannot host or join a LAN session.
         ExceptionGroup[JoinError]: some node found no session or was refused.
     """
-    if len(configs) < 2:
-        raise ConfigError("a mesh needs at least two nodes")
+    if not 2 <= len(configs) <= MAX_LAN_STATIONS:
+        raise ConfigError(f"a LAN mesh holds 2-{MAX_LAN_STATIONS} nodes, got {len(configs)}")
     profile = configs[0].profile
     port = browse_port_number if browse_port_number is not None else browse_port(profile)
     host = await start_lan_host(
-        nursery, configs[0], game_key, max_participants=min(MAX_LAN_STATIONS, max(2, len(configs))), name=name,
-        browse_bind=("0.0.0.0", port), broadcast_ip=broadcast_ip, tap=tap,
+        nursery, configs[0], game_key, max_participants=len(configs), name=name, browse_bind=("0.0.0.0", port),
+        broadcast_ip=broadcast_ip, session_key_param=session_key_param, tap=tap,
     )  # fmt: skip
     joins: list[LanJoin | None] = [None] * (len(configs) - 1)
 

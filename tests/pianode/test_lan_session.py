@@ -156,9 +156,10 @@ async def test_no_session_is_a_join_error_after_the_browse_time(autojump_clock: 
 async def test_form_lan_mesh_is_the_mesh_command_hook() -> None:
     port, net = _free_port(), _block()
     configs = [_config(net + str(2 + i), version="5.29") for i in range(4)]
+    param = bytes(range(32))
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
-            mesh = await form_lan_mesh(nursery, configs, KEY, browse_port_number=port)
+            mesh = await form_lan_mesh(nursery, configs, KEY, browse_port_number=port, session_key_param=param)
             for node in mesh.nodes:
                 assert await node.wait_connected(3, timeout=10)
             addresses = [node.address[0] for node in mesh.nodes]
@@ -166,7 +167,16 @@ async def test_form_lan_mesh_is_the_mesh_command_hook() -> None:
             nursery.cancel_scope.cancel()
     assert addresses == [net + str(2 + i) for i in range(4)]
     assert host_views == {0}
+    assert mesh.host.session_key == lan_session_key(KEY, param)
     assert all(j.found.session_key == mesh.host.session_key for j in mesh.joins)
+    assert mesh.host.info.max_participants == 4
+
+
+@pytest.mark.parametrize("count", [1, 17])
+async def test_form_lan_mesh_refuses_sizes_a_lan_session_cannot_hold(count: int) -> None:
+    async with trio.open_nursery() as nursery:
+        with pytest.raises(ConfigError, match="2-16 nodes"):
+            await form_lan_mesh(nursery, [_config(f"127.0.0.{2 + i}") for i in range(count)], KEY)
 
 
 @pytest.mark.parametrize(
