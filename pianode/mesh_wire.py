@@ -161,14 +161,14 @@ def make_header(profile: VersionProfile, peer: Peer, session: MeshSession, hn: b
     packet_id = peer.tx_ids.next() if connected else 0
     hf = profile.header_format
     if hf is HeaderFormat.B:
-        src_timer = int((now - session.started) * 1000) & 0xFFFF
-        dst_timer = peer.rtt_timer_estimate(now) if hasattr(peer, "rtt_timer_estimate") else 0
+        # 5.7-5.10 carry RTT timers in every header (spec §1.5).
+        timers = peer.header_timers
         return PacketHeader(
             encrypted=True,
             packet_id=packet_id,
             connection_id=peer.own_conn_id if connected else 0,
-            source_timer=src_timer,
-            destination_timer=dst_timer,
+            source_timer=timers.source_timer(now),
+            destination_timer=timers.destination_timer(now),
             nonce=hn,
         )
     if hf in (HeaderFormat.C, HeaderFormat.D):

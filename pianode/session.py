@@ -60,7 +60,7 @@ from pianode.events import (
 from pianode.mesh_table import MeshFull, MeshTable, StationEntry
 from pianode.packet_ids import PacketIdCounter, PacketIdFilter, Verdict
 from pianode.reliable import ReliableWindow
-from pianode.rtt import RttEstimator
+from pianode.rtt import HeaderTimers, RttEstimator
 from protocols.errors import AuthenticationError, DecodeError
 from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
@@ -147,6 +147,7 @@ class Peer:
     mesh_window: ReliableWindow | None = None
     data_window: ReliableWindow | None = None
     rtt: RttEstimator = attrs.field(factory=RttEstimator)
+    header_timers: HeaderTimers = attrs.field(factory=lambda: HeaderTimers(0.0))
     last_heard: float = 0.0
     last_sent: float = -1e9
     next_keepalive: float = 0.0
@@ -592,6 +593,10 @@ class MeshSession:
         if peer is None:
             peer = self._new_peer(addr, initiator=False, now=now)
         peer.last_heard = now
+        if header.source_timer is not None and header.destination_timer is not None:
+            sample = peer.header_timers.on_receive(header.source_timer, header.destination_timer, now)
+            if sample is not None:
+                peer.rtt.on_sample(sample, now)
         peer.packets_received += 1
         self.counters["packets_received"] += 1
         for message in packet.messages:
@@ -685,6 +690,7 @@ class MeshSession:
             initiator=initiator,
             created=now,
             last_heard=now,
+            header_timers=HeaderTimers(self.started),
         )
         peer.mesh_window = mw.new_window(self.profile, self.config, now)
         peer.data_window = mw.new_window(self.profile, self.config, now)
