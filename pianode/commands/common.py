@@ -56,6 +56,6 @@ def parse_hostport(text: str, default_port: int | None = None) -> tuple[str, int
         value = int(port)
     except ValueError:
         raise CliError(f"bad port in {text!r}") from None
-    if not 0 < value < 65536:
+    if not (0 if default_port == 0 else 1) <= value < 65536:
         raise CliError(f"port out of range in {text!r}")
     return host, value

@@ -122,7 +122,7 @@ async def _main(args: argparse.Namespace, config: NodeConfig, join: tuple[str, i
                 "address": f"{s.address[0]}:{s.address[1]}",
                 "state": s.state,
                 "rtt_ms": None if s.rtt is None else round(s.rtt * 1000, 3),
-                "received": received.get(s.index or -1, 0),
+                "received": received.get(s.index, 0) if s.index is not None else 0,
             }
             for s in node.stations()
         ]
