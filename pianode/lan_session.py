@@ -9,8 +9,8 @@ Theory of operation (spec §6.6):
   and a session key param.  A small task re-reads ``node.stations()`` every
   ``refresh_interval`` seconds and republishes the participant count and the
   LanStationInfo list, so browsers see players come and go.
-* **Joiner** (:func:`start_lan_join`): browse (repeated until a session
-  answers or the time runs out) → pick the session by network id, or the first
+* **Joiner** (:func:`start_lan_join`): browse for opened sessions with a
+  free slot (repeated until one answers or the time runs out) → pick the session by network id, or the first
   → session key from the *published* param (``HMAC-SHA256`` rule, spec §3.3;
   :class:`~pianode.lan.BrowseClient` derives it) → open a node with that key →
   station connect + mesh join to the host address taken from the info.
@@ -48,6 +48,7 @@ from pianode.node import JoinError, Node, open_node
 from protocols.errors import ConfigError
 from protocols.pia.keys import lan_network_id
 from protocols.pia.lan import LanSessionInfo, LanStationInfo, browse_port, lan_session_key
+from protocols.pia.lan_criteria import LanSessionSearchCriteria
 from protocols.pia.versions import NetworkType, VersionProfile
 
 __all__ = [
@@ -242,19 +243,24 @@ async def find_session(
     timeout: float = 10.0,
     interval: float = 1.0,
     application_version: int | None = None,
+    search: LanSessionSearchCriteria | None = None,
 ) -> FoundSession | None:
     """Browse every *interval* seconds until a session answers (the one with *network_id*, if given).
 
     Returns the first match, or None when *timeout* passes.  Only sessions
     whose challenge verified and that publish a session key param qualify.
+    *search* defaults to what a console looking for a game to join asks for:
+    opened sessions with a free slot (spec §6.2 search flags 0x4 and 0x8).
     """
+    if search is None:
+        search = LanSessionSearchCriteria.build(opened_only=True, vacant_only=True)
     if broadcast is None:
         broadcast = (DEFAULT_BROADCAST, browse_port(profile))
     deadline = trio.current_time() + timeout
     while (left := deadline - trio.current_time()) > 0:
         found = await browse(
             profile, game_key, broadcast=broadcast, bind=(bind_ip, 0), timeout=min(interval, left),
-            application_version=application_version,
+            application_version=application_version, search=search,
             max_sessions=1 if network_id is None else 0,
         )  # fmt: skip
         for f in found:
@@ -287,6 +293,7 @@ async def start_lan_join(
     browse_timeout: float = 10.0,
     browse_interval: float = 1.0,
     application_version: int | None = None,
+    search: LanSessionSearchCriteria | None = None,
     tap: Tap | None = None,
 ) -> LanJoin:
     """Find a session by browsing from ``config.bind``'s address and join it (spec §6.6).
@@ -301,7 +308,7 @@ async def start_lan_join(
     profile = _check_config(config)
     found = await find_session(
         profile, game_key, network_id=network_id, bind_ip=config.bind[0], broadcast=broadcast,
-        timeout=browse_timeout, interval=browse_interval, application_version=application_version,
+        timeout=browse_timeout, interval=browse_interval, application_version=application_version, search=search,
     )  # fmt: skip
     if found is None:
         which = "a LAN session" if network_id is None else f"LAN session 0x{network_id:08x}"

@@ -144,6 +144,26 @@ async def test_joiner_picks_the_session_by_network_id() -> None:
     assert first_peers == []
 
 
+async def test_a_full_session_is_not_offered_to_joiners() -> None:
+    """The published count follows the mesh, and joiners ask for vacant sessions only (spec §6.2 flag 0x8)."""
+    port, net = _free_port(), _block()
+    broadcast = (DEFAULT_BROADCAST, port)
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            host = await start_lan_host(nursery, _config(net + "2"), KEY, max_participants=2,
+                                        browse_bind=("0.0.0.0", port), refresh_interval=0.05)  # fmt: skip
+            await start_lan_join(nursery, _config(net + "3"), KEY, broadcast=broadcast)
+            while host.info.current_participants < 2:
+                await trio.sleep(0.05)
+            with pytest.raises(LanJoinError):
+                await start_lan_join(nursery, _config(net + "4"), KEY, broadcast=broadcast, browse_timeout=1.2)
+            # A browse without criteria still sees it: full, so the vacancy test is what left it out.
+            seen = await browse(profile_for("5.18"), KEY, broadcast=broadcast, bind=(net + "9", 0), timeout=0.3)
+            nursery.cancel_scope.cancel()
+    assert [(f.info.current_participants, f.info.max_participants) for f in seen] == [(2, 2)]  # type: ignore[union-attr]
+    assert host.lan_host.statistics().dropped.get("no_match", 0) >= 1
+
+
 async def test_no_session_is_a_join_error_after_the_browse_time(autojump_clock: trio.testing.MockClock) -> None:
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
