@@ -293,8 +293,8 @@ def _summary(role: str, node: Node, ex: _Exchange, extra: dict[str, Any]) -> tup
 
 def _summary_text(record: dict[str, Any]) -> str:
     got = ", ".join(f"{n} from {k}" for k, n in record["received"].items()) or "nothing"
-    return (f"{record['role']} station {record['station_index']} at {record['address']}: sent {record['sent']}, "
-            f"received {got}; result {'OK' if record['ok'] else 'INCOMPLETE'}")  # fmt: skip
+    return (f"{record['role']} (station index {record['station_index']}) at {record['address']}: "
+            f"sent {record['sent']}, received {got}; result {'OK' if record['ok'] else 'INCOMPLETE'}")  # fmt: skip
 
 
 # ---------------------------------------------------------------------- host
