@@ -280,8 +280,10 @@ async def _session(version: str, n_stations: int, recorder: ldn.LdnRecorder) -> 
         for node in nodes:
             for k in range(5):
                 await node.broadcast(b"msg %d %d" % (node.station_index, k))
+            # One unreliable broadcast: from 5.27 a single packet whose footer names the receivers (§1.6, §7.3).
+            await node.broadcast(b"all %d" % node.station_index, reliable=False)
         with trio.move_on_after(10):
-            while sum(len(v) for v in got.values()) < 5 * len(nodes) * n_stations:
+            while sum(len(v) for v in got.values()) < 6 * len(nodes) * n_stations:
                 await trio.sleep(0.05)
         await trio.sleep(0.3)  # one more advertisement with everyone in it
         heard = (await ldn.scan(0.5, first=True))[0].advertisement
@@ -320,7 +322,7 @@ async def test_four_station_ldn_session_and_its_recording_decodes_from_capture_i
     got = r["got"]
     assert isinstance(got, dict)
     for me, items in got.items():
-        assert len(items) == 15 and len(set(items)) == 15
+        assert len(items) == 18 and len(set(items)) == 18
         assert {src for src, _ in items} == {0, 1, 2, 3} - {me}
     # Stations learn every participant's LDN address and MAC from the advertisement (spec §7.1).
     heard = r["heard"]
@@ -342,6 +344,11 @@ async def test_four_station_ldn_session_and_its_recording_decodes_from_capture_i
     assert len(rows) == len(recorder.records) > 50
     assert all(row["kind"] == "pia" and row["authenticated"] is True and row["error"] is None for row in rows)
     assert {row["profile"] for row in rows} == {version}
+    footers = [row["header"]["footer"] for row in rows if row["header"].get("footer")]
+    if version == "5.29":  # the group packets decode too: the footer is outside the ciphertext (§11)
+        assert len(footers) >= 4 * 3 and all(len(f) == 3 for f in footers)
+    else:
+        assert footers == []
     # The same capture with the MACs taken from its link layer (what a decrypted 802.11 capture shows).
     bare = dict(session)
     del bare["macs"]
