@@ -150,11 +150,7 @@ class LanSession:
     def refresh(self) -> LanSessionInfo:
         """Republish the participants from the node's mesh table; returns the published info."""
         info = self.info
-        rows = [
-            s
-            for s in self.node.stations()
-            if s.index is not None and (s.is_self or s.state == "connected")
-        ]
+        rows = [s for s in self.node.stations() if s.index is not None and (s.is_self or s.state == "connected")]
         rows.sort(key=lambda s: (not s.is_host, s.index))
         stations = tuple(
             LanStationInfo.make(1 if s.is_host else 2, self.name if s.is_self else "", s.constant_id)

@@ -33,6 +33,9 @@ from typing import Any, TextIO, TypeVar
 
 import trio
 
+if sys.version_info < (3, 11):  # pragma: no cover - trio pulls the backport in
+    from exceptiongroup import BaseExceptionGroup
+
 from pianode.cli import CliError
 from pianode.commands.common import parse_hostport
 from pianode.config import NodeConfig
@@ -354,10 +357,10 @@ class _Report:
         if isinstance(event, DataReceived):
             self.received[event.source_index] += 1
             text = event.data.decode("utf-8", "replace")[:80]
+            kind = ", reliable" if event.reliable else ""
             return ({"event": "data", "source_index": event.source_index, "reliable": event.reliable,
                      "size": len(event.data), "text": text},
-                    f"data from station {event.source_index} ({len(event.data)} bytes"
-                    f"{', reliable' if event.reliable else ''}): {text!r}")  # fmt: skip
+                    f"data from station {event.source_index} ({len(event.data)} bytes{kind}): {text!r}")  # fmt: skip
         assert isinstance(event, MeshDestroyed)
         return {"event": "mesh_destroyed", "reason": event.reason}, f"mesh ended ({event.reason})"
 

@@ -105,7 +105,7 @@ async def _run_segment(namespaces: list[str]) -> tuple[subprocess.CompletedProce
                     "--duration", "9", "--format", "jsonl", "--send-every", "0.2")  # fmt: skip
     join_argvs = [
         _in(ns, "join", "--game-key", KEY, "--bind", f"{SUBNET}{k + 2}", "--broadcast", BROADCAST, "--duration", "6",
-            "--format", "jsonl", "--send-every", "0.2")  # fmt: skip
+            "--format", "jsonl", "--send-every", "0.2")
         for k, ns in enumerate(namespaces[1:], start=1)
     ]
     joins: list[Any] = [None] * len(join_argvs)

@@ -7,6 +7,7 @@ browse responder on a free port (``--bind 0.0.0.0:P``, ``--broadcast
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import socket
@@ -55,10 +56,9 @@ async def _run_mesh(
     host_result: list[subprocess.CompletedProcess[bytes]] = []
     with trio.fail_after(40):
         async with trio.open_nursery() as nursery:
-            host = await nursery.start(
-                lambda task_status: trio.run_process(host_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                     check=False, task_status=task_status)
-            )  # fmt: skip
+            start = functools.partial(trio.run_process, host_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      check=False)  # fmt: skip
+            host = await nursery.start(start)
             first = await _first_line(host)
 
             async def drain_host() -> None:
@@ -92,7 +92,7 @@ async def test_host_and_three_joiners_form_a_four_station_mesh_and_exchange_data
                      "--duration", "7.5", "--format", "jsonl", "--send-every", "0.2", "--name", "lead")  # fmt: skip
     join_argvs = [
         _lan("join", "--game-key", KEY, "--bind", net + str(3 + i), "--broadcast", bc, "--duration", "5",
-             "--format", "jsonl", "--send-every", "0.2", "--name", f"guest{i}")  # fmt: skip
+             "--format", "jsonl", "--send-every", "0.2", "--name", f"guest{i}")
         for i in range(3)
     ]
     _, host, joins = await _run_mesh(host_argv, join_argvs)

@@ -101,14 +101,14 @@ async def test_three_joiners_browse_join_exchange_data_and_are_published() -> No
                 assert j.found.session_key == host.session_key
             # Every station broadcasts one reliable message; everyone receives the three others.
             for node in nodes:
-                await node.broadcast(b"hello from %d" % node.station_index, reliable=True)
+                await node.broadcast(f"hello from {node.station_index}".encode(), reliable=True)
             for node in nodes:
-                got = set()
+                got: set[bytes] = set()
                 while len(got) < 3:
                     event = await node.events().receive()
                     if isinstance(event, DataReceived):
                         got.add(event.data)
-                assert got == {b"hello from %d" % n.station_index for n in nodes if n is not node}
+                assert got == {f"hello from {n.station_index}".encode() for n in nodes if n is not node}
             await trio.sleep(0.2)
             published = host.info
             # One joiner leaves: the published count follows the mesh (spec §6.3 current participants).
