@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import pathlib
 import random
+import zlib
 
 import pytest
 import trio
@@ -234,6 +235,19 @@ def test_host_keys_are_what_a_station_derives_from_the_advertisement(version: st
     assert station.session_key == state.session.session_key
     assert station.network_id == int.from_bytes(state.application_data[:4], "little")
     assert state.application_data[8] == profile.ldn_system_version
+
+
+def test_6x_host_state_advertises_a_system_property_and_keys_from_the_ssid() -> None:
+    # The node cannot run 6.x yet, but the network and its derivation can (spec §7.2, §11).
+    state = ldn.LdnHostState(profile_for("6.16"), GAME_KEY, rng=random.Random(7), name="host6", subnet=9)
+    prop = LdnSystemProperty.decode(state.application_data, profile_for("6.16"))
+    assert prop.system_communication_version == 21 and prop.player_name == "host6"
+    heard = ldn.Advertisement.decode(state.advertisement().encode())
+    station = ldn.derive_session(profile_for("6.16"), GAME_KEY, heard)
+    assert station.network_id == zlib.crc32(state.ssid[1:16]) == state.session.network_id
+    from Crypto.Cipher import AES
+
+    assert station.session_key == AES.new(GAME_KEY, AES.MODE_ECB).encrypt(state.ssid)
 
 
 def test_session_file_holds_only_what_a_capture_offers() -> None:
