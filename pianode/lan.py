@@ -481,12 +481,14 @@ async def browse(
     max_sessions: int = 0,
     application_version: int | None = None,
     client: BrowseClient | None = None,
+    stop_when: Callable[[FoundSession], bool] | None = None,
 ) -> list[FoundSession]:
     """Broadcast one browse request and return the verified sessions found within *timeout* seconds.
 
     *broadcast* defaults to ``(127.255.255.255, 30000)`` (35000 for 6.x); the
     challenge nonce uses its IPv4 address.  ``max_sessions`` > 0 returns as
-    soon as that many sessions are found.
+    soon as that many sessions are found; *stop_when* returns as soon as a
+    session it accepts is found (for example the one with a known network id).
     """
     if broadcast is None:
         broadcast = (DEFAULT_BROADCAST, browse_port(profile))
@@ -505,4 +507,6 @@ async def browse(
                 session = client.receive(data, addr[:2])
                 if session is not None:
                     found.append(session)
+                    if stop_when is not None and stop_when(session):
+                        break
     return found

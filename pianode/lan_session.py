@@ -252,15 +252,18 @@ async def find_session(
         search = LanSessionSearchCriteria.build(opened_only=True, vacant_only=True)
     if broadcast is None:
         broadcast = (DEFAULT_BROADCAST, browse_port(profile))
+
+    def wanted(f: FoundSession) -> bool:
+        return f.session_key is not None and (network_id is None or f.network_id == network_id)
+
     deadline = trio.current_time() + timeout
     while (left := deadline - trio.current_time()) > 0:
         found = await browse(
             profile, game_key, broadcast=broadcast, bind=(bind_ip, 0), timeout=min(interval, left),
-            application_version=application_version, search=search,
-            max_sessions=1 if network_id is None else 0,
+            application_version=application_version, search=search, stop_when=wanted,
         )  # fmt: skip
         for f in found:
-            if f.session_key is not None and (network_id is None or f.network_id == network_id):
+            if wanted(f):
                 return f
     return None
 

@@ -144,6 +144,24 @@ async def test_joiner_picks_the_session_by_network_id() -> None:
     assert first_peers == []
 
 
+async def test_browse_stops_at_the_wanted_session_instead_of_waiting_out_its_timeout() -> None:
+    port, net = _free_port(), _block()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            hosts = [
+                await start_lan_host(nursery, _config(net + str(2 + i)), KEY, browse_bind=("0.0.0.0", port))
+                for i in range(2)
+            ]
+            want = hosts[1].network_id
+            start = trio.current_time()
+            found = await browse(profile_for("5.18"), KEY, broadcast=(DEFAULT_BROADCAST, port), bind=(net + "9", 0),
+                                 timeout=5.0, stop_when=lambda f: f.network_id == want)  # fmt: skip
+            elapsed = trio.current_time() - start
+            nursery.cancel_scope.cancel()
+    assert found[-1].network_id == want and len(found) <= 2
+    assert elapsed < 2.0  # not the 5 s timeout
+
+
 async def test_a_full_session_is_not_offered_to_joiners() -> None:
     """The published count follows the mesh, and joiners ask for vacant sessions only (spec §6.2 flag 0x8)."""
     port, net = _free_port(), _block()
