@@ -374,11 +374,13 @@ class _Report:
             "received": {str(k): v for k, v in sorted(self.received.items())}, "sent": self.sent, **extra,
         }  # fmt: skip
         received = ", ".join(f"{v} from station {k}" for k, v in sorted(self.received.items())) or "nothing"
-        self.emit(
-            record,
+        text = (
             f"station {node.station_index} of network 0x{network_id:08x}: saw stations {sorted(self.seen)}, "
-            f"connected to {connected}; received {received}; sent {self.sent}",
+            f"connected to {connected}; received {received}; sent {self.sent}"
         )
+        if "browse" in extra:
+            text += f"; answered {extra['browse']['answered']} browse requests"
+        self.emit(record, text)
 
 
 def _run_discovery_host(args: argparse.Namespace, profile: VersionProfile) -> int:

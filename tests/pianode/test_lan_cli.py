@@ -150,6 +150,8 @@ async def test_table_output_and_joining_by_network_id() -> None:
     assert jlines[-1].startswith(f"station 1 of network 0x{nid:08x}: saw stations [0], connected to [0]; received ")
     hlines = host.stdout.decode().splitlines()
     assert any(line.startswith(f"station 1 joined from {net}3:49152 ") for line in hlines)
+    assert hlines[-1].startswith(f"station 0 of network 0x{nid:08x}: saw stations [1], ")
+    assert hlines[-1].endswith(" browse requests") and "; answered 0 " not in hlines[-1]
 
 
 async def test_join_with_no_session_exits_1_with_one_line() -> None:
