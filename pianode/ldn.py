@@ -77,12 +77,14 @@ from pianode.ldn_frames import (
     loopback_to_ldn,
     mac_text,
 )
+from pianode.ldn_local import HostIdentity, UpdateSessionAnnouncer, answer_update_session
 from pianode.mesh_wire import mac_for
 from pianode.node import Node, open_node
 from protocols.errors import ConfigError, DecodeError
 from protocols.pia.keys import ldn_session_key_for
 from protocols.pia.ldn import LdnApplicationData, LdnSystemProperty, decode_application_data
-from protocols.pia.versions import Cipher, NetworkType, VersionProfile
+from protocols.pia.local import UpdateSession
+from protocols.pia.versions import Cipher, NetworkType, Proto, VersionProfile
 
 __all__ = [
     "DEFAULT_BROADCAST",
@@ -380,6 +382,15 @@ class LdnHost:
         self._control = control
         self.adverts_sent = 0
         self.dropped = 0
+        s = node.session
+        assert s is not None
+        #: The Local protocol's update session (spec §5.10), sent to every station until acked.
+        self.local = UpdateSessionAnnouncer(
+            config.node.profile,
+            HostIdentity(s.variable_id, s.location.service_variable_id, s.constant_id),
+            rng=random.Random(config.node.seed),
+        )
+        node.set_protocol_handler(Proto.LOCAL, self._on_local)
 
     @property
     def control_address(self) -> Address:
@@ -402,6 +413,28 @@ class LdnHost:
             except OSError as exc:  # e.g. no route in a namespace being torn down
                 log.debug("advertisement not sent: %s", exc)
             await trio.sleep(self.config.advertise_interval)
+
+    def _on_local(self, index: int, port: int, payload: bytes) -> None:
+        for row in self.node.stations():
+            if row.index == index:
+                try:
+                    self.local.receive(row.address, payload)
+                except DecodeError:
+                    self.dropped += 1
+                return
+
+    async def _announce(self) -> None:
+        while True:
+            rows = sorted((r for r in self.node.stations() if r.index is not None), key=lambda r: r.index or 0)
+            members = [r.address for r in rows if r.is_self] + [r.address for r in rows if not r.is_self and r.state == "connected"]
+            now = trio.current_time()
+            self.local.set_members(members, now)
+            index = {r.address: r.index for r in rows}
+            for address, payload in self.local.due(now):
+                station = index.get(address)
+                if station is not None:
+                    self.node.send_protocol(station, Proto.LOCAL, 0, payload)
+            await trio.sleep(0.02)
 
     async def _serve(self) -> None:
         while True:
@@ -443,6 +476,7 @@ async def open_ldn_host(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(host._advertise)
                 nursery.start_soon(host._serve)
+                nursery.start_soon(host._announce)
                 yield host
                 nursery.cancel_scope.cancel()
 
@@ -555,8 +589,19 @@ class LdnStation:
         self.session = session
         self.node = node
         self.direct = direct
+        #: The newest Local protocol update session from the host (spec §5.10).
+        self.update_session: UpdateSession | None = None
+        node.set_protocol_handler(Proto.LOCAL, self._on_local)
         self.seen: dict[str, bytes] = {}
         self._learn(network.advertisement)
+
+    def _on_local(self, index: int, port: int, payload: bytes) -> None:
+        try:
+            update, ack = answer_update_session(self.node.config.profile, payload)
+        except DecodeError:
+            return
+        self.update_session = update
+        self.node.send_protocol(index, Proto.LOCAL, port, ack)
 
     def _learn(self, advertisement: Advertisement) -> None:
         self.advertisement = advertisement

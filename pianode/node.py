@@ -29,6 +29,7 @@ from pianode.config import NodeConfig
 from pianode.events import Event
 from pianode.session import MeshSession, StationStats
 from pianode.udp import UdpEndpoint, open_udp_endpoint
+from protocols.pia.versions import Proto
 
 __all__ = ["JoinError", "Node", "open_node"]
 
@@ -172,6 +173,19 @@ class Node:
         session.send(station_index, bytes(data), reliable=reliable, now=trio.current_time())
         self._wake()
         await trio.lowlevel.checkpoint()
+
+    def set_protocol_handler(self, proto: Proto, handler: Callable[[int, int, bytes], None] | None) -> None:
+        """Deliver messages of *proto* (one the session does not run itself) to ``handler(index, port, payload)``."""
+        handlers = self._require_session().protocol_handlers
+        if handler is None:
+            handlers.pop(proto, None)
+        else:
+            handlers[proto] = handler
+
+    def send_protocol(self, station_index: int, proto: Proto, port: int, payload: bytes) -> None:
+        """Send one message of an application-run sub-protocol to a station (sync; safe from a handler)."""
+        self._require_session().send_protocol(station_index, proto, port, bytes(payload))
+        self._wake()
 
     async def broadcast(self, data: bytes, *, reliable: bool = True) -> int:
         """Send *data* to every connected station; returns how many."""

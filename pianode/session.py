@@ -217,6 +217,9 @@ class MeshSession:
         self.leaving = False
         self._leave_deadline: float | None = None
         self.failure: str | None = None
+        #: Handlers for sub-protocols the application runs itself (LDN's Local protocol, spec §5.10):
+        #: called with (source station index, protocol port, payload) for each message from a member.
+        self.protocol_handlers: dict[Proto, Callable[[int, int, bytes], None]] = {}
         #: Called with every datagram we send: (data, src, dst, now).  For --record.
         self.tap: Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None = None
 
@@ -283,6 +286,13 @@ class MeshSession:
         if peer is None or not peer.connected:
             raise KeyError(f"no connected station with index {index}")
         self._send_data(peer, data, reliable, now)
+
+    def send_protocol(self, index: int, proto: Proto, port: int, payload: bytes) -> None:
+        """Queue one message of an application-run sub-protocol (no retransmission: the protocol does its own)."""
+        peer = self._peer_by_index(index)
+        if peer is None or not peer.connected:
+            raise KeyError(f"no connected station with index {index}")
+        self._enqueue(peer, proto, port, payload)
 
     def broadcast(self, data: bytes, *, reliable: bool, now: float) -> int:
         members = self._members()
@@ -659,6 +669,8 @@ class MeshSession:
                 self._touched[peer] = None  # an ack is due
                 for payload in peer.data_window.receive_message(message.payload, now):
                     self._deliver(peer, payload, reliable=True)
+            elif proto in self.protocol_handlers and peer.index is not None:
+                self.protocol_handlers[proto](peer.index, message.protocol_port, message.payload)
             else:
                 self._drop(DropReason.UNEXPECTED)
         except DecodeError:

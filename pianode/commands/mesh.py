@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import statistics
 import sys
 import time as wallclock
@@ -43,6 +44,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--record", metavar="FILE.pcap", help="write every datagram to a pcap and FILE.session.json beside it")
     p.add_argument("--format", choices=("table", "jsonl"), default=None, help="output format (default: table on a terminal)")
     p.add_argument("--leave-host", action="store_true", help="make the host leave mid-run to show host migration")
+    p.add_argument("--game-key", default=None,
+                   help="LDN: game key (32 hex digits or 16 characters) the stations derive keys from (default random)")
     add_fault_arguments(p)
     p.set_defaults(handler=run)
 
@@ -63,8 +66,19 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     faults = fault_injector_from_args(args)
-    mesh = MeshRun(
+    extra: dict[str, Any] = {}
+    run_class: type[MeshRun] = MeshRun
+    if config.network.value == "ldn":
+        # Real LDN discovery: station 0 hosts and advertises, the others scan and join (pianode.ldn).
+        from pianode.ldn_mesh import LdnMeshRun
+        from protocols.pia.keys import parse_game_key
+
+        text = args.game_key or secrets.token_hex(16)
+        extra = {"game_key": parse_game_key(text), "game_key_text": text}
+        run_class = LdnMeshRun
+    mesh = run_class(
         config,
+        **extra,
         nodes=args.nodes,
         base_address=args.base_address,
         port=args.port,
