@@ -1,6 +1,7 @@
 """Separate hosts for real: four LAN nodes in four network namespaces find each other by broadcast and form a mesh.
 
-The test builds its own network and removes it in a ``finally``:
+The test builds its own network with ``scripts/netns/lan_segment.py`` and
+removes it in a ``finally``:
 
 * five namespaces ``pianode-<random>-0`` … ``-4``; namespace 0 holds only a
   bridge, namespaces 1-4 one node each;
@@ -19,9 +20,9 @@ namespaces (or veth/bridge links) cannot be created.
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import secrets
-import shutil
+import pathlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -35,78 +36,48 @@ from protocols.pia.keys import lan_constant_id, lan_network_id
 from protocols.pia.lan import lan_session_key
 
 KEY = "ee182a63e216cdb1f51ad4bed8cf6508"  # Splatoon 2 (spec §3.6)
-SUBNET = "192.168.77."
-BROADCAST = "192.168.77.255"
-NODES = 4
-IP = shutil.which("ip") or "/usr/sbin/ip"
+SUBNET = "192.168.77"
+HARNESS = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "netns" / "lan_segment.py"
 
 
-def _ip(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([IP, *argv], capture_output=True, text=True, timeout=10, check=False)
+def _harness() -> Any:
+    spec = importlib.util.spec_from_file_location("pianode_netns_lan_segment", HARNESS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _must(*argv: str) -> None:
-    done = _ip(*argv)
-    if done.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(argv)} failed: {done.stderr.strip()}")
-
-
-def _skip_unless_netns_work() -> None:
-    if not shutil.which("ip") and not shutil.which(IP):
-        pytest.skip("NETNS TEST SKIPPED: the 'ip' command (iproute2) is not installed, so no namespaces can be made")
-    probe = f"pianode-probe-{secrets.token_hex(4)}"
-    made = _ip("netns", "add", probe)
-    if made.returncode != 0:
-        pytest.skip(f"NETNS TEST SKIPPED: 'ip netns add' failed here (needs root / CAP_SYS_ADMIN): {made.stderr.strip()}")
-    _ip("netns", "del", probe)
+seg = _harness()
 
 
 @contextmanager
-def lan_segment() -> Iterator[list[str]]:
-    """Namespaces 1-4 on one bridged /24 (namespace 0 holds the bridge); yields the node namespaces."""
-    tag = secrets.token_hex(3)
-    names = [f"pianode-{tag}-{k}" for k in range(NODES + 1)]
-    made: list[str] = []
+def lan_segment() -> Iterator[Any]:
+    """The harness's segment, or a loud skip naming the command that cannot run here."""
+    why = seg.netns_unavailable()
+    if why:
+        pytest.skip(f"NETNS TEST SKIPPED: {why}")
     try:
-        for name in names:
-            _must("netns", "add", name)
-            made.append(name)
-        hub = names[0]
-        _must("-n", hub, "link", "set", "lo", "up")
-        try:
-            _must("-n", hub, "link", "add", "br0", "type", "bridge")
-            for k in range(1, NODES + 1):
-                _must("-n", hub, "link", "add", f"port{k}", "type", "veth", "peer", "name", "eth0", "netns", names[k])
-        except RuntimeError as exc:
-            pytest.skip(f"NETNS TEST SKIPPED: namespaces work but the virtual LAN cannot be built: {exc}")
-        _must("-n", hub, "link", "set", "br0", "up")
-        for k in range(1, NODES + 1):
-            ns = names[k]
-            _must("-n", hub, "link", "set", f"port{k}", "master", "br0", "up")
-            _must("-n", ns, "link", "set", "lo", "up")
-            _must("-n", ns, "addr", "add", f"{SUBNET}{k + 1}/24", "brd", BROADCAST, "dev", "eth0")
-            _must("-n", ns, "link", "set", "eth0", "up")
-        yield names[1:]
+        segment = seg.build(4, SUBNET)
+    except seg.SegmentError as exc:
+        pytest.skip(f"NETNS TEST SKIPPED: namespaces work but the virtual LAN cannot be built: {exc}")
+    try:
+        yield segment
     finally:
-        for name in made:
-            _ip("netns", "del", name)  # removes the veths and the bridge with it
-
-
-def _in(ns: str, *argv: str) -> list[str]:
-    return [IP, "netns", "exec", ns, sys.executable, "-m", "pianode", "lan", *argv]
+        seg.remove(segment.prefix)
 
 
 def _records(out: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.decode().splitlines()]
 
 
-async def _run_segment(namespaces: list[str]) -> tuple[subprocess.CompletedProcess[bytes], list[Any]]:
-    host_argv = _in(namespaces[0], "host", "--game-key", KEY, "--address", f"{SUBNET}2", "--broadcast", BROADCAST,
-                    "--duration", "9", "--format", "jsonl", "--send-every", "0.2")  # fmt: skip
+async def _run_segment(segment: Any) -> tuple[subprocess.CompletedProcess[bytes], list[Any]]:
+    py = [sys.executable, "-m", "pianode", "lan"]
+    common = ["--game-key", KEY, "--broadcast", segment.broadcast, "--format", "jsonl", "--send-every", "0.2"]
+    host_argv = segment.exec_argv(0, *py, "host", *common, "--address", segment.addresses[0], "--duration", "9")
     join_argvs = [
-        _in(ns, "join", "--game-key", KEY, "--bind", f"{SUBNET}{k + 2}", "--broadcast", BROADCAST, "--duration", "6",
-            "--format", "jsonl", "--send-every", "0.2")
-        for k, ns in enumerate(namespaces[1:], start=1)
+        segment.exec_argv(k, *py, "join", *common, "--bind", segment.addresses[k], "--duration", "6")
+        for k in range(1, 4)
     ]
     joins: list[Any] = [None] * len(join_argvs)
     host: list[Any] = [None]
@@ -124,30 +95,32 @@ async def _run_segment(namespaces: list[str]) -> tuple[subprocess.CompletedProce
 
 
 async def test_four_namespaces_discover_by_broadcast_and_form_a_mesh() -> None:
-    _skip_unless_netns_work()
-    with lan_segment() as namespaces:
-        host, joins = await _run_segment(namespaces)
+    with lan_segment() as segment:
+        assert segment.addresses == tuple(f"{SUBNET}.{k}" for k in (2, 3, 4, 5))
+        assert segment.broadcast == f"{SUBNET}.255"
+        host, joins = await _run_segment(segment)
+    assert seg.ip("netns", "list").stdout.count(segment.prefix) == 0  # removed again
     assert host.returncode == 0, host.stderr.decode()
     hrec = _records(host.stdout)
     hosting, hsummary = hrec[0], hrec[-1]
-    assert hosting["event"] == "hosting" and hosting["address"] == f"{SUBNET}2:49152"
+    assert hosting["event"] == "hosting" and hosting["address"] == f"{SUBNET}.2:49152"
     assert hosting["browse_address"] == "0.0.0.0:30000"  # the documented port (spec §6.1)
-    assert hosting["network_id"] == lan_network_id(f"{SUBNET}2", 49152)
+    assert hosting["network_id"] == lan_network_id(f"{SUBNET}.2", 49152)
     param = bytes.fromhex(hosting["session_key_param"])
     assert hosting["session_key"] == lan_session_key(bytes.fromhex(KEY), param).hex()
     assert hsummary["stations_seen"] == [1, 2, 3]
     assert sorted(hsummary["received"]) == ["1", "2", "3"]
     assert hsummary["browse"]["answered"] >= 3
     joined_from = {r["address"]: r["constant_id"] for r in hrec if r["event"] == "station_joined"}
-    assert joined_from == {f"{SUBNET}{k}:49152": lan_constant_id(f"{SUBNET}{k}", 49152) for k in (3, 4, 5)}
+    assert joined_from == {f"{SUBNET}.{k}:49152": lan_constant_id(f"{SUBNET}.{k}", 49152) for k in (3, 4, 5)}
     indexes = set()
     for k, j in enumerate(joins, start=3):
         assert j.returncode == 0, j.stderr.decode()
         recs = _records(j.stdout)
         joined, summary = recs[0], recs[-1]
         # Found by broadcast alone: the host address and the key came from the browse reply.
-        assert joined["event"] == "joined" and joined["host"] == f"{SUBNET}2:49152"
-        assert joined["address"] == f"{SUBNET}{k}:49152"
+        assert joined["event"] == "joined" and joined["host"] == f"{SUBNET}.2:49152"
+        assert joined["address"] == f"{SUBNET}.{k}:49152"
         assert joined["session_key"] == hosting["session_key"]
         me = summary["station_index"]
         indexes.add(me)
@@ -155,5 +128,5 @@ async def test_four_namespaces_discover_by_broadcast_and_form_a_mesh() -> None:
         assert summary["stations_seen"] == others, recs
         assert sorted(int(s) for s in summary["received"]) == others
         peers = {r["address"] for r in recs if r["event"] == "station_joined"}
-        assert peers == {f"{SUBNET}{n}:49152" for n in (2, 3, 4, 5) if n != k}
+        assert peers == {f"{SUBNET}.{n}:49152" for n in (2, 3, 4, 5) if n != k}
     assert indexes == {1, 2, 3}
