@@ -130,3 +130,31 @@ async def test_four_namespaces_discover_by_broadcast_and_form_a_mesh() -> None:
         peers = {r["address"] for r in recs if r["event"] == "station_joined"}
         assert peers == {f"{SUBNET}.{n}:49152" for n in (2, 3, 4, 5) if n != k}
     assert indexes == {1, 2, 3}
+
+
+async def test_one_browse_finds_hosts_in_two_namespaces() -> None:
+    """Two hosts on separate (virtual) machines, one browse from a third: both answer the broadcast."""
+    py = [sys.executable, "-m", "pianode", "lan"]
+    with lan_segment() as segment:
+        common = ["--game-key", KEY, "--broadcast", segment.broadcast]
+        hosts = [
+            segment.exec_argv(k, *py, "host", *common, "--address", segment.addresses[k], "--duration", "4",
+                              "--name", f"host{k}", "--send-every", "0")  # fmt: skip
+            for k in (0, 1)
+        ]
+        browse = segment.exec_argv(2, *py, "browse", *common, "--bind", f"{segment.addresses[2]}:0",
+                                   "--timeout", "1", "--format", "jsonl")  # fmt: skip
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for argv in hosts:
+                    nursery.start_soon(lambda argv=argv: trio.run_process(argv, capture_stdout=True, check=False))
+                await trio.sleep(1.5)
+                found = await trio.run_process(browse, capture_stdout=True, capture_stderr=True, check=False)
+    assert found.returncode == 0, found.stderr.decode()
+    records = sorted(_records(found.stdout), key=lambda r: r["host_address"])
+    assert [(r["host_address"], r["reply_from"].split(":")[0]) for r in records] == [
+        (f"{SUBNET}.2", f"{SUBNET}.2"),
+        (f"{SUBNET}.3", f"{SUBNET}.3"),
+    ]
+    assert [r["stations"][0]["username"] for r in records] == ["host0", "host1"]
+    assert {r["network_id"] for r in records} == {lan_network_id(f"{SUBNET}.{k}", 49152) for k in (2, 3)}
