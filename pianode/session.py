@@ -91,6 +91,7 @@ class DropReason(str, enum.Enum):
     QUEUE_FULL = "queue_full"
     UNENCRYPTED = "unencrypted"
     NOT_ADDRESSED = "not_addressed"
+    CLOSED = "closed"
 
 
 @attrs.frozen
@@ -559,7 +560,8 @@ class MeshSession:
     # ------------------------------------------------------------------ input
     def receive_datagram(self, data: bytes, addr: tuple[str, int], now: float) -> None:
         if self.closed or self.codec is None:
-            self._drop(DropReason.UNEXPECTED)
+            # After leaving, or before creating/joining a mesh: nothing to talk to.
+            self._drop(DropReason.CLOSED if self.closed else DropReason.NOT_MEMBER)
             return
         peer = self.peers.get(addr)
         try:
