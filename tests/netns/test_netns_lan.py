@@ -20,6 +20,7 @@ namespaces (or veth/bridge links) cannot be created.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import pathlib
@@ -139,7 +140,7 @@ async def test_one_browse_finds_hosts_in_two_namespaces() -> None:
         common = ["--game-key", KEY, "--broadcast", segment.broadcast]
         hosts = [
             segment.exec_argv(k, *py, "host", *common, "--address", segment.addresses[k], "--duration", "4",
-                              "--name", f"host{k}", "--send-every", "0")  # fmt: skip
+                              "--name", f"host{k}", "--send-every", "0")
             for k in (0, 1)
         ]
         browse = segment.exec_argv(2, *py, "browse", *common, "--bind", f"{segment.addresses[2]}:0",
@@ -147,7 +148,7 @@ async def test_one_browse_finds_hosts_in_two_namespaces() -> None:
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
                 for argv in hosts:
-                    nursery.start_soon(lambda argv=argv: trio.run_process(argv, capture_stdout=True, check=False))
+                    nursery.start_soon(functools.partial(trio.run_process, argv, capture_stdout=True, check=False))
                 await trio.sleep(1.5)
                 found = await trio.run_process(browse, capture_stdout=True, capture_stderr=True, check=False)
     assert found.returncode == 0, found.stderr.decode()
