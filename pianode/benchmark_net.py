@@ -221,28 +221,27 @@ def _forge_feed(b: Node, b_address: tuple[str, int], a: Node, budget: Budget, pa
     return _Feed(path, len(out), b_address, budget.receive_payload)
 
 
+async def _consume(events: trio.MemoryReceiveChannel[Any], counter: _Counter) -> None:
+    """Count DataReceived events; receive_nowait in a loop, so one checkpoint per batch, not per event."""
+    while True:
+        event = await events.receive()
+        n = isinstance(event, DataReceived)
+        while True:
+            try:
+                event = events.receive_nowait()
+            except trio.WouldBlock:
+                break
+            n += isinstance(event, DataReceived)
+        counter.consumed += n
+        counter.publish()
+
+
 async def _node_round(a: Node, feed: _Feed, start: int, end: int, seconds: float) -> tuple[float, int]:
     """One measured round; a feed shorter than a packet-id cycle is sent from *start* to *end* only."""
     counter = _Counter()
-    events = a.events()
     try:
         async with trio.open_nursery() as nursery:
-
-            async def consume() -> None:
-                # receive_nowait in a loop: one checkpoint per batch, not per event.
-                while True:
-                    event = await events.receive()
-                    n = isinstance(event, DataReceived)
-                    while True:
-                        try:
-                            event = events.receive_nowait()
-                        except trio.WouldBlock:
-                            break
-                        n += isinstance(event, DataReceived)
-                    counter.consumed += n
-                    counter.publish()
-
-            nursery.start_soon(consume)
+            nursery.start_soon(_consume, a.events(), counter)
             proc = await _sender(feed.path, feed.source, a.address, start, end, counter)
             total = None if feed.count >= 65535 else end - start
             rate = await _measure(lambda: counter.consumed, seconds, proc, total)
@@ -254,45 +253,121 @@ async def _node_round(a: Node, feed: _Feed, start: int, end: int, seconds: float
     return rate, nxt
 
 
+async def _drain(raw: socket.socket, counter: _Counter) -> None:
+    """The bare receiver: non-blocking receives until the socket is empty, then wait (perf-limits §7)."""
+    recv = raw.recvfrom
+    n = 0
+    while True:
+        try:
+            recv(2048)
+        except BlockingIOError:
+            counter.consumed = n
+            counter.publish()
+            await trio.lowlevel.wait_readable(raw)
+            continue
+        n += 1
+        if n % 64 == 0:
+            counter.consumed = n
+            counter.publish()
+            await trio.lowlevel.checkpoint()
+
+
+class _BareReceiver:
+    """A Trio UDP socket on 127.0.0.1 drained by :func:`_drain`, with the stdlib alias it uses."""
+
+    async def __aenter__(self) -> _BareReceiver:
+        self.sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
+        await self.sock.bind(("127.0.0.1", 0))
+        self.address = self.sock.getsockname()
+        self.raw = socket.socket(fileno=self.sock.fileno())
+        self.raw.setblocking(False)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.raw.detach()
+        self.sock.close()
+
+
 async def _bare_round(feed: _Feed, seconds: float) -> float:
-    """A Trio receiver that only drains (perf-limits §7) and counts."""
-    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
-    await sock.bind(("127.0.0.1", 0))
-    raw = socket.socket(fileno=sock.fileno())
-    raw.setblocking(False)
     counter = _Counter()
     try:
-        async with trio.open_nursery() as nursery:
-
-            async def drain() -> None:
-                recv = raw.recvfrom
-                n = 0
-                while True:
-                    try:
-                        recv(2048)
-                    except BlockingIOError:
-                        counter.consumed = n
-                        counter.publish()
-                        await trio.lowlevel.wait_readable(raw)
-                        continue
-                    n += 1
-                    if n % 64 == 0:
-                        counter.consumed = n
-                        counter.publish()
-                        await trio.lowlevel.checkpoint()
-
-            nursery.start_soon(drain)
-            proc = await _sender(feed.path, ("127.0.0.3", 0), sock.getsockname(), 0, feed.count, counter)
+        async with _BareReceiver() as bare, trio.open_nursery() as nursery:
+            nursery.start_soon(_drain, bare.raw, counter)
+            proc = await _sender(feed.path, ("127.0.0.3", 0), bare.address, 0, feed.count, counter)
             total = None if feed.count >= 65535 else feed.count
             rate = await _measure(lambda: counter.consumed, seconds, proc, total)
             await _finish(proc, counter)
             nursery.cancel_scope.cancel()
     finally:
-        raw.detach()
-        sock.close()
         counter.close()
     return rate
+
+
+_FILL = 800  # datagrams per prefilled burst: well inside a 1 MiB receive buffer
+
+
+async def _timed_drain(read: Callable[[], int], fill: Callable[[int], int], seconds: float) -> float:
+    """Datagrams/s of a receiver emptying bursts written into its socket while it could not run.
+
+    *fill(k)* writes up to k datagrams synchronously (no checkpoint, so the
+    receiver is idle meanwhile) and returns how many; only the draining is
+    timed.  The cost per datagram is then free of the sender's CPU share.
+    """
+    done, timed = 0, 0.0
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop:
+        before = read()
+        sent = fill(_FILL)
+        if not sent:
+            break
+        t0 = time.perf_counter()
+        while read() < before + sent and time.perf_counter() < t0 + 2.0:
+            await trio.lowlevel.checkpoint()
+        timed += time.perf_counter() - t0
+        done += read() - before
+    return done / timed if timed else 0.0
+
+
+async def _prefilled(a: Node, feed: _Feed, start: int, end: int, seconds: float) -> tuple[float, float, int]:
+    """(node datagrams/s, bare datagrams/s, next index) with prefilled socket buffers."""
+    datagrams = _read_datagrams(feed.path)
+    loop = feed.count >= 65535
+    index = start
+
+    def sender(dest: tuple[str, int], sock: socket.socket, advance: bool) -> Callable[[int], int]:
+        def fill(k: int) -> int:
+            nonlocal index
+            i = index if advance else 0
+            n = 0
+            for _ in range(k):
+                if not loop and i >= end:
+                    break
+                sock.sendto(datagrams[i % feed.count], dest)
+                i += 1
+                n += 1
+            if advance:
+                index = i % feed.count if loop else i
+            return n
+
+        return fill
+
+    node_counter, bare_counter = _Counter(), _Counter()
+    src = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        src.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _RCVBUF)
+        src.bind(feed.source)  # B's address: the peer A knows
+        async with _BareReceiver() as bare, trio.open_nursery() as nursery:
+            nursery.start_soon(_consume, a.events(), node_counter)
+            nursery.start_soon(_drain, bare.raw, bare_counter)
+            bare_rate = await _timed_drain(lambda: bare_counter.consumed, sender(bare.address, src, False), seconds / 2)
+            node_rate = await _timed_drain(lambda: node_counter.consumed, sender(a.address, src, True), seconds / 2)
+            nursery.cancel_scope.cancel()
+    finally:
+        src.close()
+        node_counter.close()
+        bare_counter.close()
+    return node_rate, bare_rate, index
 
 
 async def _receive(budget: Budget, profile_path: str | None = None) -> list[Figure]:
@@ -312,15 +387,19 @@ async def _receive(budget: Budget, profile_path: str | None = None) -> list[Figu
             # its address becomes the sender's.  A still counts B as connected.
             feed = _forge_feed(b, b_address, a, budget, os.path.join(tmp, "datagrams"))
             start = 0
-            rounds = budget.receive_rounds + (profile_path is not None)
+            rounds = 2 * budget.receive_rounds + (profile_path is not None)
             share = feed.count // rounds  # a short feed is split between the rounds (ids never repeat)
             ratios, nodes, bares = [], [], []
+            costs: list[tuple[float, float]] = []
             for _ in range(budget.receive_rounds):
                 bare = await _bare_round(feed, budget.receive_seconds)
                 node, start = await _node_round(a, feed, start, start + share, budget.receive_seconds)
                 bares.append(bare)
                 nodes.append(node)
                 ratios.append(node / bare if bare else 0.0)
+                node_pf, bare_pf, start = await _prefilled(a, feed, start, start + share, budget.receive_seconds)
+                if node_pf and bare_pf:
+                    costs.append((1e6 / node_pf, 1e6 / bare_pf))
             if profile_path is not None:
                 prof = cProfile.Profile()
                 prof.enable()
@@ -330,6 +409,23 @@ async def _receive(budget: Budget, profile_path: str | None = None) -> list[Figu
             stats = a.statistics()
     ratio = 100 * statistics.median(ratios)
     node_rate = statistics.median(nodes)
+    figures = []
+    if costs:
+        node_us = statistics.median(c[0] for c in costs)
+        bare_us = statistics.median(c[1] for c in costs)
+        figures.append(
+            Figure(
+                "receive",
+                "receive cost per datagram, prefilled socket (node vs bare drain)",
+                node_us,
+                "µs",
+                "",
+                None,
+                f"bare Trio drain {bare_us:.2f} µs: node at {100 * bare_us / node_us:.1f} % of the bare rate,"
+                f" {1e6 / node_us / 1e3:.1f}k/s on one core without a competing sender",
+                {"node_us": [c[0] for c in costs], "bare_us": [c[1] for c in costs]},
+            )
+        )
     return [
         Figure(
             "receive",
@@ -350,6 +446,7 @@ async def _receive(budget: Budget, profile_path: str | None = None) -> list[Figu
             at_least(node_rate, 100_000.0),
             f"drops {stats.get('drops')}",
         ),
+        *figures,
     ]
 
 

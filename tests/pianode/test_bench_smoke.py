@@ -50,7 +50,8 @@ def test_every_section_reports_through_the_cli(tmp_path: pathlib.Path, capsys: p
         assert isinstance(f["passed"], bool)
 
     receive = [f for f in figures if f["section"] == "receive"]
-    assert [f["target"] for f in receive] == ["≥ 25 %", "≥ 100k/s"]
+    assert [f["target"] for f in receive] == ["≥ 25 %", "≥ 100k/s", ""]
+    assert receive[2]["unit"] == "µs" and receive[2]["value"] > 0  # prefilled cost per datagram
     node_stats = receive[0]["detail"]["node_statistics"]
     assert receive[0]["value"] > 0, "the node delivered none of the forged datagrams"
     rates = receive[0]["detail"]["node_rates"]
@@ -70,7 +71,8 @@ def test_every_section_reports_through_the_cli(tmp_path: pathlib.Path, capsys: p
     assert len(rtt["detail"]["node_medians_us"]) == 2  # one median per round
 
     session = [f for f in figures if f["section"] == "session"]
-    assert len(session) == 3
+    assert len(session) == 4
+    assert session[3]["unit"] == "×" and session[3]["value"] > 0
     assert session[1]["passed"] is True, session[1]["note"]  # every reliable message arrives
     assert session[2]["value"] == 3.0
 
