@@ -113,7 +113,10 @@ def network_id_for_host(config: NodeConfig, host: tuple[str, int], rng: random.R
     return zlib.crc32(ipaddress.IPv4Address(host[0]).packed + host[1].to_bytes(2, "big"))
 
 
-def packet_codec(config: NodeConfig, profile: VersionProfile, key: bytes, network_id: int) -> PacketCodec:
+def packet_codec(
+    config: NodeConfig, profile: VersionProfile, key: bytes, network_id: int
+) -> tuple[PacketCodec, Callable[[PacketHeader, str], bytes]]:
+    """The session's packet codec and the nonce builder it uses (replay checks need the nonce)."""
     net = config.network
     if net is NetworkType.NEX:
         builder = nonce_builder(profile, net, gathering_id=network_id)
@@ -121,7 +124,7 @@ def packet_codec(config: NodeConfig, profile: VersionProfile, key: bytes, networ
         builder = nonce_builder(profile, net, network_id=network_id, macs=_MacTable())
     else:
         builder = nonce_builder(profile, net)
-    return PacketCodec(profile, key, builder, backend=config.aead_backend)
+    return PacketCodec(profile, key, builder, backend=config.aead_backend), builder
 
 
 def decode_context(config: NodeConfig, session: MeshSession) -> dict[str, object]:

@@ -58,7 +58,8 @@ from pianode.events import (
     StationLeft,
 )
 from pianode.mesh_table import MeshFull, MeshTable, StationEntry
-from pianode.packet_ids import PacketIdCounter, PacketIdFilter, Verdict
+from pianode.packet_ids import PacketIdCounter, PacketIdFilter
+from pianode.replay import NonceReplayFilter
 from pianode.reliable import ReliableWindow
 from pianode.rtt import HeaderTimers, RttEstimator
 from protocols.errors import AuthenticationError, DecodeError
@@ -140,9 +141,9 @@ class Peer:
     got_response: bool = False
     sent_response: bool = False
     tx_ids: PacketIdCounter = attrs.field(factory=PacketIdCounter)
-    rx_ids: PacketIdFilter = attrs.field(factory=PacketIdFilter)
-    rx_group_ids: PacketIdFilter = attrs.field(factory=lambda: PacketIdFilter(expected=None))
-    recent_nonces: collections.deque[bytes] = attrs.field(factory=lambda: collections.deque(maxlen=256))
+    #: Packet ids seen (statistics only: the id is not authenticated).
+    rx_ids: PacketIdFilter = attrs.field(factory=lambda: PacketIdFilter(expected=None))
+    replay: NonceReplayFilter = attrs.field(factory=NonceReplayFilter)
     outbox: list[Message] = attrs.field(factory=list)
     pending: dict[int, _Pending] = attrs.field(factory=dict)
     mesh_window: ReliableWindow | None = None
@@ -196,6 +197,7 @@ class MeshSession:
         self.peers: dict[tuple[str, int], Peer] = {}
         self.session_key: bytes | None = config.session_key
         self.codec: PacketCodec | None = None
+        self._nonce_builder: Callable[[PacketHeader, str], bytes] | None = None
         self.network_id = 0
         self._nonce_counter = self.rng.getrandbits(64)
         self._ack_counter = self.rng.randrange(1, 1 << 32)
@@ -228,7 +230,7 @@ class MeshSession:
     def _setup_crypto(self, session_key: bytes, network_id: int) -> None:
         self.session_key = session_key
         self.network_id = network_id
-        self.codec = mw.packet_codec(self.config, self.profile, session_key, network_id)
+        self.codec, self._nonce_builder = mw.packet_codec(self.config, self.profile, session_key, network_id)
         self._codec_key = (self.profile.version, self.config.network, session_key, network_id, self.config.aead_backend)
 
     def create(self, now: float, *, network_id: int | None = None) -> None:
@@ -595,15 +597,17 @@ class MeshSession:
             if (self.variable_id & 0xFFFF) not in packet.footer:
                 self._drop(DropReason.NOT_ADDRESSED)
                 return
-            if peer.rx_group_ids.accept(header.packet_id) is not Verdict.ACCEPTED or (
-                header.source_variable_id != peer.variable_id
-            ):
-                self._drop(DropReason.REPLAYED if header.source_variable_id == peer.variable_id else DropReason.IDENTITY_MISMATCH)
+            if header.source_variable_id != peer.variable_id:
+                self._drop(DropReason.IDENTITY_MISMATCH)
                 return
-        elif not self._accept_header(peer, header):
+            if not peer.replay.accept(self._nonce_of(header, addr[0])):
+                self._drop(DropReason.REPLAYED)
+                return
+        elif not self._accept_header(peer, packet, self._nonce_of(header, addr[0])):
             return
         if peer is None:
             peer = self._new_peer(addr, initiator=False, now=now)
+            peer.replay.accept(self._nonce_of(header, addr[0]))
         peer.last_heard = now
         if header.source_timer is not None and header.destination_timer is not None:
             sample = peer.header_timers.on_receive(header.source_timer, header.destination_timer, now)
@@ -618,17 +622,16 @@ class MeshSession:
         if not peer.connected:
             self._touched[peer] = None  # handshake state changed
 
-    def _accept_header(self, peer: Peer, header: PacketHeader) -> bool:
-        """Replay and identity checks on an authenticated header."""
-        if header.packet_id:
-            if peer.rx_ids.accept(header.packet_id) is not Verdict.ACCEPTED:
-                self._drop(DropReason.REPLAYED)
-                return False
-        else:
-            if header.nonce in peer.recent_nonces:
-                self._drop(DropReason.REPLAYED)
-                return False
-            peer.recent_nonces.append(header.nonce)
+    def _accept_header(self, peer: Peer, packet: Packet, nonce: bytes) -> bool:
+        """Identity and replay checks on an authenticated packet.
+
+        Identity first: a packet whose header or messages name another
+        station than the one at its source address is refused as such.
+        Replays are judged on the GCM nonce, which the tag authenticates; the
+        packet id is not authenticated (no associated data, spec §3.1), so it
+        only feeds the statistics.
+        """
+        header = packet.header
         if peer.connected:
             if self.profile.has_connection_id:
                 if header.connection_id not in (0, peer.peer_conn_id):
@@ -637,15 +640,26 @@ class MeshSession:
             elif header.source_variable_id not in (None, peer.variable_id):
                 self._drop(DropReason.IDENTITY_MISMATCH)
                 return False
+        if peer.constant_id:
+            for m in packet.messages:
+                if m.source_constant_id is not None and m.source_constant_id != peer.constant_id:
+                    self._drop(DropReason.IDENTITY_MISMATCH)
+                    return False
+        if not peer.replay.accept(nonce):
+            self._drop(DropReason.REPLAYED)
+            return False
+        if header.packet_id:
+            peer.rx_ids.accept(header.packet_id)
         return True
+
+    def _nonce_of(self, header: PacketHeader, source: str) -> bytes:
+        assert self._nonce_builder is not None
+        return self._nonce_builder(header, source)
 
     def _drop(self, reason: DropReason) -> None:
         self.drops[reason.value] += 1
 
     def _dispatch(self, peer: Peer, message: Message, now: float) -> None:
-        if message.source_constant_id is not None and peer.constant_id and message.source_constant_id != peer.constant_id:
-            self._drop(DropReason.IDENTITY_MISMATCH)
-            return
         try:
             proto = mw.proto_of(self.profile, message.protocol_type)
             if proto is Proto.STATION:

@@ -339,11 +339,6 @@ def refused(host: MeshSession, data: bytes, source: tuple[str, int], now: float)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.xfail(
-    strict=True,
-    reason="session: the replay filter keys on the packet id and raw header nonce bytes, which GCM does not "
-    "authenticate; a captured datagram with those bytes changed is accepted and its data delivered again",
-)
 def test_replay_with_unauthenticated_header_bytes_changed(version: str) -> None:
     host, member, sent = member_pair(version)
     paid = sent[-1]
@@ -358,11 +353,6 @@ def test_replay_with_unauthenticated_header_bytes_changed(version: str) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.xfail(
-    strict=True,
-    reason="session: the first datagram from a new address (the connection request) never enters the new "
-    "peer's replay filter, so replaying it from that address later is accepted and answered",
-)
 def test_replayed_connection_request_is_refused(version: str) -> None:
     host, member, sent = member_pair(version)
     assert refused(host, sent[0], member.local_address, 2.0)
@@ -415,11 +405,6 @@ def with_packet_id(member: MeshSession, data: bytes, packet_id: int) -> bytes:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.xfail(
-    strict=True,
-    reason="session: the replay filter advances on the unauthenticated packet id, so a captured datagram "
-    "re-sent with a far-ahead id makes every later genuine datagram of that member look replayed",
-)
 def test_forged_packet_id_cannot_cut_off_a_member(version: str) -> None:
     host, member, sent = member_pair(version)
     codec = member.codec

@@ -1,0 +1,46 @@
+"""Replay protection keyed on what AES-GCM authenticates: the nonce.
+
+GCM in Pia has no associated data (spec §3.1, §11): the packet id and any
+header byte that does not enter the nonce can be changed without breaking the
+tag.  So replay decisions must not rest on them.  The 12-byte nonce is built
+from the sender's identity and its 8-byte header counter (spec §3.2); a
+datagram that authenticates proves its nonce, and a sender never reuses one.
+
+:class:`NonceReplayFilter` keeps, per peer, the highest nonce value seen (the
+last 8 nonce bytes read as an integer; their top byte is the connection id
+or variable-id byte in some eras, which only moves forward within a
+connection) and a bitmap of the ``window`` values below it.  A value seen
+before, or older than the window, is a replay.  Memory is ``window / 8``
+bytes per peer.
+"""
+
+from __future__ import annotations
+
+__all__ = ["NonceReplayFilter"]
+
+
+class NonceReplayFilter:
+    __slots__ = ("_bits", "_top", "window")
+
+    def __init__(self, window: int = 1 << 14) -> None:
+        self.window = window
+        self._top = -1
+        self._bits = 0  # bit i set: value top - i was seen
+
+    def accept(self, nonce: bytes) -> bool:
+        """Record an authenticated nonce; False if it was seen before or is too old."""
+        value = int.from_bytes(nonce[-8:], "big")
+        top = self._top
+        if value > top:
+            shift = value - top
+            self._bits = ((self._bits << shift) | 1) & ((1 << self.window) - 1) if shift < self.window else 1
+            self._top = value
+            return True
+        age = top - value
+        if age >= self.window:
+            return False
+        mask = 1 << age
+        if self._bits & mask:
+            return False
+        self._bits |= mask
+        return True
