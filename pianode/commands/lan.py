@@ -13,7 +13,8 @@ console join flow (spec §6.6): browse until a session answers (``--session``
 picks a network id), take the session key from its published param, join
 the host's mesh.  Host and joiners print their node's events (stations
 joining and leaving, data received) and broadcast a numbered message every
-``--send-every`` seconds, then a summary when ``--duration`` ends.  All of it
+``--send-every`` seconds, then a summary when ``--duration`` ends or at the
+first SIGINT/SIGTERM (Ctrl-C), before leaving the mesh.  All of it
 defaults to loopback, so it works on one machine with no setup.
 
 Exit status: 0 on success (``browse``: at least one session found; ``join``:
@@ -24,8 +25,10 @@ message for a bad flag or setting.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import signal
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -199,8 +202,9 @@ def run_host(args: argparse.Namespace) -> int:
     report = _Report(fmt)
 
     async def main() -> None:
-        deadline = trio.current_time() + duration
+        stop = _Stop(trio.current_time() + duration)
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop.watch)
             session = await start_lan_host(
                 nursery, config, key, max_participants=max_n, name=args.name, game_mode=game_mode,
                 application_version=app_version, host_address_size=size, browse_bind=bind, broadcast_ip=broadcast_ip,
@@ -216,7 +220,7 @@ def run_host(args: argparse.Namespace) -> int:
                 f"hosting network id 0x{session.network_id:08x} (Pia {profile.name}, host {ip}:{pia_port}, "
                 f"max {max_n}) on {where[0]}:{where[1]}",
             )  # fmt: skip
-            with trio.move_on_at(deadline):
+            with stop.phase():
                 await report.participate(node, send_every, args.name)
             session.cancel_scope.cancel()  # stop answering browse requests first
             s = session.lan_host.statistics()
@@ -266,10 +270,11 @@ def run_join(args: argparse.Namespace) -> int:
     report = _Report(fmt)
 
     async def main() -> int:
-        deadline = trio.current_time() + duration
+        stop = _Stop(trio.current_time() + duration)
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop.watch)
             join = None
-            with trio.move_on_at(deadline):
+            with stop.phase():
                 try:
                     join = await start_lan_join(
                         nursery, config, key, network_id=network_id, broadcast=broadcast, browse_timeout=timeout,
@@ -280,7 +285,8 @@ def run_join(args: argparse.Namespace) -> int:
                     nursery.cancel_scope.cancel()
                     return 1
             if join is None:
-                print(f"pianode lan: --duration {args.duration} ended before the join did", file=sys.stderr)
+                why = "interrupted" if stop.signalled else f"--duration {args.duration} ended"
+                print(f"pianode lan: {why} before the join completed", file=sys.stderr)
                 nursery.cancel_scope.cancel()
                 return 1
             node = join.node
@@ -294,7 +300,7 @@ def run_join(args: argparse.Namespace) -> int:
                 f"joined network id 0x{info.network_id:08x} (Pia {profile.name}, host {info.host_ip}:"
                 f"{info.host_port}) as station {join.station_index} from {ip}:{port}",
             )  # fmt: skip
-            with trio.move_on_at(deadline):
+            with stop.phase():
                 await report.participate(node, send_every, args.name)
             report.summary(node, info.network_id)
             await node.leave(timeout=1.0)
@@ -302,6 +308,32 @@ def run_join(args: argparse.Namespace) -> int:
         return 0
 
     return _trio_run(main)
+
+
+class _Stop:
+    """Ends a command's phases at its deadline or at the first SIGINT/SIGTERM; the command then still
+    prints its summary and leaves the mesh."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.signalled = False
+        self._scope: trio.CancelScope | None = None
+
+    @contextlib.contextmanager
+    def phase(self) -> Iterator[None]:
+        with trio.CancelScope(deadline=self.deadline) as scope:
+            self._scope = scope
+            if self.signalled:
+                scope.cancel()
+            yield
+        self._scope = None
+
+    async def watch(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                self.signalled = True
+                if self._scope is not None:
+                    self._scope.cancel()
 
 
 class _Report:

@@ -24,9 +24,11 @@ import functools
 import importlib.util
 import json
 import pathlib
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -68,31 +70,76 @@ def lan_segment() -> Iterator[Any]:
         seg.remove(segment.prefix)
 
 
-def _records(out: bytes) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in out.decode().splitlines()]
+class _Proc:
+    """A CLI process whose output lines are collected as they come, so the test can wait on them."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.lines: list[str] = []
+        self.stderr = b""
+        self.returncode: int | None = None
+        self._process: trio.Process | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            start = functools.partial(trio.run_process, self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      check=False)  # fmt: skip
+            process: trio.Process = await nursery.start(start)
+            self._process = process
+            task_status.started()
+            assert process.stdout is not None and process.stderr is not None
+            nursery.start_soon(self._read_stderr, process.stderr)
+            pending = b""
+            async for chunk in process.stdout:
+                *done, pending = (pending + chunk).split(b"\n")
+                self.lines.extend(line.decode() for line in done)
+        self.returncode = process.returncode
+
+    async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
+        async for chunk in stream:
+            self.stderr += chunk
+
+    def stop(self) -> None:
+        """SIGTERM (``ip netns exec`` execs the command, so the signal reaches pianode): summary, leave, exit."""
+        assert self._process is not None
+        if self._process.returncode is None:
+            self._process.send_signal(signal.SIGTERM)
+
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.lines]
+
+    def enough(self) -> bool:
+        """Three messages from each of the three other stations."""
+        got = Counter(r["source_index"] for r in self.records() if r["event"] == "data")
+        return len(got) == 3 and min(got.values()) >= 3
 
 
-async def _run_segment(segment: Any) -> tuple[subprocess.CompletedProcess[bytes], list[Any]]:
+async def _until(predicate: Callable[[], bool]) -> None:
+    while not predicate():
+        await trio.sleep(0.05)
+
+
+async def _run_segment(segment: Any) -> tuple[_Proc, list[_Proc]]:
+    """Host in node 1, joiners in nodes 2-4; SIGTERM once data flowed everywhere (--duration only bounds)."""
     py = [sys.executable, "-m", "pianode", "lan"]
     common = ["--game-key", KEY, "--broadcast", segment.broadcast, "--format", "jsonl", "--send-every", "0.2"]
-    host_argv = segment.exec_argv(0, *py, "host", *common, "--address", segment.addresses[0], "--duration", "9")
-    join_argvs = [
-        segment.exec_argv(k, *py, "join", *common, "--bind", segment.addresses[k], "--duration", "6")
+    host = _Proc(segment.exec_argv(0, *py, "host", *common, "--address", segment.addresses[0], "--duration", "60"))
+    joiners = [
+        _Proc(segment.exec_argv(k, *py, "join", *common, "--bind", segment.addresses[k], "--duration", "60"))
         for k in range(1, 4)
     ]
-    joins: list[Any] = [None] * len(join_argvs)
-    host: list[Any] = [None]
-
-    async def run(argv: list[str], into: list[Any], i: int) -> None:
-        into[i] = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
-
-    with trio.fail_after(45):
+    with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(run, host_argv, host, 0)
-            await trio.sleep(1.0)  # joiners also retry their browse every second until the host answers
-            for i, argv in enumerate(join_argvs):
-                nursery.start_soon(run, argv, joins, i)
-    return host[0], joins
+            await nursery.start(host.run)
+            await _until(lambda: bool(host.lines))
+            for j in joiners:
+                await nursery.start(j.run)
+            await _until(lambda: all(p.enough() or p.returncode is not None for p in (host, *joiners)))
+            for j in joiners:
+                j.stop()
+            await _until(lambda: all(j.returncode is not None for j in joiners))
+            host.stop()
+    return host, joiners
 
 
 async def test_four_namespaces_discover_by_broadcast_and_form_a_mesh() -> None:
@@ -102,7 +149,7 @@ async def test_four_namespaces_discover_by_broadcast_and_form_a_mesh() -> None:
         host, joins = await _run_segment(segment)
     assert seg.ip("netns", "list").stdout.count(segment.prefix) == 0  # removed again
     assert host.returncode == 0, host.stderr.decode()
-    hrec = _records(host.stdout)
+    hrec = host.records()
     hosting, hsummary = hrec[0], hrec[-1]
     assert hosting["event"] == "hosting" and hosting["address"] == f"{SUBNET}.2:49152"
     assert hosting["browse_address"] == "0.0.0.0:30000"  # the documented port (spec §6.1)
@@ -117,7 +164,7 @@ async def test_four_namespaces_discover_by_broadcast_and_form_a_mesh() -> None:
     indexes = set()
     for k, j in enumerate(joins, start=3):
         assert j.returncode == 0, j.stderr.decode()
-        recs = _records(j.stdout)
+        recs = j.records()
         joined, summary = recs[0], recs[-1]
         # Found by broadcast alone: the host address and the key came from the browse reply.
         assert joined["event"] == "joined" and joined["host"] == f"{SUBNET}.2:49152"
@@ -128,6 +175,7 @@ async def test_four_namespaces_discover_by_broadcast_and_form_a_mesh() -> None:
         others = sorted({0, 1, 2, 3} - {me})
         assert summary["stations_seen"] == others, recs
         assert sorted(int(s) for s in summary["received"]) == others
+        assert min(summary["received"].values()) >= 3
         peers = {r["address"] for r in recs if r["event"] == "station_joined"}
         assert peers == {f"{SUBNET}.{n}:49152" for n in (2, 3, 4, 5) if n != k}
     assert indexes == {1, 2, 3}
@@ -139,23 +187,26 @@ async def test_one_browse_finds_hosts_in_two_namespaces() -> None:
     with lan_segment() as segment:
         common = ["--game-key", KEY, "--broadcast", segment.broadcast]
         hosts = [
-            segment.exec_argv(k, *py, "host", *common, "--address", segment.addresses[k], "--duration", "4",
-                              "--name", f"host{k}", "--send-every", "0")
+            _Proc(segment.exec_argv(k, *py, "host", *common, "--address", segment.addresses[k], "--duration", "60",
+                                    "--name", f"host{k}", "--send-every", "0"))
             for k in (0, 1)
         ]
         browse = segment.exec_argv(2, *py, "browse", *common, "--bind", f"{segment.addresses[2]}:0",
                                    "--timeout", "1", "--format", "jsonl")  # fmt: skip
-        with trio.fail_after(30):
+        with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
-                for argv in hosts:
-                    nursery.start_soon(functools.partial(trio.run_process, argv, capture_stdout=True, check=False))
-                await trio.sleep(1.5)
+                for h in hosts:
+                    await nursery.start(h.run)
+                await _until(lambda: all(h.lines for h in hosts))  # both listen
                 found = await trio.run_process(browse, capture_stdout=True, capture_stderr=True, check=False)
+                for h in hosts:
+                    h.stop()
     assert found.returncode == 0, found.stderr.decode()
-    records = sorted(_records(found.stdout), key=lambda r: r["host_address"])
+    records = sorted((json.loads(line) for line in found.stdout.decode().splitlines()), key=lambda r: r["host_address"])
     assert [(r["host_address"], r["reply_from"].split(":")[0]) for r in records] == [
         (f"{SUBNET}.2", f"{SUBNET}.2"),
         (f"{SUBNET}.3", f"{SUBNET}.3"),
     ]
     assert [r["stations"][0]["username"] for r in records] == ["host0", "host1"]
     assert {r["network_id"] for r in records} == {lan_network_id(f"{SUBNET}.{k}", 49152) for k in (2, 3)}
+    assert all(h.returncode == 0 for h in hosts)

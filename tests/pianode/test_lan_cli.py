@@ -10,9 +10,13 @@ from __future__ import annotations
 import functools
 import json
 import random
+import re
+import signal
 import socket
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -38,66 +42,89 @@ def _lan(*argv: str) -> list[str]:
     return [sys.executable, "-m", "pianode", "lan", *argv]
 
 
-async def _first_line(proc: trio.Process) -> bytes:
-    assert proc.stdout is not None
-    buf = b""
-    while b"\n" not in buf:
-        chunk = await proc.stdout.receive_some(4096)
-        assert chunk, "the process exited before printing its first line"
-        buf += chunk
-    return buf
+class _Proc:
+    """A CLI process whose output lines are collected as they come, so a test can wait on them."""
 
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.lines: list[str] = []
+        self.stderr = b""
+        self.returncode: int | None = None
+        self._process: trio.Process | None = None
 
-async def _run_mesh(
-    host_argv: list[str], join_argvs: list[list[str]]
-) -> tuple[bytes, subprocess.CompletedProcess[bytes], list[subprocess.CompletedProcess[bytes]]]:
-    """Start the host, wait until it listens, run the joiners to completion, then let the host finish."""
-    results: list[subprocess.CompletedProcess[bytes]] = [None] * len(join_argvs)  # type: ignore[list-item]
-    host_result: list[subprocess.CompletedProcess[bytes]] = []
-    with trio.fail_after(40):
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            start = functools.partial(trio.run_process, host_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start = functools.partial(trio.run_process, self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       check=False)  # fmt: skip
-            host = await nursery.start(start)
-            first = await _first_line(host)
+            process: trio.Process = await nursery.start(start)
+            self._process = process
+            task_status.started()
+            assert process.stdout is not None and process.stderr is not None
+            nursery.start_soon(self._read_stderr, process.stderr)
+            pending = b""
+            async for chunk in process.stdout:
+                *done, pending = (pending + chunk).split(b"\n")
+                self.lines.extend(line.decode() for line in done)
+        self.returncode = process.returncode
 
-            async def drain_host() -> None:
-                assert host.stdout is not None and host.stderr is not None
-                rest = b""
-                async for chunk in host.stdout:
-                    rest += chunk
-                err = b"".join([c async for c in host.stderr])
-                await host.wait()
-                host_result.append(subprocess.CompletedProcess(host_argv, host.returncode, first + rest, err))
+    async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
+        async for chunk in stream:
+            self.stderr += chunk
 
-            nursery.start_soon(drain_host)
-            async with trio.open_nursery() as joins:
-                for i, argv in enumerate(join_argvs):
-                    joins.start_soon(_collect, argv, results, i)
-    return first, host_result[0], results
+    def stop(self) -> None:
+        """SIGTERM: the command prints its summary, leaves the mesh and exits."""
+        assert self._process is not None
+        if self._process.returncode is None:
+            self._process.send_signal(signal.SIGTERM)
 
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.lines]
 
-async def _collect(argv: list[str], results: list[subprocess.CompletedProcess[bytes]], i: int) -> None:
-    results[i] = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    def received_from(self) -> Counter[int]:
+        return Counter(r["source_index"] for r in self.records() if r["event"] == "data")
 
 
-def _records(out: bytes) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in out.decode().splitlines()]
+async def _until(predicate: Callable[[], bool]) -> None:
+    while not predicate():
+        await trio.sleep(0.05)
+
+
+async def _run_mesh(host: _Proc, joiners: list[_Proc], enough: Callable[[_Proc], bool]) -> None:
+    """Host first (until it listens), then the joiners; once every process has had *enough*, SIGTERM
+    the joiners, then the host, and wait for all of them.  Bounded by the caller's fail_after."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(host.run)
+        await _until(lambda: bool(host.lines))
+        for j in joiners:
+            await nursery.start(j.run)
+        await _until(lambda: all(enough(p) or p.returncode is not None for p in (host, *joiners)))
+        for j in joiners:
+            j.stop()
+        await _until(lambda: all(j.returncode is not None for j in joiners))
+        host.stop()
 
 
 async def test_host_and_three_joiners_form_a_four_station_mesh_and_exchange_data() -> None:
     port, net = _free_port(), _block()
     bc = f"127.255.255.255:{port}"
-    host_argv = _lan("host", "--game-key", KEY, "--address", net + "2", "--bind", f"0.0.0.0:{port}", "--broadcast", bc,
-                     "--duration", "7.5", "--format", "jsonl", "--send-every", "0.2", "--name", "lead")  # fmt: skip
-    join_argvs = [
-        _lan("join", "--game-key", KEY, "--bind", net + str(3 + i), "--broadcast", bc, "--duration", "5",
-             "--format", "jsonl", "--send-every", "0.2", "--name", f"guest{i}")
+    # --duration only bounds each process; the test ends them with SIGTERM once data has flowed.
+    host = _Proc(_lan("host", "--game-key", KEY, "--address", net + "2", "--bind", f"0.0.0.0:{port}",
+                      "--broadcast", bc, "--duration", "60", "--format", "jsonl", "--send-every", "0.2",
+                      "--name", "lead"))  # fmt: skip
+    joiners = [
+        _Proc(_lan("join", "--game-key", KEY, "--bind", net + str(3 + i), "--broadcast", bc, "--duration", "60",
+                   "--format", "jsonl", "--send-every", "0.2", "--name", f"guest{i}"))
         for i in range(3)
     ]
-    _, host, joins = await _run_mesh(host_argv, join_argvs)
+
+    def enough(p: _Proc) -> bool:  # three messages from each of the three other stations
+        got = p.received_from()
+        return len(got) == 3 and min(got.values()) >= 3
+
+    with trio.fail_after(60):
+        await _run_mesh(host, joiners, enough)
     assert host.returncode == 0, host.stderr
-    hrec = _records(host.stdout)
+    hrec = host.records()
     hosting, hsummary = hrec[0], hrec[-1]
     assert hosting["event"] == "hosting" and hsummary["event"] == "summary"
     assert hosting["address"] == f"{net}2:49152"  # first free console port (spec §6.1)
@@ -109,9 +136,9 @@ async def test_host_and_three_joiners_form_a_four_station_mesh_and_exchange_data
     joined_from = {r["address"] for r in hrec if r["event"] == "station_joined"}
     assert joined_from == {f"{net}{3 + i}:49152" for i in range(3)}
     indexes = set()
-    for i, j in enumerate(joins):
+    for i, j in enumerate(joiners):
         assert j.returncode == 0, j.stderr
-        recs = _records(j.stdout)
+        recs = j.records()
         joined, summary = recs[0], recs[-1]
         assert joined["event"] == "joined" and summary["event"] == "summary"
         # The console join flow: the host address and the key come from the browse reply (spec §6.6).
@@ -122,10 +149,10 @@ async def test_host_and_three_joiners_form_a_four_station_mesh_and_exchange_data
         others = sorted({0, 1, 2, 3} - {me})
         assert summary["stations_seen"] == others, recs
         assert sorted(int(k) for k in summary["received"]) == others
-        assert all(n >= 3 for n in summary["received"].values())  # a message every 0.2 s while formed
-        texts = {r["text"] for r in recs if r["event"] == "data"}
-        assert any(t.startswith("lead #") for t in texts)
-        assert all(f"guest{k} #" in " ".join(texts) for k in range(3) if k != i)
+        assert all(n >= 3 for n in summary["received"].values())
+        texts = " ".join(r["text"] for r in recs if r["event"] == "data")
+        assert "lead #" in texts
+        assert all(f"guest{k} #" in texts for k in range(3) if k != i)
     assert indexes == {1, 2, 3}
     # Every station's constant id follows its LAN address (spec §4).
     consts = {r["constant_id"] for r in hrec if r["event"] == "station_joined"}
@@ -135,23 +162,40 @@ async def test_host_and_three_joiners_form_a_four_station_mesh_and_exchange_data
 async def test_table_output_and_joining_by_network_id() -> None:
     port, net = _free_port(), _block()
     bc = f"127.255.255.255:{port}"
-    host_argv = _lan("host", "--game-key", KEY, "--address", net + "2", "--port", "49153", "--bind",
-                     f"0.0.0.0:{port}", "--broadcast", bc, "--duration", "5", "--send-every", "0.3")  # fmt: skip
+    host = _Proc(_lan("host", "--game-key", KEY, "--address", net + "2", "--port", "49153", "--bind",
+                      f"0.0.0.0:{port}", "--broadcast", bc, "--duration", "60", "--send-every", "0.2"))  # fmt: skip
     nid = (int(net.split(".")[2]) << 24) | (2 << 16) | 49153  # (ip & 0xFFFF) << 16 | port (spec §4)
-    join_argv = _lan("join", "--game-key", KEY, "--bind", net + "3", "--broadcast", bc, "--duration", "3",
-                     "--session", hex(nid), "--send-every", "0.3")  # fmt: skip
-    first, host, (join,) = await _run_mesh(host_argv, [join_argv])
-    assert first.decode().startswith(f"hosting network id 0x{nid:08x} (Pia 5.18, host {net}2:49153, max 4)")
+    join = _Proc(_lan("join", "--game-key", KEY, "--bind", net + "3", "--broadcast", bc, "--duration", "60",
+                      "--session", hex(nid), "--send-every", "0.2"))  # fmt: skip
+
+    def enough(p: _Proc) -> bool:
+        return any(line.startswith("data from station ") for line in p.lines)
+
+    with trio.fail_after(60):
+        await _run_mesh(host, [join], enough)
+    assert host.lines[0].startswith(f"hosting network id 0x{nid:08x} (Pia 5.18, host {net}2:49153, max 4)")
     assert join.returncode == 0 and host.returncode == 0
-    jlines = join.stdout.decode().splitlines()
+    jlines = join.lines
     assert jlines[0] == f"joined network id 0x{nid:08x} (Pia 5.18, host {net}2:49153) as station 1 from {net}3:49152"
     assert "in the mesh as station 1 (host: station 0)" in jlines
-    assert any(line.startswith("data from station 0 (") and "'pianode #" in line for line in jlines)
+    data = re.compile(r"data from station 0 \((\d+) bytes, reliable\): '(pianode #\d+ from station 0)'")
+    assert any((m := data.fullmatch(line)) and int(m[1]) == len(m[2]) for line in jlines)
     assert jlines[-1].startswith(f"station 1 of network 0x{nid:08x}: saw stations [0], connected to [0]; received ")
-    hlines = host.stdout.decode().splitlines()
+    hlines = host.lines
     assert any(line.startswith(f"station 1 joined from {net}3:49152 ") for line in hlines)
     assert hlines[-1].startswith(f"station 0 of network 0x{nid:08x}: saw stations [1], ")
     assert hlines[-1].endswith(" browse requests") and "; answered 0 " not in hlines[-1]
+
+
+async def test_duration_ends_a_join_that_never_completes() -> None:
+    """--duration bounds the browse too: with no host and a long --timeout, the join still ends on time."""
+    port = _free_port()
+    argv = _lan("join", "--game-key", KEY, "--bind", _block() + "3", "--broadcast", f"127.255.255.255:{port}",
+                "--timeout", "60", "--duration", "0.5")  # fmt: skip
+    with trio.fail_after(20):
+        result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == ["pianode lan: --duration 0.5 ended before the join completed"]
 
 
 async def test_join_with_no_session_exits_1_with_one_line() -> None:
