@@ -324,14 +324,16 @@ async def start_lan_join(
 # ---------------------------------------------------------------------------- scripted mesh
 @attrs.define(eq=False)
 class LanMesh:
-    """Result of :func:`form_lan_mesh`: the host session, then one join per other node."""
+    """Result of :func:`form_lan_mesh`: the host session, the joins that succeeded and the ones that failed."""
 
     host: LanSession
     joins: list[LanJoin]
+    #: ``(index into the configurations, why)`` for each node that found no session or was refused.
+    failures: list[tuple[int, JoinError]] = attrs.field(factory=list)
 
     @property
     def nodes(self) -> list[Node]:
-        """Every node, host first, then in the order of the configurations."""
+        """Every node that is in the mesh: the host, then the joiners in the order of the configurations."""
         return [self.host.node, *(j.node for j in self.joins)]
 
 
@@ -353,31 +355,37 @@ async def form_lan_mesh(
     responder listens on ``0.0.0.0:browse_port_number`` (default 30000) and
     joiners broadcast to ``broadcast_ip`` on that port; each joiner selects the
     host's network id, so other sessions answering on the same port are
-    ignored.  Joins run concurrently.  *session_key_param* fixes the
-    published param (and so the session key) for reproducible runs.
+    ignored.  Joins run concurrently; a join that fails is reported in
+    ``failures`` (the others go on).  *session_key_param* fixes the published
+    param (and so the session key) for reproducible runs.
 
     Raises:
         ConfigError: fewer than 2 or more than 16 nodes (the LanSessionInfo
             slots), or a configuration that cannot host or join a LAN session.
-        ExceptionGroup[JoinError]: some node found no session or was refused.
     """
     if not 2 <= len(configs) <= MAX_LAN_STATIONS:
         raise ConfigError(f"a LAN mesh holds 2-{MAX_LAN_STATIONS} nodes, got {len(configs)}")
+    for config in configs:
+        _check_config(config)
     profile = configs[0].profile
     port = browse_port_number if browse_port_number is not None else browse_port(profile)
     host = await start_lan_host(
         nursery, configs[0], game_key, max_participants=len(configs), name=name, browse_bind=("0.0.0.0", port),
         broadcast_ip=broadcast_ip, session_key_param=session_key_param, tap=tap,
     )  # fmt: skip
-    joins: list[LanJoin | None] = [None] * (len(configs) - 1)
+    joins: dict[int, LanJoin] = {}
+    failures: list[tuple[int, JoinError]] = []
 
     async def join_one(i: int, config: NodeConfig) -> None:
-        joins[i] = await start_lan_join(
-            nursery, config, game_key, network_id=host.network_id, broadcast=(broadcast_ip, port),
-            browse_timeout=browse_timeout, tap=tap,
-        )  # fmt: skip
+        try:
+            joins[i] = await start_lan_join(
+                nursery, config, game_key, network_id=host.network_id, broadcast=(broadcast_ip, port),
+                browse_timeout=browse_timeout, tap=tap,
+            )  # fmt: skip
+        except JoinError as exc:
+            failures.append((i, exc))
 
     async with trio.open_nursery() as group:
-        for i, config in enumerate(configs[1:]):
+        for i, config in enumerate(configs[1:], start=1):
             group.start_soon(join_one, i, config)
-    return LanMesh(host, [j for j in joins if j is not None])
+    return LanMesh(host, [joins[i] for i in sorted(joins)], sorted(failures, key=lambda f: f[0]))

@@ -209,6 +209,21 @@ async def test_form_lan_mesh_is_the_mesh_command_hook() -> None:
     assert mesh.host.session_key == lan_session_key(KEY, param)
     assert all(j.found.session_key == mesh.host.session_key for j in mesh.joins)
     assert mesh.host.info.max_participants == 4
+    assert mesh.failures == []
+
+
+async def test_form_lan_mesh_reports_a_node_that_finds_nothing_and_keeps_the_others() -> None:
+    """A 5.29 joiner drops the 5.18 host's replies (system communication version 7 is not 8, spec §6.3)."""
+    port, net = _free_port(), _block()
+    configs = [_config(net + "2"), _config(net + "3", version="5.29"), _config(net + "4")]
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            mesh = await form_lan_mesh(nursery, configs, KEY, browse_port_number=port, browse_timeout=1.0)
+            assert await mesh.host.node.wait_connected(1, timeout=10)
+            addresses = [node.address[0] for node in mesh.nodes]
+            nursery.cancel_scope.cancel()
+    assert addresses == [net + "2", net + "4"]
+    assert [(i, type(exc)) for i, exc in mesh.failures] == [(1, LanJoinError)]
 
 
 @pytest.mark.parametrize("count", [1, 17])
