@@ -126,6 +126,32 @@ async def test_three_joiners_browse_join_exchange_data_and_are_published() -> No
     assert lan_identity(net + "5", 49152)[0] not in {s.constant_id for s in after.stations if s.role}
 
 
+@pytest.mark.parametrize(
+    ("version", "address_size"),
+    [("5.7", 18), ("5.9", 18), ("5.10", 18), ("5.10", 6), ("5.11", 18), ("5.27", 18), ("5.45", 18)],
+)
+async def test_join_flow_in_every_lan_info_layout(version: str, address_size: int) -> None:
+    """Host StationLocation (<= 5.9), 18- or 6-byte host address (5.10, spec §10), 5.11+; param offsets differ."""
+    port, net = _free_port(), _block()
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            host = await start_lan_host(nursery, _config(net + "2", version=version), KEY,
+                                        browse_bind=("0.0.0.0", port), host_address_size=address_size)  # fmt: skip
+            join = await start_lan_join(nursery, _config(net + "3", version=version), KEY,
+                                        broadcast=(DEFAULT_BROADCAST, port), browse_timeout=5)  # fmt: skip
+            await join.node.send(0, b"ping", reliable=True)
+            event: object = None
+            with trio.move_on_after(5):
+                async for event in host.node.events():
+                    if isinstance(event, DataReceived):
+                        break
+            nursery.cancel_scope.cancel()
+    assert (join.info.host_ip, join.info.host_port) == (net + "2", 49152)
+    assert join.found.session_key == host.session_key
+    assert join.station_index == 1
+    assert isinstance(event, DataReceived) and (event.source_index, event.data) == (1, b"ping")
+
+
 async def test_joiner_picks_the_session_by_network_id() -> None:
     port, net = _free_port(), _block()
     with trio.fail_after(15):
