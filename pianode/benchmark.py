@@ -89,7 +89,7 @@ class Budget:
     receive_rounds: int = 5
     receive_seconds: float = 1.0
     receive_payload: int = 64
-    receive_datagrams: int = 65535  # one full packet-id cycle: the sender may loop over it
+    receive_datagrams: int = 400_000  # sealed once each (a repeated nonce is a replay), split between rounds
     formation_sizes: tuple[int, ...] = (2, 4, 8, 16, 32)
     formation_repeats: int = 3
     memory_stations: int = 32
@@ -108,6 +108,7 @@ QUICK = Budget(
     cell_seconds=0.02,
     receive_rounds=3,
     receive_seconds=0.4,
+    receive_datagrams=150_000,
     formation_repeats=1,
     memory_idle=0.5,
     rtt_rounds=3,
@@ -615,7 +616,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=_csv(int), default=None, help="codec payload sizes (default 64,256,1024,1400)")
     p.add_argument("--rounds", type=int, default=None, help="receive and rtt rounds (median)")
     p.add_argument("--receive-seconds", type=float, default=None, help="receive: seconds measured per round")
-    p.add_argument("--datagrams", type=int, default=None, help="receive: distinct datagrams prepared (65535 = loop forever)")
+    p.add_argument("--datagrams", type=int, default=None, help="receive: datagrams sealed for the receive rounds (default 400000, quick 150000)")
     p.add_argument("--formation-sizes", type=_csv(int), default=None, help="formation: station counts (default 2,4,8,16,32)")
     p.add_argument("--stations", type=int, default=None, help="memory and session: station count (default 32)")
     p.add_argument("--rtt-pings", type=int, default=None, help="rtt: round trips per round")
@@ -661,8 +662,8 @@ def budget_from_args(args: argparse.Namespace) -> Budget:
         problems.append("durations must be positive")
     if any(n < 2 or n > 32 for n in (*budget.formation_sizes, budget.memory_stations, budget.session_nodes)):
         problems.append("station counts must be 2..32")
-    if not 1 <= budget.receive_datagrams <= 65535:
-        problems.append("--datagrams must be 1..65535")
+    if not 100 <= budget.receive_datagrams <= 4_000_000:
+        problems.append("--datagrams must be 100..4000000")
     if budget.rtt_pings < 1 or any(s < 0 or s > 4096 for s in budget.sizes):
         problems.append("--rtt-pings must be at least 1 and sizes 0..4096")
     if args.backend is not None and args.backend not in available_backends():
