@@ -327,3 +327,34 @@ async def test_retransmission_under_loss_duplication_and_reordering(
         # The lost data segments were sent again, and duplicates were refused.
         assert sum(s.lost for x in nodes for s in x.stations()) > 0
         assert sum(x.statistics()["drops"].get("replayed", 0) for x in nodes) > 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+async def test_join_racing_the_host_leave_converges(version: str, autojump_clock: trio.testing.MockClock) -> None:
+    async with simulated_mesh(version, faults=LinkFaults(delay=0.02)) as mesh:
+        nodes = await form(mesh, 3)
+        newcomer = await mesh.start()
+        outcome: list[object] = []
+
+        async def join() -> None:
+            try:
+                outcome.append(await newcomer.join(nodes[0].address))
+            except JoinError as exc:
+                outcome.append(exc)
+
+        mesh.nursery.start_soon(join)
+        # The host accepts the newcomer (it is in the host's table), then leaves at once.
+        await wait_until(lambda: len(nodes[0].stations()) == 4, 5)
+        with trio.fail_after(5):
+            await nodes[0].leave()
+        rest = nodes[1:]
+        await wait_until(lambda: bool(outcome) and all(x.host_index == 1 for x in rest), 15)
+        await trio.sleep(TIMEOUT + 5)
+        if isinstance(outcome[0], int) and not newcomer.session.closed:  # type: ignore[union-attr]
+            members = [*rest, newcomer]
+            assert all(n_connected(x) == 2 for x in members)
+            assert {x.host_index for x in members} == {1}
+            rows = [[(s.index, s.address, s.is_host) for s in x.stations()] for x in members]
+            assert all(r == rows[0] for r in rows)
+        else:
+            assert all(len(x.stations()) == 2 for x in rest)
