@@ -59,6 +59,7 @@ import json
 import linecache
 import math
 import os
+import resource
 import random
 import struct
 import sys
@@ -201,6 +202,7 @@ class _Soak:
         self.formation_time: float | None = None
         self.traffic_start = 0.0
         self.traffic_end = 0.0
+        self.cpu_start = 0.0
         self._snapshot_dir: tempfile.TemporaryDirectory[str] | None = None
         self._started_tracing = False
 
@@ -244,6 +246,7 @@ class _Soak:
         if not await self._form(formation_timeout):
             return
         self.traffic_start = trio.current_time()
+        self.cpu_start = _cpu_seconds()
         self.traffic_end = self.traffic_start + o.duration
         async with trio.open_nursery() as traffic:
             traffic.start_soon(self._sampler)
@@ -645,6 +648,10 @@ class _Soak:
             "options": attrs.asdict(o),
             "formation_time": self.formation_time,
             "wall_time": round(wall, 3),
+            # Process CPU over traffic and drain, in % of one core (2 cores here = 200 %).
+            "cpu_percent": round(100.0 * (_cpu_seconds() - self.cpu_start) / max(1e-9, trio.current_time() - self.traffic_start), 1)
+            if self.traffic_start
+            else None,
             "traffic_seconds": o.duration,
             "samples": self.samples,
             "memory": memory,
@@ -694,6 +701,11 @@ class _Soak:
             out["growth_sites"] = self._growth_sites()
             out["note"] = "tracemalloc was on: its own bookkeeping is part of the RSS; judge RSS on a run without it"
         return out
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _short(filename: str) -> str:
@@ -762,7 +774,8 @@ def format_table(report: dict[str, Any]) -> str:
         f"soak: {o['stations']} stations, Pia {o['version']}, {o['duration']:g} s of traffic "
         f"(warm-up {o['warmup']:g} s), loss {o['loss']:.0%} dup {o['duplicate']:.0%} reorder {o['reorder']:.0%}, "
         f"seed {o['seed']}",
-        f"formation {report['formation_time'] or 0:.2f} s, wall time {report['wall_time']:.1f} s",
+        f"formation {report['formation_time'] or 0:.2f} s, wall time {report['wall_time']:.1f} s, "
+        f"CPU {report['cpu_percent']} % of a core",
         "",
         f"{'t (s)':>8} {'RSS (KiB)':>10} {'heap (KiB)':>11} {'objects':>9} {'reliable':>9} {'unreliable':>11}",
     ]

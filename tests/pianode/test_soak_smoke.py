@@ -50,6 +50,7 @@ def test_lossy_soak_delivers_reliable_exactly_once_and_reports_through_the_cli(
 
     assert report["problems"] == []
     assert report["formation_time"] is not None
+    assert report["cpu_percent"] > 0
     # Exit status follows the verdicts (the memory one may go either way on a tiny run).
     assert status == (0 if report["ok"] else 1)
     assert report["ok"] == all(v["passed"] for v in report["verdicts"])
