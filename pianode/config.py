@@ -90,6 +90,9 @@ class NodeConfig:
     def __attrs_post_init__(self) -> None:
         if not 2 <= self.max_stations <= 32:
             raise ConfigError(f"max stations must be 2..32, got {self.max_stations}")
+        if not 400 <= self.mtu <= 1472:
+            # 400: room for a join-response fragment with several stations; 1472: the Pia receive buffer (spec §1.8).
+            raise ConfigError(f"mtu must be 400..1472 bytes, got {self.mtu}")
         if self.network is NetworkType.NPLN:
             raise ConfigError("npln nodes are not supported (its session key source is undocumented)")
         prof = self.profile

@@ -514,6 +514,20 @@ def _info_size(profile: VersionProfile) -> int:
     return mesh_station_info_size(profile)
 
 
+def valid_table(
+    entries: tuple[StationEntry, ...] | list[StationEntry], host_index: int | None, max_stations: int, fragments: int
+) -> bool:
+    """A mesh table from the wire names at most *max_stations* distinct indexes below it (and its host)."""
+    if fragments > max_stations or len(entries) > max_stations:
+        return False
+    seen = set()
+    for e in entries:
+        if not 0 <= e.index < max_stations or e.index in seen:
+            return False
+        seen.add(e.index)
+    return host_index is None or 0 <= host_index < max_stations
+
+
 def encode_join_request(profile: VersionProfile, session: MeshSession, ack_id: int) -> bytes:
     return pmesh.JoinRequest(ack_id=ack_id, **_join_request_address(profile, session)).encode(profile)
 

@@ -7,9 +7,9 @@ from the sender's identity and its 8-byte header counter (spec §3.2); a
 datagram that authenticates proves its nonce, and a sender never reuses one.
 
 :class:`NonceReplayFilter` keeps, per peer, the highest nonce value seen (the
-last 8 nonce bytes read as an integer; their top byte is the connection id
-or variable-id byte in some eras, which only moves forward within a
-connection) and a bitmap of the ``window`` values below it.  A value seen
+last 7 nonce bytes read as an integer: the low 7 bytes of the sender's
+header counter in every era; the byte before them is the connection id in
+LAN 5.x nonces, which restarts at 0 on a new connection) and a bitmap of the ``window`` values below it.  A value seen
 before, or older than the window, is a replay.  Memory is ``window / 8``
 bytes per peer.
 """
@@ -29,7 +29,7 @@ class NonceReplayFilter:
 
     def accept(self, nonce: bytes) -> bool:
         """Record an authenticated nonce; False if it was seen before or is too old."""
-        value = int.from_bytes(nonce[-8:], "big")
+        value = int.from_bytes(nonce[-7:], "big")
         top = self._top
         if value > top:
             shift = value - top

@@ -60,7 +60,7 @@ from pianode.events import (
 from pianode.mesh_table import MeshFull, MeshTable, StationEntry
 from pianode.packet_ids import PacketIdCounter, PacketIdFilter
 from pianode.replay import NonceReplayFilter
-from pianode.reliable import ReliableWindow
+from pianode.reliable import ReliableWindow, SendBufferFull, WindowFailed
 from pianode.rtt import HeaderTimers, RttEstimator
 from protocols.errors import AuthenticationError, DecodeError
 from protocols.pia.header import PacketHeader
@@ -73,7 +73,10 @@ __all__ = ["DropReason", "MeshSession", "Peer", "PeerState", "StationStats"]
 INVALID_INDEX = 253  # spec §2.6: not yet in a mesh
 MAX_PROVISIONAL_PEERS = 64  # unknown addresses we talk to before they are members
 EVENT_QUEUE_LIMIT = 65536
-HELD_LIMIT = 1024  # data messages held per peer until its station index is known
+HELD_LIMIT = 1024
+RETIRED_REPLAY_LIMIT = 256  # departed peers whose replay memory is kept
+HEAL_INTERVAL = 3.0  # seconds between checks for table members we have no link to
+MAX_PENDING = 64  # acked station/mesh messages awaiting their ack, per peer  # data messages held per peer until its station index is known
 
 
 class PeerState(enum.Enum):
@@ -93,6 +96,7 @@ class DropReason(str, enum.Enum):
     UNENCRYPTED = "unencrypted"
     NOT_ADDRESSED = "not_addressed"
     CLOSED = "closed"
+    NOT_HOST = "not_host"
 
 
 @attrs.frozen
@@ -199,7 +203,8 @@ class MeshSession:
         self.codec: PacketCodec | None = None
         self._nonce_builder: Callable[[PacketHeader, str], bytes] | None = None
         self.network_id = 0
-        self._nonce_counter = self.rng.getrandbits(64)
+        # Random start well below 2**56, so the 7 bytes replay checks read never wrap.
+        self._nonce_counter = self.rng.getrandbits(48)
         self._ack_counter = self.rng.randrange(1, 1 << 32)
         self._events: collections.deque[Event] = collections.deque()
         self._ready: list[tuple[bytes, tuple[str, int]]] = []
@@ -214,6 +219,12 @@ class MeshSession:
         self.counters: collections.Counter[str] = collections.Counter()
         self._join_host: tuple[str, int] | None = None
         self._early_update: tuple[list[StationEntry], int, int] | None = None
+        #: Indexes this (non-host) station saw leave since the last update it applied.
+        self._departed: set[int] = set()
+        self._next_heal: float | None = None
+        self._retired_replay: collections.OrderedDict[tuple[str, int], tuple[NonceReplayFilter, float]] = (
+            collections.OrderedDict()
+        )
         self._join_deadline: float | None = None
         self.joined = False
         self.closed = False
@@ -250,6 +261,7 @@ class MeshSession:
         self.table.host_index = entry.index
         self.table.update_counter = 1
         self.joined = True
+        self._next_heal = now + HEAL_INTERVAL
         self._emit(MeshJoined(station_index=entry.index, host_index=entry.index))
 
     def join(self, host: tuple[str, int], now: float, *, network_id: int | None = None) -> None:
@@ -278,7 +290,7 @@ class MeshSession:
         members = self._members()
         for peer in members:
             assert peer.mesh_window is not None
-            peer.mesh_window.send(payload, now)
+            self._window_send(peer, peer.mesh_window, payload, now)
             self._touch(peer)
         if not members:
             self._close("left", now)
@@ -372,7 +384,7 @@ class MeshSession:
         while heap and heap[0][2].scheduled != heap[0][0]:
             heapq.heappop(heap)  # stale entry
         t = heap[0][0] if heap else None
-        for extra in (self._join_deadline, self._leave_deadline):
+        for extra in (self._join_deadline, self._leave_deadline, self._next_heal):
             if extra is not None and (t is None or extra < t):
                 t = extra
         return t
@@ -415,6 +427,8 @@ class MeshSession:
         if self._leave_deadline is not None and now >= self._leave_deadline:
             self._close("left", now)
             return
+        if self._next_heal is not None and now >= self._next_heal:
+            self._heal(now)
         heap = self._timers
         due: list[Peer] = []
         while heap and heap[0][0] <= now:
@@ -425,6 +439,21 @@ class MeshSession:
         for peer in due:
             self._peer_timer(peer, now)
             self._touch(peer)
+
+    def _heal(self, now: float) -> None:
+        """Reconnect to table members we have no link to (a lost handshake, a
+        window that gave up).  The higher index initiates, so two stations
+        never both ask; simultaneous asks are resolved anyway (glare rule)."""
+        self._next_heal = now + HEAL_INTERVAL if self.joined and not self.leaving else None
+        if self._next_heal is None or self.index is None:
+            return
+        for e in self.table.entries():
+            if e.index >= self.index or e.address == self.local_address:
+                continue
+            peer = self.peers.get(e.address)
+            if peer is None or peer.state is PeerState.CLOSED:
+                self.counters["reconnects"] += 1
+                self._connect(e.address, now)
 
     def _peer_timer(self, peer: Peer, now: float) -> None:
         if peer.state is PeerState.CLOSED:
@@ -467,7 +496,9 @@ class MeshSession:
                 out.extend(self._drain_peer(peer, now))
                 self._reschedule(peer)
         if self.leaving and not any(
-            p.pending or (p.mesh_window is not None and not p.mesh_window.idle)
+            p.pending
+            or (p.mesh_window is not None and not p.mesh_window.idle())
+            or (p.data_window is not None and not p.data_window.idle())
             for p in self.peers.values()
             if p.state is not PeerState.CLOSED
         ):
@@ -493,7 +524,8 @@ class MeshSession:
         if due:
             peer.outbox[:0] = due
         if peer.connected:
-            for proto, port, w in ((Proto.MESH, 1, peer.mesh_window), (Proto.RELIABLE, 0, peer.data_window)):
+            # Data before mesh messages: a leave must not overtake the data sent before it.
+            for proto, port, w in ((Proto.RELIABLE, 0, peer.data_window), (Proto.MESH, 1, peer.mesh_window)):
                 if w is None:
                     continue
                 for segment in w.messages_to_send(now):
@@ -554,6 +586,9 @@ class MeshSession:
     def _queue_acked(
         self, peer: Peer, proto: Proto, port: int, build: Callable[[int], bytes], now: float, kind: str = ""
     ) -> int:
+        if len(peer.pending) >= MAX_PENDING:
+            self._drop(DropReason.QUEUE_FULL)
+            return 0
         ack_id = self._next_ack_id()
         peer.pending[ack_id] = _Pending(proto, port, build(ack_id), now, self.config.resend_interval, kind=kind)
         self._touch(peer)
@@ -606,8 +641,16 @@ class MeshSession:
         elif not self._accept_header(peer, packet, self._nonce_of(header, addr[0])):
             return
         if peer is None:
+            nonce = self._nonce_of(header, addr[0])
+            retired = self._retired_replay.get(addr)
+            if retired is not None and now >= retired[1]:
+                retired = None
+            if retired is not None and not retired[0].accept(nonce):
+                self._drop(DropReason.REPLAYED)
+                return
             peer = self._new_peer(addr, initiator=False, now=now)
-            peer.replay.accept(self._nonce_of(header, addr[0]))
+            if retired is None:
+                peer.replay.accept(nonce)
         peer.last_heard = now
         if header.source_timer is not None and header.destination_timer is not None:
             sample = peer.header_timers.on_receive(header.source_timer, header.destination_timer, now)
@@ -655,6 +698,15 @@ class MeshSession:
     def _nonce_of(self, header: PacketHeader, source: str) -> bytes:
         assert self._nonce_builder is not None
         return self._nonce_builder(header, source)
+
+    def _window_send(self, peer: Peer, window: ReliableWindow, payload: bytes, now: float) -> bool:
+        """Queue on a reliable window; a full or failed window counts, never raises into the receive path."""
+        try:
+            window.send(payload, now)
+        except (SendBufferFull, WindowFailed):
+            self.counters["window_full"] += 1
+            return False
+        return True
 
     def _drop(self, reason: DropReason) -> None:
         self.drops[reason.value] += 1
@@ -720,6 +772,9 @@ class MeshSession:
             last_heard=now,
             header_timers=HeaderTimers(self.started),
         )
+        retired = self._retired_replay.pop(addr, None)
+        if retired is not None and now < retired[1]:
+            peer.replay = retired[0]
         peer.mesh_window = mw.new_window(self.profile, self.config, now)
         peer.data_window = mw.new_window(self.profile, self.config, now)
         self.peers[addr] = peer
@@ -773,6 +828,8 @@ class MeshSession:
                 for ack_id in [k for k, p in peer.pending.items() if p.kind == "connect"]:
                     del peer.pending[ack_id]
                 peer.initiator = False
+            if peer.connected:
+                return  # a retransmission whose ack was lost: acked above
             peer.peer_conn_id = msg.conn_id
             if self.leaving or self.index is None and not self._join_host:
                 refuse = 1
@@ -795,6 +852,9 @@ class MeshSession:
         if isinstance(msg, mw.ConnectResponse):
             if msg.result != 0:
                 self._ack_if(peer, msg.ack_id)
+                if peer.connected:
+                    self._peer_lost(peer, "refused", now)
+                    return
                 if peer.address == self._join_host and not self.joined:
                     self._fail_join(f"the host refused the connection (result {msg.result})", now)
                 self._close_peer(peer)
@@ -851,7 +911,15 @@ class MeshSession:
     def _close_peer(self, peer: Peer) -> None:
         peer.state = PeerState.CLOSED
         peer.pending.clear()
-        self.peers.pop(peer.address, None)
+        if self.peers.pop(peer.address, None) is peer:
+            # Keep its replay memory: a recorded datagram from a departed
+            # station must not open a new connection (bounded).
+            # For two station timeouts: a station restarted at the same
+            # address starts a new counter, which may be lower.
+            self._retired_replay[peer.address] = (peer.replay, peer.last_heard + 2 * self.config.station_timeout)
+            self._retired_replay.move_to_end(peer.address)
+            if len(self._retired_replay) > RETIRED_REPLAY_LIMIT:
+                self._retired_replay.popitem(last=False)
 
     # ------------------------------------------------------------------ mesh protocol
     def _on_mesh(self, peer: Peer, msg: mw.MeshMessage, now: float) -> None:
@@ -878,6 +946,8 @@ class MeshSession:
             self._enqueue(peer, Proto.MESH, 0, mw.encode_join_deny(self.profile, mw.DENY_NOT_HOST))
             return
         entry = self.table.by_address(peer.address)
+        if entry is not None and any(p.kind == "join-response" for p in peer.pending.values()):
+            return  # a retransmitted request: our response is still on its way
         if entry is None:
             try:
                 entry = self.table.add(peer.constant_id, peer.variable_id, peer.address)
@@ -888,7 +958,7 @@ class MeshSession:
             self.table.update_counter += 1
         peer.index = entry.index
         for build in mw.encode_join_response(self.profile, self, entry.index, self.config.mtu):
-            self._queue_acked(peer, Proto.MESH, 0, build, now)
+            self._queue_acked(peer, Proto.MESH, 0, build, now, kind="join-response")
         self._send_update_mesh(now, exclude={peer.address})
         self._announce(peer)
 
@@ -900,7 +970,7 @@ class MeshSession:
                 continue
             assert member.mesh_window is not None
             for payload in payloads:
-                member.mesh_window.send(payload, now)
+                self._window_send(member, member.mesh_window, payload, now)
             self._touch(member)
 
     def _apply_table(
@@ -933,6 +1003,11 @@ class MeshSession:
     def _on_join_response(self, peer: Peer, msg: mw.JoinResponse, now: float) -> None:
         if self.joined or peer.address != self._join_host:
             return
+        if not mw.valid_table(msg.entries, None, self.config.max_stations, msg.fragment_count) or not (
+            msg.joiner_index < self.config.max_stations and msg.host_index < self.config.max_stations
+        ):
+            self._drop(DropReason.MALFORMED)
+            return
         peer.join_fragments[msg.fragment_index] = msg
         if len(peer.join_fragments) < msg.fragment_count:
             return
@@ -943,6 +1018,7 @@ class MeshSession:
         self.index = msg.joiner_index
         self.joined = True
         self._join_deadline = None
+        self._next_heal = now + HEAL_INTERVAL
         self._emit(MeshJoined(station_index=msg.joiner_index, host_index=msg.host_index))
         self._apply_table(entries, msg.host_index, msg.update_counter, now, connect_new=True)
         early, self._early_update = self._early_update, None
@@ -950,6 +1026,19 @@ class MeshSession:
             self._apply_table(early[0], early[1], early[2], now, connect_new=True)
 
     def _on_update_mesh(self, peer: Peer, msg: mw.UpdateMesh, now: float) -> None:
+        # Only the station an update names as host may send it, and only if it
+        # is our host or a station with an index in our table; before our
+        # join completes, only the join host.
+        if self.joined:
+            allowed = peer.index is not None and msg.host_index == peer.index
+        else:
+            allowed = peer.address == self._join_host
+        if not allowed:
+            self._drop(DropReason.NOT_HOST)
+            return
+        if not mw.valid_table(msg.entries, msg.host_index, self.config.max_stations, msg.fragment_count):
+            self._drop(DropReason.MALFORMED)
+            return
         # Fragments of one update share its counter; collect until complete.
         key = msg.update_counter
         frags = peer.update_fragments
@@ -969,6 +1058,7 @@ class MeshSession:
             if self._early_update is None or key > self._early_update[2]:
                 self._early_update = (entries, msg.host_index, key)
             return
+        self._departed.clear()
         self._apply_table(entries, msg.host_index, key, now)
 
     # ------------------------------------------------------------------ rtt
@@ -1011,11 +1101,13 @@ class MeshSession:
             return
         lost_host = index == self.table.host_index
         if not lost_host and not self.is_host():
-            # The host owns the table: it removes the station and sends an update.
+            # The host owns the table: it removes the station and sends an
+            # update.  Remember it is gone, so it is never elected host.
+            self._departed.add(index)
             return
         self.table.remove(index)
         if lost_host:
-            new_host = self.table.elect_host()
+            new_host = self._elect(now)
             if new_host is None:
                 return
             old = index
@@ -1027,6 +1119,14 @@ class MeshSession:
         elif self.is_host():
             self.table.update_counter += 1
             self._send_update_mesh(now)
+
+    def _elect(self, now: float) -> int | None:
+        """The migration rule, over the stations not known to have left.
+
+        A non-host keeps departed stations in its table until the host's next
+        update (the host owns the table); they must not be elected.
+        """
+        return self.table.elect_host(self._departed)
 
     def _fail_join(self, reason: str, now: float) -> None:
         self.failure = reason

@@ -499,11 +499,6 @@ def test_tables_fragment_to_fit_a_small_mtu_under_loss(version: str) -> None:
     exchange(h, group, 3, timeout=120.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="session: a burst of joins with a small MTU overflows the mesh window's send buffer and "
-    "SendBufferFull escapes receive_datagram (NodeConfig accepts the MTU)",
-)
 def test_a_join_burst_with_a_small_mtu_never_raises() -> None:
     try:
         h = BatchHarness(32, mtu=300)
@@ -591,11 +586,6 @@ def test_reliable_data_outlives_an_eight_second_outage(version: str) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.xfail(
-    strict=True,
-    reason="session: when a member's reliable window gives up on another live member, both drop the "
-    "connection for good while the host keeps both in the table; nothing reconnects them",
-)
 def test_members_whose_window_gave_up_reconnect(version: str) -> None:
     h = BatchHarness(3, version=version)
     group = form(h)
