@@ -20,12 +20,16 @@ comes only from Trio, so a whole mesh runs under ``trio.testing.MockClock``.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import trio
 
 from pianode.config import NodeConfig
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
 from pianode.events import Event
 from pianode.session import MeshSession, StationStats
 from pianode.udp import UdpEndpoint, open_udp_endpoint
@@ -168,7 +172,13 @@ class Node:
         return await self._wait_for(lambda: sum(1 for s in session.stations() if s.state == "connected") >= count, timeout)
 
     async def send(self, station_index: int, data: bytes, *, reliable: bool = True) -> None:
-        """Send *data* to one station (reliable: in order, exactly once)."""
+        """Send *data* to one station (reliable: in order, exactly once).
+
+        Raises:
+            KeyError: no connected station has that index.
+            pianode.reliable.SendBufferFull: the station's reliable window is full (back off and retry).
+            pianode.reliable.MessageTooLarge: *data* exceeds the window's message size limit.
+        """
         session = self._require_session()
         session.send(station_index, bytes(data), reliable=reliable, now=trio.current_time())
         self._wake()
@@ -188,7 +198,12 @@ class Node:
         self._wake()
 
     async def broadcast(self, data: bytes, *, reliable: bool = True) -> int:
-        """Send *data* to every connected station; returns how many."""
+        """Send *data* to every connected station; returns how many.
+
+        Unreliable broadcasts on 5.27+ go out as one packet with a footer of
+        receiver variable ids.  A reliable broadcast is all or nothing: it
+        raises ``SendBufferFull`` without queueing if any station's window is full.
+        """
         session = self._require_session()
         n = session.broadcast(bytes(data), reliable=reliable, now=trio.current_time())
         self._wake()
@@ -239,11 +254,18 @@ async def open_node(
     """
     node = Node(config)
     node.tap = tap
-    async with trio.open_nursery() as nursery:
-        await nursery.start(node._run)
-        try:
-            yield node
-        finally:
-            nursery.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(node._run)
+            try:
+                yield node
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The body runs inside the node's nursery; give the caller its own
+        # exception back rather than a group of one.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 

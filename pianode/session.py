@@ -328,6 +328,9 @@ class MeshSession:
             )
             self.counters["unreliable_sent"] += len(members)
             return len(members)
+        if reliable and not all(p.data_window is None or p.data_window.can_send(len(data)) for p in members):
+            # All or nothing: a full window anywhere refuses the whole broadcast.
+            raise SendBufferFull(f"a station's reliable send buffer cannot take {len(data)} more bytes")
         for peer in members:
             self._send_data(peer, data, reliable, now)
         return len(members)
