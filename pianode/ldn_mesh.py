@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from pianode import ldn
-from pianode.mesh_run import MeshRun, _Receiver
+from pianode.mesh_run import MeshRun
 from pianode.node import JoinError, Node
 
 __all__ = ["LdnMeshRun"]
@@ -54,7 +54,8 @@ class LdnMeshRun(MeshRun):
         self.scan_timeout = scan_timeout
         self.host: ldn.LdnHost | None = None
 
-    async def _run(self) -> None:
+    async def _form(self, nursery: trio.Nursery) -> list[Node]:
+        self.result.formation = "LDN discovery"
         tap = self._tap if self.record else None
         cfg = ldn.LdnHostConfig(
             node=self.config,
@@ -63,50 +64,28 @@ class LdnMeshRun(MeshRun):
             pia_port=self.port or ldn.PIA_PORT,
             discovery=(ldn.DEFAULT_BROADCAST, self.discovery_port),
         )
-        async with trio.open_nursery() as nursery:
-            t0 = trio.current_time()
-            host: ldn.LdnHost = await nursery.start(_hold, ldn.open_ldn_host(cfg, tap=tap))
-            self.host = host
-            nodes: list[Node] = [host.node]
-            found = await ldn.scan(self.scan_timeout, port=self.discovery_port, ssid=host.state.ssid, first=True)
-            if not found:
-                self.result.problems.append("no station heard the LDN advertisement")
-            else:
-                stations: list[ldn.LdnStation] = []
+        host: ldn.LdnHost = await nursery.start(_hold, ldn.open_ldn_host(cfg, tap=tap))
+        self.host = host
+        nodes: list[Node] = [host.node]
+        found = await ldn.scan(self.scan_timeout, port=self.discovery_port, ssid=host.state.ssid, first=True)
+        if not found:
+            self.result.problems.append("no station heard the LDN advertisement")
+            return nodes
+        stations: list[ldn.LdnStation] = []
 
-                async def join(i: int) -> None:
-                    seed = None if self.config.seed is None else self.config.seed * 1000 + i
-                    config = attrs.evolve(self.config, seed=seed)
-                    cm = ldn.open_ldn_station(found[0], config, self.game_key, name=f"station{i}", tap=tap)
-                    try:
-                        stations.append(await nursery.start(_hold, cm))
-                    except (JoinError, ldn.JoinRefused) as exc:
-                        self.result.problems.append(f"join failed: {exc}")
+        async def join(i: int) -> None:
+            seed = None if self.config.seed is None else self.config.seed * 1000 + i
+            config = attrs.evolve(self.config, seed=seed)
+            cm = ldn.open_ldn_station(found[0], config, self.game_key, name=f"station{i}", tap=tap)
+            try:
+                stations.append(await nursery.start(_hold, cm))
+            except (JoinError, ldn.JoinRefused) as exc:
+                self.result.problems.append(f"join failed: {exc}")
 
-                async with trio.open_nursery() as joins:
-                    for i in range(1, self.n):
-                        joins.start_soon(join, i)
-                nodes += [s.node for s in stations]
-            self.nodes = nodes
-            self.all_nodes = list(nodes)
-            formed = len(nodes) == self.n and await self._wait_formed(nodes, self.formation_timeout)
-            if formed:
-                self.result.formation_time = trio.current_time() - t0
-            else:
-                self.result.problems.append("the mesh did not form: not every station saw every other one")
-            for node in nodes:
-                self.receivers[id(node)] = _Receiver()
-                nursery.start_soon(self._consume, node)
-            if formed:
-                self._check_table(nodes)
-                if self.rate:
-                    await self._realtime(nodes)
-                else:
-                    await self._exchange(nodes)
-                if self.leave_host:
-                    await self._migrate(nodes)
-            self._collect(nodes)
-            nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as joins:
+            for i in range(1, self.n):
+                joins.start_soon(join, i)
+        return nodes + [s.node for s in stations]
 
     def _session_context(self) -> dict[str, Any]:
         if self.host is None:

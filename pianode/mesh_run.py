@@ -25,7 +25,7 @@ from pianode.events import DataReceived, HostChanged
 from pianode.faults import LinkFaults
 from pianode.node import JoinError, Node
 
-__all__ = ["MeshRun", "MeshRunResult"]
+__all__ = ["LanMeshRun", "MeshRun", "MeshRunResult"]
 
 _RELIABLE = struct.Struct(">cBI")  # b"R", source index, sequence
 _FRAME = struct.Struct(">cBId")  # b"F", source index, frame number, send time
@@ -48,6 +48,8 @@ class MeshRunResult:
     network: str
     nodes: int
     formation_time: float | None = None
+    #: How joiners found the host: "matchmaking hand-off", "LAN discovery" or "LDN discovery".
+    formation: str = "matchmaking hand-off"
     host_index: int | None = None
     stations: list[dict[str, Any]] = attrs.field(factory=list)
     reliable_expected: int = 0
@@ -87,6 +89,7 @@ class MeshRunResult:
             "network": self.network,
             "nodes": self.nodes,
             "formation_time": self.formation_time,
+            "formation": self.formation,
             "host_index": self.host_index,
             "stations": self.stations,
             "reliable": {
@@ -179,34 +182,12 @@ class MeshRun:
         return self.result
 
     async def _run(self) -> None:
-        rng = random.Random(self.config.seed)
-        key = self.config.session_key or (rng.randbytes(16) if self.config.seed is not None else os.urandom(16))
-        tap = self._tap if self.record else None
-        nodes: list[Node] = []
         async with trio.open_nursery() as nursery:
-            for i, ip in enumerate(self.addresses):
-                cfg = attrs.evolve(
-                    self.config,
-                    bind=(ip, self.port),
-                    session_key=key,
-                    seed=None if self.config.seed is None else self.config.seed * 1000 + i,
-                )
-                node = Node(cfg)
-                node.tap = tap
-                await nursery.start(node._run)
-                nodes.append(node)
+            t0 = trio.current_time()
+            nodes = await self._form(nursery)
             self.nodes = nodes
             self.all_nodes = list(nodes)
-            t0 = trio.current_time()
-            await nodes[0].create_mesh()
-            try:
-                async with trio.open_nursery() as joins:
-                    for node in nodes[1:]:
-                        joins.start_soon(self._join, node, nodes[0].address)
-            except* JoinError as eg:
-                for exc in eg.exceptions:
-                    self.result.problems.append(f"join failed: {exc}")
-            formed = await self._wait_formed(nodes, self.formation_timeout)
+            formed = len(nodes) == self.n and await self._wait_formed(nodes, self.formation_timeout)
             if formed:
                 self.result.formation_time = trio.current_time() - t0
             else:
@@ -224,6 +205,44 @@ class MeshRun:
                     await self._migrate(nodes)
             self._collect(nodes)
             nursery.cancel_scope.cancel()
+
+    def _node_configs(self) -> list[NodeConfig]:
+        """One configuration per station: its own loopback address and seed, the shared session key."""
+        rng = random.Random(self.config.seed)
+        key = self.config.session_key or (rng.randbytes(16) if self.config.seed is not None else os.urandom(16))
+        return [
+            attrs.evolve(
+                self.config,
+                bind=(ip, self.port),
+                session_key=key,
+                seed=None if self.config.seed is None else self.config.seed * 1000 + i,
+            )
+            for i, ip in enumerate(self.addresses)
+        ]
+
+    async def _form(self, nursery: trio.Nursery) -> list[Node]:
+        """Start the stations and form the mesh; returns the nodes that are in it.
+
+        Here the launcher hands every joiner the host address and session key,
+        as a matchmaking server would; subclasses discover the host instead
+        (:class:`pianode.ldn_mesh.LdnMeshRun`, :class:`LanMeshRun`).
+        """
+        tap = self._tap if self.record else None
+        nodes: list[Node] = []
+        for cfg in self._node_configs():
+            node = Node(cfg)
+            node.tap = tap
+            await nursery.start(node._run)
+            nodes.append(node)
+        await nodes[0].create_mesh()
+        try:
+            async with trio.open_nursery() as joins:
+                for node in nodes[1:]:
+                    joins.start_soon(self._join, node, nodes[0].address)
+        except* JoinError as eg:
+            for exc in eg.exceptions:
+                self.result.problems.append(f"join failed: {exc}")
+        return nodes
 
     async def _join(self, node: Node, host: tuple[str, int]) -> None:
         await node.join(host)
@@ -442,3 +461,38 @@ class MeshRun:
             ctx["session_key"] = host.session_key.hex()
             ctx.update(host.decode_context())
         return ctx
+
+
+class LanMeshRun(MeshRun):
+    """A MeshRun whose stations find the host by LAN discovery (spec §6.6).
+
+    Station 0 hosts the mesh and answers browse requests; every other station
+    broadcasts a browse request, verifies the challenge, derives the session
+    key from the published session key param and joins
+    (:func:`pianode.lan_session.form_lan_mesh`).  A LanSessionInfo lists at
+    most 16 stations, so a LAN run has at most 16.
+    """
+
+    def __init__(self, *args: Any, game_key: bytes, game_key_text: str, browse_port: int | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.game_key = game_key
+        self.game_key_text = game_key_text
+        self.browse_port = browse_port
+
+    async def _form(self, nursery: trio.Nursery) -> list[Node]:
+        from pianode.lan_session import form_lan_mesh
+
+        self.result.formation = "LAN discovery"
+        rng = random.Random(self.config.seed)
+        tap = self._tap if self.record else None
+        mesh = await form_lan_mesh(
+            nursery,
+            self._node_configs(),
+            self.game_key,
+            tap=tap,
+            browse_port_number=self.browse_port,
+            session_key_param=None if self.config.seed is None else rng.randbytes(32),
+        )
+        for i, exc in mesh.failures:
+            self.result.problems.append(f"join failed: station {i}: {exc}")
+        return mesh.nodes

@@ -44,8 +44,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--record", metavar="FILE.pcap", help="write every datagram to a pcap and FILE.session.json beside it")
     p.add_argument("--format", choices=("table", "jsonl"), default=None, help="output format (default: table on a terminal)")
     p.add_argument("--leave-host", action="store_true", help="make the host leave mid-run to show host migration")
+    p.add_argument(
+        "--discovery",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="find the host as consoles do (LAN browse up to 16 stations, LDN scan up to 8) or hand joiners "
+        "its address and key as a matchmaking server would (off; always for nex). Default: auto",
+    )
     p.add_argument("--game-key", default=None,
-                   help="LDN: game key (32 hex digits or 16 characters) the stations derive keys from (default random)")
+                   help="LAN/LDN discovery: game key (32 hex digits or 16 characters) the keys derive from (default random)")
     add_fault_arguments(p)
     p.set_defaults(handler=run)
 
@@ -68,28 +75,46 @@ def run(args: argparse.Namespace) -> int:
     faults = fault_injector_from_args(args)
     extra: dict[str, Any] = {}
     run_class: type[MeshRun] = MeshRun
-    if config.network.value == "ldn":
-        # Real LDN discovery: station 0 hosts and advertises, the others scan and join (pianode.ldn).
-        from pianode.ldn_mesh import LdnMeshRun
+    network = config.network.value
+    discover = args.discovery == "on" or (
+        args.discovery == "auto" and (network == "ldn" or (network == "lan" and args.nodes <= 16))
+    )
+    if discover and network == "nex":
+        raise CliError("NEX sessions are matched by a game server: --discovery applies to lan and ldn")
+    if discover:
         from protocols.pia.keys import parse_game_key
 
         text = args.game_key or secrets.token_hex(16)
         extra = {"game_key": parse_game_key(text), "game_key_text": text}
-        run_class = LdnMeshRun
-    mesh = run_class(
-        config,
-        **extra,
-        nodes=args.nodes,
-        base_address=args.base_address,
-        port=args.port,
-        duration=args.duration,
-        rate=args.rate,
-        messages=args.messages,
-        record=args.record,
-        faults=faults,
-        leave_host=args.leave_host,
-        live=(fmt == "table" and sys.stdout.isatty()),
-    )
+        if network == "ldn":
+            # Station 0 hosts an LDN network and advertises; the others scan and join (pianode.ldn).
+            from pianode.ldn_mesh import LdnMeshRun
+
+            run_class = LdnMeshRun
+        else:
+            # Station 0 answers browse requests; the others browse, verify the challenge and join.
+            if args.nodes > 16:
+                raise CliError("a LAN session lists at most 16 stations: use --discovery off for more")
+            from pianode.mesh_run import LanMeshRun
+
+            run_class = LanMeshRun
+    try:
+        mesh = run_class(
+            config,
+            **extra,
+            nodes=args.nodes,
+            base_address=args.base_address,
+            port=args.port,
+            duration=args.duration,
+            rate=args.rate,
+            messages=args.messages,
+            record=args.record,
+            faults=faults,
+            leave_host=args.leave_host,
+            live=(fmt == "table" and sys.stdout.isatty()),
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     started = wallclock.perf_counter()
     result = trio.run(mesh.run)
     result.wall_time = wallclock.perf_counter() - started
@@ -105,7 +130,7 @@ def render_summary(result: MeshRunResult) -> str:
     s = result.summary()
     lines.append(
         f"Pia {s['version']} {s['network']} mesh: {s['nodes']} stations, host index {s['host_index']}, "
-        f"formed in {s['formation_time']:.3f} s" if s["formation_time"] is not None else
+        f"formed in {s['formation_time']:.3f} s by {s['formation']}" if s["formation_time"] is not None else
         f"Pia {s['version']} {s['network']} mesh: {s['nodes']} stations did NOT form"
     )
     lines.append("")
