@@ -22,6 +22,7 @@ from pianode.events import DataReceived, Event, HostChanged, MeshDestroyed, Mesh
 from pianode.faults import CLEAN, LinkFaults
 from pianode.netsim import SimulatedNetwork
 from pianode.node import JoinError, Node, open_node
+from pianode.reliable import SendBufferFull
 
 KEY = bytes.fromhex("00112233445566778899aabbccddeeff")
 PORT = 49152
@@ -358,3 +359,26 @@ async def test_join_racing_the_host_leave_converges(version: str, autojump_clock
             assert all(r == rows[0] for r in rows)
         else:
             assert all(len(x.stations()) == 2 for x in rest)
+
+
+async def test_reliable_broadcast_is_all_or_nothing_when_a_window_fills(autojump_clock: trio.testing.MockClock) -> None:
+    async with simulated_mesh() as mesh:
+        nodes = await form(mesh, 3)
+        sender, awake, unplugged = nodes
+        mesh.net.isolate(unplugged.address[0])  # stops acknowledging; its window toward it fills
+        sent = 0
+        with trio.fail_after(5):
+            with pytest.raises(SendBufferFull):
+                for k in range(2000):
+                    await sender.broadcast(b"n%d" % k)
+                    sent += 1
+        assert sent > 0
+        # The refused broadcast reached nobody; everything before it reaches everyone,
+        # the unplugged station too once it is back within the station timeout.
+        mesh.net.restore(unplugged.address[0])
+        want = [b"n%d" % k for k in range(sent)]
+        await wait_until(lambda: all(len(mesh.data(x).get(0, [])) >= sent for x in (awake, unplugged)), 20)
+        await trio.sleep(1.0)
+        assert mesh.data(awake) == {0: want}
+        assert mesh.data(unplugged) == {0: want}
+        assert not mesh.of(unplugged, StationLeft) and not mesh.of(sender, StationLeft)
