@@ -175,7 +175,7 @@ async def exchange(mesh: Mesh, nodes: list[Node], count: int, timeout: float = 6
 
 
 @pytest.mark.parametrize("version", ["5.18", "5.29"])
-@pytest.mark.parametrize("network", ["lan", "nex"])
+@pytest.mark.parametrize("network", ["lan", "ldn", "nex"])
 async def test_mesh_forms_and_exchanges_data(version: str, network: str, autojump_clock: trio.testing.MockClock) -> None:
     async with simulated_mesh(version, network) as mesh:
         nodes = await form(mesh, 4)
