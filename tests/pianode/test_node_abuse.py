@@ -418,3 +418,34 @@ def test_forged_packet_id_cannot_cut_off_a_member(version: str) -> None:
     for data, _ in member.datagrams_to_send(2.5):
         host.receive_datagram(data, member.local_address, 2.5)
     assert [e.data for e in iter(host.next_event, None) if isinstance(e, DataReceived)] == [b"still here"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_flood_of_replayed_connection_requests_is_bounded(version: str) -> None:
+    """The captured request authenticates from any port of its IP: provisional peers stay bounded."""
+    host, member, sent = member_pair(version)
+    flood = 300
+    for port in range(20000, 20000 + flood):
+        host.receive_datagram(sent[0], ("127.0.0.2", port), 2.0)
+    answered = {addr for _, addr in host.datagrams_to_send(2.0)}
+    strangers = [addr for addr in host.peers if addr != member.local_address]
+    assert 0 < len(strangers) <= 64
+    assert host.drops["queue_full"] == flood - len(strangers)
+    assert len(answered - {member.local_address}) <= len(strangers)
+    assert len(host.table) == 2 and not any(isinstance(e, DataReceived) for e in iter(host.next_event, None))
+    # None of them completes a handshake: they are forgotten after the station timeout,
+    # while the real member, which keeps talking, stays.
+    now = 2.0
+    while now < 2.0 + 2 * member.config.station_timeout:
+        now += 0.25
+        for data, _ in member.datagrams_to_send(now):
+            host.receive_datagram(data, member.local_address, now)
+        for data, addr in host.datagrams_to_send(now):
+            if addr == member.local_address:
+                member.receive_datagram(data, host.local_address, now)
+        for s in (host, member):
+            t = s.get_timer()
+            if t is not None and t <= now:
+                s.handle_timer(now)
+    assert set(host.peers) == {member.local_address}
+    assert len(host.table) == 2 and host.stations()[1].state == "connected"
