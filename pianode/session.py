@@ -897,6 +897,12 @@ class MeshSession:
         if entry is not None and entry.index != self.index:
             peer.index = entry.index
             self._announce(peer)
+        elif entry is None and self.is_host() and peer.mesh_window is not None:
+            # A station we have no entry for: a joiner (it will ask), or one
+            # our predecessor admitted just before leaving, which learns from
+            # our table that it must join again.
+            for payload in mw.encode_update_mesh(self.profile, self, self.config.mtu):
+                self._window_send(peer, peer.mesh_window, payload, now)
 
     def _announce(self, peer: Peer) -> None:
         if peer.announced or peer.index is None or not peer.connected:
@@ -968,7 +974,9 @@ class MeshSession:
     def _send_update_mesh(self, now: float, exclude: Iterable[tuple[str, int]] = ()) -> None:
         skip = set(exclude)
         payloads = mw.encode_update_mesh(self.profile, self, self.config.mtu)
-        for member in self._members():
+        # Connected stations without an index hear it too: one the previous
+        # host admitted just before leaving learns that it must join again.
+        for member in [p for p in self.peers.values() if p.connected]:
             if member.address in skip:
                 continue
             assert member.mesh_window is not None
@@ -1052,8 +1060,9 @@ class MeshSession:
             return
         got = list(frags.values())
         frags.clear()
-        if key <= self.table.update_counter and msg.host_index == self.table.host_index:
-            return
+        if key < self.table.update_counter and msg.host_index == self.table.host_index:
+            return  # older than what we have (an equal counter from the host still wins: a new host's
+            # first update can tie with the last one its predecessor sent to some stations only)
         entries = [e for f in got for e in f.entries]
         if not self.joined:
             # The host's update can overtake our (retransmitted) join response:
@@ -1062,6 +1071,11 @@ class MeshSession:
                 self._early_update = (entries, msg.host_index, key)
             return
         self._departed.clear()
+        if self.index is not None and all(e.index != self.index or e.address != self.local_address for e in entries):
+            # The host's table does not list us (we were admitted by a host
+            # that left before telling the others): join again through it.
+            self._rejoin(peer, now)
+            return
         self._apply_table(entries, msg.host_index, key, now)
 
     # ------------------------------------------------------------------ rtt
@@ -1122,6 +1136,15 @@ class MeshSession:
         elif self.is_host():
             self.table.update_counter += 1
             self._send_update_mesh(now)
+
+    def _rejoin(self, host: Peer, now: float) -> None:
+        self.counters["rejoins"] += 1
+        self.joined = False
+        self.index = None
+        self._join_host = host.address
+        self._join_deadline = now + self.config.join_timeout
+        self._next_heal = None
+        self._queue_acked(host, Proto.MESH, 0, lambda ack: mw.encode_join_request(self.profile, self, ack), now)
 
     def _elect(self, now: float) -> int | None:
         """The migration rule, over the stations not known to have left.

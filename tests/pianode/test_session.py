@@ -604,11 +604,6 @@ def test_members_whose_window_gave_up_reconnect(version: str) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.xfail(
-    strict=True,
-    reason="session: a station accepted by the host just before the host leaves believes it joined (index 3, "
-    "table 1-3) but the new host's table never lists it; the split view persists",
-)
 def test_join_racing_the_host_leave_converges(version: str) -> None:
     h = BatchHarness(4, version=version)
     group = form(h, [0, 1, 2])
