@@ -270,6 +270,8 @@ class _Soak:
                         event = channel.receive_nowait()
                     except trio.WouldBlock:
                         break
+                    except trio.EndOfChannel:
+                        return  # the node stopped (at shutdown) while we were draining
                     self._handle(node, event)
 
     async def _form(self, timeout: float) -> bool:
@@ -485,6 +487,8 @@ class _Soak:
             "reliable_delivered": sum(r.delivered for r in self.receivers.values()),
             "unreliable_delivered": sum(r.u_delivered for r in self.receivers.values()),
             "gc_objects": len(gc.get_objects()),
+            # Live pymalloc blocks: a cheap heap-growth indicator without tracemalloc.
+            "allocated_blocks": sys.getallocatedblocks(),
         }
         if tracemalloc.is_tracing():
             current, peak = tracemalloc.get_traced_memory()
@@ -691,6 +695,8 @@ class _Soak:
         out["rss_slope_kib_per_min"] = _slope_per_minute(after)
         out["gc_objects_warmup"] = warm["gc_objects"]
         out["gc_objects_end"] = end["gc_objects"]
+        out["allocated_blocks_warmup"] = warm["allocated_blocks"]
+        out["allocated_blocks_end"] = end["allocated_blocks"]
         if "heap_kib" in warm and "heap_kib" in end:
             out["heap_warmup_kib"] = warm["heap_kib"]
             out["heap_end_kib"] = end["heap_kib"]
@@ -777,14 +783,14 @@ def format_table(report: dict[str, Any]) -> str:
         f"formation {report['formation_time'] or 0:.2f} s, wall time {report['wall_time']:.1f} s, "
         f"CPU {report['cpu_percent']} % of a core",
         "",
-        f"{'t (s)':>8} {'RSS (KiB)':>10} {'heap (KiB)':>11} {'objects':>9} {'reliable':>9} {'unreliable':>11}",
+        f"{'t (s)':>8} {'RSS (KiB)':>10} {'heap (KiB)':>11} {'objects':>9} {'blocks':>9} {'reliable':>9} {'unreliable':>11}",
     ]
     for s in report["samples"]:
         heap = s.get("heap_kib", "-")
         tag = f"  <- {s['label']}" if "label" in s else ""
         lines.append(
             f"{s['t']:>8.1f} {s['rss_kib'] if s['rss_kib'] is not None else '-':>10} {heap:>11} "
-            f"{s['gc_objects']:>9} {s['reliable_delivered']:>9} {s['unreliable_delivered']:>11}{tag}"
+            f"{s['gc_objects']:>9} {s['allocated_blocks']:>9} {s['reliable_delivered']:>9} {s['unreliable_delivered']:>11}{tag}"
         )
     lines += [
         "",
@@ -887,7 +893,8 @@ def main(argv: list[str] | None = None) -> int:
         heap = f" heap {row['heap_kib']} KiB" if "heap_kib" in row else ""
         label = f" ({row['label']})" if "label" in row else ""
         print(
-            f"t={row['t']:.0f} s RSS {row['rss_kib']} KiB{heap} reliable {row['reliable_delivered']}{label}",
+            f"t={row['t']:.0f} s RSS {row['rss_kib']} KiB{heap} blocks {row['allocated_blocks']} "
+            f"reliable {row['reliable_delivered']}{label}",
             file=sys.stderr,
             flush=True,
         )

@@ -79,7 +79,7 @@ def test_lossy_soak_delivers_reliable_exactly_once_and_reports_through_the_cli(
     # Memory: samples over the traffic phase, the two reference readings, a verdict against 5 %.
     samples = report["samples"]
     assert [s["label"] for s in samples if "label" in s] == ["warmup", "end"]
-    assert all(isinstance(s["rss_kib"], int) and s["rss_kib"] > 0 for s in samples)
+    assert all(isinstance(s["rss_kib"], int) and s["rss_kib"] > 0 and s["allocated_blocks"] > 0 for s in samples)
     assert samples[0]["t"] == pytest.approx(0.0, abs=0.5) and samples[-1]["t"] == pytest.approx(3.0, abs=0.5)
     mem = report["memory"]
     assert mem["rss_warmup_kib"] > 0 and mem["rss_end_kib"] > 0
