@@ -514,6 +514,49 @@ def _info_size(profile: VersionProfile) -> int:
     return mesh_station_info_size(profile)
 
 
+# A representative node profile per header version byte (5.7-5.45, spec §0.3).
+_PROFILE_BY_HEADER_VERSION = {3: "5.11", 4: "5.18", 5: "5.26", 9: "5.29"}
+
+
+def profile_of_datagram(data: bytes, own: VersionProfile) -> VersionProfile | None:
+    """The profile of a Pia datagram in another version's header format (None: ours, or not Pia)."""
+    from protocols.pia.versions import profile_for
+
+    if len(data) < 5 or data[:4] != b"\x32\xab\x98\x64" or not data[4] & 0x80:
+        return None
+    name = _PROFILE_BY_HEADER_VERSION.get(data[4] & 0x7F)
+    if name is None or (own.header_version == data[4] & 0x7F):
+        return None
+    return profile_for(name)
+
+
+def version_denial(
+    session: MeshSession, other: VersionProfile, data: bytes, addr: tuple[str, int], result: int
+) -> bytes | None:
+    """Encode, in *other*'s format, a denial of the connection request in *data*."""
+    try:
+        codec, _ = packet_codec(session.config, other, session.session_key or b"", session.network_id)
+        packet = codec.decode(data, addr[0])
+        if not packet.messages or not is_connection_request(other, packet.messages[0]):
+            return None
+        deny = pstation.ConnectionDenied(
+            result=result, constant_id=session.constant_id, variable_id=session.variable_id & 0xFFFFFFFF
+        ).encode(other)
+        h = packet.header
+        header = PacketHeader(
+            encrypted=True,
+            packet_id=0,
+            version=other.header_version,
+            destination_variable_id=h.source_variable_id if other.variable_id_size else None,
+            source_variable_id=(session.variable_id & 0xFFFFFFFF) if other.variable_id_size else None,
+            nonce=session.next_header_nonce(),
+        )
+        message = Message(protocol_type=other.protocol_id(Proto.STATION), protocol_port=0, payload=deny)
+        return codec.encode(Packet(header=header, messages=(message,)), session.local_address[0])
+    except (DecodeError, ValueError):
+        return None
+
+
 def valid_table(
     entries: tuple[StationEntry, ...] | list[StationEntry], host_index: int | None, max_stations: int, fragments: int
 ) -> bool:

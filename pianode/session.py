@@ -97,6 +97,7 @@ class DropReason(str, enum.Enum):
     NOT_ADDRESSED = "not_addressed"
     CLOSED = "closed"
     NOT_HOST = "not_host"
+    OTHER_VERSION = "other_version"
 
 
 @attrs.frozen
@@ -222,6 +223,7 @@ class MeshSession:
         #: Indexes this (non-host) station saw leave since the last update it applied.
         self._departed: set[int] = set()
         self._next_heal: float | None = None
+        self._denied: dict[tuple[str, int], float] = {}
         self._retired_replay: collections.OrderedDict[tuple[str, int], tuple[NonceReplayFilter, float]] = (
             collections.OrderedDict()
         )
@@ -561,8 +563,7 @@ class MeshSession:
         footer = tuple(sorted({p.variable_id & 0xFFFF for p in members}))
         out = []
         for bundle in mw.bundle(self.profile, messages, self.config.mtu - 2 * len(footer)):
-            self._nonce_counter = (self._nonce_counter + 1) & 0xFFFFFFFFFFFFFFFF
-            header = mw.group_header(self.profile, self, self._group_ids.next(), self._nonce_counter.to_bytes(8, "big"))
+            header = mw.group_header(self.profile, self, self._group_ids.next(), self.next_header_nonce())
             data = self.codec.encode(Packet(header=header, messages=tuple(bundle), footer=footer), self.local_address[0])
             self.counters["group_packets_sent"] += 1
             for peer in members:
@@ -574,10 +575,13 @@ class MeshSession:
             self.counters["packets_sent"] += len(members)
         return out
 
-    def _header(self, peer: Peer, now: float) -> PacketHeader:
+    def next_header_nonce(self) -> bytes:
+        """The next 8-byte header nonce: one counter per node, never reused under the key."""
         self._nonce_counter = (self._nonce_counter + 1) & 0xFFFFFFFFFFFFFFFF
-        hn = self._nonce_counter.to_bytes(8, "big")
-        return mw.make_header(self.profile, peer, self, hn, now)
+        return self._nonce_counter.to_bytes(8, "big")
+
+    def _header(self, peer: Peer, now: float) -> PacketHeader:
+        return mw.make_header(self.profile, peer, self, self.next_header_nonce(), now)
 
     def _message(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> Message:
         return mw.make_message(self.profile, self, peer, proto, port, payload)
@@ -615,7 +619,10 @@ class MeshSession:
             self._drop(DropReason.BAD_TAG)
             return
         except DecodeError:
-            self._drop(DropReason.MALFORMED)
+            if peer is None and self._deny_other_version(data, addr, now):
+                self._drop(DropReason.OTHER_VERSION)
+            else:
+                self._drop(DropReason.MALFORMED)
             return
         header = packet.header
         if not header.encrypted:
@@ -696,6 +703,26 @@ class MeshSession:
             return False
         if header.packet_id:
             peer.rx_ids.accept(header.packet_id)
+        return True
+
+    def _deny_other_version(self, data: bytes, addr: tuple[str, int], now: float) -> bool:
+        """A connection request in another Pia version's format: answer it with
+        a denial it can read (result 2 "version too low" / 3 "too high",
+        spec §5.3), at most once a second per address."""
+        other = mw.profile_of_datagram(data, self.profile)
+        if other is None or self.session_key is None:
+            return False
+        last = self._denied.get(addr)
+        if last is not None and now - last < 1.0:
+            return False
+        reply = mw.version_denial(self, other, data, addr, 2 if other.version < self.profile.version else 3)
+        if reply is None:
+            return False  # not an authentic connection request in that format
+        self._denied[addr] = now
+        if len(self._denied) > MAX_PROVISIONAL_PEERS:
+            self._denied.pop(next(iter(self._denied)))
+        self._ready.append((reply, addr))
+        self.counters["version_denials"] += 1
         return True
 
     def _nonce_of(self, header: PacketHeader, source: str) -> bytes:
@@ -859,7 +886,10 @@ class MeshSession:
                     self._peer_lost(peer, "refused", now)
                     return
                 if peer.address == self._join_host and not self.joined:
-                    self._fail_join(f"the host refused the connection (result {msg.result})", now)
+                    why = {2: "our Pia version is too low for it", 3: "our Pia version is too high for it"}.get(
+                        msg.result, f"result {msg.result}"
+                    )
+                    self._fail_join(f"the host refused the connection: {why}", now)
                 self._close_peer(peer)
                 return
             self._ack(peer, msg.ack_id)

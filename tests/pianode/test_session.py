@@ -536,11 +536,6 @@ def test_member_restarted_at_the_same_address_joins_again(version: str) -> None:
     exchange(h, members, 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="session: no version-mismatch denial; a joiner of another Pia version is dropped as malformed "
-    "and gives up after station_timeout with 'lost the host while joining'",
-)
 def test_a_joiner_of_another_version_is_told_why() -> None:
     h = BatchHarness(2, version="5.18")
     stranger = MeshSession(
