@@ -648,6 +648,13 @@ class MeshSession:
             if not peer.replay.accept(self._nonce_of(header, addr[0])):
                 self._drop(DropReason.REPLAYED)
                 return
+        elif self._restarted(peer, packet):
+            # The station at this address started afresh (a new connection id
+            # or variable id in a new connection request): forget the old one.
+            self.counters["restarts"] += 1
+            self._peer_lost(peer, "restarted", now)
+            peer = None
+            self._retired_replay.pop(addr, None)
         elif not self._accept_header(peer, packet, self._nonce_of(header, addr[0])):
             return
         if peer is None:
@@ -674,6 +681,23 @@ class MeshSession:
                 break
         if not peer.connected:
             self._touched[peer] = None  # handshake state changed
+
+    def _restarted(self, peer: Peer, packet: Packet) -> bool:
+        """A first-contact connection request from a connected peer that names a new identity."""
+        if not peer.connected or not packet.messages or packet.header.packet_id:
+            return False
+        first = packet.messages[0]
+        if not mw.is_connection_request(self.profile, first):
+            return False
+        try:
+            msg = mw.decode_station(self.profile, first.payload)
+        except DecodeError:
+            return False
+        if not isinstance(msg, mw.ConnectRequest) or msg.inverse:
+            return False
+        if self.profile.has_connection_id:
+            return msg.conn_id != peer.peer_conn_id
+        return msg.location.variable_id != peer.variable_id
 
     def _accept_header(self, peer: Peer, packet: Packet, nonce: bytes) -> bool:
         """Identity and replay checks on an authenticated packet.

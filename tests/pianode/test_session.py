@@ -510,14 +510,7 @@ def test_a_join_burst_with_a_small_mtu_never_raises() -> None:
 @pytest.mark.parametrize(
     "version",
     [
-        pytest.param(
-            "5.18",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="session (inverse handshake): a member restarted at the same address is handled as the "
-                "old, connected peer; its new connection never completes and its join fails",
-            ),
-        ),
+        "5.18",
         "5.29",
     ],
 )
