@@ -114,9 +114,16 @@ class _Counter:
         os.close(fd)
         self.consumed = 0
         self.stop = 0
+        #: (perf_counter, consumed) at the first and the latest progress.
+        self.first: tuple[float, int] | None = None
+        self.last: tuple[float, int] = (0.0, 0)
 
     def publish(self) -> None:
         _COUNTER.pack_into(self._map, 0, self.consumed, self.stop)
+        if self.consumed != self.last[1]:
+            self.last = (time.perf_counter(), self.consumed)
+            if self.first is None:
+                self.first = self.last
 
     def close(self) -> None:
         self._map.close()
@@ -152,26 +159,22 @@ async def _finish(proc: trio.Process, counter: _Counter) -> tuple[int, int]:
     return int(fields["sent"]), int(fields["next"])
 
 
-async def _measure(read: Callable[[], int], seconds: float, proc: trio.Process, total: int | None) -> float:
-    """Consumed per second over *seconds* once datagrams flow.
+async def _measure(counter: _Counter, seconds: float, proc: trio.Process, total: int) -> float:
+    """Datagrams consumed per second, for *seconds* from the first one or until all *total* arrived.
 
-    *total* is how many the sender has (None: it loops for ever); a short
-    feed is timed from its first datagram until it is used up.
+    The rate is taken between the receiver's own first and last progress
+    stamps, so it does not depend on when this task happens to wake up.
     """
     with trio.move_on_after(10):
-        while read() == 0 and proc.returncode is None:
-            await trio.sleep(0.001)
-    if total is None:
-        await trio.sleep(min(0.2, seconds / 4))  # warm up
-    c0, t0 = read(), time.perf_counter()
-    if total is None:
-        await trio.sleep(seconds)
-    else:
-        end = t0 + seconds
-        while time.perf_counter() < end and read() < total:
-            await trio.sleep(0.001)
-    c1, t1 = read(), time.perf_counter()
-    return (c1 - c0) / (t1 - t0)
+        while counter.first is None and proc.returncode is None:
+            await trio.sleep(0.002)
+    if counter.first is None:
+        return 0.0
+    end = counter.first[0] + seconds
+    while time.perf_counter() < end and counter.consumed < total:
+        await trio.sleep(0.002)
+    (t0, c0), (t1, c1) = counter.first, counter.last
+    return (c1 - c0) / (t1 - t0) if t1 > t0 else 0.0
 
 
 @attrs.define
@@ -252,7 +255,7 @@ async def _node_round(a: Node, feed: _Feed, start: int, end: int, seconds: float
             nursery.start_soon(_consume, a.events(), counter)
             proc = await _sender(feed.path, feed.source, a.address, start, end, counter)
             total = end - start
-            rate = await _measure(lambda: counter.consumed, seconds, proc, total)
+            rate = await _measure(counter, seconds, proc, total)
             _, nxt = await _finish(proc, counter)
             await trio.sleep(0.05)  # let A drain what is still queued
             nursery.cancel_scope.cancel()
@@ -304,7 +307,7 @@ async def _bare_round(feed: _Feed, end: int, seconds: float) -> float:
             nursery.start_soon(_drain, bare.raw, counter)
             proc = await _sender(feed.path, ("127.0.0.3", 0), bare.address, 0, end, counter)
             total = end
-            rate = await _measure(lambda: counter.consumed, seconds, proc, total)
+            rate = await _measure(counter, seconds, proc, total)
             await _finish(proc, counter)
             nursery.cancel_scope.cancel()
     finally:
