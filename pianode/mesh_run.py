@@ -281,34 +281,35 @@ class MeshRun:
                     event = channel.receive_nowait()
                 except trio.WouldBlock:
                     break
+                except trio.EndOfChannel:
+                    return  # the node stopped
                 self._handle(node, event)
 
     def _handle(self, node: Node, event: object) -> None:
         rec = self.receivers[id(node)]
-        if True:
-            if isinstance(event, DataReceived):
-                data = event.data
-                kind = data[:1]
-                if kind == b"R" and len(data) >= _RELIABLE.size:
-                    _, src, seq = _RELIABLE.unpack_from(data)
-                    want = rec.expected.get(src, 0)
-                    if seq == want:
-                        rec.delivered += 1
-                        rec.expected[src] = want + 1
-                    elif seq < want:
-                        rec.duplicates += 1
-                    else:
-                        rec.out_of_order += 1
-                        rec.expected[src] = seq + 1
-                elif kind == b"F" and len(data) >= _FRAME.size:
-                    _, src, frame, sent = _FRAME.unpack_from(data)
-                    rec.frames += 1
-                    rec.latencies.append(trio.current_time() - sent)
-                elif kind == b"U":
-                    rec.unreliable += 1
-            elif isinstance(event, HostChanged):
-                idx = node.station_index
-                self.result.host_changes.append(f"station {idx}: {event.old_host_index} -> {event.new_host_index}")
+        if isinstance(event, DataReceived):
+            data = event.data
+            kind = data[:1]
+            if kind == b"R" and len(data) >= _RELIABLE.size:
+                _, src, seq = _RELIABLE.unpack_from(data)
+                want = rec.expected.get(src, 0)
+                if seq == want:
+                    rec.delivered += 1
+                    rec.expected[src] = want + 1
+                elif seq < want:
+                    rec.duplicates += 1
+                else:
+                    rec.out_of_order += 1
+                    rec.expected[src] = seq + 1
+            elif kind == b"F" and len(data) >= _FRAME.size:
+                _, src, frame, sent = _FRAME.unpack_from(data)
+                rec.frames += 1
+                rec.latencies.append(trio.current_time() - sent)
+            elif kind == b"U":
+                rec.unreliable += 1
+        elif isinstance(event, HostChanged):
+            idx = node.station_index
+            self.result.host_changes.append(f"station {idx}: {event.old_host_index} -> {event.new_host_index}")
 
     async def _send_batch(self, nodes: list[Node], count: int, spread: float) -> None:
         async def sender(node: Node) -> None:

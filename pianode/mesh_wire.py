@@ -211,20 +211,29 @@ def footer_size_offset(profile: VersionProfile) -> int | None:
 
 # Decoded group packets, shared by the nodes of one process: the same bytes from
 # the same source under the same key always decode to the same value, so the
-# stations a packet was fanned out to need not each decrypt it.
-_SHARED: collections.OrderedDict[tuple[object, ...], Packet] = collections.OrderedDict()
-_SHARED_LIMIT = 4096
+# stations a packet was fanned out to need not each decrypt it.  An entry is
+# dropped once as many stations as its footer names have taken it; the cap
+# only bounds entries some addressee never receives (lost datagrams).
+_SHARED: collections.OrderedDict[tuple[object, ...], list[object]] = collections.OrderedDict()
+_SHARED_LIMIT = 512
 
 
 def shared_decode(codec: PacketCodec, codec_key: tuple[object, ...], data: bytes, source: str) -> Packet:
     key = (codec_key, source, data)
-    packet = _SHARED.get(key)
-    if packet is None:
+    entry = _SHARED.get(key)
+    if entry is None:
         packet = codec.decode(data, source)
-        if len(_SHARED) >= _SHARED_LIMIT:
-            _SHARED.popitem(last=False)
-        _SHARED[key] = packet
-    return packet
+        remaining = len(packet.footer) - 1
+        if remaining > 0:
+            if len(_SHARED) >= _SHARED_LIMIT:
+                _SHARED.popitem(last=False)
+            _SHARED[key] = [packet, remaining]
+        return packet
+    packet = entry[0]
+    entry[1] -= 1  # type: ignore[operator]
+    if entry[1] <= 0:  # type: ignore[operator]
+        del _SHARED[key]
+    return packet  # type: ignore[return-value]
 
 
 _SOURCE_ID_FORMATS = frozenset({MessageFormat.B, MessageFormat.C, MessageFormat.D, MessageFormat.E})
