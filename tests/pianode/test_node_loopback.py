@@ -10,65 +10,38 @@ the file runs in a few seconds of real time; every wait is bounded.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import attrs
 import pytest
 import trio
 
 from pianode.config import NodeConfig
-from pianode.events import DataReceived, Event, HostChanged, MeshDestroyed, StationLeft
+from pianode.events import HostChanged, MeshDestroyed, StationLeft
 from pianode.faults import FaultInjectingSocketFactory, LinkFaults
-from pianode.node import JoinError, Node, open_node
+from pianode.node import JoinError, Node
+
+from node_fixtures import NodeMesh, check_exchange, n_connected, wait_until
 
 KEY = bytes.fromhex("0f1e2d3c4b5a69788796a5b4c3d2e1f0")
 FAST = {"keepalive_interval": 0.2, "rtt_interval": 0.2, "station_timeout": 1.0, "resend_interval": 0.1}
 
 
-class Mesh:
+class Mesh(NodeMesh):
     """Nodes on loopback, node i bound to 127.0.0.(base + i) on a free port, events collected."""
 
     def __init__(self, nursery: trio.Nursery, config: NodeConfig, base: int) -> None:
-        self.nursery = nursery
-        self.config = config
+        super().__init__(nursery, config)
         self.base = base
-        self.nodes: list[Node] = []
-        self.scopes: list[trio.CancelScope] = []
-        self.events: list[list[Event]] = []
+
+    def settings(self, i: int) -> dict[str, object]:
+        return {"bind": (f"127.0.0.{self.base + i}", 0)}
 
     async def start(self, **overrides: object) -> Node:
-        i = len(self.nodes)
-        cfg = attrs.evolve(self.config, bind=(f"127.0.0.{self.base + i}", 0), **overrides)  # type: ignore[arg-type]
-        events: list[Event] = []
-
-        async def run(*, task_status: trio.TaskStatus[tuple[Node, trio.CancelScope]] = trio.TASK_STATUS_IGNORED) -> None:
-            with trio.CancelScope() as scope:
-                async with open_node(cfg) as node:
-                    task_status.started((node, scope))
-                    async for event in node.events():
-                        events.append(event)
-
-        node, scope = await self.nursery.start(run)
+        node = await super().start(**overrides)
+        i = len(self.nodes) - 1
         assert node.address[0] == f"127.0.0.{self.base + i}" and node.address[1] != 0
-        self.nodes.append(node)
-        self.scopes.append(scope)
-        self.events.append(events)
         return node
-
-    def kill(self, node: Node) -> None:
-        """Stop a node with no leave: its socket closes and it never answers again."""
-        self.scopes[self.nodes.index(node)].cancel()
-
-    def of(self, node: Node, kind: type) -> list:
-        return [e for e in self.events[self.nodes.index(node)] if isinstance(e, kind)]
-
-    def data(self, node: Node, *, reliable: bool = True) -> dict[int, list[bytes]]:
-        out: dict[int, list[bytes]] = {}
-        for e in self.of(node, DataReceived):
-            if e.reliable == reliable:
-                out.setdefault(e.source_index, []).append(e.data)
-        return out
 
 
 @asynccontextmanager
@@ -77,17 +50,6 @@ async def loopback_mesh(base: int, version: str = "5.18", **config: object) -> A
         cfg = NodeConfig(version=version, session_key=KEY, **{**FAST, **config})  # type: ignore[arg-type]
         yield Mesh(nursery, cfg, base)
         nursery.cancel_scope.cancel()
-
-
-def n_connected(node: Node) -> int:
-    return sum(1 for s in node.stations() if s.state == "connected")
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
-    await trio.sleep(0.05)  # let the event collectors catch up
 
 
 async def form(mesh: Mesh, n: int, timeout: float = 10.0) -> list[Node]:
@@ -107,22 +69,7 @@ def message(src: int, k: int) -> bytes:
 
 async def exchange(mesh: Mesh, nodes: list[Node], count: int, timeout: float = 20.0) -> None:
     """Each node broadcasts *count* numbered reliable messages; each arrives once and in order."""
-    before = {id(x): mesh.data(x) for x in nodes}
-    for k in range(count):
-        for x in nodes:
-            assert x.station_index is not None
-            assert await x.broadcast(message(x.station_index, k)) == len(nodes) - 1
-        await trio.sleep(0.002)
-
-    def fresh(x: Node) -> dict[int, list[bytes]]:
-        old = before[id(x)]
-        return {src: v[len(old.get(src, [])) :] for src, v in mesh.data(x).items()}
-
-    await wait_until(lambda: all(sum(map(len, fresh(x).values())) >= count * (len(nodes) - 1) for x in nodes), timeout)
-    await trio.sleep(0.3)  # duplicates would arrive meanwhile
-    for x in nodes:
-        got = {src: v for src, v in fresh(x).items() if v}
-        assert got == {o.station_index: [message(o.station_index, k) for k in range(count)] for o in nodes if o is not x}
+    await check_exchange(mesh, nodes, count, message, timeout=timeout, pause=0.002, settle=0.3)
 
 
 @pytest.mark.parametrize("version", ["5.18", "5.29"])

@@ -9,20 +9,21 @@ letting virtual time advance (which ``fail_after`` cannot see) into a failure.
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import attrs
 import pytest
 import trio
 import trio.testing
 
 from pianode.config import NodeConfig
-from pianode.events import DataReceived, Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
+from pianode.events import HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.faults import CLEAN, LinkFaults
 from pianode.netsim import SimulatedNetwork
-from pianode.node import JoinError, Node, open_node
+from pianode.node import JoinError, Node
 from pianode.reliable import SendBufferFull
+
+from node_fixtures import NodeMesh, check_exchange, n_connected, wait_until
 
 KEY = bytes.fromhex("00112233445566778899aabbccddeeff")
 PORT = 49152
@@ -56,48 +57,15 @@ async def wall_clock_limit(seconds: float = WALL_LIMIT) -> AsyncIterator[None]:
         pytest.fail(f"the test used more than {seconds} s of real time: a node busy-loops without advancing the clock")
 
 
-class Mesh:
+class Mesh(NodeMesh):
     """Nodes on one simulated network, each on its own 127.0.0.x, with their events collected."""
 
     def __init__(self, nursery: trio.Nursery, net: SimulatedNetwork, config: NodeConfig) -> None:
-        self.nursery = nursery
+        super().__init__(nursery, config)
         self.net = net
-        self.config = config
-        self.nodes: list[Node] = []
-        self.scopes: list[trio.CancelScope] = []
-        self.events: list[list[Event]] = []
 
-    async def start(self, **overrides: object) -> Node:
-        i = len(self.nodes)
-        cfg = attrs.evolve(self.config, bind=(f"127.0.0.{i + 1}", PORT), seed=100 + i, **overrides)  # type: ignore[arg-type]
-        events: list[Event] = []
-
-        async def run(*, task_status: trio.TaskStatus[tuple[Node, trio.CancelScope]] = trio.TASK_STATUS_IGNORED) -> None:
-            with trio.CancelScope() as scope:
-                async with open_node(cfg) as node:
-                    task_status.started((node, scope))
-                    async for event in node.events():
-                        events.append(event)
-
-        node, scope = await self.nursery.start(run)
-        self.nodes.append(node)
-        self.scopes.append(scope)
-        self.events.append(events)
-        return node
-
-    def kill(self, node: Node) -> None:
-        """Stop a node without a leave: its socket closes, it never answers again."""
-        self.scopes[self.nodes.index(node)].cancel()
-
-    def of(self, node: Node, kind: type) -> list:
-        return [e for e in self.events[self.nodes.index(node)] if isinstance(e, kind)]
-
-    def data(self, node: Node, *, reliable: bool = True) -> dict[int, list[bytes]]:
-        out: dict[int, list[bytes]] = {}
-        for e in self.of(node, DataReceived):
-            if e.reliable == reliable:
-                out.setdefault(e.source_index, []).append(e.data)
-        return out
+    def settings(self, i: int) -> dict[str, object]:
+        return {"bind": (f"127.0.0.{i + 1}", PORT), "seed": 100 + i}
 
 
 @asynccontextmanager
@@ -115,18 +83,6 @@ async def simulated_mesh(
 
 def by_index(nodes: list[Node], index: int) -> Node:
     return next(x for x in nodes if x.station_index == index)
-
-
-def n_connected(node: Node) -> int:
-    return sum(1 for s in node.stations() if s.state == "connected")
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float) -> None:
-    """Poll until *predicate* holds, then give the event collectors time to catch up."""
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
-    await trio.sleep(0.05)
 
 
 async def form(mesh: Mesh, n: int, timeout: float = 30.0) -> list[Node]:
@@ -152,23 +108,7 @@ def message(src: int, k: int) -> bytes:
 
 async def exchange(mesh: Mesh, nodes: list[Node], count: int, timeout: float = 60.0) -> None:
     """Each node broadcasts *count* numbered reliable messages; each arrives once, in order."""
-    before = {id(x): mesh.data(x) for x in nodes}
-    for k in range(count):
-        for x in nodes:
-            assert x.station_index is not None
-            assert await x.broadcast(message(x.station_index, k)) == len(nodes) - 1
-        await trio.sleep(0.005)
-
-    def fresh(x: Node) -> dict[int, list[bytes]]:
-        got = mesh.data(x)
-        old = before[id(x)]
-        return {src: v[len(old.get(src, [])) :] for src, v in got.items()}
-
-    await wait_until(lambda: all(sum(map(len, fresh(x).values())) >= count * (len(nodes) - 1) for x in nodes), timeout)
-    await trio.sleep(1.0)  # duplicates would arrive meanwhile
-    for x in nodes:
-        got = {src: v for src, v in fresh(x).items() if v}
-        assert got == {o.station_index: [message(o.station_index, k) for k in range(count)] for o in nodes if o is not x}
+    await check_exchange(mesh, nodes, count, message, timeout=timeout, pause=0.005, settle=1.0)
 
 
 # ---------------------------------------------------------------- tests
