@@ -354,9 +354,11 @@ class MeshRun:
             start = trio.current_time() + offset
             seq = 0
             for frame in range(frames):
-                await trio.sleep_until(start + frame * period)
-                now = trio.current_time()
-                await node.broadcast(_FRAME.pack(b"F", src, frame, now) + payload_pad, reliable=False)
+                due = start + frame * period
+                await trio.sleep_until(due)
+                # Stamp the scheduled time: a station that falls behind real
+                # time shows up as latency, not as a slower but "on time" game.
+                await node.broadcast(_FRAME.pack(b"F", src, frame, due) + payload_pad, reliable=False)
                 self.result.frames_expected += peers
                 if frame % max(1, int(self.rate or 1)) == 0:
                     await node.broadcast(_RELIABLE.pack(b"R", src, seq), reliable=True)
