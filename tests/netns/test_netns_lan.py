@@ -20,15 +20,11 @@ namespaces (or veth/bridge links) cannot be created.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import pathlib
-import signal
-import subprocess
 import sys
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,6 +33,8 @@ import trio
 
 from protocols.pia.keys import lan_constant_id, lan_network_id
 from protocols.pia.lan import lan_session_key
+
+from cli_processes import CliProcess, run_mesh, until
 
 KEY = "ee182a63e216cdb1f51ad4bed8cf6508"  # Splatoon 2 (spec §3.6)
 SUBNET = "192.168.77"
@@ -70,75 +68,23 @@ def lan_segment() -> Iterator[Any]:
         seg.remove(segment.prefix)
 
 
-class _Proc:
-    """A CLI process whose output lines are collected as they come, so the test can wait on them."""
-
-    def __init__(self, argv: list[str]) -> None:
-        self.argv = argv
-        self.lines: list[str] = []
-        self.stderr = b""
-        self.returncode: int | None = None
-        self._process: trio.Process | None = None
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            start = functools.partial(trio.run_process, self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      check=False)  # fmt: skip
-            process: trio.Process = await nursery.start(start)
-            self._process = process
-            task_status.started()
-            assert process.stdout is not None and process.stderr is not None
-            nursery.start_soon(self._read_stderr, process.stderr)
-            pending = b""
-            async for chunk in process.stdout:
-                *done, pending = (pending + chunk).split(b"\n")
-                self.lines.extend(line.decode() for line in done)
-        self.returncode = process.returncode
-
-    async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
-        async for chunk in stream:
-            self.stderr += chunk
-
-    def stop(self) -> None:
-        """SIGTERM (``ip netns exec`` execs the command, so the signal reaches pianode): summary, leave, exit."""
-        assert self._process is not None
-        if self._process.returncode is None:
-            self._process.send_signal(signal.SIGTERM)
-
-    def records(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.lines]
-
-    def enough(self) -> bool:
-        """Three messages from each of the three other stations."""
-        got = Counter(r["source_index"] for r in self.records() if r["event"] == "data")
-        return len(got) == 3 and min(got.values()) >= 3
+def _enough(p: CliProcess) -> bool:
+    """Three messages from each of the three other stations."""
+    got = p.received_from()
+    return len(got) == 3 and min(got.values()) >= 3
 
 
-async def _until(predicate: Callable[[], bool]) -> None:
-    while not predicate():
-        await trio.sleep(0.05)
-
-
-async def _run_segment(segment: Any) -> tuple[_Proc, list[_Proc]]:
+async def _run_segment(segment: Any) -> tuple[CliProcess, list[CliProcess]]:
     """Host in node 1, joiners in nodes 2-4; SIGTERM once data flowed everywhere (--duration only bounds)."""
     py = [sys.executable, "-m", "pianode", "lan"]
     common = ["--game-key", KEY, "--broadcast", segment.broadcast, "--format", "jsonl", "--send-every", "0.2"]
-    host = _Proc(segment.exec_argv(0, *py, "host", *common, "--address", segment.addresses[0], "--duration", "60"))
+    host = CliProcess(segment.exec_argv(0, *py, "host", *common, "--address", segment.addresses[0], "--duration", "60"))
     joiners = [
-        _Proc(segment.exec_argv(k, *py, "join", *common, "--bind", segment.addresses[k], "--duration", "60"))
+        CliProcess(segment.exec_argv(k, *py, "join", *common, "--bind", segment.addresses[k], "--duration", "60"))
         for k in range(1, 4)
     ]
     with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(host.run)
-            await _until(lambda: bool(host.lines))
-            for j in joiners:
-                await nursery.start(j.run)
-            await _until(lambda: all(p.enough() or p.returncode is not None for p in (host, *joiners)))
-            for j in joiners:
-                j.stop()
-            await _until(lambda: all(j.returncode is not None for j in joiners))
-            host.stop()
+        await run_mesh(host, joiners, _enough)
     return host, joiners
 
 
@@ -187,8 +133,8 @@ async def test_one_browse_finds_hosts_in_two_namespaces() -> None:
     with lan_segment() as segment:
         common = ["--game-key", KEY, "--broadcast", segment.broadcast]
         hosts = [
-            _Proc(segment.exec_argv(k, *py, "host", *common, "--address", segment.addresses[k], "--duration", "60",
-                                    "--name", f"host{k}", "--send-every", "0"))
+            CliProcess(segment.exec_argv(k, *py, "host", *common, "--address", segment.addresses[k], "--duration", "60",
+                                         "--name", f"host{k}", "--send-every", "0"))
             for k in (0, 1)
         ]
         browse = segment.exec_argv(2, *py, "browse", *common, "--bind", f"{segment.addresses[2]}:0",
@@ -197,7 +143,7 @@ async def test_one_browse_finds_hosts_in_two_namespaces() -> None:
             async with trio.open_nursery() as nursery:
                 for h in hosts:
                     await nursery.start(h.run)
-                await _until(lambda: all(h.lines for h in hosts))  # both listen
+                await until(lambda: all(h.lines for h in hosts))  # both listen
                 found = await trio.run_process(browse, capture_stdout=True, capture_stderr=True, check=False)
                 for h in hosts:
                     h.stop()

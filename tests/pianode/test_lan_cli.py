@@ -7,17 +7,8 @@ browse responder on a free port (``--bind 0.0.0.0:P``, ``--broadcast
 
 from __future__ import annotations
 
-import functools
-import json
-import random
 import re
-import signal
-import socket
-import subprocess
 import sys
-from collections import Counter
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 import trio
@@ -25,104 +16,35 @@ import trio
 from protocols.pia.keys import lan_constant_id
 from protocols.pia.lan import lan_session_key
 
+from cli_processes import CliProcess, run_mesh
+from loopback_addresses import free_port, loopback_block
+
 KEY = "ee182a63e216cdb1f51ad4bed8cf6508"  # Splatoon 2 (spec §3.6)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("0.0.0.0", 0))
-        return int(s.getsockname()[1])
-
-
-def _block() -> str:
-    return f"127.{random.randrange(100, 250)}.{random.randrange(1, 250)}."
 
 
 def _lan(*argv: str) -> list[str]:
     return [sys.executable, "-m", "pianode", "lan", *argv]
 
 
-class _Proc:
-    """A CLI process whose output lines are collected as they come, so a test can wait on them."""
-
-    def __init__(self, argv: list[str]) -> None:
-        self.argv = argv
-        self.lines: list[str] = []
-        self.stderr = b""
-        self.returncode: int | None = None
-        self._process: trio.Process | None = None
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            start = functools.partial(trio.run_process, self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      check=False)  # fmt: skip
-            process: trio.Process = await nursery.start(start)
-            self._process = process
-            task_status.started()
-            assert process.stdout is not None and process.stderr is not None
-            nursery.start_soon(self._read_stderr, process.stderr)
-            pending = b""
-            async for chunk in process.stdout:
-                *done, pending = (pending + chunk).split(b"\n")
-                self.lines.extend(line.decode() for line in done)
-        self.returncode = process.returncode
-
-    async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
-        async for chunk in stream:
-            self.stderr += chunk
-
-    def stop(self) -> None:
-        """SIGTERM: the command prints its summary, leaves the mesh and exits."""
-        assert self._process is not None
-        if self._process.returncode is None:
-            self._process.send_signal(signal.SIGTERM)
-
-    def records(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.lines]
-
-    def received_from(self) -> Counter[int]:
-        return Counter(r["source_index"] for r in self.records() if r["event"] == "data")
-
-
-async def _until(predicate: Callable[[], bool]) -> None:
-    while not predicate():
-        await trio.sleep(0.05)
-
-
-async def _run_mesh(host: _Proc, joiners: list[_Proc], enough: Callable[[_Proc], bool]) -> None:
-    """Host first (until it listens), then the joiners; once every process has had *enough*, SIGTERM
-    the joiners, then the host, and wait for all of them.  Bounded by the caller's fail_after."""
-    async with trio.open_nursery() as nursery:
-        await nursery.start(host.run)
-        await _until(lambda: bool(host.lines))
-        for j in joiners:
-            await nursery.start(j.run)
-        await _until(lambda: all(enough(p) or p.returncode is not None for p in (host, *joiners)))
-        for j in joiners:
-            j.stop()
-        await _until(lambda: all(j.returncode is not None for j in joiners))
-        host.stop()
-
-
 async def test_host_and_three_joiners_form_a_four_station_mesh_and_exchange_data() -> None:
-    port, net = _free_port(), _block()
+    port, net = free_port(), loopback_block()
     bc = f"127.255.255.255:{port}"
     # --duration only bounds each process; the test ends them with SIGTERM once data has flowed.
-    host = _Proc(_lan("host", "--game-key", KEY, "--address", net + "2", "--bind", f"0.0.0.0:{port}",
-                      "--broadcast", bc, "--duration", "60", "--format", "jsonl", "--send-every", "0.2",
-                      "--name", "lead"))  # fmt: skip
+    host = CliProcess(_lan("host", "--game-key", KEY, "--address", net + "2", "--bind", f"0.0.0.0:{port}",
+                           "--broadcast", bc, "--duration", "60", "--format", "jsonl", "--send-every", "0.2",
+                           "--name", "lead"))  # fmt: skip
     joiners = [
-        _Proc(_lan("join", "--game-key", KEY, "--bind", net + str(3 + i), "--broadcast", bc, "--duration", "60",
-                   "--format", "jsonl", "--send-every", "0.2", "--name", f"guest{i}"))
+        CliProcess(_lan("join", "--game-key", KEY, "--bind", net + str(3 + i), "--broadcast", bc, "--duration", "60",
+                        "--format", "jsonl", "--send-every", "0.2", "--name", f"guest{i}"))
         for i in range(3)
     ]
 
-    def enough(p: _Proc) -> bool:  # three messages from each of the three other stations
+    def enough(p: CliProcess) -> bool:  # three messages from each of the three other stations
         got = p.received_from()
         return len(got) == 3 and min(got.values()) >= 3
 
     with trio.fail_after(60):
-        await _run_mesh(host, joiners, enough)
+        await run_mesh(host, joiners, enough)
     assert host.returncode == 0, host.stderr
     hrec = host.records()
     hosting, hsummary = hrec[0], hrec[-1]
@@ -160,19 +82,19 @@ async def test_host_and_three_joiners_form_a_four_station_mesh_and_exchange_data
 
 
 async def test_table_output_and_joining_by_network_id() -> None:
-    port, net = _free_port(), _block()
+    port, net = free_port(), loopback_block()
     bc = f"127.255.255.255:{port}"
-    host = _Proc(_lan("host", "--game-key", KEY, "--address", net + "2", "--port", "49153", "--bind",
-                      f"0.0.0.0:{port}", "--broadcast", bc, "--duration", "60", "--send-every", "0.2"))  # fmt: skip
+    host = CliProcess(_lan("host", "--game-key", KEY, "--address", net + "2", "--port", "49153", "--bind",
+                           f"0.0.0.0:{port}", "--broadcast", bc, "--duration", "60", "--send-every", "0.2"))  # fmt: skip
     nid = (int(net.split(".")[2]) << 24) | (2 << 16) | 49153  # (ip & 0xFFFF) << 16 | port (spec §4)
-    join = _Proc(_lan("join", "--game-key", KEY, "--bind", net + "3", "--broadcast", bc, "--duration", "60",
-                      "--session", hex(nid), "--send-every", "0.2"))  # fmt: skip
+    join = CliProcess(_lan("join", "--game-key", KEY, "--bind", net + "3", "--broadcast", bc, "--duration", "60",
+                           "--session", hex(nid), "--send-every", "0.2"))  # fmt: skip
 
-    def enough(p: _Proc) -> bool:
+    def enough(p: CliProcess) -> bool:
         return any(line.startswith("data from station ") for line in p.lines)
 
     with trio.fail_after(60):
-        await _run_mesh(host, [join], enough)
+        await run_mesh(host, [join], enough)
     assert host.lines[0].startswith(f"hosting network id 0x{nid:08x} (Pia 5.18, host {net}2:49153, max 4)")
     assert join.returncode == 0 and host.returncode == 0
     jlines = join.lines
@@ -189,8 +111,8 @@ async def test_table_output_and_joining_by_network_id() -> None:
 
 async def test_duration_ends_a_join_that_never_completes() -> None:
     """--duration bounds the browse too: with no host and a long --timeout, the join still ends on time."""
-    port = _free_port()
-    argv = _lan("join", "--game-key", KEY, "--bind", _block() + "3", "--broadcast", f"127.255.255.255:{port}",
+    port = free_port()
+    argv = _lan("join", "--game-key", KEY, "--bind", loopback_block() + "3", "--broadcast", f"127.255.255.255:{port}",
                 "--timeout", "60", "--duration", "0.5")  # fmt: skip
     with trio.fail_after(20):
         result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
@@ -199,8 +121,8 @@ async def test_duration_ends_a_join_that_never_completes() -> None:
 
 
 async def test_join_with_no_session_exits_1_with_one_line() -> None:
-    port = _free_port()
-    argv = _lan("join", "--game-key", KEY, "--bind", _block() + "3", "--broadcast", f"127.255.255.255:{port}",
+    port = free_port()
+    argv = _lan("join", "--game-key", KEY, "--bind", loopback_block() + "3", "--broadcast", f"127.255.255.255:{port}",
                 "--timeout", "0.5")  # fmt: skip
     with trio.fail_after(20):
         result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
@@ -211,8 +133,8 @@ async def test_join_with_no_session_exits_1_with_one_line() -> None:
 
 async def test_discovery_only_host_outside_the_node_versions() -> None:
     """6.x sessions are published without a node (the node speaks 5.7-5.45)."""
-    port = _free_port()
-    argv = _lan("host", "--game-key", KEY, "--version", "6.30", "--address", _block() + "2",
+    port = free_port()
+    argv = _lan("host", "--game-key", KEY, "--version", "6.30", "--address", loopback_block() + "2",
                 "--bind", f"0.0.0.0:{port}", "--duration", "0.3")  # fmt: skip
     with trio.fail_after(20):
         result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 
 import pytest
 import trio
@@ -21,6 +20,8 @@ from protocols.errors import ConfigError
 from protocols.pia.lan import BrowseReply, LanNetworkProperty, LanSessionInfo, lan_session_key
 from protocols.pia.lan_criteria import LanSessionSearchCriteria, Range
 from protocols.pia.versions import VersionProfile, profile_for
+
+from loopback_addresses import free_port
 
 KEY = bytes.fromhex("ee182a63e216cdb1f51ad4bed8cf6508")  # Splatoon 2 (spec §3.6)
 OTHER_KEY = bytes(16)
@@ -127,14 +128,8 @@ def test_client_rejects_forged_and_foreign_replies() -> None:
 
 
 # -- real sockets on loopback ------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("0.0.0.0", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_one_browse_finds_two_hosts_on_different_loopback_addresses() -> None:
-    port = _free_port()
+    port = free_port()
     hosts = [
         LanHost(P518, KEY, make_session_info(P518, ip=ip, name=ip), bind=("0.0.0.0", port))
         for ip in ("127.0.0.2", "127.0.0.3")
@@ -153,7 +148,7 @@ async def test_one_browse_finds_two_hosts_on_different_loopback_addresses() -> N
 
 
 async def test_browse_filters_by_version_and_criteria() -> None:
-    port = _free_port()
+    port = free_port()
     p59, p529 = profile_for("5.9"), profile_for("5.29")
     hosts = {
         "5.18 mode 1": LanHost(P518, KEY, make_session_info(P518, ip="127.0.0.2", game_mode=1), bind=("0.0.0.0", port)),
@@ -176,7 +171,7 @@ async def test_browse_filters_by_version_and_criteria() -> None:
 
 
 async def test_6x_host_and_browse_on_loopback() -> None:
-    port = _free_port()
+    port = free_port()
     p630 = profile_for("6.30")
     host = LanHost(p630, KEY, make_network_property(p630, ip="127.0.0.7", name="six"), bind=("0.0.0.0", port))
     with trio.fail_after(10):
@@ -190,7 +185,7 @@ async def test_6x_host_and_browse_on_loopback() -> None:
 
 
 async def test_bad_datagram_is_dropped_and_host_keeps_running() -> None:
-    port = _free_port()
+    port = free_port()
     host = LanHost(P518, KEY, make_session_info(P518, ip="127.0.0.2"), bind=("0.0.0.0", port))
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
@@ -207,7 +202,7 @@ async def test_bad_datagram_is_dropped_and_host_keeps_running() -> None:
 
 
 async def test_browse_without_hosts_times_out_on_trio_time(autojump_clock: trio.testing.MockClock) -> None:
-    port = _free_port()
+    port = free_port()
     start = trio.current_time()
     found = await browse(P518, KEY, broadcast=(DEFAULT_BROADCAST, port), timeout=5.0)
     assert found == []
@@ -225,7 +220,7 @@ async def test_cli_host_and_browse_jsonl_and_table() -> None:
     import json
     import subprocess
 
-    port = _free_port()
+    port = free_port()
     key = KEY.hex()
     host_cmd = _cli("host", "--game-key", key, "--address", "127.0.0.6", "--max", "6", "--name", "cli-host",
                     "--duration", "8", "--bind", f"0.0.0.0:{port}")  # fmt: skip
@@ -280,7 +275,7 @@ def test_cli_bad_flags_one_line_exit_2(argv: tuple[str, ...], capsys: pytest.Cap
 def test_cli_browse_finds_nothing_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
     from pianode.cli import main
 
-    argv = ["lan", "browse", "--game-key", KEY.hex(), "--broadcast", f"127.255.255.255:{_free_port()}",
+    argv = ["lan", "browse", "--game-key", KEY.hex(), "--broadcast", f"127.255.255.255:{free_port()}",
             "--timeout", "0.2"]  # fmt: skip
     assert main(argv) == 1
     assert "0 session(s) found" in capsys.readouterr().out

@@ -7,8 +7,6 @@ the loopback broadcast address do not meet each other's sessions.
 
 from __future__ import annotations
 
-import random
-import socket
 
 import pytest
 import trio
@@ -27,18 +25,9 @@ from protocols.errors import ConfigError
 from protocols.pia.lan import LanSessionInfo, lan_session_key
 from protocols.pia.versions import profile_for
 
+from loopback_addresses import free_port, loopback_block
+
 KEY = bytes.fromhex("ee182a63e216cdb1f51ad4bed8cf6508")  # Splatoon 2 (spec §3.6)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("0.0.0.0", 0))
-        return int(s.getsockname()[1])
-
-
-def _block() -> str:
-    """A random 127.a.b. prefix for one test's nodes."""
-    return f"127.{random.randrange(100, 250)}.{random.randrange(1, 250)}."
 
 
 def _config(ip: str, version: str = "5.18", port: int = 0) -> NodeConfig:
@@ -54,7 +43,7 @@ def test_drawn_param_has_the_challenge_shape_and_gives_the_key() -> None:
 
 
 async def test_host_publishes_its_node_and_key() -> None:
-    port, net = _free_port(), _block()
+    port, net = free_port(), loopback_block()
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             host = await start_lan_host(
@@ -83,7 +72,7 @@ async def test_host_publishes_its_node_and_key() -> None:
 
 
 async def test_three_joiners_browse_join_exchange_data_and_are_published() -> None:
-    port, net = _free_port(), _block()
+    port, net = free_port(), loopback_block()
     broadcast = (DEFAULT_BROADCAST, port)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
@@ -132,7 +121,7 @@ async def test_three_joiners_browse_join_exchange_data_and_are_published() -> No
 )
 async def test_join_flow_in_every_lan_info_layout(version: str, address_size: int) -> None:
     """Host StationLocation (<= 5.9), 18- or 6-byte host address (5.10, spec §10), 5.11+; param offsets differ."""
-    port, net = _free_port(), _block()
+    port, net = free_port(), loopback_block()
     with trio.fail_after(15):
         async with trio.open_nursery() as nursery:
             host = await start_lan_host(nursery, _config(net + "2", version=version), KEY,
@@ -153,7 +142,7 @@ async def test_join_flow_in_every_lan_info_layout(version: str, address_size: in
 
 
 async def test_joiner_picks_the_session_by_network_id() -> None:
-    port, net = _free_port(), _block()
+    port, net = free_port(), loopback_block()
     with trio.fail_after(15):
         async with trio.open_nursery() as nursery:
             first = await start_lan_host(nursery, _config(net + "2"), KEY, browse_bind=("0.0.0.0", port))
@@ -171,7 +160,7 @@ async def test_joiner_picks_the_session_by_network_id() -> None:
 
 
 async def test_browse_stops_at_the_wanted_session_instead_of_waiting_out_its_timeout() -> None:
-    port, net = _free_port(), _block()
+    port, net = free_port(), loopback_block()
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             hosts = [
@@ -190,7 +179,7 @@ async def test_browse_stops_at_the_wanted_session_instead_of_waiting_out_its_tim
 
 async def test_a_full_session_is_not_offered_to_joiners() -> None:
     """The published count follows the mesh, and joiners ask for vacant sessions only (spec §6.2 flag 0x8)."""
-    port, net = _free_port(), _block()
+    port, net = free_port(), loopback_block()
     broadcast = (DEFAULT_BROADCAST, port)
     with trio.fail_after(15):
         async with trio.open_nursery() as nursery:
@@ -213,13 +202,13 @@ async def test_no_session_is_a_join_error_after_the_browse_time(autojump_clock: 
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
         with pytest.raises(LanJoinError, match="within 3 s"):
-            await start_lan_join(nursery, _config(_block() + "4"), KEY, broadcast=(DEFAULT_BROADCAST, _free_port()),
-                                 browse_timeout=3.0)  # fmt: skip
+            await start_lan_join(nursery, _config(loopback_block() + "4"), KEY,
+                                 broadcast=(DEFAULT_BROADCAST, free_port()), browse_timeout=3.0)  # fmt: skip
     assert trio.current_time() - start == pytest.approx(3.0)
 
 
 async def test_form_lan_mesh_is_the_mesh_command_hook() -> None:
-    port, net = _free_port(), _block()
+    port, net = free_port(), loopback_block()
     configs = [_config(net + str(2 + i), version="5.29") for i in range(4)]
     param = bytes(range(32))
     with trio.fail_after(20):
@@ -240,7 +229,7 @@ async def test_form_lan_mesh_is_the_mesh_command_hook() -> None:
 
 async def test_form_lan_mesh_reports_a_node_that_finds_nothing_and_keeps_the_others() -> None:
     """A 5.29 joiner drops the 5.18 host's replies (system communication version 7 is not 8, spec §6.3)."""
-    port, net = _free_port(), _block()
+    port, net = free_port(), loopback_block()
     configs = [_config(net + "2"), _config(net + "3", version="5.29"), _config(net + "4")]
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
@@ -272,5 +261,5 @@ async def test_host_refuses_configurations_it_cannot_publish(
 ) -> None:
     async with trio.open_nursery() as nursery:
         with pytest.raises(ConfigError, match=message):
-            bind = ("0.0.0.0", _free_port())
+            bind = ("0.0.0.0", free_port())
             await start_lan_host(nursery, config, KEY, browse_bind=bind, **kwargs)  # type: ignore[arg-type]
