@@ -38,6 +38,21 @@ def nul_free_tail(max_size: int) -> st.SearchStrategy[bytes]:
     return st.binary(max_size=max_size).map(lambda b: b.rstrip(b"\0"))
 
 
+@st.composite
+def mutated(draw: st.DrawFn, raw: bytes) -> bytes:
+    """*raw* with one byte flipped, its tail cut off, or 1-8 bytes appended (for value-or-DecodeError tests)."""
+    out = bytearray(raw)
+    op = draw(st.sampled_from(["flip", "cut", "extend"]))
+    if op == "flip" and out:
+        i = draw(st.integers(0, len(out) - 1))
+        out[i] ^= draw(st.integers(1, 255))
+    elif op == "cut":
+        del out[draw(st.integers(0, len(out))):]
+    else:
+        out += draw(st.binary(min_size=1, max_size=8))
+    return bytes(out)
+
+
 def inet(sizes: tuple[int, ...] = (4,)) -> st.SearchStrategy[InetAddress]:
     return st.builds(InetAddress, st.sampled_from(sizes).flatmap(lambda n: st.binary(min_size=n, max_size=n)), u16)
 
