@@ -17,9 +17,11 @@ import pytest
 import trio
 
 from pianode.prudp import Settings
-from pianode.prudp.endpoint import PrudpConnection, PrudpEndpoint
+from pianode.prudp.endpoint import PrudpEndpoint
 from protocols.prudp import Variant, variant_for
 from protocols.prudp.variants import nintendo_v0
+
+from prudp_echo import serve_echo
 
 pytestmark = pytest.mark.interop
 
@@ -63,19 +65,6 @@ def nc_python(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     return str(py)
 
 
-async def _echo(conn: PrudpConnection) -> None:
-    try:
-        while True:
-            await conn.send(await conn.receive())
-    except (trio.EndOfChannel, trio.ClosedResourceError):
-        pass
-
-
-async def _serve(host: PrudpEndpoint, nursery: trio.Nursery) -> None:
-    while True:
-        nursery.start_soon(_echo, await host.accept())
-
-
 def _flags(compression: bool) -> list[str]:
     return ["--compression"] if compression else []
 
@@ -113,7 +102,7 @@ async def _their_client_against_our_host(
     host = PrudpEndpoint(settings)
     _, port = await nursery.start(host.run, ("127.0.0.1", 0))
     host.listen()
-    nursery.start_soon(_serve, host, nursery)
+    nursery.start_soon(serve_echo, host, nursery)
     argv = [nc_python, str(PEER), "client", "--mode", mode, "--port", str(port), "--access-key", KEY]
     argv += ["--sizes", ",".join(map(str, SIZES)), *extra]
     with trio.fail_after(120):

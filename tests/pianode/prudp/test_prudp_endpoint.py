@@ -11,8 +11,10 @@ import trio.testing
 from trio.testing._fake_net import FakeNet, UDPPacket  # private: used only behind this file's fixture
 
 from pianode.prudp import Settings
-from pianode.prudp.endpoint import PrudpConnection, PrudpEndpoint
+from pianode.prudp.endpoint import PrudpEndpoint
 from protocols.prudp.rendezvous import generate_key
+
+from prudp_echo import serve_echo
 
 CERT = generate_key()
 VARIANTS = ["nintendo-v0", "nintendo-v0-friends", "nintendo-v1", "quazal-v0", "rendezvous"]
@@ -57,26 +59,13 @@ def _settings(variant: str, host: bool, **kw: object) -> Settings:
     return Settings(variant, access_key="12345678", certificate=CERT if host else CERT.public_key(), **kw)  # type: ignore[arg-type]
 
 
-async def _echo(conn: PrudpConnection) -> None:
-    try:
-        while True:
-            await conn.send(await conn.receive())
-    except (trio.EndOfChannel, trio.ClosedResourceError):
-        pass
-
-
-async def _serve(host: PrudpEndpoint, nursery: trio.Nursery) -> None:
-    while True:
-        nursery.start_soon(_echo, await host.accept())
-
-
 async def _start(nursery: trio.Nursery, variant: str, **kw: object) -> tuple[PrudpEndpoint, PrudpEndpoint, tuple[str, int]]:
     host = PrudpEndpoint(_settings(variant, True, **kw))
     client = PrudpEndpoint(_settings(variant, False, **kw))
     addr = await nursery.start(host.run, ("127.0.0.1", 7000))
     await nursery.start(client.run, ("127.0.0.2", 7000))
     host.listen()
-    nursery.start_soon(_serve, host, nursery)
+    nursery.start_soon(serve_echo, host, nursery)
     return host, client, addr
 
 
@@ -139,7 +128,7 @@ async def test_real_loopback_sockets(variant: str, nursery: trio.Nursery) -> Non
     addr = await nursery.start(host.run, ("127.0.0.1", 0))
     await nursery.start(client.run, ("127.0.0.1", 0))
     host.listen()
-    nursery.start_soon(_serve, host, nursery)
+    nursery.start_soon(serve_echo, host, nursery)
     with trio.fail_after(20):
         conn = await client.connect(addr)
         for n in (1, 3000, 65536):
