@@ -27,17 +27,13 @@ from pianode.faults import (
 )
 from pianode.netsim import SimulatedNetwork
 
+from udp_sockets import bound_udp, drain_datagrams, udp
+
 PORT = 41000
 
 
-def udp() -> tsocket.SocketType:
-    return tsocket.socket(tsocket.AF_INET, tsocket.SOCK_DGRAM)
-
-
 async def bound(ip: str, port: int = PORT) -> tsocket.SocketType:
-    sock = udp()
-    await sock.bind((ip, port))
-    return sock
+    return await bound_udp(ip, port)
 
 
 def packets(n: int, tag: bytes = b"pkt") -> list[bytes]:
@@ -45,12 +41,7 @@ def packets(n: int, tag: bytes = b"pkt") -> list[bytes]:
 
 
 def drain(sock: tsocket.SocketType) -> list[bytes]:
-    got = []
-    while True:
-        try:
-            got.append(sock.recv_nowait()[0])  # type: ignore[attr-defined]
-        except trio.WouldBlock:
-            return got
+    return [data for data, _source in drain_datagrams(sock)]
 
 
 # ---------------------------------------------------------------- the pure decision
@@ -342,7 +333,7 @@ async def test_partition_heal_and_isolate(autojump_clock: trio.testing.MockClock
                 for dst in ips:
                     if src != dst:
                         await socks[src].sendto(b"%s>%s" % (src.encode(), dst.encode()), (dst, PORT))
-            return {(src, dst) for dst in ips for _d, (src, _p) in _drain_from(socks[dst])}
+            return {(src, dst) for dst in ips for _d, (src, _p) in drain_datagrams(socks[dst])}
 
         everything = {(s, d) for s in ips for d in ips if s != d}
         assert await exchange() == everything
@@ -355,15 +346,6 @@ async def test_partition_heal_and_isolate(autojump_clock: trio.testing.MockClock
         net.restore("127.0.0.3")
         net.set_link_faults("127.0.0.2", "127.0.0.3", LinkFaults(loss=1.0))  # one direction only
         assert await exchange() == everything - {("127.0.0.2", "127.0.0.3")}
-
-
-def _drain_from(sock: tsocket.SocketType) -> list[tuple[bytes, tuple[str, int]]]:
-    got = []
-    while True:
-        try:
-            got.append(sock.recv_nowait())  # type: ignore[attr-defined]
-        except trio.WouldBlock:
-            return got
 
 
 async def test_isolated_node_misses_broadcasts_on_its_own_address(autojump_clock: trio.testing.MockClock) -> None:

@@ -20,30 +20,13 @@ from trio import socket as tsocket
 
 from pianode.netsim import SimulatedNetwork, SimulatedSocket
 
+from udp_sockets import bound_udp, drain_datagrams, udp
+
 PORT = 40000
 
 
-def udp() -> tsocket.SocketType:
-    return tsocket.socket(tsocket.AF_INET, tsocket.SOCK_DGRAM)
-
-
 async def bound(ip: str, port: int = PORT, *, reuse: bool = False, broadcast: bool = False) -> tsocket.SocketType:
-    sock = udp()
-    if reuse:
-        sock.setsockopt(tsocket.SOL_SOCKET, tsocket.SO_REUSEADDR, 1)
-    if broadcast:
-        sock.setsockopt(tsocket.SOL_SOCKET, tsocket.SO_BROADCAST, 1)
-    await sock.bind((ip, port))
-    return sock
-
-
-def drain(sock: tsocket.SocketType) -> list[tuple[bytes, tuple[str, int]]]:
-    got = []
-    while True:
-        try:
-            got.append(sock.recv_nowait())  # type: ignore[attr-defined]
-        except trio.WouldBlock:
-            return got
+    return await bound_udp(ip, port, reuse=reuse, broadcast=broadcast)
 
 
 # pytest-trio passes a clock to trio.run only when the *test* takes it, so every
@@ -115,7 +98,7 @@ async def test_sendto_recvfrom_round_trip(net: SimulatedNetwork, autojump_clock:
 async def test_sendto_with_flags_argument_form(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
     a, b = await bound("127.0.0.1"), await bound("127.0.0.2")
     await a.sendto(b"x", 0, ("127.0.0.2", PORT))
-    assert drain(b) == [(b"x", ("127.0.0.1", PORT))]
+    assert drain_datagrams(b) == [(b"x", ("127.0.0.1", PORT))]
 
 
 async def test_port_zero_picks_distinct_free_ports(
@@ -139,7 +122,7 @@ async def test_unbound_sender_binds_on_first_send(
     ip, port = sender.getsockname()
     assert ip == "0.0.0.0" and port != 0
     # A wildcard-bound sender appears as 127.0.0.1, as on Linux loopback.
-    assert drain(receiver) == [(b"hi", ("127.0.0.1", port))]
+    assert drain_datagrams(receiver) == [(b"hi", ("127.0.0.1", port))]
 
 
 async def test_same_address_twice_is_eaddrinuse(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
@@ -207,7 +190,7 @@ async def test_wildcard_bind_receives_any_destination_ip(
     sender = await bound("127.0.0.3", PORT + 1)
     for ip in ("127.0.0.1", "127.0.0.77", "10.1.2.3"):
         await sender.sendto(ip.encode(), (ip, PORT))
-    assert [d for d, _ in drain(wild)] == [b"127.0.0.1", b"127.0.0.77", b"10.1.2.3"]
+    assert [d for d, _ in drain_datagrams(wild)] == [b"127.0.0.1", b"127.0.0.77", b"10.1.2.3"]
 
 
 async def test_exact_bind_beats_wildcard(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
@@ -216,8 +199,8 @@ async def test_exact_bind_beats_wildcard(net: SimulatedNetwork, autojump_clock: 
     sender = await bound("127.0.0.1", PORT + 1)
     await sender.sendto(b"to .5", ("127.0.0.5", PORT))
     await sender.sendto(b"to .6", ("127.0.0.6", PORT))
-    assert [d for d, _ in drain(exact)] == [b"to .5"]
-    assert [d for d, _ in drain(wild)] == [b"to .6"]
+    assert [d for d, _ in drain_datagrams(exact)] == [b"to .5"]
+    assert [d for d, _ in drain_datagrams(wild)] == [b"to .6"]
 
 
 async def test_unicast_to_shared_port_reaches_one_socket(
@@ -226,7 +209,7 @@ async def test_unicast_to_shared_port_reaches_one_socket(
     socks = [await bound("0.0.0.0", reuse=True) for _ in range(3)]
     sender = await bound("127.0.0.1", PORT + 1)
     await sender.sendto(b"one", ("127.0.0.1", PORT))
-    counts = [len(drain(s)) for s in socks]
+    counts = [len(drain_datagrams(s)) for s in socks]
     assert counts == [0, 0, 1]  # the most recently bound, as Linux does
 
 
@@ -250,9 +233,9 @@ async def test_broadcast_fans_out_to_wildcard_and_broadcast_binds(
     sender = await bound("127.0.0.4", PORT + 1, broadcast=True)
     await sender.sendto(b"who is there", ("127.255.255.255", PORT))
     for sock in [*listeners, on_bcast]:
-        assert drain(sock) == [(b"who is there", ("127.0.0.4", PORT + 1))]
-    assert drain(on_unicast) == []
-    assert drain(other_port) == []
+        assert drain_datagrams(sock) == [(b"who is there", ("127.0.0.4", PORT + 1))]
+    assert drain_datagrams(on_unicast) == []
+    assert drain_datagrams(other_port) == []
     assert net.statistics().delivered == 4
 
 
@@ -264,7 +247,7 @@ async def test_limited_broadcast_and_stdlib_spelling(
     await sender.sendto(b"all", ("<broadcast>", PORT))
     await sender.sendto(b"all again", ("255.255.255.255", PORT))
     for sock in listeners:
-        assert [d for d, _ in drain(sock)] == [b"all", b"all again"]
+        assert [d for d, _ in drain_datagrams(sock)] == [b"all", b"all again"]
 
 
 async def test_broadcast_needs_so_broadcast(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
@@ -288,8 +271,8 @@ async def test_subnet_bind_shim_and_custom_networks(autojump_clock: trio.testing
     loopback = await bound("127.0.0.2")
     sender = await bound("192.168.7.1", PORT + 1, broadcast=True)
     await sender.sendto(b"lan", ("192.168.7.255", PORT))
-    assert [len(drain(s)) for s in inside] == [1, 1]
-    assert drain(outside) == [] and drain(loopback) == []
+    assert [len(drain_datagrams(s)) for s in inside] == [1, 1]
+    assert drain_datagrams(outside) == [] and drain_datagrams(loopback) == []
     assert "192.168.7.255" in net.broadcast_addresses
     # Without the shim (the Linux behaviour) unicast binds get nothing.
     plain = SimulatedNetwork(broadcast_networks=["192.168.7.0/24"])
@@ -297,7 +280,7 @@ async def test_subnet_bind_shim_and_custom_networks(autojump_clock: trio.testing
     a = await bound("192.168.7.2")
     s = await bound("192.168.7.1", PORT + 1, broadcast=True)
     await s.sendto(b"lan", ("192.168.7.255", PORT))
-    assert drain(a) == []
+    assert drain_datagrams(a) == []
     assert plain.statistics().no_listener == 1
 
 
@@ -313,7 +296,7 @@ async def test_receive_queue_is_bounded_like_a_kernel_buffer(
     total = 1000
     for i in range(total):
         await sender.sendto(i.to_bytes(2, "big") * 50, ("127.0.0.2", PORT))
-    got = drain(receiver)
+    got = drain_datagrams(receiver)
     # Linux loopback keeps 256 such datagrams in 212992 bytes; the model is close.
     assert 200 <= len(got) <= 260
     # The oldest are kept and the newest dropped, as a full kernel buffer does.
@@ -323,7 +306,7 @@ async def test_receive_queue_is_bounded_like_a_kernel_buffer(
     assert stats.delivered == len(got)
     # Draining made room again.
     await sender.sendto(b"after", ("127.0.0.2", PORT))
-    assert drain(receiver) == [(b"after", ("127.0.0.1", PORT))]
+    assert drain_datagrams(receiver) == [(b"after", ("127.0.0.1", PORT))]
 
 
 async def test_so_rcvbuf_is_doubled_and_limits_the_queue(
@@ -335,7 +318,7 @@ async def test_so_rcvbuf_is_doubled_and_limits_the_queue(
     sender = await bound("127.0.0.1")
     for _ in range(50):
         await sender.sendto(b"z" * 100, ("127.0.0.2", PORT))
-    kept = len(drain(receiver))
+    kept = len(drain_datagrams(receiver))
     assert 5 <= kept <= 12
     receiver.setsockopt(tsocket.SOL_SOCKET, tsocket.SO_RCVBUF, 1)
     assert receiver.getsockopt(tsocket.SOL_SOCKET, tsocket.SO_RCVBUF) == 2304  # Linux's floor
@@ -349,7 +332,7 @@ async def test_a_datagram_larger_than_the_buffer_still_fits_an_empty_queue(
     sender = await bound("127.0.0.1")
     await sender.sendto(b"b" * 5000, ("127.0.0.2", PORT))
     await sender.sendto(b"c", ("127.0.0.2", PORT))
-    assert [len(d) for d, _ in drain(receiver)] == [5000]
+    assert [len(d) for d, _ in drain_datagrams(receiver)] == [5000]
 
 
 async def test_options_and_unknown_options(net: SimulatedNetwork, autojump_clock: trio.testing.MockClock) -> None:
@@ -473,7 +456,7 @@ async def test_cancelled_sendto_sends_nothing(net: SimulatedNetwork, autojump_cl
     with trio.CancelScope() as scope:
         scope.cancel()
         await sender.sendto(b"never", ("127.0.0.2", PORT))
-    assert drain(receiver) == []
+    assert drain_datagrams(receiver) == []
 
 
 # ---------------------------------------------------------------- lifetime
@@ -528,6 +511,6 @@ async def test_sendto_nowait_delivers_without_a_checkpoint(
         # Not a checkpoint, so even a cancelled scope lets it through.
         for n in range(3):
             assert sender.sendto_nowait(b"%d" % n, ("127.0.0.2", PORT)) == 1  # type: ignore[attr-defined]
-    assert [d for d, _ in drain(receiver)] == [b"0", b"1", b"2"]
+    assert [d for d, _ in drain_datagrams(receiver)] == [b"0", b"1", b"2"]
     with pytest.raises(PermissionError):
         sender.sendto_nowait(b"x", ("127.255.255.255", PORT))  # type: ignore[attr-defined]
