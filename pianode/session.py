@@ -58,7 +58,7 @@ from pianode.events import (
     StationLeft,
 )
 from pianode.mesh_table import MeshFull, MeshTable, StationEntry
-from pianode.packet_ids import PacketIdCounter, PacketIdFilter
+from pianode.packet_ids import PacketIdCounter
 from pianode.replay import NonceReplayFilter
 from pianode.reliable import ReliableWindow, SendBufferFull, WindowFailed
 from pianode.rtt import HeaderTimers, RttEstimator
@@ -146,8 +146,6 @@ class Peer:
     got_response: bool = False
     sent_response: bool = False
     tx_ids: PacketIdCounter = attrs.field(factory=PacketIdCounter)
-    #: Packet ids seen (statistics only: the id is not authenticated).
-    rx_ids: PacketIdFilter = attrs.field(factory=lambda: PacketIdFilter(expected=None))
     replay: NonceReplayFilter = attrs.field(factory=NonceReplayFilter)
     outbox: list[Message] = attrs.field(factory=list)
     pending: dict[int, _Pending] = attrs.field(factory=dict)
@@ -166,10 +164,8 @@ class Peer:
     held: list[tuple[bytes, bool]] = attrs.field(factory=list)
     #: Time of this peer's live entry in the session's timer heap (None: none).
     scheduled: float | None = None
-
-    @property
-    def connected(self) -> bool:
-        return self.state is PeerState.CONNECTED
+    #: ``state is CONNECTED``, kept as a plain flag: it is read several times per datagram.
+    connected: bool = False
 
 
 class MeshSession:
@@ -609,7 +605,8 @@ class MeshSession:
             return
         peer = self.peers.get(addr)
         try:
-            if self._group_offset is not None and len(data) > self._group_offset and data[self._group_offset]:
+            shared = self._group_offset is not None and len(data) > self._group_offset and data[self._group_offset] != 0
+            if shared:
                 # A packet with a footer went to several stations of this
                 # process: decode it once for all of them.
                 packet = mw.shared_decode(self.codec, self._codec_key, data, addr[0])
@@ -655,7 +652,9 @@ class MeshSession:
             self._peer_lost(peer, "restarted", now)
             peer = None
             self._retired_replay.pop(addr, None)
-        elif not self._accept_header(peer, packet, self._nonce_of(header, addr[0])):
+        elif not self._accept_header(
+            peer, packet, self._nonce_of(header, addr[0]) if shared else self.codec.last_nonce
+        ):
             return
         if peer is None:
             nonce = self._nonce_of(header, addr[0])
@@ -725,8 +724,6 @@ class MeshSession:
         if not peer.replay.accept(nonce):
             self._drop(DropReason.REPLAYED)
             return False
-        if header.packet_id:
-            peer.rx_ids.accept(header.packet_id)
         return True
 
     def _deny_other_version(self, data: bytes, addr: tuple[str, int], now: float) -> bool:
@@ -942,6 +939,7 @@ class MeshSession:
         if peer.connected:
             return
         peer.state = PeerState.CONNECTED
+        peer.connected = True
         peer.next_keepalive = now + self.config.keepalive_interval
         peer.next_rtt = now
         self.counters["connections"] += 1
@@ -973,6 +971,7 @@ class MeshSession:
 
     def _close_peer(self, peer: Peer) -> None:
         peer.state = PeerState.CLOSED
+        peer.connected = False
         peer.pending.clear()
         if self.peers.pop(peer.address, None) is peer:
             # Keep its replay memory: a recorded datagram from a departed

@@ -136,7 +136,7 @@ class PacketCodec:
         ConfigError: wrong key length, or GCM without a nonce builder.
     """
 
-    __slots__ = ("_ecb", "_gcm", "_hmac", "_nonce", "_tag_len", "profile")
+    __slots__ = ("_ecb", "_gcm", "_hmac", "_nonce", "_tag_len", "last_nonce", "profile")
 
     def __init__(
         self,
@@ -149,6 +149,8 @@ class PacketCodec:
     ) -> None:
         self.profile = profile
         self._nonce = nonce_builder
+        #: The GCM nonce of the datagram :meth:`decode` last opened (replay checks key on it).
+        self.last_nonce = b""
         self._tag_len = profile.tag_length
         self._gcm: Any = None
         self._ecb: Any = None
@@ -263,7 +265,9 @@ class PacketCodec:
         if header.encrypted:
             if self._gcm is None:
                 raise AuthenticationError("encrypted packet but the codec has no session key")
-            body = self._gcm.open(self._nonce(header, source), body, header.tag)  # type: ignore[misc]
+            nonce = self._nonce(header, source)  # type: ignore[misc]
+            self.last_nonce = nonce
+            body = self._gcm.open(nonce, body, header.tag)
         if self.profile.footer == "encrypted":
             body, footer_raw = self._split_inner(body, header)
         footer = _unpack_footer(footer_raw) if footer_raw else ()
