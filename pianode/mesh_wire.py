@@ -215,7 +215,7 @@ def footer_size_offset(profile: VersionProfile) -> int | None:
 # dropped once as many stations as its footer names have taken it; the cap
 # only bounds entries some addressee never receives (lost datagrams).
 _SHARED: collections.OrderedDict[tuple[object, ...], list[object]] = collections.OrderedDict()
-_SHARED_LIMIT = 512
+_SHARED_LIMIT = 64
 
 
 def shared_decode(codec: PacketCodec, codec_key: tuple[object, ...], data: bytes, source: str) -> Packet:
