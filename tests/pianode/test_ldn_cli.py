@@ -18,6 +18,8 @@ import pytest
 
 from pianode.cli import main as cli_main
 
+from cli_processes import kill_leftovers
+
 SMM2 = "667c18475889faab61f93ef1da180971"
 PIANODE = [sys.executable, "-m", "pianode"]
 
@@ -66,10 +68,7 @@ def test_host_and_three_joiners_form_a_mesh_exchange_data_and_the_host_recording
         outs = [p.communicate(timeout=40) for p in joiners]
         host_out, host_err = host.communicate(timeout=40)
     finally:
-        for p in [host, *joiners]:
-            if p.poll() is None:
-                p.kill()
-                p.communicate(timeout=5)
+        kill_leftovers([host, *joiners])
     assert host.returncode == 0, host_err
     for p, (_out, err) in zip(joiners, outs, strict=True):
         assert p.returncode == 0, err
@@ -211,10 +210,7 @@ def test_four_namespaces_on_a_bridge_discover_by_real_broadcast_and_form_a_mesh(
         outs = [p.communicate(timeout=45) for p in procs[1:]]
         host_out, host_err = host.communicate(timeout=45)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate(timeout=5)
+        kill_leftovers(procs)
         for ns in [*spaces, switch]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
     assert host.returncode == 0, host_err

@@ -21,6 +21,8 @@ import pytest
 
 from pianode.cli import main
 
+from cli_processes import kill_leftovers
+
 KEY = "8899aabbccddeeff0011223344556677"
 
 
@@ -183,10 +185,7 @@ def test_four_node_processes_form_a_mesh_and_exchange_data() -> None:
         outs = [p.communicate(timeout=30) for p in joiners]
         host_out, host_err = host.communicate(timeout=30)
     finally:
-        for p in [host, *joiners]:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        kill_leftovers([host, *joiners])
     assert host.returncode == 0, host_err
     assert all(p.returncode == 0 for p in joiners), [e for _, e in outs]
     logs = [[created, *jsonl(host_out)]] + [jsonl(o) for o, _ in outs]

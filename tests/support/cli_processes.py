@@ -8,7 +8,8 @@ poll :meth:`CliProcess.records` while the process is still running.
 first (until it prints), then the joiners; once each process has had enough,
 SIGTERM the joiners and then the host (the command prints its summary, leaves
 the mesh and exits).  Every wait here is unbounded on its own: callers put
-them under ``trio.fail_after``.
+them under ``trio.fail_after``.  :func:`kill_leftovers` is the ``finally`` of
+the tests that run commands with blocking ``subprocess.Popen`` instead.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import signal
 import subprocess
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
@@ -89,3 +90,11 @@ async def run_mesh(host: CliProcess, joiners: list[CliProcess], enough: Callable
             j.stop()
         await until(lambda: all(j.returncode is not None for j in joiners))
         host.stop()
+
+
+def kill_leftovers(procs: Iterable[subprocess.Popen[str]], timeout: float = 5.0) -> None:
+    """Kill and reap every process in *procs* still running (a test's cleanup after a failure)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.communicate(timeout=timeout)
