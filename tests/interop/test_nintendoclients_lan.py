@@ -145,6 +145,16 @@ def test_our_browser_finds_nintendoclients_host(nc_python: pathlib.Path, version
         assert session.challenge_param is None and session.session_key is None
 
 
+async def _their_browse_while_hosting(host: LanHost, cmd: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """Run the harness browse *cmd* while *host* answers; its result once it exits (at most 60 s)."""
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(host.run)
+            result = await trio.run_process(cmd, capture_stdout=True, capture_stderr=True, check=False)
+            nursery.cancel_scope.cancel()
+    return result
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_nintendoclients_browser_finds_our_host(nc_python: pathlib.Path, version: str) -> None:
     prof = profile_for(version)
@@ -159,11 +169,7 @@ async def test_nintendoclients_browser_finds_our_host(nc_python: pathlib.Path, v
         str(nc_python), str(HARNESS), "browse", "--version", version, "--game-key", GAME_KEY.hex(),
         "--address", browser_ip, "--app-version", "3", "--timeout", "1.5",
     ]  # fmt: skip
-    with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(host.run)
-            result = await trio.run_process(cmd, capture_stdout=True, capture_stderr=True, check=False)
-            nursery.cancel_scope.cancel()
+    result = await _their_browse_while_hosting(host, cmd)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     sessions = json.loads(result.stdout.decode().splitlines()[-1])["sessions"]
     theirs = [s for s in sessions if s["network_id"] == info.network_id]
@@ -214,11 +220,7 @@ async def test_wrong_game_key_is_refused_by_nintendoclients_browser(nc_python: p
         str(nc_python), str(HARNESS), "browse", "--version", "5.18", "--game-key", WRONG_KEY.hex(),
         "--address", "127.0.0.93", "--timeout", "1.0",
     ]  # fmt: skip
-    with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(host.run)
-            result = await trio.run_process(cmd, capture_stdout=True, capture_stderr=True, check=False)
-            nursery.cancel_scope.cancel()
+    result = await _their_browse_while_hosting(host, cmd)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     sessions = json.loads(result.stdout.decode().splitlines()[-1])["sessions"]
     assert [s for s in sessions if s["network_id"] == info.network_id] == []
