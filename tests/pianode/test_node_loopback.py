@@ -21,7 +21,7 @@ from pianode.events import HostChanged, MeshDestroyed, StationLeft
 from pianode.faults import FaultInjectingSocketFactory, LinkFaults
 from pianode.node import JoinError, Node
 
-from node_fixtures import NodeMesh, check_exchange, n_connected, wait_until
+from node_fixtures import NodeMesh, check_exchange, form_mesh, n_connected, wait_until
 
 KEY = bytes.fromhex("0f1e2d3c4b5a69788796a5b4c3d2e1f0")
 FAST = {"keepalive_interval": 0.2, "rtt_interval": 0.2, "station_timeout": 1.0, "resend_interval": 0.1}
@@ -53,14 +53,8 @@ async def loopback_mesh(base: int, version: str = "5.18", **config: object) -> A
 
 
 async def form(mesh: Mesh, n: int, timeout: float = 10.0) -> list[Node]:
-    nodes = [await mesh.start() for _ in range(n)]
-    assert await nodes[0].create_mesh() == 0
-    with trio.fail_after(timeout):
-        async with trio.open_nursery() as joins:
-            for x in nodes[1:]:
-                joins.start_soon(x.join, nodes[0].address)
-    await wait_until(lambda: all(n_connected(x) == n - 1 for x in nodes), timeout)
-    return sorted(nodes, key=lambda x: x.station_index or 0)
+    nodes, _indexes = await form_mesh(mesh, n, timeout)
+    return nodes
 
 
 def message(src: int, k: int) -> bytes:

@@ -23,7 +23,7 @@ from pianode.netsim import SimulatedNetwork
 from pianode.node import JoinError, Node
 from pianode.reliable import SendBufferFull
 
-from node_fixtures import NodeMesh, check_exchange, n_connected, wait_until
+from node_fixtures import NodeMesh, check_exchange, form_mesh, n_connected, wait_until
 
 KEY = bytes.fromhex("00112233445566778899aabbccddeeff")
 PORT = 49152
@@ -86,20 +86,9 @@ def by_index(nodes: list[Node], index: int) -> Node:
 
 
 async def form(mesh: Mesh, n: int, timeout: float = 30.0) -> list[Node]:
-    nodes = [await mesh.start() for _ in range(n)]
-    assert await nodes[0].create_mesh() == 0
-    indexes: dict[int, int] = {}
-
-    async def join(i: int) -> None:
-        indexes[i] = await nodes[i].join(nodes[0].address)
-
-    with trio.fail_after(timeout):
-        async with trio.open_nursery() as joins:
-            for i in range(1, n):
-                joins.start_soon(join, i)
-    assert sorted(indexes.values()) == list(range(1, n))
-    await wait_until(lambda: all(n_connected(x) == n - 1 for x in nodes), timeout)
-    return sorted(nodes, key=lambda x: x.station_index or 0)
+    nodes, indexes = await form_mesh(mesh, n, timeout)
+    assert indexes == list(range(1, n))
+    return nodes
 
 
 def message(src: int, k: int) -> bytes:

@@ -9,8 +9,9 @@ where node *i* binds (real loopback or the simulated network) through
 :meth:`NodeMesh.settings`.
 
 :func:`wait_until` polls on Trio time, so it works under the autojump
-``MockClock`` as well as in real time; :func:`check_exchange` is the reliable
-broadcast check both node test files run (every message arrives once, in order).
+``MockClock`` as well as in real time; :func:`form_mesh` forms an n-node mesh
+and :func:`check_exchange` is the reliable broadcast check both node test
+files run (every message arrives once, in order).
 """
 
 from __future__ import annotations
@@ -82,6 +83,27 @@ async def wait_until(predicate: Callable[[], bool], timeout: float) -> None:
         while not predicate():
             await trio.sleep(0.01)
     await trio.sleep(0.05)
+
+
+async def form_mesh(mesh: NodeMesh, n: int, timeout: float) -> tuple[list[Node], list[int]]:
+    """Start *n* nodes; node 0 creates the mesh, the others join it at once.
+
+    Returns the nodes sorted by station index, once each sees n - 1 connected
+    peers, and the sorted station indexes the joins returned.
+    """
+    nodes = [await mesh.start() for _ in range(n)]
+    assert await nodes[0].create_mesh() == 0
+    indexes: dict[int, int] = {}
+
+    async def join(i: int) -> None:
+        indexes[i] = await nodes[i].join(nodes[0].address)
+
+    with trio.fail_after(timeout):
+        async with trio.open_nursery() as joins:
+            for i in range(1, n):
+                joins.start_soon(join, i)
+    await wait_until(lambda: all(n_connected(x) == n - 1 for x in nodes), timeout)
+    return sorted(nodes, key=lambda x: x.station_index or 0), sorted(indexes.values())
 
 
 async def check_exchange(
