@@ -6,6 +6,7 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pia_type_strategies import u8, u16, u32
 
 from protocols.errors import BadMagic, BadValue, DecodeError, EncodeError, ShortData, UnsupportedVersion
 from protocols.pia import (
@@ -254,9 +255,6 @@ def test_sniff_plain_old_layouts_by_message_walk() -> None:
 
 # -- properties -------------------------------------------------------------
 
-u8 = st.integers(0, 0xFF)
-u16 = st.integers(0, 0xFFFF)
-u32 = st.integers(0, 0xFFFFFFFF)
 nibble = st.integers(0, 15)
 
 

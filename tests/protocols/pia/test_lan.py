@@ -8,6 +8,7 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pia_type_strategies import u16, u32
 
 from protocols.errors import AuthenticationError, DecodeError, EncodeError
 from protocols.pia.lan import (
@@ -380,8 +381,6 @@ def test_mutated_packets_round_trip_or_decode_error(which: int, data: st.DataObj
 
 
 # -- hypothesis round trips ---------------------------------------------------------
-u16 = st.integers(0, 0xFFFF)
-u32 = st.integers(0, 0xFFFFFFFF)
 station = st.builds(LanStationInfo, st.integers(0, 255), st.integers(0, 255), st.binary(min_size=40, max_size=40),
                     st.integers(0, 2**64 - 1))
 

@@ -7,6 +7,7 @@ import zlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pia_type_strategies import u32
 
 from protocols.errors import BadValue, ConfigError, DecodeError, EncodeError
 from protocols.pia.ldn import (
@@ -105,9 +106,6 @@ def test_family_and_size_errors() -> None:
         LdnApplicationData(1, 0, 0, 5, bytes(400), 16).encode()
     with pytest.raises(BadValue):
         LdnApplicationData.decode(bytes(385), profile_for("5.18"))
-
-
-u32 = st.integers(0, 0xFFFFFFFF)
 
 
 @settings(max_examples=100, deadline=None)

@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher as CgCipher
 from cryptography.hazmat.primitives.ciphers import algorithms, modes
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pia_type_strategies import u8, u16, u32
 
 from protocols.crypto.aead import available_backends
 from protocols.errors import AuthenticationError, BadValue, ConfigError, DecodeError, EncodeError, ShortData
@@ -279,10 +280,6 @@ def test_config_errors() -> None:
 
 
 # -- properties -------------------------------------------------------------
-
-u8 = st.integers(0, 0xFF)
-u16 = st.integers(0, 0xFFFF)
-u32 = st.integers(0, 0xFFFFFFFF)
 
 
 @st.composite

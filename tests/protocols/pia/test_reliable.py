@@ -8,6 +8,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pia_type_strategies import u8, u16
 
 from protocols.errors import DecodeError, EncodeError, ShortData, TrailingData
 from protocols.pia.reliable import (
@@ -219,8 +220,6 @@ def test_bulk_ack_bad_lengths() -> None:
 
 # -- properties ------------------------------------------------------------------
 
-u16 = st.integers(0, 0xFFFF)
-u8 = st.integers(0, 0xFF)
 payloads = st.binary(max_size=64)
 
 
