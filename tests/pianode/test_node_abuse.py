@@ -35,6 +35,9 @@ from pianode.node import Node, open_node
 from pianode.session import MeshSession
 from protocols.pia.packet import Packet
 
+from node_fixtures import n_connected
+from udp_sockets import bound_udp
+
 KEY = bytes.fromhex("a0a1a2a3a4a5a6a7a8a9aaabacadaeaf")
 PORT = 49152
 ATTACKER = ("127.0.0.99", 40000)
@@ -91,13 +94,9 @@ async def three_stations(version: str) -> AsyncIterator[tuple[SimulatedNetwork, 
             with trio.fail_after(20):
                 assert await b.node.join(host.node.address) == 1
                 assert await c.node.join(host.node.address) == 2
-            await settle(lambda: all(_connected(s) == 2 for s in stations))
+            await settle(lambda: all(n_connected(s.node) == 2 for s in stations))
             yield net, stations
             nursery.cancel_scope.cancel()
-
-
-def _connected(s: Station) -> int:
-    return sum(1 for row in s.node.stations() if row.state == "connected")
 
 
 async def settle(predicate: Callable[[], bool] = lambda: True, timeout: float = 10.0) -> None:
@@ -121,9 +120,7 @@ def captured(sender: Station, receiver: Station, payload: bytes) -> bytes:
 
 
 async def attacker_socket() -> trio.socket.SocketType:
-    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
-    await sock.bind(ATTACKER)
-    return sock
+    return await bound_udp(*ATTACKER)
 
 
 def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
