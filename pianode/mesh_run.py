@@ -15,6 +15,7 @@ import json
 import os
 import random
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -138,7 +139,8 @@ class MeshRun:
         record: str | None = None,
         faults: LinkFaults | None = None,
         leave_host: bool = False,
-        live: bool = False,
+        live: Callable[[list[dict[str, Any]]], None] | None = None,
+        live_interval: float = 0.5,
         formation_timeout: float | None = None,
     ) -> None:
         self.config = config
@@ -153,6 +155,7 @@ class MeshRun:
         self.faults = faults
         self.leave_host = leave_host
         self.live = live
+        self.live_interval = live_interval
         self.formation_timeout = formation_timeout or (10.0 + 0.25 * nodes)
         self.result = MeshRunResult(version=config.profile.name, network=config.network.value, nodes=nodes)
         self.receivers: dict[int, _Receiver] = {}
@@ -195,6 +198,8 @@ class MeshRun:
             for node in nodes:
                 self.receivers[id(node)] = _Receiver()
                 nursery.start_soon(self._consume, node)
+            if self.live is not None:
+                nursery.start_soon(self._show_live, nodes)
             if formed:
                 self._check_table(nodes)
                 if self.rate:
@@ -393,6 +398,39 @@ class MeshRun:
         await self._send_batch(rest, max(1, self.messages // 2), 0.2)
         await self._wait_delivered(rest, 10.0)
 
+    @staticmethod
+    def station_rows(nodes: list[Node]) -> list[dict[str, Any]]:
+        """One row per station as it sees itself: index, host mark, address, mean RTT, packets, losses."""
+        rows = []
+        for n in nodes:
+            if n.session is None or n.session.closed:
+                continue
+            stations = n.stations()
+            me = next((s for s in stations if s.is_self), None)
+            if me is None:
+                continue
+            rtts = [x.rtt for x in stations if x.rtt is not None]
+            rows.append(
+                {
+                    "index": me.index,
+                    "host": me.is_host,
+                    "address": f"{me.address[0]}:{me.address[1]}",
+                    "rtt_ms": (sum(rtts) / len(rtts) * 1000) if rtts else None,
+                    "sent": sum(x.packets_sent for x in stations),
+                    "received": sum(x.packets_received for x in stations),
+                    "lost": sum(x.lost for x in stations),
+                    "constant_id": me.constant_id,
+                }
+            )
+        rows.sort(key=lambda row: (row["index"] is None, row["index"]))
+        return rows
+
+    async def _show_live(self, nodes: list[Node]) -> None:
+        assert self.live is not None
+        while True:
+            self.live(self.station_rows(nodes))
+            await trio.sleep(self.live_interval)
+
     def _collect(self, nodes: list[Node]) -> None:
         r = self.result
         all_nodes = nodes
@@ -413,26 +451,7 @@ class MeshRun:
             for k, v in n.session.drops.items():
                 drops[k] = drops.get(k, 0) + v
         r.drops = drops
-        for n in live:
-            me = n.station_index
-            for s in n.stations():
-                if s.is_self:
-                    sent = sum(x.packets_sent for x in n.stations())
-                    recv = sum(x.packets_received for x in n.stations())
-                    rtts = [x.rtt for x in n.stations() if x.rtt is not None]
-                    r.stations.append(
-                        {
-                            "index": me,
-                            "host": s.is_host,
-                            "address": f"{s.address[0]}:{s.address[1]}",
-                            "rtt_ms": (sum(rtts) / len(rtts) * 1000) if rtts else None,
-                            "sent": sent,
-                            "received": recv,
-                            "lost": sum(x.lost for x in n.stations()),
-                            "constant_id": s.constant_id,
-                        }
-                    )
-        r.stations.sort(key=lambda row: (row["index"] is None, row["index"]))
+        r.stations = self.station_rows(live)
         if r.reliable_delivered != r.reliable_expected:
             r.problems.append(f"reliable messages delivered {r.reliable_delivered} of {r.reliable_expected}")
         if r.duplicates:

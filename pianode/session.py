@@ -40,7 +40,6 @@ import collections
 import enum
 import heapq
 import itertools
-import ipaddress
 import random
 from collections.abc import Callable, Iterable
 
@@ -1234,6 +1233,3 @@ class MeshSession:
             "drops": dict(self.drops),
         }
 
-
-def _ip_int(ip: str) -> int:
-    return int(ipaddress.IPv4Address(ip))

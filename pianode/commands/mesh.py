@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
-import statistics
 import sys
 import time as wallclock
 from typing import Any
@@ -111,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             record=args.record,
             faults=faults,
             leave_host=args.leave_host,
-            live=(fmt == "table" and sys.stdout.isatty()),
+            live=_print_live if (fmt == "table" and sys.stdout.isatty()) else None,
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
@@ -134,15 +133,7 @@ def render_summary(result: MeshRunResult) -> str:
         f"Pia {s['version']} {s['network']} mesh: {s['nodes']} stations did NOT form"
     )
     lines.append("")
-    header = f"{'idx':>3} {'host':<4} {'address':<21} {'rtt ms':>8} {'sent':>7} {'recv':>7} {'lost':>5}"
-    lines.append(header)
-    lines.append("-" * len(header))
-    for row in s["stations"]:
-        rtt = "-" if row["rtt_ms"] is None else f"{row['rtt_ms']:.3f}"
-        lines.append(
-            f"{row['index'] if row['index'] is not None else '-':>3} {'*' if row['host'] else '':<4} "
-            f"{row['address']:<21} {rtt:>8} {row['sent']:>7} {row['received']:>7} {row['lost']:>5}"
-        )
+    lines.extend(render_rows(s["stations"]))
     lines.append("")
     rel = s["reliable"]
     lines.append(
@@ -170,8 +161,21 @@ def render_summary(result: MeshRunResult) -> str:
     return "\n".join(lines)
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+def render_rows(rows: list[dict[str, Any]]) -> list[str]:
+    """The station table: index, host mark, address, RTT, packets sent/received, losses."""
+    header = f"{'idx':>3} {'host':<4} {'address':<21} {'rtt ms':>8} {'sent':>7} {'recv':>7} {'lost':>5}"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        rtt = "-" if row["rtt_ms"] is None else f"{row['rtt_ms']:.3f}"
+        index = row["index"] if row["index"] is not None else "-"
+        lines.append(
+            f"{index:>3} {'*' if row['host'] else '':<4} "
+            f"{row['address']:<21} {rtt:>8} {row['sent']:>7} {row['received']:>7} {row['lost']:>5}"
+        )
+    return lines
 
 
-_ = Any
+def _print_live(rows: list[dict[str, Any]]) -> None:
+    # Redraw in place on a terminal: cursor home, clear screen, table.
+    sys.stdout.write("\x1b[H\x1b[2J" + "\n".join(render_rows(rows)) + "\n")
+    sys.stdout.flush()
