@@ -21,7 +21,8 @@ import trio
 
 from pianode.cli import CliError
 from pianode.prudp import Settings
-from pianode.prudp.endpoint import PrudpConnection, PrudpEndpoint
+from pianode.prudp.endpoint import PrudpEndpoint
+from pianode.prudp.echo import serve_echo
 from protocols.errors import DecodeError
 from protocols.prudp import VARIANTS
 from protocols.prudp.rendezvous import generate_key, load_public_key, public_bytes
@@ -100,14 +101,6 @@ def _serve(args: argparse.Namespace) -> int:
     cert = _load_certificate(args.certificate_key) if args.variant == "rendezvous" else None
     settings = _settings(args, cert)
 
-    async def echo(conn: PrudpConnection) -> None:
-        try:
-            while True:
-                await conn.send(await conn.receive())
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            pass
-        print(f"{conn.id}: {conn.closed_reason}", flush=True)
-
     async def main() -> None:
         endpoint = PrudpEndpoint(settings)
         async with trio.open_nursery() as nursery:
@@ -115,10 +108,12 @@ def _serve(args: argparse.Namespace) -> int:
             vport = endpoint.listen()
             print(f"listening on {host}:{port} vport 0x{vport:02x} ({args.variant})", flush=True)
             with trio.move_on_after(args.duration if args.duration is not None else float("inf")):
-                while True:
-                    conn = await endpoint.accept()
-                    print(f"{conn.id}: connected", flush=True)
-                    nursery.start_soon(echo, conn)
+                await serve_echo(
+                    endpoint,
+                    nursery,
+                    on_connect=lambda conn: print(f"{conn.id}: connected", flush=True),
+                    on_close=lambda conn: print(f"{conn.id}: {conn.closed_reason}", flush=True),
+                )
             nursery.cancel_scope.cancel()
 
     trio.run(main)
