@@ -219,14 +219,7 @@ class ConnectionRequest:
         else:
             w.u8(self.result, "result")
             w.u8(self.platform, "platform")
-            w.u64(self.target_constant_id, "target constant id")
-            w.u32(self.target_variable_id, "target variable id")
-            _write_protocols(w, self.protocols)
-            if self.location is None:
-                raise EncodeError(f"a Pia {profile.name} connection request needs a location")
-            loc = self.location.encode(profile)
-            w.u16(len(loc))
-            w.bytes(loc)
+            _write_target_block(w, self, profile, "connection request")
             w.fixed(self.token, 32, "identification token")
             w.u32(self.network_id, "network id")
             w.u8(self.player_count, "player count")
@@ -252,6 +245,30 @@ def _request_fields(profile: VersionProfile) -> set[str]:
         "ack_id", "result", "platform", "target_constant_id", "target_variable_id", "protocols", "location", "token",
         "network_id", "player_count", "participant_count", "players",
     }
+
+
+def _write_target_block(w: Writer, msg: ConnectionRequest | ConnectionResponse, profile: VersionProfile, what: str) -> None:
+    """5.27-5.45 requests and responses: target ids · protocol list · u16 size · StationLocation (spec §5.3)."""
+    w.u64(msg.target_constant_id, "target constant id")
+    w.u32(msg.target_variable_id, "target variable id")
+    _write_protocols(w, msg.protocols)
+    if msg.location is None:
+        raise EncodeError(f"a Pia {profile.name} {what} needs a location")
+    loc = msg.location.encode(profile)
+    w.u16(len(loc))
+    w.bytes(loc)
+
+
+def _read_target_block(r: Reader, profile: VersionProfile) -> dict[str, object]:
+    """The mirror of :func:`_write_target_block`."""
+    kw: dict[str, object] = {
+        "target_constant_id": r.u64("target constant id"),
+        "target_variable_id": r.u32("target variable id"),
+        "protocols": _read_protocols(r),
+    }
+    with r.restrict_to(r.u16("location size"), "StationLocation") as sub:
+        kw["location"] = decode_station_location(sub, profile)
+    return kw
 
 
 def _read_location_block(r: Reader, profile: VersionProfile) -> dict[str, object]:
@@ -285,11 +302,7 @@ def _decode_request(r: Reader, profile: VersionProfile) -> ConnectionRequest:
     else:
         kw["result"] = r.u8("result")
         kw["platform"] = r.u8("platform")
-        kw["target_constant_id"] = r.u64("target constant id")
-        kw["target_variable_id"] = r.u32("target variable id")
-        kw["protocols"] = _read_protocols(r)
-        with r.restrict_to(r.u16("location size"), "StationLocation") as sub:
-            kw["location"] = decode_station_location(sub, profile)
+        kw.update(_read_target_block(r, profile))
         kw["token"] = r.bytes(32, "identification token")
         kw["network_id"] = r.u32("network id")
         kw["player_count"] = r.u8("player count")
@@ -365,14 +378,7 @@ class ConnectionResponse:
                 w.u8(self.connection_id, "connection id")
         else:
             w.u8(self.platform, "platform")
-            w.u64(self.target_constant_id, "target constant id")
-            w.u32(self.target_variable_id, "target variable id")
-            _write_protocols(w, self.protocols)
-            if self.location is None:
-                raise EncodeError(f"a Pia {profile.name} connection response needs a location")
-            loc = self.location.encode(profile)
-            w.u16(len(loc))
-            w.bytes(loc)
+            _write_target_block(w, self, profile, "connection response")
         w.fixed(self.token, 32, "identification token")
         w.u32(self.network_id, "network id")
         w.u8(self.player_count, "player count")
@@ -436,11 +442,7 @@ def _decode_response(r: Reader, profile: VersionProfile) -> ConnectionResponse:
             kw["connection_id"] = r.u8("connection id")
     else:
         kw["platform"] = r.u8("platform")
-        kw["target_constant_id"] = r.u64("target constant id")
-        kw["target_variable_id"] = r.u32("target variable id")
-        kw["protocols"] = _read_protocols(r)
-        with r.restrict_to(r.u16("location size"), "StationLocation") as sub:
-            kw["location"] = decode_station_location(sub, profile)
+        kw.update(_read_target_block(r, profile))
     kw["token"] = r.bytes(32, "identification token")
     kw["network_id"] = r.u32("network id")
     kw["player_count"] = r.u8("player count")
