@@ -67,6 +67,11 @@ class NodeConfig:
         allow_nearest_version: accept an undocumented version by using the nearest documented one.
         name: player name announced in the handshake.
         seed: seed of the node's random draws (ids, nonces) for reproducible runs; None = OS entropy.
+        group_broadcast: (broadcast IPv4, port) for packets addressed to several
+            stations (5.27+, receivers in the footer): each goes out once to this
+            address instead of once per station, and the node also listens on
+            ``0.0.0.0:port`` (SO_REUSEADDR), as every station of the session does.
+            None (default): one unicast copy per station.
     """
 
     version: str = "5.18"
@@ -86,6 +91,7 @@ class NodeConfig:
     name: str = "pianode"
     seed: int | None = None
     receive_queue: int = 4096
+    group_broadcast: tuple[str, int] | None = attrs.field(default=None, converter=attrs.converters.optional(_bind))
 
     def __attrs_post_init__(self) -> None:
         if not 2 <= self.max_stations <= 32:
@@ -96,6 +102,8 @@ class NodeConfig:
         if self.network is NetworkType.NPLN:
             raise ConfigError("npln nodes are not supported (its session key source is undocumented)")
         prof = self.profile
+        if self.group_broadcast is not None and self.group_broadcast[1] == 0:
+            raise ConfigError("group broadcast needs a fixed port (every station listens on it)")
         if prof.version < (5, 7) or prof.version > (5, 45):
             raise ConfigError(
                 f"the node speaks Pia 5.7-5.45 (station and mesh protocols); {prof.name} is decode-only"

@@ -14,6 +14,7 @@ import ipaddress
 import json
 import os
 import random
+import socket as stdlib_socket
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,20 @@ __all__ = ["LanMeshRun", "MeshRun", "MeshRunResult"]
 
 _RELIABLE = struct.Struct(">cBI")  # b"R", source index, sequence
 _FRAME = struct.Struct(">cBId")  # b"F", source index, frame number, send time
+
+
+LOOPBACK_BROADCAST = "127.255.255.255"
+
+
+def _free_broadcast_port() -> int:
+    """A UDP port free on 0.0.0.0 for the session's group broadcasts (every station binds it with SO_REUSEADDR)."""
+    probe = stdlib_socket.socket(stdlib_socket.AF_INET, stdlib_socket.SOCK_DGRAM)
+    try:
+        probe.setsockopt(stdlib_socket.SOL_SOCKET, stdlib_socket.SO_REUSEADDR, 1)
+        probe.bind(("0.0.0.0", 0))
+        return int(probe.getsockname()[1])
+    finally:
+        probe.close()
 
 
 @attrs.define
@@ -142,6 +157,7 @@ class MeshRun:
         live: Callable[[list[dict[str, Any]]], None] | None = None,
         live_interval: float = 0.5,
         formation_timeout: float | None = None,
+        group_fanout: str = "unicast",
     ) -> None:
         self.config = config
         self.n = nodes
@@ -157,6 +173,12 @@ class MeshRun:
         self.live = live
         self.live_interval = live_interval
         self.formation_timeout = formation_timeout or (10.0 + 0.25 * nodes)
+        if group_fanout not in ("unicast", "broadcast"):
+            raise ValueError(f"group fanout must be unicast or broadcast, got {group_fanout!r}")
+        if group_fanout == "broadcast" and not ipaddress.IPv4Address(self.addresses[0]).is_loopback:
+            raise ValueError("group broadcast is only used on loopback (127.255.255.255)")
+        self.group_fanout = group_fanout
+        self._group_port = 0
         self.result = MeshRunResult(version=config.profile.name, network=config.network.value, nodes=nodes)
         self.receivers: dict[int, _Receiver] = {}
         self._records: list[tuple[bytes, tuple[str, int], tuple[str, int], float]] = []
@@ -166,6 +188,8 @@ class MeshRun:
         self._records.append((data, src, dst, now))
 
     async def run(self) -> MeshRunResult:
+        if self.group_fanout == "broadcast":
+            self._group_port = _free_broadcast_port()
         factory = None
         if self.faults is not None:
             from pianode.faults import FaultInjectingSocketFactory
@@ -215,11 +239,13 @@ class MeshRun:
         """One configuration per station: its own loopback address and seed, the shared session key."""
         rng = random.Random(self.config.seed)
         key = self.config.session_key or (rng.randbytes(16) if self.config.seed is not None else os.urandom(16))
+        group = (LOOPBACK_BROADCAST, self._group_port) if self.group_fanout == "broadcast" else None
         return [
             attrs.evolve(
                 self.config,
                 bind=(ip, self.port),
                 session_key=key,
+                group_broadcast=group,
                 seed=None if self.config.seed is None else self.config.seed * 1000 + i,
             )
             for i, ip in enumerate(self.addresses)
@@ -352,14 +378,15 @@ class MeshRun:
         frames = max(1, int(self.duration * self.rate))
         payload_pad = bytes(48)
 
+        start = trio.current_time()
+
         async def station(node: Node, offset: float) -> None:
             src = node.station_index
             assert src is not None
             peers = sum(1 for s in node.stations() if s.state == "connected")
-            start = trio.current_time() + offset
             seq = 0
             for frame in range(frames):
-                due = start + frame * period
+                due = start + offset + frame * period
                 await trio.sleep_until(due)
                 # Stamp the scheduled time: a station that falls behind real
                 # time shows up as latency, not as a slower but "on time" game.
@@ -370,9 +397,12 @@ class MeshRun:
                     seq += 1
                     self.result.reliable_expected += peers
 
+        # The stations share one frame clock (as a clock-synchronised game
+        # session does): every station sends frame k at start + k * period.
+        first = 0.05
         async with trio.open_nursery() as n:
-            for i, node in enumerate(nodes):
-                n.start_soon(station, node, period * i / len(nodes))
+            for node in nodes:
+                n.start_soon(station, node, first)
         await self._wait_delivered(nodes, 10.0)
         await trio.sleep(0.2)  # let the last frames land
 

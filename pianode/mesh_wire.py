@@ -143,22 +143,6 @@ def decode_context(config: NodeConfig, session: MeshSession) -> dict[str, object
 # ---------------------------------------------------------------------- packets
 
 
-def proto_of(profile: VersionProfile, protocol_type: int) -> Proto | None:
-    table = _reverse_ids(profile)
-    return table.get(protocol_type)
-
-
-_REVERSE: dict[tuple[int, int], dict[int, Proto]] = {}
-
-
-def _reverse_ids(profile: VersionProfile) -> dict[int, Proto]:
-    table = _REVERSE.get(profile.version)
-    if table is None:
-        table = {pid: proto for proto, pid in profile.protocol_ids.items()}
-        _REVERSE[profile.version] = table
-    return table
-
-
 def make_header(profile: VersionProfile, peer: Peer, session: MeshSession, hn: bytes, now: float) -> PacketHeader:
     connected = peer.connected
     packet_id = peer.tx_ids.next() if connected else 0
@@ -218,22 +202,34 @@ _SHARED: collections.OrderedDict[tuple[object, ...], list[object]] = collections
 _SHARED_LIMIT = 64
 
 
-def shared_decode(codec: PacketCodec, codec_key: tuple[object, ...], data: bytes, source: str) -> Packet:
+@attrs.frozen
+class GroupPacket:
+    """A decoded packet with a footer, with what every addressee checks: its GCM
+    nonce (replay filter) and its receivers' variable ids as a set."""
+
+    packet: Packet
+    nonce: bytes
+    receivers: frozenset[int]
+
+
+def shared_decode(
+    codec: PacketCodec, codec_key: tuple[object, ...], data: bytes, source: str, nonce_of: Callable[[PacketHeader, str], bytes]
+) -> GroupPacket:
     key = (codec_key, source, data)
     entry = _SHARED.get(key)
     if entry is None:
         packet = codec.decode(data, source)
+        group = GroupPacket(packet, nonce_of(packet.header, source) if packet.header.encrypted else b"", frozenset(packet.footer))
         remaining = len(packet.footer) - 1
         if remaining > 0:
             if len(_SHARED) >= _SHARED_LIMIT:
                 _SHARED.popitem(last=False)
-            _SHARED[key] = [packet, remaining]
-        return packet
-    packet = entry[0]
+            _SHARED[key] = [group, remaining]
+        return group
     entry[1] -= 1  # type: ignore[operator]
     if entry[1] <= 0:  # type: ignore[operator]
         del _SHARED[key]
-    return packet  # type: ignore[return-value]
+    return entry[0]  # type: ignore[return-value]
 
 
 _SOURCE_ID_FORMATS = frozenset({MessageFormat.B, MessageFormat.C, MessageFormat.D, MessageFormat.E})

@@ -31,6 +31,7 @@ from pianode.config import NodeConfig
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 from pianode.events import Event
+from pianode.group_listener import GroupListener
 from pianode.session import MeshSession, StationStats
 from pianode.udp import UdpEndpoint, open_udp_endpoint
 from protocols.pia.versions import Proto
@@ -52,6 +53,7 @@ class Node:
         self._event_send, self._event_receive = trio.open_memory_channel[Event](config.receive_queue)
         self._wake_scope: trio.CancelScope | None = None
         self._woken = False
+        self._deadline = -math.inf  # what the driver sleeps until (-inf: it is not sleeping)
         self._state_changed = trio.Event()
         self.events_dropped = 0
         self.tap: Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None = None
@@ -63,16 +65,48 @@ class Node:
         return self._endpoint.address
 
     async def _run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
-        endpoint = await open_udp_endpoint(self.config.bind)
+        group = self.config.group_broadcast
+        endpoint = await open_udp_endpoint(self.config.bind, broadcast=group is not None)
         self._endpoint = endpoint
         try:
+            listener = None if group is None else await GroupListener.for_port(group[1])
             self.session = MeshSession(self.config, endpoint.address, now=trio.current_time())
             self.session.tap = self.tap
             task_status.started(endpoint.address)
-            await self._drive(endpoint, self.session)
+            if listener is None:
+                await self._drive(endpoint, self.session)
+            else:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(listener.serve, self)
+                    await self._drive(endpoint, self.session)
         finally:
             endpoint.close()
             self._event_send.close()
+
+    def receive_group_datagram(self, data: bytes, source: tuple[str, int], now: float) -> None:
+        """A datagram heard on the session's group port (called by the :class:`GroupListener`)."""
+        if self.session is not None:
+            self.session.receive_datagram(data, source, now)
+
+    async def after_group_receive(self, now: float) -> None:
+        """Send and hand over what group datagrams produced, in the listener's task."""
+        await self._flush_here(now)
+
+    async def _flush_here(self, now: float) -> None:
+        """Send and hand over what the session queued, in the calling task.
+
+        Cheaper than waking the driver, which costs a cancellation of its
+        wait; the driver is woken only if the session now has an earlier
+        deadline than the one it sleeps until.
+        """
+        session, endpoint = self.session, self._endpoint
+        if session is None or endpoint is None:
+            self._wake()
+            return
+        await self._flush(endpoint, session, now)
+        timer = session.get_timer()
+        if timer is not None and timer < self._deadline:
+            self._wake()
 
     async def _drive(self, endpoint: UdpEndpoint, session: MeshSession) -> None:
         processed = 0
@@ -98,10 +132,12 @@ class Node:
                 continue
             timer = session.get_timer()
             deadline = math.inf if timer is None else timer
+            self._deadline = deadline
             with trio.move_on_at(deadline) as scope:
                 self._wake_scope = scope
                 await endpoint.wait_readable()
             self._wake_scope = None
+            self._deadline = -math.inf
             self._woken = False
 
     async def _flush(self, endpoint: UdpEndpoint, session: MeshSession, now: float) -> None:
@@ -180,8 +216,9 @@ class Node:
             pianode.reliable.MessageTooLarge: *data* exceeds the window's message size limit.
         """
         session = self._require_session()
-        session.send(station_index, bytes(data), reliable=reliable, now=trio.current_time())
-        self._wake()
+        now = trio.current_time()
+        session.send(station_index, bytes(data), reliable=reliable, now=now)
+        await self._flush_here(now)
         await trio.lowlevel.checkpoint()
 
     def set_protocol_handler(self, proto: Proto, handler: Callable[[int, int, bytes], None] | None) -> None:
@@ -205,8 +242,9 @@ class Node:
         raises ``SendBufferFull`` without queueing if any station's window is full.
         """
         session = self._require_session()
-        n = session.broadcast(bytes(data), reliable=reliable, now=trio.current_time())
-        self._wake()
+        now = trio.current_time()
+        n = session.broadcast(bytes(data), reliable=reliable, now=now)
+        await self._flush_here(now)
         await trio.lowlevel.checkpoint()
         return n
 

@@ -186,10 +186,13 @@ class MeshSession:
         ident = mw.local_identity(config, local_address, self.rng)
         self.constant_id = ident.constant_id
         self.variable_id = ident.variable_id
+        self._footer_id = self.variable_id & 0xFFFF  # how group packets name this station (spec §1.6)
         self.location = ident
         self.index: int | None = None
         # Per-packet lookups, resolved once.
         self.protocol_ids: dict[Proto, int] = dict(self.profile.protocol_ids)
+        self._proto_by_id: dict[int, Proto] = {pid: proto for proto, pid in self.protocol_ids.items()}
+        self._unreliable_id = self.protocol_ids[Proto.UNRELIABLE]
         self.message_source_id = (
             self.constant_id if self.profile.message_format in mw._SOURCE_ID_FORMATS else None
         )
@@ -556,17 +559,24 @@ class MeshSession:
         if not members:
             return []
         footer = tuple(sorted({p.variable_id & 0xFFFF for p in members}))
+        group = self.config.group_broadcast
         out = []
         for bundle in mw.bundle(self.profile, messages, self.config.mtu - 2 * len(footer)):
             header = mw.group_header(self.profile, self, self._group_ids.next(), self.next_header_nonce())
             data = self.codec.encode(Packet(header=header, messages=tuple(bundle), footer=footer), self.local_address[0])
             self.counters["group_packets_sent"] += 1
+            if group is not None:
+                # One broadcast reaches every station (they all listen on the port).
+                out.append((data, group))
+                if self.tap is not None:
+                    self.tap(data, self.local_address, group, now)
             for peer in members:
-                out.append((data, peer.address))
+                if group is None:
+                    out.append((data, peer.address))
+                    if self.tap is not None:
+                        self.tap(data, self.local_address, peer.address, now)
                 peer.packets_sent += 1
                 peer.last_sent = now
-                if self.tap is not None:
-                    self.tap(data, self.local_address, peer.address, now)
             self.counters["packets_sent"] += len(members)
         return out
 
@@ -603,12 +613,18 @@ class MeshSession:
             self._drop(DropReason.CLOSED if self.closed else DropReason.NOT_MEMBER)
             return
         peer = self.peers.get(addr)
+        group: mw.GroupPacket | None = None
+        offset = self._group_offset
+        if peer is not None and offset is not None and len(data) > offset and data[offset] != 0:
+            self._receive_group(peer, data, addr, now)
+            return
         try:
-            shared = self._group_offset is not None and len(data) > self._group_offset and data[self._group_offset] != 0
-            if shared:
-                # A packet with a footer went to several stations of this
-                # process: decode it once for all of them.
-                packet = mw.shared_decode(self.codec, self._codec_key, data, addr[0])
+            if offset is not None and len(data) > offset and data[offset] != 0:
+                # A packet with a footer went to several stations, likely
+                # several of this process: decode it once for all of them.
+                assert self._nonce_builder is not None
+                group = mw.shared_decode(self.codec, self._codec_key, data, addr[0], self._nonce_builder)
+                packet = group.packet
             else:
                 packet = self.codec.decode(data, addr[0])
         except AuthenticationError:
@@ -634,16 +650,6 @@ class MeshSession:
             if sum(1 for p in self.peers.values() if p.index is None) >= MAX_PROVISIONAL_PEERS:
                 self._drop(DropReason.QUEUE_FULL)
                 return
-        elif packet.footer:
-            if (self.variable_id & 0xFFFF) not in packet.footer:
-                self._drop(DropReason.NOT_ADDRESSED)
-                return
-            if header.source_variable_id != peer.variable_id:
-                self._drop(DropReason.IDENTITY_MISMATCH)
-                return
-            if not peer.replay.accept(self._nonce_of(header, addr[0])):
-                self._drop(DropReason.REPLAYED)
-                return
         elif self._restarted(peer, packet):
             # The station at this address started afresh (a new connection id
             # or variable id in a new connection request): forget the old one.
@@ -651,9 +657,7 @@ class MeshSession:
             self._peer_lost(peer, "restarted", now)
             peer = None
             self._retired_replay.pop(addr, None)
-        elif not self._accept_header(
-            peer, packet, self._nonce_of(header, addr[0]) if shared else self.codec.last_nonce
-        ):
+        elif not self._accept_header(peer, packet, group.nonce if group is not None else self.codec.last_nonce):
             return
         if peer is None:
             nonce = self._nonce_of(header, addr[0])
@@ -674,6 +678,59 @@ class MeshSession:
         peer.packets_received += 1
         self.counters["packets_received"] += 1
         for message in packet.messages:
+            self._dispatch(peer, message, now)
+            if peer.state is PeerState.CLOSED or self.closed:
+                break
+        if not peer.connected:
+            self._touched[peer] = None  # handshake state changed
+
+    def _receive_group(self, peer: Peer, data: bytes, addr: tuple[str, int], now: float) -> None:
+        """A packet with a footer (5.27+, for several stations) from a known peer.
+
+        It went to several stations, likely several of this process: it is
+        decoded once for all of them (:func:`pianode.mesh_wire.shared_decode`).
+        Checks: addressed to us, sent by the peer's identity, not a replay.
+        Unreliable data, what games send this way every frame, is delivered
+        inline; anything else goes through :meth:`_dispatch`.
+        """
+        assert self.codec is not None and self._nonce_builder is not None
+        try:
+            group = mw.shared_decode(self.codec, self._codec_key, data, addr[0], self._nonce_builder)
+        except AuthenticationError:
+            self._drop(DropReason.BAD_TAG)
+            return
+        except DecodeError:
+            self._drop(DropReason.MALFORMED)
+            return
+        packet = group.packet
+        header = packet.header
+        if not header.encrypted:
+            self._drop(DropReason.UNENCRYPTED)
+            return
+        if self._footer_id not in group.receivers:
+            self._drop(DropReason.NOT_ADDRESSED)
+            return
+        if header.source_variable_id != peer.variable_id:
+            self._drop(DropReason.IDENTITY_MISMATCH)
+            return
+        if not peer.replay.accept(group.nonce):
+            self._drop(DropReason.REPLAYED)
+            return
+        peer.last_heard = now
+        peer.packets_received += 1
+        counters = self.counters
+        counters["packets_received"] += 1
+        unreliable = self._unreliable_id
+        index = peer.index
+        events = self._events
+        for message in packet.messages:
+            if message.protocol_type == unreliable and index is not None and peer.connected:
+                counters["unreliable_delivered"] += 1
+                if len(events) >= EVENT_QUEUE_LIMIT:
+                    self._drop(DropReason.QUEUE_FULL)
+                else:
+                    events.append(DataReceived(index, message.payload, False))
+                continue
             self._dispatch(peer, message, now)
             if peer.state is PeerState.CLOSED or self.closed:
                 break
@@ -763,8 +820,14 @@ class MeshSession:
 
     def _dispatch(self, peer: Peer, message: Message, now: float) -> None:
         try:
-            proto = mw.proto_of(self.profile, message.protocol_type)
-            if proto is Proto.STATION:
+            proto = self._proto_by_id.get(message.protocol_type)
+            if proto is Proto.UNRELIABLE:
+                # The common case first (a game's frames).
+                if peer.connected:
+                    self._deliver(peer, message.payload, reliable=False)
+                else:
+                    self._drop(DropReason.UNEXPECTED)
+            elif proto is Proto.STATION:
                 self._on_station(peer, mw.decode_station(self.profile, message.payload), now)
             elif not peer.connected:
                 self._drop(DropReason.UNEXPECTED)
@@ -780,8 +843,6 @@ class MeshSession:
                 self.counters["keepalives_received"] += 1
             elif proto is Proto.RTT:
                 self._on_rtt(peer, message.payload, now)
-            elif proto is Proto.UNRELIABLE:
-                self._deliver(peer, message.payload, reliable=False)
             elif proto is Proto.RELIABLE:
                 assert peer.data_window is not None
                 self._touched[peer] = None  # an ack is due

@@ -10,8 +10,10 @@ from pianode.faults import LinkFaults
 __all__ = ["add_fault_arguments", "add_network_arguments", "fault_injector_from_args", "parse_hostport"]
 
 
-def add_network_arguments(p: argparse.ArgumentParser, *, default_version: str = "5.18") -> None:
-    p.add_argument("--version", default=default_version, help=f"Pia version (default {default_version}; e.g. 5.29)")
+def add_network_arguments(
+    p: argparse.ArgumentParser, *, default_version: str | None = "5.18", version_help: str | None = None
+) -> None:
+    p.add_argument("--version", default=default_version, help=version_help or f"Pia version (default {default_version}; e.g. 5.29)")
     p.add_argument("--network", default="lan", choices=("lan", "ldn", "nex"), help="network type (ids and nonces)")
     p.add_argument("--allow-nearest-version", action="store_true", help="use the nearest documented version for an undocumented one")
     p.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None, help="AEAD backend (default: fastest installed)")

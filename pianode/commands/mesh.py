@@ -25,6 +25,12 @@ from pianode.cli import CliError
 
 __all__ = ["add_parser"]
 
+DEFAULT_VERSION = "5.18"
+#: A real-time session models a game sending a frame to every station 60 times a
+#: second; from 5.27 on Pia sends such a frame as one group packet (receivers in
+#: the footer) instead of one packet per station.
+REALTIME_VERSION = "5.29"
+
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -34,7 +40,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-n", "--nodes", type=int, default=4, help="number of stations (2..32, default 4)")
-    add_network_arguments(p)
+    add_network_arguments(
+        p,
+        default_version=None,
+        version_help=f"Pia version (default {DEFAULT_VERSION}; {REALTIME_VERSION} for a real-time session (--rate), "
+        "whose frames go out as one group packet per frame with the receivers in its footer)",
+    )
     p.add_argument("--duration", type=float, default=2.0, help="seconds of data exchange after the mesh formed")
     p.add_argument("--rate", type=float, default=None, help="real-time session: game-state frames per second per station")
     p.add_argument("--messages", type=int, default=20, help="reliable messages per station pair (default 20)")
@@ -50,6 +61,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="find the host as consoles do (LAN browse up to 16 stations, LDN scan up to 8) or hand joiners "
         "its address and key as a matchmaking server would (off; always for nex). Default: auto",
     )
+    p.add_argument(
+        "--fanout",
+        choices=("auto", "broadcast", "unicast"),
+        default="auto",
+        help="how a packet for several stations (5.27+, footer) reaches them: one broadcast to 127.255.255.255 "
+        "that every station listens for, or one unicast copy per station. Default: broadcast where the "
+        "version has a footer",
+    )
     p.add_argument("--game-key", default=None,
                    help="LAN/LDN discovery: game key (32 hex digits or 16 characters) the keys derive from (default random)")
     add_fault_arguments(p)
@@ -64,14 +83,19 @@ def run(args: argparse.Namespace) -> int:
     if args.rate is not None and not 0 < args.rate <= 240:
         raise CliError("--rate must be between 0 and 240 frames per second")
     fmt = args.format or ("table" if sys.stdout.isatty() else "table")
+    version = args.version or (REALTIME_VERSION if args.rate else DEFAULT_VERSION)
     config = NodeConfig(
-        version=args.version,
+        version=version,
         network=args.network,
         allow_nearest_version=args.allow_nearest_version,
         aead_backend=args.backend,
         seed=args.seed,
     )
     faults = fault_injector_from_args(args)
+    has_footer = config.profile.footer != "none"
+    if args.fanout == "broadcast" and not has_footer:
+        raise CliError(f"--fanout broadcast needs a version with group packets (5.27+), not {config.profile.name}")
+    fanout = "broadcast" if args.fanout == "broadcast" or (args.fanout == "auto" and has_footer) else "unicast"
     extra: dict[str, Any] = {}
     run_class: type[MeshRun] = MeshRun
     network = config.network.value
@@ -110,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
             record=args.record,
             faults=faults,
             leave_host=args.leave_host,
+            group_fanout=fanout,
             live=_print_live if (fmt == "table" and sys.stdout.isatty()) else None,
         )
     except ValueError as exc:

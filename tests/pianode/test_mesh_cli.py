@@ -153,6 +153,41 @@ def test_record_decodes_for_other_versions_and_networks(tmp_path: pathlib.Path, 
     assert all(row["authenticated"] is True and row["error"] is None for row in rows)
 
 
+@pytest.mark.parametrize("fanout", ["auto", "unicast"])
+def test_group_packets_go_once_to_the_broadcast_address(tmp_path: pathlib.Path, fanout: str) -> None:
+    tshark = shutil.which("tshark")
+    if tshark is None:
+        pytest.fail("tshark is not installed: CI installs it (apt-get install tshark)")
+    pcap = tmp_path / "g.pcap"
+    out = pianode(
+        "mesh", "-n", "4", "--version", "5.29", "--fanout", fanout, "--record", str(pcap),
+        "--duration", "0.2", "--messages", "4", "--format", "jsonl",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    fields = subprocess.run(
+        [tshark, "-r", str(pcap), "-T", "fields", "-e", "ip.src", "-e", "ip.dst"], capture_output=True, text=True, timeout=60
+    )
+    assert fields.returncode == 0, fields.stderr
+    broadcasts = [line.split("\t")[0] for line in fields.stdout.splitlines() if line.endswith("\t127.255.255.255")]
+    if fanout == "auto":
+        # Every station's unreliable broadcasts: one datagram each, to the broadcast address (spec §1.6).
+        assert sorted(set(broadcasts)) == [f"127.0.0.{i}" for i in range(1, 5)]
+        assert len(broadcasts) >= 4 * 4
+    else:
+        assert broadcasts == []
+    dec = pianode("decode", str(pcap), "--session", str(tmp_path / "g.session.json"), "--format", "jsonl")
+    rows = [json.loads(line) for line in dec.stdout.splitlines() if line.strip()]
+    assert rows and all(row["authenticated"] is True for row in rows)
+
+
+def test_realtime_session_defaults_to_group_packets() -> None:
+    out = pianode("mesh", "-n", "4", "--rate", "30", "--duration", "0.5", "--format", "jsonl")
+    assert out.returncode == 0, out.stdout + out.stderr
+    s = summary(out)
+    assert s["version"] == "5.29"
+    assert s["frames"]["delivered"] == s["frames"]["expected"] == 4 * 3 * 15
+
+
 # ---------------------------------------------------------------- pianode node
 
 
@@ -250,6 +285,8 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
         ["mesh", "--loss", "1.5"],
         ["mesh", "--duration", "-1"],
         ["mesh", "--format", "xml"],
+        ["mesh", "--fanout", "broadcast"],
+        ["mesh", "--fanout", "everywhere"],
         ["node"],
         ["node", "--create", "--join", "127.0.0.1:5000"],
         ["node", "--join", "127.0.0.1:5000"],

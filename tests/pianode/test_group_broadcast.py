@@ -1,0 +1,126 @@
+"""Group packets sent once to the loopback broadcast address (spec §1.6), heard on a shared port.
+
+Real sockets on loopback: every node binds its own 127.a.b.x address and, with
+``group_broadcast``, listens on ``0.0.0.0:<group port>`` through the run's
+shared :class:`pianode.group_listener.GroupListener`.  An independent socket on
+the same port plays a station in another process: it must see each group
+packet exactly once, addressed to the broadcast address.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import trio
+from loopback_addresses import free_port, loopback_block
+from node_fixtures import NodeMesh, form_mesh, wait_until
+
+from pianode.config import NodeConfig
+from pianode.events import DataReceived
+from pianode.mesh_run import MeshRun
+
+BROADCAST = "127.255.255.255"
+
+
+class Mesh(NodeMesh):
+    def __init__(self, nursery: trio.Nursery, config: NodeConfig) -> None:
+        super().__init__(nursery, config)
+        self.prefix = loopback_block()
+
+    def settings(self, i: int) -> dict[str, object]:
+        return {"bind": (f"{self.prefix}{10 + i}", 0)}
+
+
+def _other_process_socket(port: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port))
+    s.setblocking(False)
+    return s
+
+
+def _drain(s: socket.socket) -> list[tuple[bytes, tuple[str, int]]]:
+    out = []
+    while True:
+        try:
+            out.append(s.recvfrom(2048))
+        except BlockingIOError:
+            return out
+
+
+def _group_sent(node: object) -> int:
+    return int(node.statistics()["counters"].get("group_packets_sent", 0))  # type: ignore[attr-defined]
+
+
+def _unreliable(mesh: NodeMesh, node: object) -> list[bytes]:
+    return [e.data for e in mesh.of(node, DataReceived) if not e.reliable]  # type: ignore[arg-type]
+
+
+async def test_one_broadcast_per_group_packet_reaches_every_station() -> None:
+    port = free_port()
+    config = NodeConfig(version="5.29", session_key=bytes(range(16)), group_broadcast=(BROADCAST, port))
+    other = _other_process_socket(port)
+    try:
+        async with trio.open_nursery() as nursery:
+            mesh = Mesh(nursery, config)
+            nodes, _ = await form_mesh(mesh, 4, timeout=10)
+            _drain(other)
+            sender = nodes[1]
+            sent_before = _group_sent(sender)
+            payloads = [b"frame %d" % k for k in range(20)]
+            for p in payloads:
+                assert await sender.broadcast(p, reliable=False) == 3
+                await trio.sleep(0.005)
+            await wait_until(lambda: all(len(_unreliable(mesh, x)) >= 20 for x in nodes if x is not sender), 5)
+            for x in nodes:
+                if x is not sender:
+                    assert _unreliable(mesh, x) == payloads
+            # Its own broadcasts come back to the shared socket and are skipped, not dropped as a stranger's.
+            assert sender.statistics()["drops"].get("not_member", 0) == 0  # type: ignore[union-attr]
+            heard = [(d, a) for d, a in _drain(other) if a == sender.address]
+            # One datagram per group packet on the wire, not one per station.
+            assert len(heard) == _group_sent(sender) - sent_before == 20
+            assert sum(x.statistics()["drops"].get("not_addressed", 0) for x in nodes) == 0  # type: ignore[union-attr]
+            nursery.cancel_scope.cancel()
+    finally:
+        other.close()
+
+
+async def test_listener_survives_the_node_whose_task_ran_it() -> None:
+    port = free_port()
+    config = NodeConfig(version="5.29", session_key=bytes(range(16)), group_broadcast=(BROADCAST, port))
+    async with trio.open_nursery() as nursery:
+        mesh = Mesh(nursery, config)
+        nodes, _ = await form_mesh(mesh, 3, timeout=10)
+        # Stop every node in turn but the last two, starting with the first
+        # started (its task ran the shared receive loop).
+        first = mesh.nodes[0]
+        mesh.kill(first)
+        rest = [x for x in nodes if x is not first]
+        await trio.sleep(0.05)
+        await rest[0].broadcast(b"after handover", reliable=False)
+        await wait_until(lambda: b"after handover" in _unreliable(mesh, rest[1]), 5)
+        nursery.cancel_scope.cancel()
+
+
+async def test_group_port_is_released_when_the_last_node_stops() -> None:
+    port = free_port()
+    config = NodeConfig(version="5.29", session_key=bytes(range(16)), group_broadcast=(BROADCAST, port))
+    async with trio.open_nursery() as nursery:
+        mesh = Mesh(nursery, config)
+        await form_mesh(mesh, 2, timeout=10)
+        nursery.cancel_scope.cancel()
+    # Without SO_REUSEADDR a bind succeeds only if no socket holds the port any more.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("0.0.0.0", port))
+
+
+async def test_mesh_run_with_broadcast_fanout_delivers_every_frame() -> None:
+    config = NodeConfig(version="5.29", seed=7)
+    run = MeshRun(config, nodes=6, base_address=loopback_block() + "20", duration=0.5, rate=30, group_fanout="broadcast")
+    result = await run.run()
+    assert result.ok, result.problems
+    assert result.frames_expected == result.frames_delivered == 6 * 5 * 15
+    # Each frame went out once per station, not once per receiver.
+    sent = sum(_group_sent(n) for n in run.all_nodes)
+    assert sent >= 6 * 15
