@@ -111,6 +111,16 @@ class Gcm(Protocol):
         """Decrypt and verify a tag of 4 to 16 bytes; raise AuthenticationError."""
         ...
 
+    def seal_raw(self, nonce: bytes, plaintext: bytes, aad: bytes | None) -> bytes:
+        """Encrypt; return ``ciphertext || full 16-byte tag`` in one object.
+
+        The per-packet path of the packet codec: no argument checks, so
+        *nonce* must already be 12 ``bytes`` (the codec checks), and *aad*
+        is passed positionally (None for none).  Truncating the tag is the
+        caller's slice.
+        """
+        ...
+
 
 # ---------------------------------------------------------------------------
 # pycryptodome
@@ -281,6 +291,13 @@ class _PycryptodomeGcm:
         ct, tag = c.encrypt_and_digest(plaintext)
         return ct, tag[:tag_length]
 
+    def seal_raw(self, nonce: bytes, plaintext: bytes, aad: bytes | None) -> bytes:
+        core = self._core
+        if core is not None:
+            ct, tag = core.seal(nonce, plaintext, aad or b"")
+            return ct + tag
+        return b"".join(self.seal(nonce, plaintext, 16, aad or b""))
+
     def open(self, nonce: bytes, ciphertext: bytes, tag: bytes, aad: bytes = b"") -> bytes:
         n = len(tag)
         if not 4 <= n <= 16:
@@ -318,6 +335,8 @@ class _CryptographyGcm:
 
         aesgcm = AESGCM(bytes(key))
         self._encrypt: Callable[[bytes, bytes, bytes | None], bytes] = aesgcm.encrypt
+        # AESGCM.encrypt already returns ct || tag: the bound C method itself, no Python frame.
+        self.seal_raw: Callable[[bytes, bytes, bytes | None], bytes] = aesgcm.encrypt
         self._decrypt: Callable[[bytes, bytes, bytes | None], bytes] = aesgcm.decrypt
         self._invalid_tag: type[Exception] = InvalidTag
 

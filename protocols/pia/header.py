@@ -31,6 +31,7 @@ two 1/2 layouts.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import attrs
 
@@ -45,6 +46,8 @@ __all__ = [
     "PacketHeader",
     "decode_header",
     "encode_header",
+    "header_decoder",
+    "header_encoder",
     "header_format_for_version",
     "sniff_header_format",
 ]
@@ -299,6 +302,204 @@ def encode_header(
         return st.pack(_MAGIC_INT, b4, dst, src, h.packet_id, footer_size, nonce, tag)
     except struct.error as e:
         raise EncodeError(f"Pia {fmt.value} header field out of range: {e}") from None
+
+
+# -- per-profile fast paths --------------------------------------------------
+#
+# The packet codec decodes and encodes every datagram of a session with one
+# profile, so it binds the layout once: header_decoder/header_encoder return a
+# closure for the profile's layout that handles the well-formed case with one
+# unpack/pack and hands everything else (errors included) to
+# decode_header/encode_header, which stay the reference.  Property tests check
+# both give the same result or the same error class.
+
+
+def header_decoder(profile: VersionProfile) -> Callable[[bytes], PacketHeader]:
+    """``decode(data) -> header`` equal to ``decode_header(data, profile)[0]``.
+
+    The header ends at ``HEADER_SIZES[profile.header_format]``.  *data* must be
+    ``bytes`` (the H-A trailer is sliced from it).
+    """
+    fmt = profile.header_format
+    st, versions = _layout(fmt)
+    unpack = st.unpack_from
+    size = st.size
+    magic = _MAGIC_INT
+    ph = PacketHeader
+
+    def slow(data: bytes) -> PacketHeader:
+        return decode_header(data, profile)[0]
+
+    # Positional PacketHeader arguments: encrypted, packet_id, connection_id,
+    # version, source_timer, destination_timer, destination_variable_id,
+    # source_variable_id, footer_size, padding_size, packet_flags, nonce, tag.
+    if fmt is _A:
+        trailer = size + HMAC_TRAILER_SIZE
+
+        def dec_a(data: bytes) -> PacketHeader:
+            n = len(data)
+            if n >= trailer:
+                m, b4, cid, pid, st_, dt = unpack(data)
+                if m == magic and (b4 == 1 or b4 == 2):
+                    return ph(b4 == 2, pid, cid, None, st_, dt, None, None, 0, 0, 0, b"", data[n - HMAC_TRAILER_SIZE :])
+            return slow(data)
+
+        return dec_a
+    if fmt is _B:
+
+        def dec_b(data: bytes) -> PacketHeader:
+            if len(data) >= size:
+                m, b4, cid, pid, st_, dt, hn, tag = unpack(data)
+                if m == magic and (b4 == 1 or b4 == 2):
+                    return ph(b4 == 2, pid, cid, None, st_, dt, None, None, 0, 0, 0, hn, tag)
+            return slow(data)
+
+        return dec_b
+    if fmt is _C or fmt is _D:
+
+        def dec_cd(data: bytes) -> PacketHeader:
+            if len(data) >= size:
+                m, b4, cid, pid, hn, tag = unpack(data)
+                v = b4 & 0x7F
+                if m == magic and v in versions:
+                    return ph(b4 >= 0x80, pid, cid, v, None, None, None, None, 0, 0, 0, hn, tag)
+            return slow(data)
+
+        return dec_cd
+    if fmt is _G:
+
+        def dec_g(data: bytes) -> PacketHeader:
+            if len(data) >= size:
+                m, b4, pf, dst, src, pid, fs, hn, tag = unpack(data)
+                v = b4 & 0x7F
+                if m == magic and v in versions:
+                    return ph(b4 >= 0x80, pid, 0, v, None, None, dst, src, fs, pf >> 4, pf & 0x0F, hn, tag)
+            return slow(data)
+
+        return dec_g
+
+    def dec_ef(data: bytes) -> PacketHeader:
+        if len(data) >= size:
+            m, b4, dst, src, pid, fs, hn, tag = unpack(data)
+            v = b4 & 0x7F
+            if m == magic and v in versions:
+                return ph(b4 >= 0x80, pid, 0, v, None, None, dst, src, fs, 0, 0, hn, tag)
+        return slow(data)
+
+    return dec_ef
+
+
+def header_encoder(profile: VersionProfile) -> Callable[[PacketHeader, bytes, int, int], bytes]:
+    """``encode(header, tag, footer_size, padding_size) -> bytes`` equal to
+    ``encode_header(header, profile, tag=tag, footer_size=..., padding_size=...)``.
+
+    Only a *tag* of the layout's exact length takes the fast path (the packet
+    codec always has one); anything unusual goes to :func:`encode_header`.
+    """
+    fmt = profile.header_format
+    st, versions = _layout(fmt)
+    pack = st.pack
+    magic = _MAGIC_INT
+    default_version = profile.header_version
+    error = struct.error
+
+    def slow(h: PacketHeader, tag: bytes, footer_size: int, padding_size: int) -> bytes:
+        return encode_header(h, profile, tag=tag, footer_size=footer_size, padding_size=padding_size)
+
+    if fmt is _A or fmt is _B:
+        is_b = fmt is _B
+
+        def enc_ab(h: PacketHeader, tag: bytes, footer_size: int, padding_size: int) -> bytes:
+            if (
+                h.version is None
+                and h.destination_variable_id is None
+                and h.source_variable_id is None
+                and not footer_size
+                and not padding_size
+                and not h.packet_flags
+            ):
+                b4 = 2 if h.encrypted else 1
+                try:
+                    if is_b:
+                        nonce = h.nonce
+                        if len(nonce) == 8 and len(tag) == 16:
+                            return pack(
+                                magic,
+                                b4,
+                                h.connection_id,
+                                h.packet_id,
+                                h.source_timer or 0,
+                                h.destination_timer or 0,
+                                nonce,
+                                tag,
+                            )
+                    elif not h.nonce:
+                        return pack(magic, b4, h.connection_id, h.packet_id, h.source_timer or 0, h.destination_timer or 0)
+                except error:
+                    pass
+            return slow(h, tag, footer_size, padding_size)
+
+        return enc_ab
+
+    tag_len = 16 if fmt is _C else 8
+    if fmt is _C or fmt is _D:
+
+        def enc_cd(h: PacketHeader, tag: bytes, footer_size: int, padding_size: int) -> bytes:
+            v = h.version
+            if v is None:
+                v = default_version
+            if (
+                v in versions
+                and h.source_timer is None
+                and h.destination_timer is None
+                and h.destination_variable_id is None
+                and h.source_variable_id is None
+                and not footer_size
+                and not padding_size
+                and not h.packet_flags
+                and len(tag) == tag_len
+            ):
+                nonce = h.nonce
+                if len(nonce) == 8:
+                    try:
+                        return pack(magic, v | 0x80 if h.encrypted else v, h.connection_id, h.packet_id, nonce, tag)
+                    except error:
+                        pass
+            return slow(h, tag, footer_size, padding_size)
+
+        return enc_cd
+
+    is_g = fmt is _G
+
+    def enc_efg(h: PacketHeader, tag: bytes, footer_size: int, padding_size: int) -> bytes:
+        v = h.version
+        if v is None:
+            v = default_version
+        if (
+            v in versions
+            and h.source_timer is None
+            and h.destination_timer is None
+            and not h.connection_id
+            and len(tag) == 8
+        ):
+            nonce = h.nonce
+            if len(nonce) == 8:
+                b4 = v | 0x80 if h.encrypted else v
+                dst = h.destination_variable_id or 0
+                src = h.source_variable_id or 0
+                flags = h.packet_flags
+                try:
+                    if is_g:
+                        if 0 <= padding_size <= 15 and 0 <= flags <= 15:
+                            pf = padding_size << 4 | flags
+                            return pack(magic, b4, pf, dst, src, h.packet_id, footer_size, nonce, tag)
+                    elif not padding_size and not flags:
+                        return pack(magic, b4, dst, src, h.packet_id, footer_size, nonce, tag)
+                except error:
+                    pass
+        return slow(h, tag, footer_size, padding_size)
+
+    return enc_efg
 
 
 # -- sniffing ---------------------------------------------------------------

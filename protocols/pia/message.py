@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 
 import attrs
 
@@ -49,6 +50,8 @@ __all__ = [
     "encode_messages",
     "full_presence",
     "inflate_payload",
+    "lone_message_decoder",
+    "lone_message_encoder",
 ]
 
 # M-A: flags u8, source station index u8, payload size u16, destination u32,
@@ -448,6 +451,231 @@ def _encode_delta(
             pad = -(len(out) + n) & 3
             if pad:
                 parts.append(_ZEROS[pad])
+
+
+# -- one message per packet: per-profile fast paths -------------------------
+#
+# Most packets carry a single message whose header has every field (the first
+# message of a delta packet with presence None or the full mask, or any
+# fixed-format message).  The packet codec binds these closures once per
+# profile.  The encoder returns None and the decoder returns None for anything
+# else (several messages, a partial or stray mask, an invalid field), and the
+# caller then runs encode_messages / decode_messages, which stay the reference
+# and produce the same bytes, messages or errors.  Property tests compare both.
+
+#: ``encode(message) -> (plaintext, ff_pad) | None``.
+LoneEncoder = Callable[[Message], "tuple[bytes, int] | None"]
+#: ``decode(plaintext) -> (message,) | None``.
+LoneDecoder = Callable[[bytes], "tuple[Message, ...] | None"]
+
+
+def _tails(hsize: int, align: bool) -> list[tuple[bytes, int]]:
+    """Per payload length mod 16: the zero alignment pad plus the 0xFF pad to 16 bytes (§2.4), and the 0xFF count."""
+    out = []
+    for r in range(16):
+        base = hsize + r
+        zeros = -base & 3 if align else 0
+        ff = -(base + zeros) & 15
+        out.append((bytes(zeros) + b"\xff" * ff, ff))
+    return out
+
+
+def lone_message_encoder(profile: VersionProfile) -> LoneEncoder:
+    """Encoder for a packet body of exactly one message, 0xFF-padded to 16 bytes.
+
+    ``encode(m)`` returns ``(body, ff)`` where *body* equals
+    ``encode_messages((m,), profile)`` followed by *ff* bytes 0xFF, and ``ff``
+    makes the length a multiple of 16 (the padding before encryption, §2.4);
+    or None when *m* is not of the common shape (the caller falls back to
+    :func:`encode_messages`, which also reports errors).
+    """
+    fmt = profile.message_format
+    align = profile.align_messages
+    join = b"".join
+    if fmt is _ME or fmt is _MF or fmt is _MG:
+        st = _FULL_E if fmt is _ME else _FULL_F if fmt is _MF else _FULL_G
+        full = _FULL[fmt]
+        tails = _tails(st.size, align)
+        pack = st.pack
+
+        if fmt is _MG:
+
+            def enc_g(m: Message) -> tuple[bytes, int] | None:
+                p = m.presence
+                payload = m.payload
+                try:
+                    n = len(payload)
+                    if (
+                        (p is None or (p == full and type(p) is int))
+                        and n <= 0xFFFF
+                        and m.source_station_index is None
+                        and not m.reserved
+                        and m.source_constant_id is None
+                        and not m.destination
+                    ):
+                        tail, ff = tails[n & 15]
+                        return join((pack(full, m.flags, n, m.protocol_type, m.protocol_port, m.extra), payload, tail)), ff
+                except Exception:  # whatever it is, encode_messages reports it
+                    pass
+                return None
+
+            return enc_g
+
+        is_e = fmt is _ME
+
+        def enc_ef(m: Message) -> tuple[bytes, int] | None:
+            p = m.presence
+            payload = m.payload
+            src = m.source_constant_id
+            ptype = m.protocol_type
+            port = m.protocol_port
+            try:
+                n = len(payload)
+                if (
+                    (p is None or (p == full and type(p) is int))
+                    and n <= 0xFFFF
+                    and m.source_station_index is None
+                    and not m.reserved
+                    and not m.extra
+                    and (src is not None if is_e else src is None)
+                    and 0 <= ptype <= 0xFF
+                    and 0 <= port <= 0xFFFFFF
+                ):
+                    if is_e:
+                        head = pack(full, m.flags, n, ptype << 24 | port, m.destination, src)
+                    else:
+                        head = pack(full, m.flags, n, ptype << 24 | port, m.destination)
+                    tail, ff = tails[n & 15]
+                    return join((head, payload, tail)), ff
+            except Exception:  # whatever it is, encode_messages reports it
+                pass
+            return None
+
+        return enc_ef
+
+    st = _M_A if fmt is _MA else _M_B if fmt is _MB else _M_C if fmt is _MC else _M_D
+    tails = _tails(st.size, align)
+
+    def enc_fixed(m: Message) -> tuple[bytes, int] | None:
+        try:
+            payload = m.payload
+            tail, ff = tails[len(payload) & 15]
+            return join((_encode_fixed(m, fmt), payload, tail)), ff
+        except Exception:  # whatever it is, encode_messages reports it
+            return None
+
+    return enc_fixed
+
+
+def lone_message_decoder(profile: VersionProfile) -> LoneDecoder:
+    """Decoder for a packet body holding exactly one message whose header is complete.
+
+    ``decode(body)`` returns ``(message,)``, equal to
+    ``decode_messages(body, profile)``, when *body* is one such message
+    followed by nothing but its alignment pad and a 0xFF tail; otherwise None
+    (the caller falls back to :func:`decode_messages`).  *body* must be bytes.
+    """
+    fmt = profile.message_format
+    align = profile.align_messages
+    msg = Message
+    ff_byte = _FF
+    if fmt is _ME or fmt is _MF or fmt is _MG:
+        st = _FULL_E if fmt is _ME else _FULL_F if fmt is _MF else _FULL_G
+        unpack = st.unpack_from
+        hsize = st.size
+        full = _FULL[fmt]
+
+        def rest_ok(data: bytes, pos: int, end: int) -> bool:
+            # What decode_messages would do after the first message: skip the
+            # alignment pad, then stop at the end or at an all-0xFF tail.
+            if align:
+                pos += -pos & 3
+            return pos >= end or (data[pos] == ff_byte and data.count(ff_byte, pos) == end - pos)
+
+        if fmt is _MG:
+
+            def dec_g(data: bytes) -> tuple[Message, ...] | None:
+                end = len(data)
+                if end >= hsize and data[0] == full:
+                    _, flags, size, ptype, port, extra = unpack(data)
+                    stop = hsize + size
+                    if stop <= end and (stop == end or rest_ok(data, stop, end)):
+                        return (msg(ptype, port, data[hsize:stop], flags, 0, None, None, 0, extra, full),)
+                return None
+
+            return dec_g
+        if fmt is _ME:
+
+            def dec_e(data: bytes) -> tuple[Message, ...] | None:
+                end = len(data)
+                if end >= hsize and data[0] == full:
+                    _, flags, size, tp, dest, src = unpack(data)
+                    stop = hsize + size
+                    if stop <= end and (stop == end or rest_ok(data, stop, end)):
+                        return (msg(tp >> 24, tp & 0xFFFFFF, data[hsize:stop], flags, dest, src, None, 0, 0, full),)
+                return None
+
+            return dec_e
+
+        def dec_f(data: bytes) -> tuple[Message, ...] | None:
+            end = len(data)
+            if end >= hsize and data[0] == full:
+                _, flags, size, tp, dest = unpack(data)
+                stop = hsize + size
+                if stop <= end and (stop == end or rest_ok(data, stop, end)):
+                    return (msg(tp >> 24, tp & 0xFFFFFF, data[hsize:stop], flags, dest, None, None, 0, 0, full),)
+            return None
+
+        return dec_f
+
+    # Fixed layouts: the first byte is the flags, so a body starting with 0xFF
+    # (possibly all padding) is left to the general decoder.
+    def dec_fixed(data: bytes) -> tuple[Message, ...] | None:
+        end = len(data)
+        if not end or data[0] == ff_byte:
+            return None
+        got = _decode_fixed_first(data, fmt)
+        if got is None:
+            return None
+        m, pos = got
+        if align:
+            pos += -pos & 3
+        if pos >= end or (data[pos] == ff_byte and data.count(ff_byte, pos) == end - pos):
+            return (m,)
+        return None
+
+    return dec_fixed
+
+
+def _decode_fixed_first(data: bytes, fmt: MessageFormat) -> tuple[Message, int] | None:
+    """The first fixed-layout message of *data* and the offset after its payload, or None if malformed."""
+    st = _M_A if fmt is _MA else _M_B if fmt is _MB else _M_C if fmt is _MC else _M_D
+    hsize = st.size
+    end = len(data)
+    if hsize > end:
+        return None
+    v = st.unpack_from(data)
+    if fmt is _MA:
+        flags, station, size, dest, src, ptype, port, reserved = v
+        if hsize + size > end:
+            return None
+        return Message(ptype, port, data[hsize : hsize + size], flags, dest, src, station, reserved), hsize + size
+    if fmt is _MB:
+        flags, size, dest, src, ptype, port, r_hi, r_lo = v
+        if hsize + size > end:
+            return None
+        msg = Message(ptype, port, data[hsize : hsize + size], flags, dest, src, None, r_hi << 16 | r_lo)
+        return msg, hsize + size
+    if fmt is _MC:
+        flags, mver, size, ptype, port, dest, src = v
+        want = 1
+    else:
+        flags, mver, size, tp, dest, src = v
+        ptype, port = tp >> 24, tp & 0xFFFFFF
+        want = 2
+    if mver != want or hsize + size > end:
+        return None
+    return Message(ptype, port, data[hsize : hsize + size], flags, dest, src), hsize + size
 
 
 # -- compression ------------------------------------------------------------

@@ -47,8 +47,22 @@ import attrs
 
 from protocols.crypto.aead import gcm
 from protocols.errors import AuthenticationError, BadValue, ConfigError, DecodeError, EncodeError, ShortData
-from protocols.pia.header import HMAC_TRAILER_SIZE, PacketHeader, decode_header, encode_header
-from protocols.pia.message import Message, decode_messages, encode_messages
+from protocols.pia.header import (
+    HEADER_SIZES,
+    HMAC_TRAILER_SIZE,
+    PacketHeader,
+    decode_header,
+    encode_header,
+    header_decoder,
+    header_encoder,
+)
+from protocols.pia.message import (
+    Message,
+    decode_messages,
+    encode_messages,
+    lone_message_decoder,
+    lone_message_encoder,
+)
 from protocols.pia.versions import Cipher, HeaderFormat, VersionProfile
 
 __all__ = ["NonceBuilder", "Packet", "PacketCodec", "PacketReport"]
@@ -136,7 +150,23 @@ class PacketCodec:
         ConfigError: wrong key length, or GCM without a nonce builder.
     """
 
-    __slots__ = ("_ecb", "_gcm", "_hmac", "_nonce", "_tag_len", "last_nonce", "profile")
+    __slots__ = (
+        "_ecb",
+        "_gcm",
+        "_hdec",
+        "_henc",
+        "_hmac",
+        "_hsize",
+        "_inner_footer",
+        "_lone_dec",
+        "_lone_enc",
+        "_nonce",
+        "_open",
+        "_seal_raw",
+        "_tag_len",
+        "last_nonce",
+        "profile",
+    )
 
     def __init__(
         self,
@@ -169,6 +199,18 @@ class PacketCodec:
             mac_key = hmac_key if hmac_key is not None else session_key
             if mac_key is not None:
                 self._hmac = _hmac_base(bytes(mac_key))
+        # Per-packet fast path (GCM with a key): everything bound once here.
+        self._seal_raw: Any = None
+        self._open: Any = None
+        self._hdec = header_decoder(profile)
+        self._henc = header_encoder(profile)
+        self._hsize = HEADER_SIZES[profile.header_format]
+        self._lone_enc = lone_message_encoder(profile)
+        self._lone_dec = lone_message_decoder(profile)
+        self._inner_footer = profile.footer == "encrypted"
+        if self._gcm is not None:
+            self._seal_raw = self._gcm.seal_raw
+            self._open = self._gcm.open
 
     @property
     def can_decrypt(self) -> bool:
@@ -193,6 +235,29 @@ class PacketCodec:
             EncodeError: a field does not fit its format.
             ConfigError: encryption or signing requested without a key.
         """
+        seal = self._seal_raw
+        if seal is not None:
+            # Fast path: an encrypted GCM packet of one message with a complete
+            # header and no footer.  Same steps and order as the general code
+            # (messages, nonce, seal, header); anything else goes there.
+            h = packet.header
+            messages = packet.messages
+            if h.encrypted and len(messages) == 1 and not packet.footer and len(h.nonce) == 8:
+                got = self._lone_enc(messages[0])
+                if got is not None:
+                    nonce = self._nonce(h, source)  # type: ignore[misc]
+                    if type(nonce) is bytes and len(nonce) == 12:
+                        pt, ff = got
+                        out = seal(nonce, pt, None)  # ciphertext || 16-byte tag
+                        cut = len(out) - 16
+                        head = self._henc(
+                            h, out[cut : cut + self._tag_len], 0, ff if self._inner_footer else h.padding_size
+                        )
+                        return head + out[:cut]
+        return self._encode_general(packet, source)
+
+    def _encode_general(self, packet: Packet, source: str) -> bytes:
+        """:meth:`encode` for every packet: the reference the fast path must equal."""
         profile = self.profile
         h = packet.header
         body = encode_messages(packet.messages, profile)
@@ -250,7 +315,26 @@ class PacketCodec:
         """
         if type(data) is not bytes:
             data = bytes(data)
+        header = self._hdec(data)
+        if header.encrypted and not header.footer_size and self._open is not None:
+            # Fast path: an encrypted GCM packet without footer bytes, usually
+            # one complete message.  Same steps as the general code.
+            nonce = self._nonce(header, source)  # type: ignore[misc]
+            self.last_nonce = nonce
+            body = self._open(nonce, data[self._hsize :], header.tag)
+            if self._inner_footer:
+                body = self._split_inner(body, header)[0]
+            return Packet(header, self._lone_dec(body) or decode_messages(body, self.profile), ())
+        return self._decode_rest(data, header, self._hsize, source, verify)
+
+    def _decode_general(self, data: bytes, source: str, *, verify: bool = True) -> Packet:
+        """:meth:`decode` for every datagram: the reference the fast path must equal."""
+        if type(data) is not bytes:
+            data = bytes(data)
         header, off = decode_header(data, self.profile)
+        return self._decode_rest(data, header, off, source, verify)
+
+    def _decode_rest(self, data: bytes, header: PacketHeader, off: int, source: str, verify: bool) -> Packet:
         if self.profile.header_format is HeaderFormat.A:
             end = len(data) - HMAC_TRAILER_SIZE
             if verify:
