@@ -16,6 +16,7 @@ import os
 import random
 import socket as stdlib_socket
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -78,6 +79,8 @@ class MeshRunResult:
     frames_delivered: int = 0
     latencies: list[float] = attrs.field(factory=list)
     late_threshold: float = 0.050
+    #: Real-time session: process CPU time / wall time while frames were sent (None otherwise).
+    cpu_load: float | None = None
     host_changes: list[str] = attrs.field(factory=list)
     drops: dict[str, int] = attrs.field(factory=dict)
     faults: dict[str, int] = attrs.field(factory=dict)
@@ -134,6 +137,7 @@ class MeshRunResult:
                 "late": late,
                 "late_threshold_ms": self.late_threshold * 1000,
                 "within_threshold_pct": 100.0 * on_time / self.frames_expected,
+                "cpu_load_pct": None if self.cpu_load is None else 100.0 * self.cpu_load,
             }
         if self.record is not None:
             out["record"] = self.record
@@ -379,10 +383,17 @@ class MeshRun:
         payload_pad = bytes(48)
 
         start = trio.current_time()
+        cpu_start = time.process_time()
 
-        async def station(node: Node, offset: float) -> None:
+        every = max(1, int(self.rate))
+
+        async def station(node: Node, position: int, offset: float) -> None:
             src = node.station_index
             assert src is not None
+            # One reliable message a second per station, the stations' phases
+            # spread over the second (a burst of every station's at once
+            # would be a load spike no game produces).
+            phase = (position * every) // len(nodes)
             peers = sum(1 for s in node.stations() if s.state == "connected")
             seq = 0
             for frame in range(frames):
@@ -392,7 +403,7 @@ class MeshRun:
                 # time shows up as latency, not as a slower but "on time" game.
                 await node.broadcast(_FRAME.pack(b"F", src, frame, due) + payload_pad, reliable=False)
                 self.result.frames_expected += peers
-                if frame % max(1, int(self.rate or 1)) == 0:
+                if frame % every == phase:
                     await node.broadcast(_RELIABLE.pack(b"R", src, seq), reliable=True)
                     seq += 1
                     self.result.reliable_expected += peers
@@ -401,8 +412,11 @@ class MeshRun:
         # session does): every station sends frame k at start + k * period.
         first = 0.05
         async with trio.open_nursery() as n:
-            for node in nodes:
-                n.start_soon(station, node, first)
+            for position, node in enumerate(nodes):
+                n.start_soon(station, node, position, first)
+        # The process's CPU time over the session's wall time: near 100 % the
+        # process cannot keep up and frames queue (one core; Trio runs on one thread).
+        self.result.cpu_load = (time.process_time() - cpu_start) / max(1e-9, trio.current_time() - start)
         await self._wait_delivered(nodes, 10.0)
         await trio.sleep(0.2)  # let the last frames land
 

@@ -471,8 +471,15 @@ class MeshSession:
                     self._peer_lost(peer, "timeout", now)
                     return
         if peer.connected and now >= peer.next_keepalive:
-            self._enqueue(peer, Proto.KEEP_ALIVE, 0, b"")
-            peer.next_keepalive = now + self.config.keepalive_interval
+            # A keep-alive only fills silence: any packet sent to the peer
+            # within the interval (a game's group frames, say) already keeps
+            # the link alive at the other end.
+            quiet_since = peer.last_sent + self.config.keepalive_interval
+            if now >= quiet_since:
+                self._enqueue(peer, Proto.KEEP_ALIVE, 0, b"")
+                peer.next_keepalive = now + self.config.keepalive_interval
+            else:
+                peer.next_keepalive = quiet_since
         if peer.connected and now >= peer.next_rtt:
             self._enqueue(peer, Proto.RTT, 1, mw.encode_rtt(self.profile, False, self._ticks(now)))
             peer.next_rtt = now + self.config.rtt_interval

@@ -171,6 +171,7 @@ def render_summary(result: MeshRunResult) -> str:
             f"frames: {f['delivered']}/{f['expected']} delivered, latency p50 {f['p50_ms']:.2f} ms, "
             f"p99 {f['p99_ms']:.2f} ms, {f['late']} later than {f['late_threshold_ms']:.0f} ms "
             f"({f['within_threshold_pct']:.2f}% on time)"
+            + (f"; process CPU {f['cpu_load_pct']:.0f}% of one core" if f.get("cpu_load_pct") is not None else "")
         )
     if s["host_changes"]:
         lines.append(f"host migration: {', '.join(s['host_changes'])}")

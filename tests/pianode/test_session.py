@@ -340,7 +340,8 @@ def test_silent_host_migrates_after_station_timeout(version: str) -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_keepalive_holds_a_quiet_mesh_and_timeout_removes_a_silent_member(version: str) -> None:
-    h = BatchHarness(4, version=version)
+    # No RTT probes after the first: only keep-alives fill the silence.
+    h = BatchHarness(4, version=version, rtt_interval=3600.0)
     group = form(h)
     # Three station timeouts with no application data: keep-alives hold the mesh.
     h.run_for(3 * TIMEOUT)
@@ -362,6 +363,23 @@ def test_keepalive_holds_a_quiet_mesh_and_timeout_removes_a_silent_member(versio
         assert [e.station_index for e in events_of(h, i, StationLeft)] == [3]
         assert s.table.host_index == 0 and 3 not in s.table
     exchange(h, rest, 2)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_keepalives_only_fill_silence(version: str) -> None:
+    h = BatchHarness(3, version=version, rtt_interval=3600.0)
+    group = form(h)
+    before = [s.counters["keepalives_received"] for s in group]
+    # Unreliable data to everyone every 200 ms for three seconds: never a second of silence.
+    for _ in range(15):
+        for s in group:
+            s.broadcast(b"tick", reliable=False, now=h.now)
+        h.run_to(h.now + 0.2)
+    assert all_connected(group)
+    assert [s.counters["keepalives_received"] for s in group] == before
+    # Then silence: keep-alives resume, about one a second from each peer.
+    h.run_to(h.now + 4.0)
+    assert all(s.counters["keepalives_received"] - b >= 2 * 3 for s, b in zip(group, before))
 
 
 @pytest.mark.parametrize("version", VERSIONS)

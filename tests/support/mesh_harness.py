@@ -114,6 +114,20 @@ class MeshHarness:
                 return predicate()
         raise AssertionError("harness step limit reached")
 
+    def next_time(self) -> float | None:
+        """When the next delivery or timer is due (None: nothing left)."""
+        self._send_all()
+        times = [t for s in self.sessions if s.local_address not in self.dead and (t := s.get_timer()) is not None]
+        if self.queue:
+            times.append(self.queue[0][0])
+        return min(times) if times else None
+
+    def run_to(self, when: float) -> None:
+        """Run everything due up to *when*, then stop the clock exactly there."""
+        while (t := self.next_time()) is not None and t <= when:
+            self.step()
+        self.now = max(self.now, when)
+
     def run_for(self, seconds: float) -> None:
         end = self.now + seconds
         self.run_until(lambda: self.now >= end, seconds + 1)
