@@ -309,8 +309,10 @@ class MeshRun:
         # costs a scheduler pass per item, which at 60 Hz x 31 peers is the
         # difference between keeping up and falling seconds behind.
         channel = node.events()
+        rec = self.receivers[id(node)]
         async for first in channel:
-            self._handle(node, first)
+            now = trio.current_time()
+            self._handle(node, rec, first, now)
             while True:
                 try:
                     event = channel.receive_nowait()
@@ -318,10 +320,9 @@ class MeshRun:
                     break
                 except trio.EndOfChannel:
                     return  # the node stopped
-                self._handle(node, event)
+                self._handle(node, rec, event, now)
 
-    def _handle(self, node: Node, event: object) -> None:
-        rec = self.receivers[id(node)]
+    def _handle(self, node: Node, rec: _Receiver, event: object, now: float) -> None:
         if isinstance(event, DataReceived):
             data = event.data
             kind = data[:1]
@@ -339,7 +340,7 @@ class MeshRun:
             elif kind == b"F" and len(data) >= _FRAME.size:
                 _, src, frame, sent = _FRAME.unpack_from(data)
                 rec.frames += 1
-                rec.latencies.append(trio.current_time() - sent)
+                rec.latencies.append(now - sent)
             elif kind == b"U":
                 rec.unreliable += 1
         elif isinstance(event, HostChanged):

@@ -198,7 +198,7 @@ def footer_size_offset(profile: VersionProfile) -> int | None:
 # stations a packet was fanned out to need not each decrypt it.  An entry is
 # dropped once as many stations as its footer names have taken it; the cap
 # only bounds entries some addressee never receives (lost datagrams).
-_SHARED: collections.OrderedDict[tuple[object, ...], list[object]] = collections.OrderedDict()
+_SHARED: collections.OrderedDict[tuple[int, str, bytes], list[object]] = collections.OrderedDict()
 _SHARED_LIMIT = 64
 
 
@@ -212,8 +212,16 @@ class GroupPacket:
     receivers: frozenset[int]
 
 
+_CODEC_KEYS: dict[tuple[object, ...], int] = {}
+
+
+def codec_key(*settings: object) -> int:
+    """A small number standing for a codec's settings (version, network, key, ...) in :func:`shared_decode`'s cache."""
+    return _CODEC_KEYS.setdefault(settings, len(_CODEC_KEYS) + 1)
+
+
 def shared_decode(
-    codec: PacketCodec, codec_key: tuple[object, ...], data: bytes, source: str, nonce_of: Callable[[PacketHeader, str], bytes]
+    codec: PacketCodec, codec_key: int, data: bytes, source: str, nonce_of: Callable[[PacketHeader, str], bytes]
 ) -> GroupPacket:
     key = (codec_key, source, data)
     entry = _SHARED.get(key)

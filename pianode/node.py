@@ -144,16 +144,16 @@ class Node:
         for data, addr in session.datagrams_to_send(now):
             if not endpoint.send_nowait(data, addr):
                 await endpoint.send(data, addr)
-        changed = False
-        while (event := session.next_event()) is not None:
-            changed = True
+        if not session.has_events():
+            return
+        send = self._event_send.send_nowait
+        for event in session.take_events():
             try:
-                self._event_send.send_nowait(event)
+                send(event)
             except trio.WouldBlock:
                 self.events_dropped += 1
-        if changed:
-            self._state_changed.set()
-            self._state_changed = trio.Event()
+        self._state_changed.set()
+        self._state_changed = trio.Event()
 
     def _wake(self) -> None:
         self._woken = True

@@ -15,9 +15,10 @@ within the window below the highest is new exactly when its slot holds
 another value: any newer value sharing the slot would be at least ``window``
 above it, beyond the highest.  A value seen before, or ``window`` or more below
 the highest, is a replay.  Each check is a few small-integer operations;
-memory is 8 bytes per slot (the default 1024 slots: 8 KiB per peer, about 30
-packets of reordering when a sender spreads its counter over 31 stations
-unicast, about 1,000 when it broadcasts group packets).
+memory is 8 bytes per slot (the default 512 slots: 4 KiB per peer; that is
+about 16 packets of reordering when a sender spreads its counter over 31
+stations unicast, about 500 when it broadcasts group packets; a reordered
+packet older than that is dropped as a replay, and a reliable one is resent).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ _EMPTY = (1 << 64) - 1  # no 7-byte value equals it
 class NonceReplayFilter:
     __slots__ = ("_mask", "_slots", "_top", "window")
 
-    def __init__(self, window: int = 1 << 10) -> None:
+    def __init__(self, window: int = 1 << 9) -> None:
         if window <= 0 or window & (window - 1):
             raise ValueError(f"window must be a power of two, got {window}")
         self.window = window

@@ -211,7 +211,7 @@ class MeshSession:
         self._group_outbox: list[Message] = []
         self._group_ids = PacketIdCounter()
         self._group_offset = mw.footer_size_offset(self.profile)
-        self._codec_key: tuple[object, ...] = ()
+        self._codec_key = 0
         self._timers: list[tuple[float, int, Peer]] = []
         self._timer_seq = itertools.count()
         self.drops: collections.Counter[str] = collections.Counter()
@@ -242,7 +242,7 @@ class MeshSession:
         self.session_key = session_key
         self.network_id = network_id
         self.codec, self._nonce_builder = mw.packet_codec(self.config, self.profile, session_key, network_id)
-        self._codec_key = (self.profile.version, self.config.network, session_key, network_id, self.config.aead_backend)
+        self._codec_key = mw.codec_key(self.profile.version, self.config.network, session_key, network_id, self.config.aead_backend)
 
     def create(self, now: float, *, network_id: int | None = None) -> None:
         """Create a mesh with this node as host and station index 0.
@@ -351,6 +351,15 @@ class MeshSession:
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
+
+    def has_events(self) -> bool:
+        return bool(self._events)
+
+    def take_events(self) -> collections.deque[Event]:
+        """Every queued event at once, oldest first (the session starts a new queue)."""
+        events = self._events
+        self._events = collections.deque()
+        return events
 
     def stations(self) -> list[StationStats]:
         rows = []
