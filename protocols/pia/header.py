@@ -475,28 +475,43 @@ def header_encoder(profile: VersionProfile) -> Callable[[PacketHeader, bytes, in
         v = h.version
         if v is None:
             v = default_version
+        nonce = h.nonce
         if (
-            v in versions
-            and h.source_timer is None
+            h.source_timer is None
             and h.destination_timer is None
             and not h.connection_id
             and len(tag) == 8
+            and len(nonce) == 8
+            and v in versions
         ):
-            nonce = h.nonce
-            if len(nonce) == 8:
-                b4 = v | 0x80 if h.encrypted else v
-                dst = h.destination_variable_id or 0
-                src = h.source_variable_id or 0
-                flags = h.packet_flags
-                try:
-                    if is_g:
-                        if 0 <= padding_size <= 15 and 0 <= flags <= 15:
-                            pf = padding_size << 4 | flags
-                            return pack(magic, b4, pf, dst, src, h.packet_id, footer_size, nonce, tag)
-                    elif not padding_size and not flags:
-                        return pack(magic, b4, dst, src, h.packet_id, footer_size, nonce, tag)
-                except error:
-                    pass
+            try:
+                if is_g:
+                    flags = h.packet_flags
+                    if 0 <= padding_size <= 15 and 0 <= flags <= 15:
+                        return pack(
+                            magic,
+                            v | 0x80 if h.encrypted else v,
+                            padding_size << 4 | flags,
+                            h.destination_variable_id or 0,
+                            h.source_variable_id or 0,
+                            h.packet_id,
+                            footer_size,
+                            nonce,
+                            tag,
+                        )
+                elif not padding_size and not h.packet_flags:
+                    return pack(
+                        magic,
+                        v | 0x80 if h.encrypted else v,
+                        h.destination_variable_id or 0,
+                        h.source_variable_id or 0,
+                        h.packet_id,
+                        footer_size,
+                        nonce,
+                        tag,
+                    )
+            except error:
+                pass
         return slow(h, tag, footer_size, padding_size)
 
     return enc_efg

@@ -122,26 +122,26 @@ def _lan6_bytes(source: str) -> bytes:
     return zlib.crc32(ip.packed).to_bytes(4, "big")
 
 
-def _cached(learn: Callable[[str], bytes]) -> Callable[[str], bytes]:
-    """Memoise a per-source prefix function in a bounded dict."""
+def _source_cache(learn: Callable[[str], bytes]) -> tuple[Callable[[str], bytes | None], Callable[[str], bytes]]:
+    """A bounded per-source memo of *learn*: ``(get, miss)``.
+
+    Builders call ``get(source) or miss(source)``: the hit is one dict lookup
+    with no Python frame (prefixes are never empty, so ``or`` is safe).
+    """
     cache: dict[str, bytes] = {}
 
-    def lookup(source: str) -> bytes:
-        prefix = cache.get(source)
-        if prefix is None:
-            prefix = learn(source)
-            if len(cache) >= CACHE_LIMIT:
-                cache.clear()
-            cache[source] = prefix
+    def miss(source: str) -> bytes:
+        prefix = learn(source)
+        if len(cache) >= CACHE_LIMIT:
+            cache.clear()
+        cache[source] = prefix
         return prefix
 
-    return lookup
+    return cache.get, miss
 
 
-def _checked(nonce: bytes) -> bytes:
-    if len(nonce) != 12:
-        raise BadValue(f"header nonce must be 8 bytes, nonce came out {len(nonce)} bytes")
-    return nonce
+def _bad_length(nonce: bytes) -> BadValue:
+    return BadValue(f"header nonce must be 8 bytes, nonce came out {len(nonce)} bytes")
 
 
 def nonce_builder(
@@ -204,7 +204,10 @@ def nonce_builder(
         prefix = _u32(network_id, "NPLN network id").to_bytes(4, "big")
 
         def npln(header: NonceHeader, source_ip: str) -> bytes:
-            return _checked(prefix + header.nonce)
+            nonce = prefix + header.nonce
+            if len(nonce) != 12:
+                raise _bad_length(nonce)
+            return nonce
 
         return npln
     raise ConfigError(f"unknown network type {network!r}")  # pragma: no cover - the enum has four members
@@ -218,12 +221,18 @@ def _nex(profile: VersionProfile, era: str, gathering_id: int) -> NonceBuilder:
     if era == "conn":
 
         def nex_conn(header: NonceHeader, source_ip: str) -> bytes:
-            return _checked(byte[header.connection_id & 0xFF] + gid3 + header.nonce)
+            nonce = byte[header.connection_id & 0xFF] + gid3 + header.nonce
+            if len(nonce) != 12:
+                raise _bad_length(nonce)
+            return nonce
 
         return nex_conn
 
     def nex_var(header: NonceHeader, source_ip: str) -> bytes:
-        return _checked(byte[header.source_variable_id & 0xFF] + gid3 + header.nonce)  # type: ignore[operator]
+        nonce = byte[header.source_variable_id & 0xFF] + gid3 + header.nonce  # type: ignore[operator]
+        if len(nonce) != 12:
+            raise _bad_length(nonce)
+        return nonce
 
     return nex_var
 
@@ -231,25 +240,32 @@ def _nex(profile: VersionProfile, era: str, gathering_id: int) -> NonceBuilder:
 def _lan(era: str) -> NonceBuilder:
     byte = _BYTE
     if era == "6x":
-        prefix6 = _cached(_lan6_bytes)
+        get6, miss6 = _source_cache(_lan6_bytes)
 
         def lan_6x(header: NonceHeader, source_ip: str) -> bytes:
-            return _checked(prefix6(source_ip) + header.nonce)
+            nonce = (get6(source_ip) or miss6(source_ip)) + header.nonce
+            if len(nonce) != 12:
+                raise _bad_length(nonce)
+            return nonce
 
         return lan_6x
-    prefix = _cached(_ipv4_bytes)
+    get, miss = _source_cache(_ipv4_bytes)
     # 5.x LAN drops the first header-nonce byte to make room for the id byte.
     if era == "conn":
 
         def lan_conn(header: NonceHeader, source_ip: str) -> bytes:
-            return _checked(prefix(source_ip) + byte[header.connection_id & 0xFF] + header.nonce[1:])
+            nonce = (get(source_ip) or miss(source_ip)) + byte[header.connection_id & 0xFF] + header.nonce[1:]
+            if len(nonce) != 12:
+                raise _bad_length(nonce)
+            return nonce
 
         return lan_conn
 
     def lan_var(header: NonceHeader, source_ip: str) -> bytes:
-        return _checked(
-            prefix(source_ip) + byte[header.source_variable_id & 0xFF] + header.nonce[1:]  # type: ignore[operator]
-        )
+        nonce = (get(source_ip) or miss(source_ip)) + byte[header.source_variable_id & 0xFF] + header.nonce[1:]  # type: ignore[operator]
+        if len(nonce) != 12:
+            raise _bad_length(nonce)
+        return nonce
 
     return lan_var
 
@@ -259,10 +275,13 @@ def _ldn6(network_id: int) -> NonceBuilder:
         # §11: u32_be(network_id XOR source IPv4).
         return (network_id ^ int.from_bytes(_ipv4_bytes(source), "big")).to_bytes(4, "big")
 
-    prefix = _cached(learn)
+    get, miss = _source_cache(learn)
 
     def ldn_6x(header: NonceHeader, source_ip: str) -> bytes:
-        return _checked(prefix(source_ip) + header.nonce)
+        nonce = (get(source_ip) or miss(source_ip)) + header.nonce
+        if len(nonce) != 12:
+            raise _bad_length(nonce)
+        return nonce
 
     return ldn_6x
 
@@ -291,11 +310,17 @@ def _ldn5(era: str, network_id: int, macs: Mapping[str, bytes | str]) -> NonceBu
     if era == "conn":
 
         def ldn_conn(header: NonceHeader, source_ip: str) -> bytes:
-            return _checked(crc_for(source_ip) + byte[header.connection_id & 0xFF] + header.nonce)
+            nonce = crc_for(source_ip) + byte[header.connection_id & 0xFF] + header.nonce
+            if len(nonce) != 12:
+                raise _bad_length(nonce)
+            return nonce
 
         return ldn_conn
 
     def ldn_var(header: NonceHeader, source_ip: str) -> bytes:
-        return _checked(crc_for(source_ip) + byte[header.source_variable_id & 0xFF] + header.nonce)  # type: ignore[operator]
+        nonce = crc_for(source_ip) + byte[header.source_variable_id & 0xFF] + header.nonce  # type: ignore[operator]
+        if len(nonce) != 12:
+            raise _bad_length(nonce)
+        return nonce
 
     return ldn_var
