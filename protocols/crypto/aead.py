@@ -9,6 +9,11 @@ Both produce identical bytes and accept the truncated 8-byte tags of Pia 5.23+
 nonce is, spec §3.2).  A wrong key, nonce or tampered byte raises
 :class:`~protocols.errors.AuthenticationError`, never garbage.
 
+``seal_raw(nonce, pt, aad)`` is the packet codec's per-packet call: it
+returns ``ciphertext || 16-byte tag`` in one object without argument checks
+(for *cryptography* it is ``AESGCM.encrypt`` itself), and the caller slices
+the tag to its length.  ``seal``/``open`` keep their checks and shapes.
+
 Theory of operation
 -------------------
 GCM is CTR-mode encryption plus a GHASH over the ciphertext (NIST SP 800-38D)::

@@ -27,6 +27,17 @@ The header nonce ``HN`` is the caller's: the node owns the 8-byte counter and
 puts it in ``packet.header.nonce``; :meth:`PacketCodec.encode` fills in the
 tag, ``footer_size`` and ``padding_size``.
 
+Fast path: the codec binds per-profile closures once (header
+``struct`` layouts from :func:`~protocols.pia.header.header_decoder` /
+:func:`~protocols.pia.header.header_encoder`, the one-message body codecs of
+:func:`~protocols.pia.message.lone_message_encoder` /
+:func:`~protocols.pia.message.lone_message_decoder`, and the AEAD's
+``seal_raw``).  An encrypted GCM packet of one complete-header message and no
+footer goes through them in the same order as the general code (messages,
+nonce, seal, header); every other packet, and any doubt, goes to
+``_encode_general`` / ``_decode_general``, the reference that property tests
+compare the fast path with.
+
 :meth:`PacketCodec.decode` is the node's strict path (a bad or uncheckable tag
 raises :class:`~protocols.errors.AuthenticationError`);
 :meth:`PacketCodec.inspect` is the capture decoder's path: it never raises a
