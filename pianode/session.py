@@ -418,7 +418,7 @@ class MeshSession:
         if peer.connected:
             d = min(d, peer.next_keepalive, peer.next_rtt)
             for w in (peer.mesh_window, peer.data_window):
-                if w is not None:
+                if w is not None and not w.idle():
                     t = w.get_timer()
                     if t is not None and t < d:
                         d = t
@@ -528,7 +528,7 @@ class MeshSession:
         # Handshake messages go first in the bundle: the receiver must see the
         # connection response before data that needs the connection.
         due: list[Message] = []
-        for ack_id, p in list(peer.pending.items()):
+        for ack_id, p in list(peer.pending.items()) if peer.pending else ():
             if now >= p.next_send:
                 p.tries += 1
                 if p.tries > 1:
@@ -545,7 +545,7 @@ class MeshSession:
         if peer.connected:
             # Data before mesh messages: a leave must not overtake the data sent before it.
             for proto, port, w in ((Proto.RELIABLE, 0, peer.data_window), (Proto.MESH, 1, peer.mesh_window)):
-                if w is None:
+                if w is None or w.idle():
                     continue
                 for segment in w.messages_to_send(now):
                     peer.outbox.append(self._message(peer, proto, port, segment))
