@@ -464,7 +464,12 @@ def bench_session(budget: Budget) -> list[Figure]:
     config = NodeConfig(version=budget.session_version, aead_backend=budget.node_backend, seed=7)
     fanout = "broadcast" if config.profile.footer != "none" else "unicast"
     run = MeshRun(
-        config, nodes=budget.session_nodes, rate=budget.session_rate, duration=budget.session_seconds, group_fanout=fanout
+        config,
+        nodes=budget.session_nodes,
+        rate=budget.session_rate,
+        duration=budget.session_seconds,
+        group_fanout=fanout,
+        freeze_gc=True,
     )
     started = time.perf_counter()
     result = trio.run(run.run)

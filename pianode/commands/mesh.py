@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
             faults=faults,
             leave_host=args.leave_host,
             group_fanout=fanout,
+            freeze_gc=True,
             live=_print_live if (fmt == "table" and sys.stdout.isatty()) else None,
         )
     except ValueError as exc:
