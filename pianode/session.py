@@ -193,6 +193,8 @@ class MeshSession:
         self.protocol_ids: dict[Proto, int] = dict(self.profile.protocol_ids)
         self._proto_by_id: dict[int, Proto] = {pid: proto for proto, pid in self.protocol_ids.items()}
         self._unreliable_id = self.protocol_ids[Proto.UNRELIABLE]
+        self._has_conn_id = self.profile.has_connection_id
+        self._by_index: dict[int, Peer] = {}
         self.message_source_id = (
             self.constant_id if self.profile.message_format in mw._SOURCE_ID_FORMATS else None
         )
@@ -666,7 +668,7 @@ class MeshSession:
             if sum(1 for p in self.peers.values() if p.index is None) >= MAX_PROVISIONAL_PEERS:
                 self._drop(DropReason.QUEUE_FULL)
                 return
-        elif self._restarted(peer, packet):
+        elif not header.packet_id and self._restarted(peer, packet):
             # The station at this address started afresh (a new connection id
             # or variable id in a new connection request): forget the old one.
             self.counters["restarts"] += 1
@@ -766,7 +768,7 @@ class MeshSession:
             return False
         if not isinstance(msg, mw.ConnectRequest) or msg.inverse:
             return False
-        if self.profile.has_connection_id:
+        if self._has_conn_id:
             return msg.conn_id != peer.peer_conn_id
         return msg.location.variable_id != peer.variable_id
 
@@ -781,7 +783,7 @@ class MeshSession:
         """
         header = packet.header
         if peer.connected:
-            if self.profile.has_connection_id:
+            if self._has_conn_id:
                 if header.connection_id not in (0, peer.peer_conn_id):
                     self._drop(DropReason.IDENTITY_MISMATCH)
                     return False
@@ -881,7 +883,7 @@ class MeshSession:
                 peer.held.append((data, reliable))
             return
         self.counters["reliable_delivered" if reliable else "unreliable_delivered"] += 1
-        self._emit(DataReceived(source_index=peer.index, data=data, reliable=reliable))
+        self._emit(DataReceived(peer.index, data, reliable))
 
     def _emit(self, event: Event) -> None:
         if len(self._events) >= EVENT_QUEUE_LIMIT:
@@ -1222,9 +1224,15 @@ class MeshSession:
         return [p for p in self.peers.values() if p.connected and p.index is not None]
 
     def _peer_by_index(self, index: int) -> Peer | None:
+        # A remembered answer is used only while it still holds.
+        p = self._by_index.get(index)
+        if p is not None and p.index == index and p.state is not PeerState.CLOSED and self.peers.get(p.address) is p:
+            return p
         for p in self.peers.values():
             if p.index == index and p.state is not PeerState.CLOSED:
+                self._by_index[index] = p
                 return p
+        self._by_index.pop(index, None)
         return None
 
     def _peer_lost(self, peer: Peer, reason: str, now: float, *, linger: bool = False) -> None:
