@@ -44,6 +44,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--network-id", type=lambda s: int(s, 0), default=None, help="network id (LDN; default derived from the host)")
     p.add_argument("--duration", type=float, default=None, help="seconds to run (default: until interrupted)")
     p.add_argument("--send-interval", type=float, default=1.0, help="seconds between reliable broadcasts (0: none)")
+    p.add_argument("--unreliable-interval", type=float, default=0.0,
+                   help="seconds between unreliable broadcasts (0: none); from 5.27 one group packet each")
+    p.add_argument("--group-port", type=int, default=None, metavar="PORT",
+                   help="5.27+: send each group packet once to 127.255.255.255:PORT and listen on 0.0.0.0:PORT "
+                   "(every node of the session uses the same port) instead of one copy per station")
     p.add_argument("--leave", action="store_true", help="leave gracefully at the end instead of just stopping")
     p.add_argument("--format", choices=("table", "jsonl"), default="table", help="event output format")
     p.set_defaults(handler=run)
@@ -58,6 +63,13 @@ def run(args: argparse.Namespace) -> int:
         key = os.urandom(16).hex()
     if args.duration is not None and args.duration <= 0:
         raise CliError("--duration must be positive")
+    if args.send_interval < 0 or args.unreliable_interval < 0:
+        raise CliError("send intervals must not be negative")
+    group = None
+    if args.group_port is not None:
+        if not 1 <= args.group_port <= 65535:
+            raise CliError(f"--group-port must be 1..65535, got {args.group_port}")
+        group = ("127.255.255.255", args.group_port)
     config = NodeConfig(
         version=args.version,
         network=args.network,
@@ -66,7 +78,10 @@ def run(args: argparse.Namespace) -> int:
         allow_nearest_version=args.allow_nearest_version,
         aead_backend=args.backend,
         seed=args.seed,
+        group_broadcast=group,
     )
+    if group is not None and config.profile.footer == "none":
+        raise CliError(f"--group-port needs a version with group packets (5.27+), not {config.profile.name}")
     join = parse_hostport(args.join) if args.join else None
     return trio.run(_main, args, config, join)
 
@@ -106,7 +121,9 @@ async def _main(args: argparse.Namespace, config: NodeConfig, join: tuple[str, i
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_report, args, node, received)
             if args.send_interval > 0:
-                nursery.start_soon(_sender, args, node)
+                nursery.start_soon(_sender, args, node, args.send_interval, True)
+            if args.unreliable_interval > 0:
+                nursery.start_soon(_sender, args, node, args.unreliable_interval, False)
             if args.duration is not None:
                 await trio.sleep(args.duration)
             else:
@@ -127,17 +144,19 @@ async def _main(args: argparse.Namespace, config: NodeConfig, join: tuple[str, i
             for s in node.stations()
         ]
         _emit(args, "summary", station_index=node.station_index, host_index=node.host_index, stations=rows,
-              drops=node.statistics()["drops"])
+              drops=node.statistics()["drops"],
+              group_packets_sent=node.statistics()["counters"].get("group_packets_sent", 0))  # type: ignore[union-attr]
     return 0
 
 
-async def _sender(args: argparse.Namespace, node: Node) -> None:
+async def _sender(args: argparse.Namespace, node: Node, interval: float, reliable: bool) -> None:
     seq = 0
+    word = "hello" if reliable else "tick"
     while True:
-        await trio.sleep(args.send_interval)
+        await trio.sleep(interval)
         if node.session is None or node.session.closed:
             return
-        await node.broadcast(f"hello {node.station_index} #{seq}".encode(), reliable=True)
+        await node.broadcast(f"{word} {node.station_index} #{seq}".encode(), reliable=reliable)
         seq += 1
 
 

@@ -253,6 +253,63 @@ def test_four_node_processes_form_a_mesh_and_exchange_data() -> None:
         assert {r["address"] for r in rows} == set(binds)
 
 
+def test_node_processes_share_group_packets_by_broadcast() -> None:
+    # Three processes, each with its own listener on the group port: one
+    # broadcast per group packet reaches all of them (spec §1.6).
+    import socket
+
+    from loopback_addresses import free_port
+
+    port = free_port()
+    ips = [f"127.0.0.{i}" for i in (131, 132, 133)]
+    common = ["--session-key", KEY, "--version", "5.29", "--group-port", str(port), "--send-interval", "0",
+              "--unreliable-interval", "0.05", "--format", "jsonl"]  # fmt: skip
+    watcher = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    watcher.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    watcher.bind(("0.0.0.0", port))
+    watcher.settimeout(0.2)
+    host = subprocess.Popen(
+        [sys.executable, "-m", "pianode", "node", "--create", "--bind", ips[0], "--duration", "4", *common],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    joiners: list[subprocess.Popen[str]] = []
+    heard: set[str] = set()
+    try:
+        assert host.stdout is not None
+        created = json.loads(host.stdout.readline())
+        for ip in ips[1:]:
+            joiners.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "pianode", "node", "--join", created["address"], "--bind", ip,
+                     "--duration", "2.5", *common],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                )  # fmt: skip
+            )
+        deadline = time.monotonic() + 15
+        while len(heard) < 3 and time.monotonic() < deadline:
+            try:
+                _, (src, _) = watcher.recvfrom(2048)
+                heard.add(src)
+            except socket.timeout:
+                pass
+        outs = [p.communicate(timeout=30) for p in joiners]
+        host.communicate(timeout=30)
+    finally:
+        watcher.close()
+        kill_leftovers([host, *joiners])
+    assert heard == set(ips)  # every process broadcast its group packets
+    for out, err in outs:
+        log = jsonl(out)
+        summary_row = log[-1]
+        assert summary_row["event"] == "summary", err
+        me = summary_row["station_index"]
+        ticks = [e for e in log if e["event"] == "data" and not e["reliable"]]
+        # Unreliable ticks from both other stations, delivered through the broadcast listener.
+        assert {e["source"] for e in ticks} == {0, 1, 2} - {me}
+        assert summary_row["group_packets_sent"] >= 10
+        assert summary_row["drops"].get("not_member", 0) == 0
+
+
 def test_node_binds_any_free_port() -> None:
     out = pianode("node", "--create", "--bind", "127.0.0.125", "--duration", "0.3", "--format", "jsonl", timeout=20)
     assert out.returncode == 0, out.stderr
@@ -293,6 +350,8 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
         ["node", "--join", "nowhere", "--session-key", KEY],
         ["node", "--create", "--session-key", "abcd"],
         ["node", "--create", "--bind", "127.0.0.1:5000", "--duration", "0"],
+        ["node", "--create", "--group-port", "40000"],
+        ["node", "--create", "--version", "5.29", "--group-port", "0"],
     ],
 )
 def test_bad_flags_exit_2_with_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
