@@ -84,9 +84,14 @@ class Node:
             self._event_send.close()
 
     def receive_group_datagram(self, data: bytes, source: tuple[str, int], now: float) -> None:
-        """A datagram heard on the session's group port (called by the :class:`GroupListener`)."""
-        if self.session is not None:
-            self.session.receive_datagram(data, source, now)
+        """A datagram heard on the session's group port (called by the :class:`GroupListener`).
+
+        A node that left stops listening: the others' group packets are not
+        counted against it as drops.
+        """
+        session = self.session
+        if session is not None and not session.closed:
+            session.receive_datagram(data, source, now)
 
     async def after_group_receive(self, now: float) -> None:
         """Send and hand over what group datagrams produced, in the listener's task."""
