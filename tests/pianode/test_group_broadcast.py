@@ -131,13 +131,15 @@ async def test_a_node_that_left_stops_listening() -> None:
     config = NodeConfig(version="5.29", session_key=bytes(range(16)), group_broadcast=(BROADCAST, port))
     async with trio.open_nursery() as nursery:
         mesh = Mesh(nursery, config)
-        nodes, _ = await form_mesh(mesh, 3, timeout=10)
-        gone, rest = nodes[2], nodes[:2]
+        nodes, _ = await form_mesh(mesh, 4, timeout=10)
+        gone, rest = nodes[3], nodes[:3]  # three remain: their broadcasts are still group packets
         await gone.leave()
-        await wait_until(lambda: all(len(x.stations()) == 2 for x in rest), 10)
+        await wait_until(lambda: all(len(x.stations()) == 3 for x in rest), 10)
+        sent = _group_sent(rest[0])
         for k in range(10):
             await rest[0].broadcast(b"after leave %d" % k, reliable=False)
             await trio.sleep(0.005)
         await wait_until(lambda: len([d for d in _unreliable(mesh, rest[1]) if d.startswith(b"after")]) == 10, 5)
+        assert _group_sent(rest[0]) - sent == 10
         assert gone.statistics()["drops"].get("closed", 0) == 0  # type: ignore[union-attr]
         nursery.cancel_scope.cancel()
