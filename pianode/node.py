@@ -39,6 +39,10 @@ from protocols.pia.versions import Proto
 __all__ = ["JoinError", "Node", "open_node"]
 
 
+#: Datagrams read from the socket per pass of the driver.
+BATCH = 64
+
+
 class JoinError(Exception):
     """Joining a mesh failed (refused, denied, or no answer in time)."""
 
@@ -116,7 +120,7 @@ class Node:
     async def _drive(self, endpoint: UdpEndpoint, session: MeshSession) -> None:
         processed = 0
         while True:
-            batch = endpoint.receive_batch()
+            batch = endpoint.receive_batch(BATCH)
             now = trio.current_time()
             for data, addr in batch:
                 session.receive_datagram(data, addr, now)
@@ -124,12 +128,15 @@ class Node:
             if timer is not None and timer <= now:
                 session.handle_timer(now)
             await self._flush(endpoint, session, now)
-            if batch:
+            if len(batch) >= BATCH:
+                # The socket may hold more: keep draining, yielding now and then.
                 processed += len(batch)
-                if processed >= 256:
+                if processed >= 4 * BATCH:
                     processed = 0
                     await trio.lowlevel.checkpoint()
                 continue
+            # A short batch emptied the socket: wait rather than ask it again
+            # (a receive that would block costs a system call and an exception).
             if self._woken or session.has_output():
                 # A user call queued output while we were busy sending.
                 self._woken = False
