@@ -49,6 +49,7 @@ __all__ = [
     "header_decoder",
     "header_encoder",
     "header_format_for_version",
+    "header_layout",
     "sniff_header_format",
 ]
 
@@ -153,6 +154,16 @@ def _layout(fmt: HeaderFormat) -> tuple[struct.Struct, frozenset[int]]:
     if fmt is _F:
         return _H_F, _V_F
     return _H_G, _V_G
+
+
+def header_layout(fmt: HeaderFormat) -> tuple[struct.Struct, frozenset[int], int]:
+    """``(struct, header versions, magic as u32)`` of a layout, for per-profile closures that pack inline.
+
+    The struct's fields are in wire order (see the layout comments above); the
+    versions set is empty for H-A/H-B, whose byte 4 is the 1/2 encryption flag.
+    """
+    st, versions = _layout(fmt)
+    return st, versions, _MAGIC_INT
 
 
 def decode_header(data: bytes, profile: VersionProfile) -> tuple[PacketHeader, int]:

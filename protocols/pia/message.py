@@ -51,6 +51,7 @@ __all__ = [
     "full_presence",
     "inflate_payload",
     "lone_message_decoder",
+    "lone_delta_layout",
     "lone_message_encoder",
 ]
 
@@ -478,6 +479,25 @@ def _tails(hsize: int, align: bool) -> list[tuple[bytes, int]]:
         ff = -(base + zeros) & 15
         out.append((bytes(zeros) + b"\xff" * ff, ff))
     return out
+
+
+def lone_delta_layout(profile: VersionProfile) -> tuple[struct.Struct, int, list[tuple[bytes, int]]] | None:
+    """For a delta format (M-E..M-G): ``(struct, mask, tails)`` of a message with every field, else None.
+
+    *struct* packs/unpacks the mask byte and every field in wire order (M-E:
+    mask, flags, size, type << 24 | port, destination, source constant id;
+    M-F: the same without the source id; M-G: mask, flags, size, type, port,
+    protocol-specific byte); *mask* is the every-field presence mask; and
+    ``tails[len(payload) & 15]`` is ``(zero alignment pad + 0xFF pad, ff count)``
+    that makes a lone message a whole number of AES blocks (§2.4).  The packet
+    codec's one-message closures use it inline, with the checks of
+    :func:`lone_message_encoder` / :func:`lone_message_decoder`.
+    """
+    fmt = profile.message_format
+    if fmt is _ME or fmt is _MF or fmt is _MG:
+        st = _FULL_E if fmt is _ME else _FULL_F if fmt is _MF else _FULL_G
+        return st, _FULL[fmt], _tails(st.size, profile.align_messages)
+    return None
 
 
 def lone_message_encoder(profile: VersionProfile) -> LoneEncoder:

@@ -31,6 +31,13 @@ documents the 6.x rows for 6.16-6.30 (LAN, NPLN) and 6.16-6.42 (LDN); later
 versions use the same rows as their nearest documented neighbour (§0.2).
 Pia <= 5.6 uses AES-ECB + HMAC-MD5 and has no nonce.
 
+Every builder also describes itself as :class:`NonceParts` (read with
+:func:`nonce_parts`): the same rule split into a per-source prefix lookup, an
+optional id byte, fixed bytes and how much of HN follows.  The packet codec
+composes nonces from those parts inside its per-packet closure instead of
+calling the builder; the builders stay the reference (a property test checks
+that both agree for every network and era).
+
 :func:`nonce_builder` returns a plain closure because it runs once per packet.
 Everything that depends only on the source (address parsing, CRCs) is
 computed on first sight of a source and cached; the caches are bounded so a
@@ -46,11 +53,21 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+import attrs
+
 from protocols.errors import BadValue, ConfigError
 from protocols.pia.keys import parse_mac
 from protocols.pia.versions import Cipher, HeaderFormat, NetworkType, VersionProfile
 
-__all__ = ["NonceBuilder", "NonceHeader", "UnknownSource", "ldn_crc_prefix", "nonce_builder"]
+__all__ = [
+    "NonceBuilder",
+    "NonceHeader",
+    "NonceParts",
+    "UnknownSource",
+    "ldn_crc_prefix",
+    "nonce_builder",
+    "nonce_parts",
+]
 
 #: Per-source caches are cleared when they reach this many entries.
 CACHE_LIMIT = 4096
@@ -78,6 +95,47 @@ class NonceHeader(Protocol):
 
 
 NonceBuilder = Callable[[NonceHeader, str], bytes]
+
+
+@attrs.frozen
+class NonceParts:
+    """One builder's rule as data: ``nonce = lead + id byte + middle + HN[skip:]``.
+
+    *lead* is ``lookup(source) or learn(source)`` when *lookup* is set (the
+    per-source prefix: a cache hit is one call of ``lookup``, which returns
+    None on a miss) and the fixed bytes *fixed* otherwise.  The id byte is
+    ``header.<id_field> & 0xFF`` when *id_field* is set
+    (``"connection_id"`` or ``"source_variable_id"``).  A composed nonce that
+    is not 12 bytes is the builder's error, so callers then ask the builder.
+    """
+
+    lookup: Callable[[str], bytes | None] | None
+    learn: Callable[[str], bytes] | None
+    fixed: bytes
+    id_field: str | None
+    middle: bytes
+    skip: int
+
+    def build(self, header: NonceHeader, source_ip: str) -> bytes:
+        """The nonce these parts describe (the builder's value for a 12-byte result)."""
+        if self.lookup is not None:
+            lead = self.lookup(source_ip) or self.learn(source_ip)  # type: ignore[misc]
+        else:
+            lead = self.fixed
+        if self.id_field is not None:
+            lead += _BYTE[getattr(header, self.id_field) & 0xFF]
+        return lead + self.middle + header.nonce[self.skip :]
+
+
+def nonce_parts(builder: Callable[..., bytes]) -> NonceParts | None:
+    """The :class:`NonceParts` of a builder from :func:`nonce_builder`, or None for any other callable."""
+    parts = getattr(builder, "nonce_parts", None)
+    return parts if isinstance(parts, NonceParts) else None
+
+
+def _described(builder: NonceBuilder, parts: NonceParts) -> NonceBuilder:
+    builder.nonce_parts = parts  # type: ignore[attr-defined]
+    return builder
 
 
 def _u32(value: int | None, what: str) -> int:
@@ -209,7 +267,7 @@ def nonce_builder(
                 raise _bad_length(nonce)
             return nonce
 
-        return npln
+        return _described(npln, NonceParts(None, None, prefix, None, b"", 0))
     raise ConfigError(f"unknown network type {network!r}")  # pragma: no cover - the enum has four members
 
 
@@ -226,7 +284,7 @@ def _nex(profile: VersionProfile, era: str, gathering_id: int) -> NonceBuilder:
                 raise _bad_length(nonce)
             return nonce
 
-        return nex_conn
+        return _described(nex_conn, NonceParts(None, None, b"", "connection_id", gid3, 0))
 
     def nex_var(header: NonceHeader, source_ip: str) -> bytes:
         nonce = byte[header.source_variable_id & 0xFF] + gid3 + header.nonce  # type: ignore[operator]
@@ -234,7 +292,7 @@ def _nex(profile: VersionProfile, era: str, gathering_id: int) -> NonceBuilder:
             raise _bad_length(nonce)
         return nonce
 
-    return nex_var
+    return _described(nex_var, NonceParts(None, None, b"", "source_variable_id", gid3, 0))
 
 
 def _lan(era: str) -> NonceBuilder:
@@ -248,7 +306,7 @@ def _lan(era: str) -> NonceBuilder:
                 raise _bad_length(nonce)
             return nonce
 
-        return lan_6x
+        return _described(lan_6x, NonceParts(get6, miss6, b"", None, b"", 0))
     get, miss = _source_cache(_ipv4_bytes)
     # 5.x LAN drops the first header-nonce byte to make room for the id byte.
     if era == "conn":
@@ -259,7 +317,7 @@ def _lan(era: str) -> NonceBuilder:
                 raise _bad_length(nonce)
             return nonce
 
-        return lan_conn
+        return _described(lan_conn, NonceParts(get, miss, b"", "connection_id", b"", 1))
 
     def lan_var(header: NonceHeader, source_ip: str) -> bytes:
         nonce = (get(source_ip) or miss(source_ip)) + byte[header.source_variable_id & 0xFF] + header.nonce[1:]  # type: ignore[operator]
@@ -267,7 +325,7 @@ def _lan(era: str) -> NonceBuilder:
             raise _bad_length(nonce)
         return nonce
 
-    return lan_var
+    return _described(lan_var, NonceParts(get, miss, b"", "source_variable_id", b"", 1))
 
 
 def _ldn6(network_id: int) -> NonceBuilder:
@@ -283,7 +341,7 @@ def _ldn6(network_id: int) -> NonceBuilder:
             raise _bad_length(nonce)
         return nonce
 
-    return ldn_6x
+    return _described(ldn_6x, NonceParts(get, miss, b"", None, b"", 0))
 
 
 def _ldn5(era: str, network_id: int, macs: Mapping[str, bytes | str]) -> NonceBuilder:
@@ -315,7 +373,8 @@ def _ldn5(era: str, network_id: int, macs: Mapping[str, bytes | str]) -> NonceBu
                 raise _bad_length(nonce)
             return nonce
 
-        return ldn_conn
+        # crc_for reads the live MAC table every time: it is the lookup itself.
+        return _described(ldn_conn, NonceParts(crc_for, crc_for, b"", "connection_id", b"", 0))
 
     def ldn_var(header: NonceHeader, source_ip: str) -> bytes:
         nonce = crc_for(source_ip) + byte[header.source_variable_id & 0xFF] + header.nonce  # type: ignore[operator]
@@ -323,4 +382,4 @@ def _ldn5(era: str, network_id: int, macs: Mapping[str, bytes | str]) -> NonceBu
             raise _bad_length(nonce)
         return nonce
 
-    return ldn_var
+    return _described(ldn_var, NonceParts(crc_for, crc_for, b"", "source_variable_id", b"", 0))

@@ -58,23 +58,17 @@ import attrs
 
 from protocols.crypto.aead import gcm
 from protocols.errors import AuthenticationError, BadValue, ConfigError, DecodeError, EncodeError, ShortData
-from protocols.pia.header import (
-    HEADER_SIZES,
-    HMAC_TRAILER_SIZE,
-    PacketHeader,
-    decode_header,
-    encode_header,
-    header_decoder,
-    header_encoder,
-)
+from protocols.pia.header import HMAC_TRAILER_SIZE, PacketHeader, decode_header, encode_header, header_layout
 from protocols.pia.message import (
     Message,
     decode_messages,
     encode_messages,
+    lone_delta_layout,
     lone_message_decoder,
     lone_message_encoder,
 )
-from protocols.pia.versions import Cipher, HeaderFormat, VersionProfile
+from protocols.pia.nonce import nonce_parts
+from protocols.pia.versions import Cipher, HeaderFormat, MessageFormat, VersionProfile
 
 __all__ = ["NonceBuilder", "Packet", "PacketCodec", "PacketReport"]
 
@@ -82,6 +76,7 @@ __all__ = ["NonceBuilder", "Packet", "PacketCodec", "PacketReport"]
 NonceBuilder = Callable[[PacketHeader, str], bytes]
 
 _FF16 = b"\xff" * 16
+_BYTE = [bytes((i,)) for i in range(256)]
 _FOOTER_STRUCTS = [struct.Struct(f">{n}H") for n in range(128)]
 
 
@@ -163,17 +158,13 @@ class PacketCodec:
 
     __slots__ = (
         "_ecb",
+        "_fast_decode",
+        "_fast_encode",
         "_gcm",
-        "_hdec",
-        "_henc",
         "_hmac",
-        "_hsize",
-        "_inner_footer",
         "_lone_dec",
         "_lone_enc",
         "_nonce",
-        "_open",
-        "_seal_raw",
         "_tag_len",
         "last_nonce",
         "profile",
@@ -210,18 +201,11 @@ class PacketCodec:
             mac_key = hmac_key if hmac_key is not None else session_key
             if mac_key is not None:
                 self._hmac = _hmac_base(bytes(mac_key))
-        # Per-packet fast path (GCM with a key): everything bound once here.
-        self._seal_raw: Any = None
-        self._open: Any = None
-        self._hdec = header_decoder(profile)
-        self._henc = header_encoder(profile)
-        self._hsize = HEADER_SIZES[profile.header_format]
+        # Per-packet fast paths (GCM with a key): one closure per direction, bound once here.
         self._lone_enc = lone_message_encoder(profile)
         self._lone_dec = lone_message_decoder(profile)
-        self._inner_footer = profile.footer == "encrypted"
-        if self._gcm is not None:
-            self._seal_raw = self._gcm.seal_raw
-            self._open = self._gcm.open
+        self._fast_encode = _fast_encoder(self)
+        self._fast_decode = _fast_decoder(self)
 
     @property
     def can_decrypt(self) -> bool:
@@ -246,25 +230,10 @@ class PacketCodec:
             EncodeError: a field does not fit its format.
             ConfigError: encryption or signing requested without a key.
         """
-        seal = self._seal_raw
-        if seal is not None:
-            # Fast path: an encrypted GCM packet of one message with a complete
-            # header and no footer.  Same steps and order as the general code
-            # (messages, nonce, seal, header); anything else goes there.
-            h = packet.header
-            messages = packet.messages
-            if h.encrypted and len(messages) == 1 and not packet.footer and len(h.nonce) == 8:
-                got = self._lone_enc(messages[0])
-                if got is not None:
-                    nonce = self._nonce(h, source)  # type: ignore[misc]
-                    if type(nonce) is bytes and len(nonce) == 12:
-                        pt, ff = got
-                        out = seal(nonce, pt, None)  # ciphertext || 16-byte tag
-                        cut = len(out) - 16
-                        head = self._henc(
-                            h, out[cut : cut + self._tag_len], 0, ff if self._inner_footer else h.padding_size
-                        )
-                        return head + out[:cut]
+        fast = self._fast_encode
+        if fast is not None:
+            # One closure for the common shape; it hands everything else to _encode_general.
+            return fast(packet, source)  # type: ignore[no-any-return]
         return self._encode_general(packet, source)
 
     def _encode_general(self, packet: Packet, source: str) -> bytes:
@@ -324,19 +293,11 @@ class PacketCodec:
             AuthenticationError: bad tag/HMAC, or no key to check or decrypt it.
             DecodeError: any other malformation.
         """
-        if type(data) is not bytes:
-            data = bytes(data)
-        header = self._hdec(data)
-        if header.encrypted and not header.footer_size and self._open is not None:
-            # Fast path: an encrypted GCM packet without footer bytes, usually
-            # one complete message.  Same steps as the general code.
-            nonce = self._nonce(header, source)  # type: ignore[misc]
-            self.last_nonce = nonce
-            body = self._open(nonce, data[self._hsize :], header.tag)
-            if self._inner_footer:
-                body = self._split_inner(body, header)[0]
-            return Packet(header, self._lone_dec(body) or decode_messages(body, self.profile), ())
-        return self._decode_rest(data, header, self._hsize, source, verify)
+        fast = self._fast_decode
+        if fast is not None:
+            # One closure for the common shape; it hands everything else to _decode_general.
+            return fast(data, source, verify)  # type: ignore[no-any-return]
+        return self._decode_general(data, source, verify=verify)
 
     def _decode_general(self, data: bytes, source: str, *, verify: bool = True) -> Packet:
         """:meth:`decode` for every datagram: the reference the fast path must equal."""
@@ -449,3 +410,302 @@ class PacketCodec:
                 f" {len(plaintext)}-byte plaintext"
             )
         return plaintext[:start], plaintext[start:end]
+
+
+# -- per-profile one-closure fast paths --------------------------------------
+#
+# The node's datagrams nearly all have one shape: an encrypted GCM packet of a
+# single message whose header has every field, and no footer.  For that shape
+# the codec binds one closure per direction at construction, with every
+# constant of the profile, key and nonce rule in closure cells: the message
+# struct, the nonce parts, the AEAD call, the header struct and the final join
+# run in one Python frame.  Anything else, and any doubt (a check fails or an
+# operation raises), goes to _encode_general / the general decoder, so the
+# result is always theirs: same bytes or value, same error.
+
+
+class _Uncommon(Exception):
+    """Internal: the packet is not of the common shape (never leaves the encode closure)."""
+
+
+def _fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
+    profile = codec.profile
+    aead = codec._gcm
+    hf = profile.header_format
+    if aead is None or hf is HeaderFormat.A:
+        return None
+    tag_len = profile.tag_length
+    if tag_len != (16 if hf is HeaderFormat.B or hf is HeaderFormat.C else 8):
+        return None  # the header's tag field would not take the tag: encode_header reports it
+    general = codec._encode_general
+    seal = aead.seal_raw
+    hpack_st, versions, magic = header_layout(hf)
+    hpack = hpack_st.pack
+    default_version = profile.header_version
+    inner = profile.footer == "encrypted"
+    is_b = hf is HeaderFormat.B
+    is_cd = hf is HeaderFormat.C or hf is HeaderFormat.D
+    is_g = hf is HeaderFormat.G
+    mf = profile.message_format
+    layout = lone_delta_layout(profile)
+    lone_enc = codec._lone_enc
+    is_me = mf is MessageFormat.E
+    is_mg = mf is MessageFormat.G
+    if layout is not None:
+        mpack = layout[0].pack
+        full = layout[1]
+        tails = layout[2]
+    join = b"".join
+    builder = codec._nonce
+    parts = nonce_parts(builder) if builder is not None else None
+    inline_nonce = parts is not None
+    if parts is not None:
+        lookup, learn, fixed, skip, middle = parts.lookup, parts.learn, parts.fixed, parts.skip, parts.middle
+        id_kind = 0 if parts.id_field is None else 1 if parts.id_field == "connection_id" else 2
+        if (id_kind == 2 and parts.id_field != "source_variable_id") or (id_kind == 0 and middle):
+            inline_nonce = False
+    byte = _BYTE
+
+    def encode(packet: Packet, source: str) -> bytes:
+        try:
+            h = packet.header
+            messages = packet.messages
+            hn = h.nonce
+            if not (h.encrypted and len(messages) == 1 and not packet.footer and len(hn) == 8):
+                raise _Uncommon
+            # Message: the checks of encode_messages for a lone complete header.
+            m = messages[0]
+            if layout is not None:
+                payload = m.payload
+                n = len(payload)
+                p = m.presence
+                if not (
+                    (p is None or (p == full and type(p) is int))
+                    and n <= 0xFFFF
+                    and m.source_station_index is None
+                    and not m.reserved
+                ):
+                    raise _Uncommon
+                tail, ff = tails[n & 15]
+                if is_mg:
+                    if m.source_constant_id is not None or m.destination:
+                        raise _Uncommon
+                    pt = join((mpack(full, m.flags, n, m.protocol_type, m.protocol_port, m.extra), payload, tail))
+                else:
+                    ptype = m.protocol_type
+                    port = m.protocol_port
+                    src_id = m.source_constant_id
+                    if m.extra or not (0 <= ptype <= 0xFF and 0 <= port <= 0xFFFFFF):
+                        raise _Uncommon
+                    if is_me:
+                        if src_id is None:
+                            raise _Uncommon
+                        head = mpack(full, m.flags, n, ptype << 24 | port, m.destination, src_id)
+                    else:
+                        if src_id is not None:
+                            raise _Uncommon
+                        head = mpack(full, m.flags, n, ptype << 24 | port, m.destination)
+                    pt = join((head, payload, tail))
+            else:
+                got = lone_enc(m)
+                if got is None:
+                    raise _Uncommon
+                pt, ff = got
+            # Header: the checks of encode_header, before any crypto.
+            padding = ff if inner else h.padding_size
+            if is_b:
+                if not (
+                    h.version is None
+                    and h.destination_variable_id is None
+                    and h.source_variable_id is None
+                    and not padding
+                    and not h.packet_flags
+                ):
+                    raise _Uncommon
+            else:
+                v = h.version
+                if v is None:
+                    v = default_version
+                if not (v in versions and h.source_timer is None and h.destination_timer is None):
+                    raise _Uncommon
+                if is_cd:
+                    if not (
+                        h.destination_variable_id is None
+                        and h.source_variable_id is None
+                        and not padding
+                        and not h.packet_flags
+                    ):
+                        raise _Uncommon
+                elif h.connection_id:
+                    raise _Uncommon
+                elif is_g:
+                    flags = h.packet_flags
+                    if not (0 <= padding <= 15 and 0 <= flags <= 15):
+                        raise _Uncommon
+                elif padding or h.packet_flags:
+                    raise _Uncommon
+            # Nonce: the builder's rule from its parts (protocols/pia/nonce.py).
+            if inline_nonce:
+                if lookup is not None:
+                    lead = lookup(source) or learn(source)
+                else:
+                    lead = fixed
+                if id_kind == 1:
+                    lead += byte[h.connection_id & 0xFF] + middle
+                elif id_kind == 2:
+                    lead += byte[h.source_variable_id & 0xFF] + middle
+                nonce = lead + hn[1:] if skip else lead + hn
+            else:
+                nonce = builder(h, source)  # type: ignore[misc]
+            if type(nonce) is not bytes or len(nonce) != 12:
+                raise _Uncommon
+            out = seal(nonce, pt, None)  # ciphertext || 16-byte tag
+            cut = len(out) - 16
+            tag = out[cut : cut + tag_len]
+            if is_cd:
+                head = hpack(magic, v | 0x80, h.connection_id, h.packet_id, hn, tag)
+            elif is_b:
+                head = hpack(
+                    magic, 2, h.connection_id, h.packet_id, h.source_timer or 0, h.destination_timer or 0, hn, tag
+                )
+            elif is_g:
+                head = hpack(
+                    magic,
+                    v | 0x80,
+                    padding << 4 | flags,
+                    h.destination_variable_id or 0,
+                    h.source_variable_id or 0,
+                    h.packet_id,
+                    0,
+                    hn,
+                    tag,
+                )
+            else:
+                head = hpack(
+                    magic, v | 0x80, h.destination_variable_id or 0, h.source_variable_id or 0, h.packet_id, 0, hn, tag
+                )
+            return head + out[:cut]
+        except Exception:  # not the common shape, or something to report: the general path decides
+            pass
+        return general(packet, source)
+
+    return encode
+
+
+def _fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
+    profile = codec.profile
+    aead = codec._gcm
+    hf = profile.header_format
+    if aead is None or hf is HeaderFormat.A:
+        return None
+    general = codec._decode_general
+    open_ = aead.open
+    st, versions, magic = header_layout(hf)
+    unpack = st.unpack_from
+    hsize = st.size
+    inner = profile.footer == "encrypted"
+    is_b = hf is HeaderFormat.B
+    is_cd = hf is HeaderFormat.C or hf is HeaderFormat.D
+    is_g = hf is HeaderFormat.G
+    layout = lone_delta_layout(profile)
+    lone_dec = codec._lone_dec
+    mf = profile.message_format
+    is_me = mf is MessageFormat.E
+    is_mg = mf is MessageFormat.G
+    align = profile.align_messages
+    if layout is not None:
+        munpack = layout[0].unpack_from
+        mhsize = layout[0].size
+        full = layout[1]
+    builder = codec._nonce
+    parts = nonce_parts(builder) if builder is not None else None
+    inline_nonce = parts is not None
+    if parts is not None:
+        lookup, learn, fixed, skip, middle = parts.lookup, parts.learn, parts.fixed, parts.skip, parts.middle
+        id_field = parts.id_field
+        # The id byte comes from the unpacked header: the connection id (H-B..H-D) or source variable id (H-E..H-G).
+        if id_field is None:
+            inline_nonce = not middle
+        else:
+            inline_nonce = id_field == ("connection_id" if is_b or is_cd else "source_variable_id")
+    byte = _BYTE
+    ph = PacketHeader
+    msg = Message
+    pkt = Packet
+    split_inner = codec._split_inner
+
+    def decode(data: bytes, source: str, verify: bool = True) -> Packet:
+        if type(data) is not bytes or len(data) < hsize:
+            return general(data, source, verify=verify)
+        # Header: one unpack; only an encrypted, footer-less header of the profile stays here.
+        if is_cd:
+            m_, b4, idv, pid, hn, tag = unpack(data)
+            v = b4 & 0x7F
+            if m_ != magic or b4 < 0x80 or v not in versions:
+                return general(data, source, verify=verify)
+            h = ph(True, pid, idv, v, None, None, None, None, 0, 0, 0, hn, tag)
+        elif is_b:
+            m_, b4, idv, pid, st_, dt, hn, tag = unpack(data)
+            if m_ != magic or b4 != 2:
+                return general(data, source, verify=verify)
+            h = ph(True, pid, idv, None, st_, dt, None, None, 0, 0, 0, hn, tag)
+        elif is_g:
+            m_, b4, pf, dst, idv, pid, fs, hn, tag = unpack(data)
+            v = b4 & 0x7F
+            if m_ != magic or b4 < 0x80 or v not in versions or fs:
+                return general(data, source, verify=verify)
+            h = ph(True, pid, 0, v, None, None, dst, idv, 0, pf >> 4, pf & 0x0F, hn, tag)
+        else:
+            m_, b4, dst, idv, pid, fs, hn, tag = unpack(data)
+            v = b4 & 0x7F
+            if m_ != magic or b4 < 0x80 or v not in versions or fs:
+                return general(data, source, verify=verify)
+            h = ph(True, pid, 0, v, None, None, dst, idv, 0, 0, 0, hn, tag)
+        # From here on every step is the general decoder's, errors included.
+        if inline_nonce:
+            if lookup is not None:
+                lead = lookup(source) or learn(source)
+            else:
+                lead = fixed
+            if id_field is not None:
+                lead += byte[idv & 0xFF] + middle
+            nonce = lead + hn[1:] if skip else lead + hn
+            if len(nonce) != 12:
+                nonce = builder(h, source)  # type: ignore[misc]  # raises the builder's error
+        else:
+            nonce = builder(h, source)  # type: ignore[misc]
+        codec.last_nonce = nonce
+        body = open_(nonce, data[hsize:], tag)
+        if inner:
+            pad = pf >> 4 if is_g else 0
+            if pad:
+                body = body[: len(body) - pad] if pad <= len(body) else split_inner(body, h)[0]
+        if layout is not None:
+            # One message with every field, then only its alignment pad and 0xFF padding (§2.4).
+            end = len(body)
+            if end >= mhsize and body[0] == full:
+                if is_mg:
+                    _, flags, size, ptype, port, extra = munpack(body)
+                    dest = 0
+                    src = None
+                else:
+                    extra = 0
+                    if is_me:
+                        _, flags, size, tp, dest, src = munpack(body)
+                    else:
+                        _, flags, size, tp, dest = munpack(body)
+                        src = None
+                    ptype = tp >> 24
+                    port = tp & 0xFFFFFF
+                stop = mhsize + size
+                if stop < end:
+                    pos = stop + (-stop & 3) if align else stop
+                    lone = pos >= end or (body[pos] == 0xFF and body.count(0xFF, pos) == end - pos)
+                else:
+                    lone = stop == end
+                if lone:
+                    return pkt(h, (msg(ptype, port, body[mhsize:stop], flags, dest, src, None, 0, extra, full),), ())
+            return pkt(h, decode_messages(body, profile), ())
+        return pkt(h, lone_dec(body) or decode_messages(body, profile), ())
+
+    return decode

@@ -8,7 +8,9 @@
 message format (H-A..H-G, M-A..M-G) with values the general code rejects, so
 each pair must give the same bytes or value, or an error of the same class.
 Each property also checks that the fast path is really taken for the common
-shape, so a fast path that silently always falls back fails the test.
+shape, so a fast path that silently always falls back fails the test.  The
+codec properties run every network's nonce builder (the codec composes nonces
+from ``NonceParts`` inline) and sources the builders reject.
 """
 
 from __future__ import annotations
@@ -40,11 +42,20 @@ from protocols.pia.message import (
     lone_message_decoder,
     lone_message_encoder,
 )
-from protocols.pia.nonce import nonce_builder
+from protocols.pia.nonce import nonce_builder, nonce_parts
 from protocols.pia.packet import Packet, PacketCodec
+from protocols.errors import ConfigError
 from protocols.pia.versions import DOCUMENTED_VERSIONS, Cipher, HeaderFormat, MessageFormat, VersionProfile, profile_for
 
 SRC_IP = "10.0.0.7"
+#: Sources for the codec properties: LDN knows only SRC_IP's MAC; 5.x LAN/LDN take IPv4 only.
+SOURCES = [SRC_IP, SRC_IP, SRC_IP, "10.0.0.8", "fe80::7", "no address"]
+NETWORK_PARAMS: dict[str, dict[str, Any]] = {
+    "lan": {},
+    "nex": {"gathering_id": 0x12345678},
+    "ldn": {"network_id": 0xCAFEBABE, "macs": {SRC_IP: "02:00:5e:10:00:07"}},
+    "npln": {"network_id": 0x0A0B0C0D},
+}
 BACKENDS = available_backends()
 #: One version per (header format, message format, cipher, footer) combination.
 PROFILES = sorted(
@@ -52,6 +63,22 @@ PROFILES = sorted(
     key=lambda p: p.version,
 )
 GCM_PROFILES = [p for p in PROFILES if p.cipher is Cipher.GCM]
+
+
+def networks(profile: VersionProfile) -> list[str]:
+    """The network types with a nonce rule for *profile* (none for the AES-ECB era)."""
+    out = []
+    for name, params in NETWORK_PARAMS.items():
+        try:
+            nonce_builder(profile, name, **params)
+        except ConfigError:
+            continue
+        out.append(name)
+    return out
+
+
+def builder_for(profile: VersionProfile, network: str) -> Any:
+    return nonce_builder(profile, network, **NETWORK_PARAMS[network]) if profile.cipher is Cipher.GCM else None
 
 
 def test_profiles_cover_every_format() -> None:
@@ -284,6 +311,10 @@ def body_case(draw: st.DrawFn, profile: VersionProfile) -> tuple[bytes, bool]:
     body = bytearray(encode_messages(messages, profile))
     body += b"\xff" * draw(st.integers(0, 17))
     lone = len(messages) == 1 and not (len(encode_messages(messages, profile)) and body[0] == 0xFF)
+    # Sometimes bytes after the 0xFF padding: the padding must run to the end (§2.4).
+    junk = draw(st.one_of(st.just(b""), st.just(b""), st.binary(min_size=1, max_size=4)))
+    body += junk
+    lone = lone and junk.count(0xFF) == len(junk)
     for pos, value in draw(flips(120, 3)):
         if pos < len(body):
             body[pos] = value
@@ -320,19 +351,61 @@ class SpyCodec(PacketCodec):
     """Counts calls of the general paths (a subclass without __slots__ may hold attributes)."""
 
     general_calls = 0
+    general_decodes = 0
 
     def _encode_general(self, packet: Packet, source: str) -> bytes:
         self.general_calls += 1
         return super()._encode_general(packet, source)
 
+    def _decode_general(self, data: bytes, source: str, *, verify: bool = True) -> Packet:
+        self.general_decodes += 1
+        return super()._decode_general(data, source, verify=verify)
 
-def codec_pair(profile: VersionProfile, backend: str, key: bytes) -> tuple[SpyCodec, PacketCodec]:
-    builder = nonce_builder(profile, "lan") if profile.cipher is Cipher.GCM else None
+
+def codec_pair(profile: VersionProfile, backend: str, key: bytes, network: str = "lan") -> tuple[SpyCodec, PacketCodec]:
+    """A spied codec and a reference codec, each with its own builder (and so its own caches)."""
     gcm_backend = backend if profile.cipher is Cipher.GCM else None
     return (
-        SpyCodec(profile, key, builder, backend=gcm_backend),
-        PacketCodec(profile, key, builder, backend=gcm_backend),
+        SpyCodec(profile, key, builder_for(profile, network), backend=gcm_backend),
+        PacketCodec(profile, key, builder_for(profile, network), backend=gcm_backend),
     )
+
+
+@st.composite
+def nonce_header(draw: st.DrawFn) -> PacketHeader:
+    """Headers as a nonce builder sees them, ids and nonces sometimes out of shape."""
+    ids = st.one_of(u8, u16, u32, st.just(-1))
+    return PacketHeader(
+        True,
+        0,
+        draw(ids),
+        source_variable_id=draw(st.one_of(ids, st.none())),
+        nonce=draw(st.one_of(st.binary(min_size=8, max_size=8), st.binary(max_size=10))),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_nonce_parts_equal_the_builder(data: st.DataObject) -> None:
+    profile = data.draw(st.sampled_from(GCM_PROFILES))
+    network = data.draw(st.sampled_from(networks(profile)))
+    builder = builder_for(profile, network)
+    parts = nonce_parts(builder)
+    assert parts is not None
+    h = data.draw(nonce_header())
+    source = data.draw(st.sampled_from(SOURCES))
+    want = outcome(builder, h, source)
+    got = outcome(parts.build, h, source)
+    if want[0] == "ok":
+        assert got == want
+    elif got[0] == "ok":
+        assert len(got[1]) != 12  # the builder's length check: callers ask the builder then
+    else:
+        assert got == want
+
+
+def test_nonce_parts_only_for_our_builders() -> None:
+    assert nonce_parts(lambda h, s: bytes(12)) is None
 
 
 @st.composite
@@ -348,26 +421,26 @@ def packet_case(draw: st.DrawFn, profile: VersionProfile) -> tuple[Packet, bool]
     return Packet(h, messages, footer), common
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.data())
 def test_codec_encode_equals_general(data: st.DataObject) -> None:
     profile = data.draw(st.sampled_from(PROFILES))
     backend = data.draw(st.sampled_from(BACKENDS))
-    spy, general = codec_pair(profile, backend, data.draw(st.binary(min_size=16, max_size=16)))
+    network = data.draw(st.sampled_from(networks(profile) or ["lan"]))
+    spy, general = codec_pair(profile, backend, data.draw(st.binary(min_size=16, max_size=16)), network)
     packet, common = data.draw(packet_case(profile))
-    fast = outcome(spy.encode, packet, SRC_IP)
-    assert fast == outcome(general._encode_general, packet, SRC_IP)
-    if common and profile.cipher is Cipher.GCM:
+    source = data.draw(st.sampled_from(SOURCES))
+    fast = outcome(spy.encode, packet, source)
+    assert fast == outcome(general._encode_general, packet, source)
+    if common and profile.cipher is Cipher.GCM and source == SRC_IP:
         assert fast[0] == "ok"
         assert spy.general_calls == 0, "an encrypted one-message packet must take the fast path"
 
 
 @st.composite
-def datagram_case(draw: st.DrawFn, profile: VersionProfile, key: bytes) -> bytes:
+def datagram_case(draw: st.DrawFn, profile: VersionProfile, key: bytes, network: str = "lan") -> bytes:
     """Datagrams: encoded packets, sealed arbitrary bodies (GCM), both mutated; or garbage."""
-    general = PacketCodec(
-        profile, key, nonce_builder(profile, "lan") if profile.cipher is Cipher.GCM else None
-    )
+    general = PacketCodec(profile, key, builder_for(profile, network))
     packet, _ = draw(packet_case(profile))
     try:
         raw = bytearray(general._encode_general(packet, SRC_IP))
@@ -378,7 +451,7 @@ def datagram_case(draw: st.DrawFn, profile: VersionProfile, key: bytes) -> bytes
         h, _, _, _, _ = draw(header_case(profile).filter(lambda c: c[4]))
         h = attrs.evolve(h, encrypted=True)
         body, _ = draw(body_case(profile))
-        ct, tag = gcm(key).seal(nonce_builder(profile, "lan")(h, SRC_IP), body, profile.tag_length)
+        ct, tag = gcm(key).seal(builder_for(profile, network)(h, SRC_IP), body, profile.tag_length)
         fs = draw(st.sampled_from([0, 0, 2, 4])) if profile.footer != "none" else 0
         ps = draw(st.integers(0, 15)) if profile.header_format is HeaderFormat.G else 0
         raw = bytearray(encode_header(h, profile, tag=tag, footer_size=fs, padding_size=ps) + ct)
@@ -395,15 +468,78 @@ def datagram_case(draw: st.DrawFn, profile: VersionProfile, key: bytes) -> bytes
 def test_codec_decode_equals_general(data: st.DataObject) -> None:
     profile = data.draw(st.sampled_from(PROFILES))
     backend = data.draw(st.sampled_from(BACKENDS))
+    network = data.draw(st.sampled_from(networks(profile) or ["lan"]))
     key = data.draw(st.binary(min_size=16, max_size=16))
-    fast, general = codec_pair(profile, backend, key)
-    raw = data.draw(datagram_case(profile, key))
+    fast, general = codec_pair(profile, backend, key, network)
+    raw = data.draw(datagram_case(profile, key, network))
+    source = data.draw(st.sampled_from(SOURCES))
     verify = data.draw(st.booleans())
-    got = outcome(fast.decode, raw, SRC_IP, verify=verify)
-    assert got == outcome(general._decode_general, raw, SRC_IP, verify=verify)
+    got = outcome(fast.decode, raw, source, verify=verify)
+    assert got == outcome(general._decode_general, raw, source, verify=verify)
     assert fast.last_nonce == general.last_nonce
     if got[0] == "error":
         assert issubclass(got[1], DecodeError)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_codec_decode_one_message_and_any_tail(data: st.DataObject) -> None:
+    """Sealed bodies of one message, then alignment/0xFF padding and sometimes more: the closure's message checks."""
+    profile = data.draw(st.sampled_from(GCM_PROFILES))
+    backend = data.draw(st.sampled_from(BACKENDS))
+    key = bytes(range(16))
+    fast, general = codec_pair(profile, backend, key)
+    m, _ = data.draw(message_case(profile).filter(lambda c: c[1]))
+    body = encode_messages((m,), profile) + data.draw(
+        st.one_of(st.binary(max_size=20), st.integers(0, 20).map(lambda k: b"\xff" * k))
+    )
+    if data.draw(st.booleans()):
+        body += b"\xff" * data.draw(st.integers(1, 17)) + data.draw(st.binary(max_size=3))
+    h = attrs.evolve(node_header(profile), nonce=data.draw(st.binary(min_size=8, max_size=8)))
+    ps = data.draw(st.integers(0, 15)) if profile.header_format is HeaderFormat.G else 0
+    ct, tag = gcm(key).seal(builder_for(profile, "lan")(h, SRC_IP), body, profile.tag_length)
+    raw = encode_header(h, profile, tag=tag, padding_size=ps) + ct
+    got = outcome(fast.decode, raw, SRC_IP)
+    assert got == outcome(general._decode_general, raw, SRC_IP)
+    assert fast.last_nonce == general.last_nonce
+    assert fast.general_decodes == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("profile", GCM_PROFILES, ids=lambda p: p.name)
+def test_codec_fast_paths_taken_for_every_network(profile: VersionProfile, backend: str) -> None:
+    """A node's packet takes both closures, whatever the network's nonce rule, and matches the general code."""
+    for network in networks(profile):
+        spy, general = codec_pair(profile, backend, bytes(range(16)), network)
+        packet = Packet(node_header(profile), (node_message(profile),))
+        raw = spy.encode(packet, SRC_IP)
+        assert raw == general._encode_general(packet, SRC_IP)
+        got = spy.decode(raw, SRC_IP)
+        assert got == general._decode_general(raw, SRC_IP)
+        assert got.header.nonce == packet.header.nonce and not got.footer
+        assert got.messages[0].payload == b"payload"
+        assert spy.last_nonce == general.last_nonce == builder_for(profile, network)(packet.header, SRC_IP)
+        assert (spy.general_calls, spy.general_decodes) == (0, 0), network
+
+
+def node_header(profile: VersionProfile) -> PacketHeader:
+    """An encrypted header as the node sends it."""
+    fmt = profile.header_format
+    if fmt in (HeaderFormat.B, HeaderFormat.C, HeaderFormat.D):
+        timers = {"source_timer": 1, "destination_timer": 2} if fmt is HeaderFormat.B else {}
+        return PacketHeader(True, 5, 9, nonce=bytes(range(8)), **timers)  # type: ignore[arg-type]
+    return PacketHeader(True, 5, destination_variable_id=3, source_variable_id=4, nonce=bytes(range(8)))
+
+
+def node_message(profile: VersionProfile) -> Message:
+    mf = profile.message_format
+    return Message(
+        1,
+        2,
+        b"payload",
+        destination=0 if mf is MessageFormat.G else 7,
+        source_constant_id=None if mf in (MessageFormat.F, MessageFormat.G) else 8,
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -413,19 +549,8 @@ def test_decode_fast_path_sets_last_nonce_and_matches(profile: VersionProfile, b
     fast, general = codec_pair(profile, backend, key)
     builder = nonce_builder(profile, "lan")
     fmt = profile.header_format
-    if fmt in (HeaderFormat.B, HeaderFormat.C, HeaderFormat.D):
-        timers = {"source_timer": 1, "destination_timer": 2} if fmt is HeaderFormat.B else {}
-        h = PacketHeader(True, 5, 9, nonce=bytes(range(8)), **timers)  # type: ignore[arg-type]
-    else:
-        h = PacketHeader(True, 5, destination_variable_id=3, source_variable_id=4, nonce=bytes(range(8)))
-    mf = profile.message_format
-    m = Message(
-        1,
-        2,
-        b"payload",
-        destination=0 if mf is MessageFormat.G else 7,
-        source_constant_id=None if mf in (MessageFormat.F, MessageFormat.G) else 8,
-    )
+    h = node_header(profile)
+    m = node_message(profile)
     raw = general._encode_general(Packet(h, (m,)), SRC_IP)
     assert fast.encode(Packet(h, (m,)), SRC_IP) == raw
     assert fast.general_calls == 0
