@@ -13,6 +13,10 @@ nonce is, spec §3.2).  A wrong key, nonce or tampered byte raises
 returns ``ciphertext || 16-byte tag`` in one object without argument checks
 (for *cryptography* it is ``AESGCM.encrypt`` itself), and the caller slices
 the tag to its length.  ``seal``/``open`` keep their checks and shapes.
+The *cryptography* backend also offers ``open_raw`` (``AESGCM.decrypt``
+itself: ``ciphertext || full 16-byte tag`` in, plaintext out, raising
+``open_raw_error`` on a bad tag) for callers that check the nonce and tag
+lengths themselves; :func:`open_raw` returns it, or None for pycryptodome.
 
 Theory of operation
 -------------------
@@ -60,9 +64,19 @@ from typing import Any, Protocol
 
 from protocols.errors import AuthenticationError, ConfigError
 
-__all__ = ["BACKENDS", "Gcm", "available_backends", "default_backend", "gcm", "pycryptodome_fast_path_ok"]
+__all__ = [
+    "BACKENDS",
+    "GCM_MISMATCH",
+    "Gcm",
+    "available_backends",
+    "default_backend",
+    "gcm",
+    "open_raw",
+    "pycryptodome_fast_path_ok",
+]
 
-_MISMATCH = "GCM tag mismatch (wrong key or tampered packet)"
+#: The message of the AuthenticationError raised for a tag that does not verify.
+GCM_MISMATCH = _MISMATCH = "GCM tag mismatch (wrong key or tampered packet)"
 
 # Counter suffixes for the ECB-built keystream: nonce.join(_COUNTERS[:k + 2])
 # is J0 (counter 1) followed by the counter blocks 2 .. k + 1 of k data blocks.
@@ -344,6 +358,9 @@ class _CryptographyGcm:
         self.seal_raw: Callable[[bytes, bytes, bytes | None], bytes] = aesgcm.encrypt
         self._decrypt: Callable[[bytes, bytes, bytes | None], bytes] = aesgcm.decrypt
         self._invalid_tag: type[Exception] = InvalidTag
+        # The unchecked decrypt for full tags (see open_raw): the bound C method itself.
+        self.open_raw: Callable[[bytes, bytes, bytes | None], bytes] = aesgcm.decrypt
+        self.open_raw_error: type[Exception] = InvalidTag
 
     def seal(self, nonce: bytes, plaintext: bytes, tag_length: int = 16, aad: bytes = b"") -> tuple[bytes, bytes]:
         nonce = _check_nonce_for_seal(nonce)
@@ -375,6 +392,22 @@ class _CryptographyGcm:
 
 
 BACKENDS: dict[str, Any] = {"pycryptodome": _PycryptodomeGcm, "cryptography": _CryptographyGcm}
+
+
+def open_raw(aead: Gcm) -> tuple[Callable[[bytes, bytes, bytes | None], bytes], type[Exception]] | None:
+    """``(decrypt, error)`` for unchecked full-tag opens on *aead*, or None when the backend has none.
+
+    ``decrypt(nonce, ciphertext || 16-byte tag, aad or None)`` returns the
+    plaintext or raises *error*; the caller guarantees a 12-byte ``bytes``
+    nonce and a 16-byte tag, and turns *error* into
+    ``AuthenticationError(GCM_MISMATCH)``.  Equal to ``aead.open`` under those
+    conditions (for *cryptography*, ``open`` makes this very call).
+    """
+    fn = getattr(aead, "open_raw", None)
+    err = getattr(aead, "open_raw_error", None)
+    if fn is None or err is None:
+        return None
+    return fn, err
 
 
 def available_backends() -> list[str]:

@@ -56,7 +56,7 @@ from typing import Any
 
 import attrs
 
-from protocols.crypto.aead import gcm
+from protocols.crypto.aead import GCM_MISMATCH, gcm, open_raw
 from protocols.errors import AuthenticationError, BadValue, ConfigError, DecodeError, EncodeError, ShortData
 from protocols.pia.header import HMAC_TRAILER_SIZE, PacketHeader, decode_header, encode_header, header_layout
 from protocols.pia.message import (
@@ -464,6 +464,8 @@ def _fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
         id_kind = 0 if parts.id_field is None else 1 if parts.id_field == "connection_id" else 2
         if (id_kind == 2 and parts.id_field != "source_variable_id") or (id_kind == 0 and middle):
             inline_nonce = False
+        if id_kind and middle:
+            id_kind += 2  # 3, 4: the id byte is followed by fixed bytes (NEX)
     byte = _BYTE
 
     def encode(packet: Packet, source: str) -> bytes:
@@ -551,14 +553,20 @@ def _fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
                 else:
                     lead = fixed
                 if id_kind == 1:
-                    lead += byte[h.connection_id & 0xFF] + middle
+                    lead += byte[h.connection_id & 0xFF]
                 elif id_kind == 2:
+                    lead += byte[h.source_variable_id & 0xFF]
+                elif id_kind == 3:
+                    lead += byte[h.connection_id & 0xFF] + middle
+                elif id_kind == 4:
                     lead += byte[h.source_variable_id & 0xFF] + middle
                 nonce = lead + hn[1:] if skip else lead + hn
+                if len(nonce) != 12:
+                    raise _Uncommon  # the builder's error
             else:
                 nonce = builder(h, source)  # type: ignore[misc]
-            if type(nonce) is not bytes or len(nonce) != 12:
-                raise _Uncommon
+                if type(nonce) is not bytes or len(nonce) != 12:
+                    raise _Uncommon
             out = seal(nonce, pt, None)  # ciphertext || 16-byte tag
             cut = len(out) - 16
             tag = out[cut : cut + tag_len]
@@ -600,6 +608,10 @@ def _fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
         return None
     general = codec._decode_general
     open_ = aead.open
+    # Full 16-byte tags on a backend with an unchecked decrypt: no Python frame for the AEAD.
+    raw = open_raw(aead) if profile.tag_length == 16 else None
+    if raw is not None:
+        decrypt, tag_error = raw
     st, versions, magic = header_layout(hf)
     unpack = st.unpack_from
     hsize = st.size
@@ -629,9 +641,9 @@ def _fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
         else:
             inline_nonce = id_field == ("connection_id" if is_b or is_cd else "source_variable_id")
     byte = _BYTE
-    ph = PacketHeader
-    msg = Message
-    pkt = Packet
+    ph = _header_maker()
+    msg = _message_maker()
+    pkt = _packet_maker()
     split_inner = codec._split_inner
 
     def decode(data: bytes, source: str, verify: bool = True) -> Packet:
@@ -672,10 +684,19 @@ def _fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
             nonce = lead + hn[1:] if skip else lead + hn
             if len(nonce) != 12:
                 nonce = builder(h, source)  # type: ignore[misc]  # raises the builder's error
+            codec.last_nonce = nonce
+            if raw is not None:
+                # aead.open's checks hold: a 12-byte nonce, a 16-byte tag (unpacked as 16s).
+                try:
+                    body = decrypt(nonce, data[hsize:] + tag, None)
+                except tag_error:
+                    raise AuthenticationError(GCM_MISMATCH) from None
+            else:
+                body = open_(nonce, data[hsize:], tag)
         else:
             nonce = builder(h, source)  # type: ignore[misc]
-        codec.last_nonce = nonce
-        body = open_(nonce, data[hsize:], tag)
+            codec.last_nonce = nonce
+            body = open_(nonce, data[hsize:], tag)
         if inner:
             pad = pf >> 4 if is_g else 0
             if pad:
@@ -709,3 +730,91 @@ def _fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
         return pkt(h, lone_dec(body) or decode_messages(body, profile), ())
 
     return decode
+
+
+def _slot_setters(cls: type) -> tuple[Callable[[Any, Any], None], ...] | None:
+    """The slot setters of a frozen slotted attrs class, in field order; None if its __init__ does more than store."""
+    fields = attrs.fields(cls)
+    if "__slots__" not in cls.__dict__ or hasattr(cls, "__attrs_post_init__") or hasattr(cls, "__attrs_pre_init__"):
+        return None
+    if any(f.validator is not None or f.converter is not None or not f.init for f in fields):
+        return None
+    return tuple(cls.__dict__[f.name].__set__ for f in fields)
+
+
+def _header_maker() -> Callable[..., PacketHeader]:
+    """``make(13 values in field order) -> PacketHeader``, equal to ``PacketHeader(*values)``, without attrs' __init__.
+
+    A frozen attrs __init__ stores each field through ``object.__setattr__``;
+    storing through the slot descriptors directly skips a lookup per field.
+    """
+    setters = _slot_setters(PacketHeader)
+    if setters is None or len(setters) != 13:
+        return PacketHeader
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12 = setters
+    new = object.__new__
+    cls = PacketHeader
+
+    def make(a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, g: Any, h: Any, i: Any, j: Any, k: Any, m: Any, n: Any) -> PacketHeader:
+        o = new(cls)
+        s0(o, a)
+        s1(o, b)
+        s2(o, c)
+        s3(o, d)
+        s4(o, e)
+        s5(o, f)
+        s6(o, g)
+        s7(o, h)
+        s8(o, i)
+        s9(o, j)
+        s10(o, k)
+        s11(o, m)
+        s12(o, n)
+        return o
+
+    return make
+
+
+def _message_maker() -> Callable[..., Message]:
+    """``make(10 values in field order) -> Message``, equal to ``Message(*values)`` (see :func:`_header_maker`)."""
+    setters = _slot_setters(Message)
+    if setters is None or len(setters) != 10:
+        return Message
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = setters
+    new = object.__new__
+    cls = Message
+
+    def make(a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, g: Any, h: Any, i: Any, j: Any) -> Message:
+        o = new(cls)
+        s0(o, a)
+        s1(o, b)
+        s2(o, c)
+        s3(o, d)
+        s4(o, e)
+        s5(o, f)
+        s6(o, g)
+        s7(o, h)
+        s8(o, i)
+        s9(o, j)
+        return o
+
+    return make
+
+
+def _packet_maker() -> Callable[[PacketHeader, tuple[Message, ...], tuple[int, ...]], Packet]:
+    """``make(header, messages, footer) -> Packet``, equal to ``Packet(...)`` (see :func:`_header_maker`)."""
+    setters = _slot_setters(Packet)
+    if setters is None or len(setters) != 3:
+        return Packet
+    s0, s1, s2 = setters
+    new = object.__new__
+    cls = Packet
+
+    def make(header: PacketHeader, messages: tuple[Message, ...], footer: tuple[int, ...]) -> Packet:
+        o = new(cls)
+        s0(o, header)
+        s1(o, messages)
+        s2(o, footer)
+        return o
+
+    return make

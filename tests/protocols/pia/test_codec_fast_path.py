@@ -559,3 +559,43 @@ def test_decode_fast_path_sets_last_nonce_and_matches(profile: VersionProfile, b
     assert got.messages[0].payload == b"payload"
     assert fast.last_nonce == builder(h, SRC_IP) == general.last_nonce
     assert len(raw) > HEADER_SIZES[fmt]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("profile", GCM_PROFILES, ids=lambda p: p.name)
+def test_decode_fast_path_builds_real_frozen_values(profile: VersionProfile, backend: str) -> None:
+    """The closure's slot-storing constructors give the same frozen attrs values as the classes' own __init__."""
+    fast, general = codec_pair(profile, backend, bytes(range(16)))
+    raw = general._encode_general(Packet(node_header(profile), (node_message(profile),)), SRC_IP)
+    got, want = fast.decode(raw, SRC_IP), general._decode_general(raw, SRC_IP)
+    assert fast.general_decodes == 0
+    for a, b in ((got, want), (got.header, want.header), (got.messages[0], want.messages[0])):
+        assert type(a) is type(b) and a == b and hash(a) == hash(b) and repr(a) == repr(b)
+        assert attrs.asdict(a, recurse=False) == attrs.asdict(b, recurse=False)
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            a.footer = 1  # type: ignore[misc]
+    assert attrs.evolve(got.header, packet_id=1) == attrs.evolve(want.header, packet_id=1)
+
+
+def test_slot_constructors_only_for_plain_frozen_classes() -> None:
+    from protocols.pia import packet as packet_module
+
+    assert packet_module._header_maker() is not PacketHeader
+    assert packet_module._message_maker() is not Message
+    assert packet_module._packet_maker() is not Packet
+
+    @attrs.frozen
+    class Checked:
+        value: int = attrs.field(validator=attrs.validators.instance_of(int))
+
+    @attrs.frozen
+    class Converted:
+        value: int = attrs.field(converter=int)
+
+    @attrs.frozen
+    class Plain:
+        value: int
+
+    assert packet_module._slot_setters(Checked) is None
+    assert packet_module._slot_setters(Converted) is None
+    assert packet_module._slot_setters(Plain) is not None
