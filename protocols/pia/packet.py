@@ -456,6 +456,7 @@ def _fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
         full = layout[1]
         tails = layout[2]
     join = b"".join
+    tag_part = slice(-16, -16 + tag_len if tag_len < 16 else None)  # of ciphertext || 16-byte tag
     builder = codec._nonce
     parts = nonce_parts(builder) if builder is not None else None
     inline_nonce = parts is not None
@@ -497,7 +498,9 @@ def _fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
                     ptype = m.protocol_type
                     port = m.protocol_port
                     src_id = m.source_constant_id
-                    if m.extra or not (0 <= ptype <= 0xFF and 0 <= port <= 0xFFFFFF):
+                    # With the port in range, packing ptype << 24 | port as a u32
+                    # fails exactly when the type is not a u8 (encode_messages' check).
+                    if m.extra or not 0 <= port <= 0xFFFFFF:
                         raise _Uncommon
                     if is_me:
                         if src_id is None:
@@ -568,8 +571,7 @@ def _fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
                 if type(nonce) is not bytes or len(nonce) != 12:
                     raise _Uncommon
             out = seal(nonce, pt, None)  # ciphertext || 16-byte tag
-            cut = len(out) - 16
-            tag = out[cut : cut + tag_len]
+            tag = out[tag_part]
             if is_cd:
                 head = hpack(magic, v | 0x80, h.connection_id, h.packet_id, hn, tag)
             elif is_b:
@@ -592,7 +594,7 @@ def _fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
                 head = hpack(
                     magic, v | 0x80, h.destination_variable_id or 0, h.source_variable_id or 0, h.packet_id, 0, hn, tag
                 )
-            return head + out[:cut]
+            return head + out[:-16]
         except Exception:  # not the common shape, or something to report: the general path decides
             pass
         return general(packet, source)
