@@ -317,12 +317,13 @@ def encode_header(
 
 # -- per-profile fast paths --------------------------------------------------
 #
-# The packet codec decodes and encodes every datagram of a session with one
-# profile, so it binds the layout once: header_decoder/header_encoder return a
-# closure for the profile's layout that handles the well-formed case with one
-# unpack/pack and hands everything else (errors included) to
-# decode_header/encode_header, which stay the reference.  Property tests check
-# both give the same result or the same error class.
+# header_decoder/header_encoder return a closure for one profile's layout that
+# handles the well-formed case with one unpack/pack and hands everything else
+# (errors included) to decode_header/encode_header, which stay the reference.
+# Property tests check both give the same result or the same error class.  The
+# packet codec's own per-packet closures (protocols/pia/packet.py) go one step
+# further and pack/unpack inline with header_layout(); these remain for
+# callers that handle headers alone.
 
 
 def header_decoder(profile: VersionProfile) -> Callable[[bytes], PacketHeader]:

@@ -458,8 +458,9 @@ def _encode_delta(
 #
 # Most packets carry a single message whose header has every field (the first
 # message of a delta packet with presence None or the full mask, or any
-# fixed-format message).  The packet codec binds these closures once per
-# profile.  The encoder returns None and the decoder returns None for anything
+# fixed-format message).  The packet codec's closures pack and unpack the
+# delta formats inline (lone_delta_layout) and call these closures for the
+# fixed formats.  The encoder returns None and the decoder returns None for anything
 # else (several messages, a partial or stray mask, an invalid field), and the
 # caller then runs encode_messages / decode_messages, which stay the reference
 # and produce the same bytes, messages or errors.  Property tests compare both.

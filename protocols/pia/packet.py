@@ -27,16 +27,21 @@ The header nonce ``HN`` is the caller's: the node owns the 8-byte counter and
 puts it in ``packet.header.nonce``; :meth:`PacketCodec.encode` fills in the
 tag, ``footer_size`` and ``padding_size``.
 
-Fast path: the codec binds per-profile closures once (header
-``struct`` layouts from :func:`~protocols.pia.header.header_decoder` /
-:func:`~protocols.pia.header.header_encoder`, the one-message body codecs of
-:func:`~protocols.pia.message.lone_message_encoder` /
-:func:`~protocols.pia.message.lone_message_decoder`, and the AEAD's
-``seal_raw``).  An encrypted GCM packet of one complete-header message and no
-footer goes through them in the same order as the general code (messages,
-nonce, seal, header); every other packet, and any doubt, goes to
-``_encode_general`` / ``_decode_general``, the reference that property tests
-compare the fast path with.
+Fast path: with a GCM key the codec builds one closure per direction at
+construction (``_fast_encoder`` / ``_fast_decoder``) for the node's common
+shape, an encrypted packet of one complete-header message and no footer.
+Each runs in a single Python frame with the profile's constants in closure
+cells: the message struct and pad table of
+:func:`~protocols.pia.message.lone_delta_layout`, the header struct of
+:func:`~protocols.pia.header.header_layout`, the nonce rule as
+:class:`~protocols.pia.nonce.NonceParts` (composed inline, no builder call),
+the AEAD's ``seal_raw`` / ``open_raw``, and slot-by-slot constructors of the
+frozen values (attrs' own ``__init__`` stores each field through a generic
+``object.__setattr__``).  The steps and checks are the general code's, in its
+order; anything else, and any doubt, goes to ``_encode_general`` /
+``_decode_general``, the reference that the property tests in
+tests/protocols/pia/test_codec_fast_path.py compare the closures with (same
+bytes or values, same error classes, same ``last_nonce``).
 
 :meth:`PacketCodec.decode` is the node's strict path (a bad or uncheckable tag
 raises :class:`~protocols.errors.AuthenticationError`);
