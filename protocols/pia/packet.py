@@ -649,7 +649,7 @@ def _fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
             inline_nonce = id_field == ("connection_id" if is_b or is_cd else "source_variable_id")
     byte = _BYTE
     ph = _header_maker()
-    msg = _message_maker()
+    lone_packet = _lone_packet_maker()
     pkt = _packet_maker()
     split_inner = codec._split_inner
 
@@ -732,7 +732,7 @@ def _fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
                 else:
                     lone = stop == end
                 if lone:
-                    return pkt(h, (msg(ptype, port, body[mhsize:stop], flags, dest, src, None, 0, extra, full),), ())
+                    return lone_packet(h, ptype, port, body[mhsize:stop], flags, dest, src, extra, full)
             return pkt(h, decode_messages(body, profile), ())
         return pkt(h, lone_dec(body) or decode_messages(body, profile), ())
 
@@ -782,27 +782,43 @@ def _header_maker() -> Callable[..., PacketHeader]:
     return make
 
 
-def _message_maker() -> Callable[..., Message]:
-    """``make(10 values in field order) -> Message``, equal to ``Message(*values)`` (see :func:`_header_maker`)."""
-    setters = _slot_setters(Message)
-    if setters is None or len(setters) != 10:
-        return Message
-    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = setters
-    new = object.__new__
-    cls = Message
+def _lone_packet_maker() -> Callable[..., Packet]:
+    """``make(header, type, port, payload, flags, destination, source id, extra, presence) -> Packet``.
 
-    def make(a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, g: Any, h: Any, i: Any, j: Any) -> Message:
-        o = new(cls)
-        s0(o, a)
-        s1(o, b)
-        s2(o, c)
-        s3(o, d)
-        s4(o, e)
-        s5(o, f)
-        s6(o, g)
-        s7(o, h)
-        s8(o, i)
-        s9(o, j)
+    Equal to ``Packet(header, (Message(type, port, payload, flags, destination,
+    source id, None, 0, extra, presence),), ())``: a packet of one message, built
+    in one call with the slot stores of :func:`_header_maker`.
+    """
+    msg_setters = _slot_setters(Message)
+    pkt_setters = _slot_setters(Packet)
+    if msg_setters is None or pkt_setters is None or len(msg_setters) != 10 or len(pkt_setters) != 3:
+
+        def plain(h: PacketHeader, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, i: Any, j: Any) -> Packet:
+            return Packet(h, (Message(a, b, c, d, e, f, None, 0, i, j),), ())
+
+        return plain
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = msg_setters
+    p0, p1, p2 = pkt_setters
+    new = object.__new__
+    msg_cls = Message
+    pkt_cls = Packet
+
+    def make(h: PacketHeader, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, i: Any, j: Any) -> Packet:
+        m = new(msg_cls)
+        s0(m, a)
+        s1(m, b)
+        s2(m, c)
+        s3(m, d)
+        s4(m, e)
+        s5(m, f)
+        s6(m, None)
+        s7(m, 0)
+        s8(m, i)
+        s9(m, j)
+        o = new(pkt_cls)
+        p0(o, h)
+        p1(o, (m,))
+        p2(o, ())
         return o
 
     return make

@@ -581,7 +581,12 @@ def test_slot_constructors_only_for_plain_frozen_classes() -> None:
     from protocols.pia import packet as packet_module
 
     assert packet_module._header_maker() is not PacketHeader
-    assert packet_module._message_maker() is not Message
+    lone = packet_module._lone_packet_maker()
+    h = PacketHeader(True, 1, nonce=bytes(8))
+    made = lone(h, 1, 2, b"p", 3, 4, 5, 6, 0x1F)
+    want = Packet(h, (Message(1, 2, b"p", 3, 4, 5, None, 0, 6, 0x1F),), ())
+    assert made == want and type(made.messages) is tuple and hash(made) == hash(want)
+    assert lone.__name__ == "make"  # the slot-storing one, not the plain fallback
     assert packet_module._packet_maker() is not Packet
 
     @attrs.frozen
