@@ -487,11 +487,9 @@ def _fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
                 payload = m.payload
                 n = len(payload)
                 p = m.presence
+                # (A size over 0xFFFF fails the u16 pack below: encode_messages refuses it too.)
                 if not (
-                    (p is None or (p == full and type(p) is int))
-                    and n <= 0xFFFF
-                    and m.source_station_index is None
-                    and not m.reserved
+                    (p is None or (p == full and type(p) is int)) and m.source_station_index is None and not m.reserved
                 ):
                     raise _Uncommon
                 tail, ff = tails[n & 15]
@@ -762,7 +760,9 @@ def _header_maker() -> Callable[..., PacketHeader]:
     new = object.__new__
     cls = PacketHeader
 
-    def make(a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, g: Any, h: Any, i: Any, j: Any, k: Any, m: Any, n: Any) -> PacketHeader:
+    def make(
+        a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, g: Any, h: Any, i: Any, j: Any, k: Any, m: Any, n: Any
+    ) -> PacketHeader:
         o = new(cls)
         s0(o, a)
         s1(o, b)
