@@ -322,8 +322,8 @@ def encode_header(
 # (errors included) to decode_header/encode_header, which stay the reference.
 # Property tests check both give the same result or the same error class.  The
 # packet codec's own per-packet closures (protocols/pia/packet.py) go one step
-# further and pack/unpack inline with header_layout(); these remain for
-# callers that handle headers alone.
+# further and pack/unpack inline with header_layout(); without a GCM key (the
+# AES-ECB era, or no key) the codec decodes headers with header_decoder.
 
 
 def header_decoder(profile: VersionProfile) -> Callable[[bytes], PacketHeader]:

@@ -63,7 +63,15 @@ import attrs
 
 from protocols.crypto.aead import GCM_MISMATCH, gcm, open_raw
 from protocols.errors import AuthenticationError, BadValue, ConfigError, DecodeError, EncodeError, ShortData
-from protocols.pia.header import HMAC_TRAILER_SIZE, PacketHeader, decode_header, encode_header, header_layout
+from protocols.pia.header import (
+    HEADER_SIZES,
+    HMAC_TRAILER_SIZE,
+    PacketHeader,
+    decode_header,
+    encode_header,
+    header_decoder,
+    header_layout,
+)
 from protocols.pia.message import (
     Message,
     decode_messages,
@@ -166,7 +174,9 @@ class PacketCodec:
         "_fast_decode",
         "_fast_encode",
         "_gcm",
+        "_hdec",
         "_hmac",
+        "_hsize",
         "_lone_dec",
         "_lone_enc",
         "_nonce",
@@ -209,6 +219,9 @@ class PacketCodec:
         # Per-packet fast paths (GCM with a key): one closure per direction, bound once here.
         self._lone_enc = lone_message_encoder(profile)
         self._lone_dec = lone_message_decoder(profile)
+        # Without them (AES-ECB era, no key): the header still decodes through its layout closure.
+        self._hdec = header_decoder(profile)
+        self._hsize = HEADER_SIZES[profile.header_format]
         self._fast_encode = _fast_encoder(self)
         self._fast_decode = _fast_decoder(self)
 
@@ -302,7 +315,9 @@ class PacketCodec:
         if fast is not None:
             # One closure for the common shape; it hands everything else to _decode_general.
             return fast(data, source, verify)  # type: ignore[no-any-return]
-        return self._decode_general(data, source, verify=verify)
+        if type(data) is not bytes:
+            data = bytes(data)
+        return self._decode_rest(data, self._hdec(data), self._hsize, source, verify)
 
     def _decode_general(self, data: bytes, source: str, *, verify: bool = True) -> Packet:
         """:meth:`decode` for every datagram: the reference the fast path must equal."""
