@@ -396,8 +396,9 @@ def bench_codec(budget: Budget) -> list[Figure]:
     figures = []
     for c in cells:
         med = {k: statistics.median(v) for k, v in c.samples.items()}
-        targeted = c.size == TARGET_SIZE
         for kind, label, raw in (("encode", "seal+encode", "raw_seal"), ("decode", "decode+open", "raw_open")):
+            # Issue 6 sets its codec target on seal+encode of 1024 bytes; decode+open is reported beside it.
+            targeted = c.size == TARGET_SIZE and kind == "encode"
             ratio = 100 * med[f"{kind}_ratio"]
             note = f"{_rate(med[kind])} vs raw {_rate(med[raw])}"
             if kind == "encode" and "native_seal" in med:
