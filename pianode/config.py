@@ -60,7 +60,10 @@ class NodeConfig:
         station_timeout: a station silent this long is removed.
         join_timeout: a join with no answer fails after this long (10 s, spec §5.4).
         resend_interval: first retransmission delay of acked station/mesh messages (500 ms, spec §5.3).
-        rtt_interval: seconds between RTT probes to each station.
+        rtt_interval: seconds between RTT probes to each station, stretched in a
+            large mesh so that the node sends at most ``rtt_probe_rate`` probes a
+            second in all (31 stations at 8 a second: each probed every ~4 s).
+        rtt_probe_rate: most RTT probes a second a node sends (all stations together).
         mtu: largest datagram the node builds.
         gathering_id: NEX gathering id (nonce prefix); random when None.
         aead_backend: "cryptography", "pycryptodome" or None for the fastest installed.
@@ -84,6 +87,7 @@ class NodeConfig:
     join_timeout: float = 10.0
     resend_interval: float = 0.5
     rtt_interval: float = 1.0
+    rtt_probe_rate: float = 8.0
     mtu: int = 1364
     gathering_id: int | None = None
     aead_backend: str | None = None
@@ -94,6 +98,8 @@ class NodeConfig:
     group_broadcast: tuple[str, int] | None = attrs.field(default=None, converter=attrs.converters.optional(_bind))
 
     def __attrs_post_init__(self) -> None:
+        if not self.rtt_probe_rate > 0:
+            raise ConfigError(f"rtt probe rate must be positive, got {self.rtt_probe_rate}")
         if not 2 <= self.max_stations <= 32:
             raise ConfigError(f"max stations must be 2..32, got {self.max_stations}")
         if not 400 <= self.mtu <= 1472:

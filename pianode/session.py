@@ -493,7 +493,10 @@ class MeshSession:
                 peer.next_keepalive = quiet_since
         if peer.connected and now >= peer.next_rtt:
             self._enqueue(peer, Proto.RTT, 1, mw.encode_rtt(self.profile, False, self._ticks(now)))
-            peer.next_rtt = now + self.config.rtt_interval
+            # Each station every rtt_interval, but no more than rtt_probe_rate
+            # probes a second from this node in all: RTT traffic stays bounded
+            # however many stations the mesh has.
+            peer.next_rtt = now + max(self.config.rtt_interval, len(self.peers) / self.config.rtt_probe_rate)
 
     def _enqueue(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> None:
         peer.outbox.append(self._message(peer, proto, port, payload))
@@ -1213,6 +1216,7 @@ class MeshSession:
     def _on_rtt(self, peer: Peer, payload: bytes, now: float) -> None:
         is_response, ticks = mw.decode_rtt(self.profile, payload)
         if not is_response:
+            self.counters["rtt_requests_received"] += 1
             self._enqueue(peer, Proto.RTT, 1, mw.encode_rtt(self.profile, True, ticks))
             return
         sent = self.started + ticks / 1_000_000

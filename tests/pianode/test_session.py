@@ -365,6 +365,22 @@ def test_keepalive_holds_a_quiet_mesh_and_timeout_removes_a_silent_member(versio
     exchange(h, rest, 2)
 
 
+@pytest.mark.parametrize("rate", [8.0, 3.5])
+def test_rtt_probes_bounded_per_node(rate: float) -> None:
+    h = BatchHarness(8, version="5.29", rtt_probe_rate=rate)
+    group = form(h)
+    before = [s.counters["rtt_requests_received"] for s in group]
+    h.run_to(h.now + 20.0)
+    got = [s.counters["rtt_requests_received"] - b for s, b in zip(group, before)]
+    # Seven peers each: one probe a second from each (8/s allows it), or one
+    # every 7 / 3.5 = 2 s when the node may send only 3.5 probes a second.
+    per_peer_interval = max(1.0, 7 / rate)
+    expected = 7 * 20.0 / per_peer_interval
+    assert all(expected * 0.85 <= g <= expected * 1.15 for g in got), (got, expected)
+    # Every station still has an RTT estimate for every other one.
+    assert all(row.rtt is not None for s in group for row in s.stations() if not row.is_self)
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_keepalives_only_fill_silence(version: str) -> None:
     h = BatchHarness(3, version=version, rtt_interval=3600.0)
