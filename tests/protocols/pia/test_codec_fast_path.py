@@ -578,7 +578,7 @@ def test_decode_fast_path_builds_real_frozen_values(profile: VersionProfile, bac
 
 
 def test_slot_constructors_only_for_plain_frozen_classes() -> None:
-    from protocols.pia import packet as packet_module
+    from protocols.pia import packet_fast as packet_module
 
     assert packet_module._header_maker() is not PacketHeader
     lone = packet_module._lone_packet_maker()

@@ -1,0 +1,465 @@
+"""One-closure fast paths of :class:`protocols.pia.packet.PacketCodec` for the node's common packet shape.
+
+Theory of operation
+-------------------
+The node's datagrams nearly all have one shape: an encrypted GCM packet of a
+single message whose header has every field, and no footer.  For that shape
+the codec binds one closure per direction at construction
+(:func:`fast_encoder`, :func:`fast_decoder`), with every constant of the
+profile, key and nonce rule in closure cells, so the message struct, the
+nonce parts, the AEAD call, the header struct and the final join run in one
+Python frame.  Anything else, and any doubt (a check fails or an operation
+raises), goes to ``PacketCodec._encode_general`` / ``_decode_general``, so
+the result is always theirs: same bytes or value, same error.  The property
+tests in tests/protocols/pia/test_codec_fast_path.py compare the two.
+
+Kept apart from :mod:`protocols.pia.packet` so that module stays the readable
+reference of the wire layout (spec §1, §2.4, §3.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from protocols.crypto.aead import GCM_MISMATCH, open_raw
+from protocols.errors import AuthenticationError
+from protocols.pia.header import PacketHeader, header_layout
+from protocols.pia.message import Message, decode_messages, lone_delta_layout
+from protocols.pia.nonce import nonce_parts
+from protocols.pia.packet import Packet
+from protocols.pia.versions import HeaderFormat, MessageFormat
+
+if TYPE_CHECKING:
+    from protocols.pia.packet import PacketCodec
+
+__all__ = ["fast_decoder", "fast_encoder"]
+
+_BYTE = [bytes((i,)) for i in range(256)]
+
+
+#
+# The node's datagrams nearly all have one shape: an encrypted GCM packet of a
+# single message whose header has every field, and no footer.  For that shape
+# the codec binds one closure per direction at construction, with every
+# constant of the profile, key and nonce rule in closure cells: the message
+# struct, the nonce parts, the AEAD call, the header struct and the final join
+# run in one Python frame.  Anything else, and any doubt (a check fails or an
+# operation raises), goes to _encode_general / the general decoder, so the
+# result is always theirs: same bytes or value, same error.
+
+
+class _Uncommon(Exception):
+    """Internal: the packet is not of the common shape (never leaves the encode closure)."""
+
+
+def fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
+    profile = codec.profile
+    aead = codec._gcm
+    hf = profile.header_format
+    if aead is None or hf is HeaderFormat.A:
+        return None
+    tag_len = profile.tag_length
+    if tag_len != (16 if hf is HeaderFormat.B or hf is HeaderFormat.C else 8):
+        return None  # the header's tag field would not take the tag: encode_header reports it
+    general = codec._encode_general
+    seal = aead.seal_raw
+    hpack_st, versions, magic = header_layout(hf)
+    hpack = hpack_st.pack
+    default_version = profile.header_version
+    inner = profile.footer == "encrypted"
+    is_b = hf is HeaderFormat.B
+    is_cd = hf is HeaderFormat.C or hf is HeaderFormat.D
+    is_g = hf is HeaderFormat.G
+    mf = profile.message_format
+    layout = lone_delta_layout(profile)
+    lone_enc = codec._lone_enc
+    is_me = mf is MessageFormat.E
+    is_mg = mf is MessageFormat.G
+    if layout is not None:
+        mpack = layout[0].pack
+        full = layout[1]
+        tails = layout[2]
+    join = b"".join
+    tag_part = slice(-16, -16 + tag_len if tag_len < 16 else None)  # of ciphertext || 16-byte tag
+    builder = codec._nonce
+    parts = nonce_parts(builder) if builder is not None else None
+    inline_nonce = parts is not None
+    if parts is not None:
+        lookup, learn, fixed, skip, middle = parts.lookup, parts.learn, parts.fixed, parts.skip, parts.middle
+        id_kind = 0 if parts.id_field is None else 1 if parts.id_field == "connection_id" else 2
+        if (id_kind == 2 and parts.id_field != "source_variable_id") or (id_kind == 0 and middle):
+            inline_nonce = False
+        if id_kind and middle:
+            id_kind += 2  # 3, 4: the id byte is followed by fixed bytes (NEX)
+    byte = _BYTE
+
+    def encode(packet: Packet, source: str) -> bytes:
+        try:
+            h = packet.header
+            messages = packet.messages
+            hn = h.nonce
+            if not (h.encrypted and len(messages) == 1 and not packet.footer and len(hn) == 8):
+                raise _Uncommon
+            # Message: the checks of encode_messages for a lone complete header.
+            m = messages[0]
+            if layout is not None:
+                payload = m.payload
+                n = len(payload)
+                p = m.presence
+                # (A size over 0xFFFF fails the u16 pack below: encode_messages refuses it too.)
+                if not (
+                    (p is None or (p == full and type(p) is int)) and m.source_station_index is None and not m.reserved
+                ):
+                    raise _Uncommon
+                tail, ff = tails[n & 15]
+                if is_mg:
+                    if m.source_constant_id is not None or m.destination:
+                        raise _Uncommon
+                    pt = join((mpack(full, m.flags, n, m.protocol_type, m.protocol_port, m.extra), payload, tail))
+                else:
+                    ptype = m.protocol_type
+                    port = m.protocol_port
+                    src_id = m.source_constant_id
+                    # With the port in range, packing ptype << 24 | port as a u32
+                    # fails exactly when the type is not a u8 (encode_messages' check).
+                    if m.extra or not 0 <= port <= 0xFFFFFF:
+                        raise _Uncommon
+                    if is_me:
+                        if src_id is None:
+                            raise _Uncommon
+                        head = mpack(full, m.flags, n, ptype << 24 | port, m.destination, src_id)
+                    else:
+                        if src_id is not None:
+                            raise _Uncommon
+                        head = mpack(full, m.flags, n, ptype << 24 | port, m.destination)
+                    pt = join((head, payload, tail))
+            else:
+                got = lone_enc(m)
+                if got is None:
+                    raise _Uncommon
+                pt, ff = got
+            # Header: the checks of encode_header, before any crypto.
+            padding = ff if inner else h.padding_size
+            if is_b:
+                if not (
+                    h.version is None
+                    and h.destination_variable_id is None
+                    and h.source_variable_id is None
+                    and not padding
+                    and not h.packet_flags
+                ):
+                    raise _Uncommon
+            else:
+                v = h.version
+                if v is None:
+                    v = default_version
+                if not (v in versions and h.source_timer is None and h.destination_timer is None):
+                    raise _Uncommon
+                if is_cd:
+                    if not (
+                        h.destination_variable_id is None
+                        and h.source_variable_id is None
+                        and not padding
+                        and not h.packet_flags
+                    ):
+                        raise _Uncommon
+                elif h.connection_id:
+                    raise _Uncommon
+                elif is_g:
+                    flags = h.packet_flags
+                    if not (0 <= padding <= 15 and 0 <= flags <= 15):
+                        raise _Uncommon
+                elif padding or h.packet_flags:
+                    raise _Uncommon
+            # Nonce: the builder's rule from its parts (protocols/pia/nonce.py).
+            if inline_nonce:
+                if lookup is not None:
+                    lead = lookup(source) or learn(source)
+                else:
+                    lead = fixed
+                if id_kind == 1:
+                    lead += byte[h.connection_id & 0xFF]
+                elif id_kind == 2:
+                    lead += byte[h.source_variable_id & 0xFF]
+                elif id_kind == 3:
+                    lead += byte[h.connection_id & 0xFF] + middle
+                elif id_kind == 4:
+                    lead += byte[h.source_variable_id & 0xFF] + middle
+                nonce = lead + hn[1:] if skip else lead + hn
+                if len(nonce) != 12:
+                    raise _Uncommon  # the builder's error
+            else:
+                nonce = builder(h, source)  # type: ignore[misc]
+                if type(nonce) is not bytes or len(nonce) != 12:
+                    raise _Uncommon
+            out = seal(nonce, pt, None)  # ciphertext || 16-byte tag
+            tag = out[tag_part]
+            if is_cd:
+                head = hpack(magic, v | 0x80, h.connection_id, h.packet_id, hn, tag)
+            elif is_b:
+                head = hpack(
+                    magic, 2, h.connection_id, h.packet_id, h.source_timer or 0, h.destination_timer or 0, hn, tag
+                )
+            elif is_g:
+                head = hpack(
+                    magic,
+                    v | 0x80,
+                    padding << 4 | flags,
+                    h.destination_variable_id or 0,
+                    h.source_variable_id or 0,
+                    h.packet_id,
+                    0,
+                    hn,
+                    tag,
+                )
+            else:
+                head = hpack(
+                    magic, v | 0x80, h.destination_variable_id or 0, h.source_variable_id or 0, h.packet_id, 0, hn, tag
+                )
+            return head + out[:-16]
+        except Exception:  # not the common shape, or something to report: the general path decides
+            pass
+        return general(packet, source)
+
+    return encode
+
+
+def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
+    profile = codec.profile
+    aead = codec._gcm
+    hf = profile.header_format
+    if aead is None or hf is HeaderFormat.A:
+        return None
+    general = codec._decode_general
+    open_ = aead.open
+    # Full 16-byte tags on a backend with an unchecked decrypt: no Python frame for the AEAD.
+    raw = open_raw(aead) if profile.tag_length == 16 else None
+    if raw is not None:
+        decrypt, tag_error = raw
+    st, versions, magic = header_layout(hf)
+    unpack = st.unpack_from
+    hsize = st.size
+    inner = profile.footer == "encrypted"
+    is_b = hf is HeaderFormat.B
+    is_cd = hf is HeaderFormat.C or hf is HeaderFormat.D
+    is_g = hf is HeaderFormat.G
+    layout = lone_delta_layout(profile)
+    lone_dec = codec._lone_dec
+    mf = profile.message_format
+    is_me = mf is MessageFormat.E
+    is_mg = mf is MessageFormat.G
+    align = profile.align_messages
+    if layout is not None:
+        munpack = layout[0].unpack_from
+        mhsize = layout[0].size
+        full = layout[1]
+    builder = codec._nonce
+    parts = nonce_parts(builder) if builder is not None else None
+    inline_nonce = parts is not None
+    if parts is not None:
+        lookup, learn, fixed, skip, middle = parts.lookup, parts.learn, parts.fixed, parts.skip, parts.middle
+        id_field = parts.id_field
+        # The id byte comes from the unpacked header: the connection id (H-B..H-D) or source variable id (H-E..H-G).
+        if id_field is None:
+            inline_nonce = not middle
+        else:
+            inline_nonce = id_field == ("connection_id" if is_b or is_cd else "source_variable_id")
+    byte = _BYTE
+    ph = _header_maker()
+    lone_packet = _lone_packet_maker()
+    pkt = _packet_maker()
+    split_inner = codec._split_inner
+
+    def decode(data: bytes, source: str, verify: bool = True) -> Packet:
+        if type(data) is not bytes or len(data) < hsize:
+            return general(data, source, verify=verify)
+        # Header: one unpack; only an encrypted, footer-less header of the profile stays here.
+        if is_cd:
+            m_, b4, idv, pid, hn, tag = unpack(data)
+            v = b4 & 0x7F
+            if m_ != magic or b4 < 0x80 or v not in versions:
+                return general(data, source, verify=verify)
+            h = ph(True, pid, idv, v, None, None, None, None, 0, 0, 0, hn, tag)
+        elif is_b:
+            m_, b4, idv, pid, st_, dt, hn, tag = unpack(data)
+            if m_ != magic or b4 != 2:
+                return general(data, source, verify=verify)
+            h = ph(True, pid, idv, None, st_, dt, None, None, 0, 0, 0, hn, tag)
+        elif is_g:
+            m_, b4, pf, dst, idv, pid, fs, hn, tag = unpack(data)
+            v = b4 & 0x7F
+            if m_ != magic or b4 < 0x80 or v not in versions or fs:
+                return general(data, source, verify=verify)
+            h = ph(True, pid, 0, v, None, None, dst, idv, 0, pf >> 4, pf & 0x0F, hn, tag)
+        else:
+            m_, b4, dst, idv, pid, fs, hn, tag = unpack(data)
+            v = b4 & 0x7F
+            if m_ != magic or b4 < 0x80 or v not in versions or fs:
+                return general(data, source, verify=verify)
+            h = ph(True, pid, 0, v, None, None, dst, idv, 0, 0, 0, hn, tag)
+        # From here on every step is the general decoder's, errors included.
+        if inline_nonce:
+            if lookup is not None:
+                lead = lookup(source) or learn(source)
+            else:
+                lead = fixed
+            if id_field is not None:
+                lead += byte[idv & 0xFF] + middle
+            nonce = lead + hn[1:] if skip else lead + hn
+            if len(nonce) != 12:
+                nonce = builder(h, source)  # type: ignore[misc]  # raises the builder's error
+            codec.last_nonce = nonce
+            if raw is not None:
+                # aead.open's checks hold: a 12-byte nonce, a 16-byte tag (unpacked as 16s).
+                try:
+                    body = decrypt(nonce, data[hsize:] + tag, None)
+                except tag_error:
+                    raise AuthenticationError(GCM_MISMATCH) from None
+            else:
+                body = open_(nonce, data[hsize:], tag)
+        else:
+            nonce = builder(h, source)  # type: ignore[misc]
+            codec.last_nonce = nonce
+            body = open_(nonce, data[hsize:], tag)
+        if inner:
+            pad = pf >> 4 if is_g else 0
+            if pad:
+                body = body[: len(body) - pad] if pad <= len(body) else split_inner(body, h)[0]
+        if layout is not None:
+            # One message with every field, then only its alignment pad and 0xFF padding (§2.4).
+            end = len(body)
+            if end >= mhsize and body[0] == full:
+                if is_mg:
+                    _, flags, size, ptype, port, extra = munpack(body)
+                    dest = 0
+                    src = None
+                else:
+                    extra = 0
+                    if is_me:
+                        _, flags, size, tp, dest, src = munpack(body)
+                    else:
+                        _, flags, size, tp, dest = munpack(body)
+                        src = None
+                    ptype = tp >> 24
+                    port = tp & 0xFFFFFF
+                stop = mhsize + size
+                if stop < end:
+                    pos = stop + (-stop & 3) if align else stop
+                    lone = pos >= end or (body[pos] == 0xFF and body.count(0xFF, pos) == end - pos)
+                else:
+                    lone = stop == end
+                if lone:
+                    return lone_packet(h, ptype, port, body[mhsize:stop], flags, dest, src, extra, full)
+            return pkt(h, decode_messages(body, profile), ())
+        return pkt(h, lone_dec(body) or decode_messages(body, profile), ())
+
+    return decode
+
+
+def _slot_setters(cls: type) -> tuple[Callable[[Any, Any], None], ...] | None:
+    """The slot setters of a frozen slotted attrs class, in field order; None if its __init__ does more than store."""
+    fields = attrs.fields(cls)
+    if "__slots__" not in cls.__dict__ or hasattr(cls, "__attrs_post_init__") or hasattr(cls, "__attrs_pre_init__"):
+        return None
+    if any(f.validator is not None or f.converter is not None or not f.init for f in fields):
+        return None
+    return tuple(cls.__dict__[f.name].__set__ for f in fields)
+
+
+def _header_maker() -> Callable[..., PacketHeader]:
+    """``make(13 values in field order) -> PacketHeader``, equal to ``PacketHeader(*values)``, without attrs' __init__.
+
+    A frozen attrs __init__ stores each field through ``object.__setattr__``;
+    storing through the slot descriptors directly skips a lookup per field.
+    """
+    setters = _slot_setters(PacketHeader)
+    if setters is None or len(setters) != 13:
+        return PacketHeader
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12 = setters
+    new = object.__new__
+    cls = PacketHeader
+
+    def make(
+        a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, g: Any, h: Any, i: Any, j: Any, k: Any, m: Any, n: Any
+    ) -> PacketHeader:
+        o = new(cls)
+        s0(o, a)
+        s1(o, b)
+        s2(o, c)
+        s3(o, d)
+        s4(o, e)
+        s5(o, f)
+        s6(o, g)
+        s7(o, h)
+        s8(o, i)
+        s9(o, j)
+        s10(o, k)
+        s11(o, m)
+        s12(o, n)
+        return o
+
+    return make
+
+
+def _lone_packet_maker() -> Callable[..., Packet]:
+    """``make(header, type, port, payload, flags, destination, source id, extra, presence) -> Packet``.
+
+    Equal to ``Packet(header, (Message(type, port, payload, flags, destination,
+    source id, None, 0, extra, presence),), ())``: a packet of one message, built
+    in one call with the slot stores of :func:`_header_maker`.
+    """
+    msg_setters = _slot_setters(Message)
+    pkt_setters = _slot_setters(Packet)
+    if msg_setters is None or pkt_setters is None or len(msg_setters) != 10 or len(pkt_setters) != 3:
+
+        def plain(h: PacketHeader, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, i: Any, j: Any) -> Packet:
+            return Packet(h, (Message(a, b, c, d, e, f, None, 0, i, j),), ())
+
+        return plain
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = msg_setters
+    p0, p1, p2 = pkt_setters
+    new = object.__new__
+    msg_cls = Message
+    pkt_cls = Packet
+
+    def make(h: PacketHeader, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, i: Any, j: Any) -> Packet:
+        m = new(msg_cls)
+        s0(m, a)
+        s1(m, b)
+        s2(m, c)
+        s3(m, d)
+        s4(m, e)
+        s5(m, f)
+        s6(m, None)
+        s7(m, 0)
+        s8(m, i)
+        s9(m, j)
+        o = new(pkt_cls)
+        p0(o, h)
+        p1(o, (m,))
+        p2(o, ())
+        return o
+
+    return make
+
+
+def _packet_maker() -> Callable[[PacketHeader, tuple[Message, ...], tuple[int, ...]], Packet]:
+    """``make(header, messages, footer) -> Packet``, equal to ``Packet(...)`` (see :func:`_header_maker`)."""
+    setters = _slot_setters(Packet)
+    if setters is None or len(setters) != 3:
+        return Packet
+    s0, s1, s2 = setters
+    new = object.__new__
+    cls = Packet
+
+    def make(header: PacketHeader, messages: tuple[Message, ...], footer: tuple[int, ...]) -> Packet:
+        o = new(cls)
+        s0(o, header)
+        s1(o, messages)
+        s2(o, footer)
+        return o
+
+    return make
