@@ -19,7 +19,7 @@ import trio
 from pianode.config import NodeConfig
 from pianode.events import HostChanged, MeshDestroyed, StationLeft
 from pianode.faults import FaultInjectingSocketFactory, LinkFaults
-from pianode.node import JoinError, Node
+from pianode.node import JoinError, Node, open_node
 
 from node_fixtures import NodeMesh, check_exchange, form_mesh, n_connected, wait_until
 
@@ -175,3 +175,40 @@ async def test_loss_duplication_and_reordering_in_the_socket_layer(version: str)
             assert stats.lost > 0 and stats.duplicated > 0 and stats.reordered > 0
             assert sum(s.lost for x in nodes for s in x.stations()) > 0  # data retransmitted
             assert sum(x.statistics()["drops"].get("replayed", 0) for x in nodes) > 0  # type: ignore[attr-defined]
+
+
+async def test_event_handler_takes_batches_instead_of_the_channel() -> None:
+    from pianode.events import DataReceived as Data
+
+    key = bytes(range(16))
+    async with open_node(NodeConfig(version="5.18", bind=("127.0.0.61", 0), session_key=key)) as host, open_node(
+        NodeConfig(version="5.18", bind=("127.0.0.62", 0), session_key=key)
+    ) as guest:
+        await host.create_mesh()
+        await guest.join(host.address)
+        assert await guest.wait_connected(1) and await host.wait_connected(1)
+        batches: list[list[object]] = []
+        host.set_event_handler(lambda events: batches.append(list(events)))
+        for k in range(5):
+            await guest.send(0, b"via handler %d" % k, reliable=True)
+        with trio.fail_after(5):
+            while sum(isinstance(e, Data) for b in batches for e in b) < 5:
+                await trio.sleep(0.01)
+        got = [e.data for b in batches for e in b if isinstance(e, Data)]
+        assert got == [b"via handler %d" % k for k in range(5)]
+        # Nothing of that went through the channel.
+        leftovers = []
+        while True:
+            try:
+                leftovers.append(host.events().receive_nowait())
+            except trio.WouldBlock:
+                break
+        assert not any(isinstance(e, Data) for e in leftovers)
+        host.set_event_handler(None)
+        await guest.send(0, b"via channel", reliable=True)
+        with trio.fail_after(5):
+            while True:
+                event = await host.events().receive()
+                if isinstance(event, Data):
+                    break
+        assert event.data == b"via channel"
