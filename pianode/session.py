@@ -75,6 +75,28 @@ EVENT_QUEUE_LIMIT = 65536
 HELD_LIMIT = 1024
 RETIRED_REPLAY_LIMIT = 256  # departed peers whose replay memory is kept
 HEAL_INTERVAL = 3.0  # seconds between checks for table members we have no link to
+#: Every counter a session keeps (``statistics()['counters']`` lists the non-zero ones).
+COUNTERS = (
+    "connect_glare_won",
+    "connect_glare_yielded",
+    "connections",
+    "group_packets_sent",
+    "joins_denied",
+    "keepalives_received",
+    "packets_received",
+    "packets_sent",
+    "reconnects",
+    "rejoins",
+    "reliable_delivered",
+    "reliable_sent",
+    "restarts",
+    "retransmissions",
+    "rtt_requests_received",
+    "unreliable_delivered",
+    "unreliable_sent",
+    "version_denials",
+    "window_full",
+)
 MAX_PENDING = 64  # acked station/mesh messages awaiting their ack, per peer  # data messages held per peer until its station index is known
 
 
@@ -217,7 +239,9 @@ class MeshSession:
         self._timers: list[tuple[float, int, Peer]] = []
         self._timer_seq = itertools.count()
         self.drops: collections.Counter[str] = collections.Counter()
-        self.counters: collections.Counter[str] = collections.Counter()
+        # A plain dict (exact dicts have the interpreter's fast item path; a
+        # Counter does not): some of these are bumped for every datagram.
+        self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._join_host: tuple[str, int] | None = None
         self._early_update: tuple[list[StationEntry], int, int] | None = None
         #: Indexes this (non-host) station saw leave since the last update it applied.
@@ -1318,7 +1342,7 @@ class MeshSession:
             "station_index": self.index,
             "host_index": self.table.host_index,
             "stations": len(self.table),
-            "counters": dict(self.counters),
+            "counters": {k: v for k, v in self.counters.items() if v},
             "drops": dict(self.drops),
         }
 

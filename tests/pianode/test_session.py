@@ -644,3 +644,15 @@ def test_join_racing_the_host_leave_converges(version: str) -> None:
     else:
         assert newcomer.failure is not None
         assert all(len(s.table) == 2 for s in rest)
+
+
+def test_every_counter_the_session_bumps_is_declared() -> None:
+    # counters is a plain dict seeded from COUNTERS: an undeclared key would raise KeyError at run time.
+    import pathlib
+    import re
+
+    import pianode.session as session_module
+
+    source = pathlib.Path(session_module.__file__).read_text()
+    used = set(re.findall(r'counters\["([a-z_]+)"\]', source)) | set(re.findall(r'"([a-z_]+)" if reliable else "([a-z_]+)"', source)[0])
+    assert used and used <= set(session_module.COUNTERS)
