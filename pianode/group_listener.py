@@ -99,10 +99,11 @@ class GroupListener:
             self.received += len(batch)
             now = trio.current_time()
             nodes = list(self._nodes.items())
+            feeds = [(address, node.receive_group_datagram) for address, node in nodes]
             for data, source in batch:
-                for address, node in nodes:
+                for address, feed in feeds:
                     if address != source:  # a station's own broadcast comes back too
-                        node.receive_group_datagram(data, source, now)
+                        feed(data, source, now)
             for _, node in nodes:
                 await node.after_group_receive(now)
             await trio.lowlevel.checkpoint()

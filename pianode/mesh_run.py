@@ -333,9 +333,19 @@ class MeshRun:
 
     def _on_events(self, node: Node, rec: _Receiver, events: Sequence[object]) -> None:
         # Called by the node itself (Node.set_event_handler) once per batch:
-        # no channel hand-over or consumer task per station.
+        # no channel hand-over or consumer task per station.  Frames, the
+        # bulk of a real-time session, are counted here; the rest in _handle.
         now = trio.current_time()
+        frame_size = _FRAME.size
+        unpack = _FRAME.unpack_from
+        latencies = rec.latencies
         for event in events:
+            if type(event) is DataReceived:
+                data = event.data
+                if data[:1] == b"F" and len(data) >= frame_size:
+                    rec.frames += 1
+                    latencies.append(now - unpack(data)[3])
+                    continue
             self._handle(node, rec, event, now)
 
     def _handle(self, node: Node, rec: _Receiver, event: object, now: float) -> None:
