@@ -158,21 +158,13 @@ def make_header(profile: VersionProfile, peer: Peer, session: MeshSession, hn: b
             destination_timer=timers.destination_timer(now),
             nonce=hn,
         )
-    if hf in (HeaderFormat.C, HeaderFormat.D):
+    # Positional arguments (the field order of PacketHeader): the per-packet path.
+    if hf is HeaderFormat.C or hf is HeaderFormat.D:
         return PacketHeader(
-            encrypted=True,
-            packet_id=packet_id,
-            connection_id=peer.own_conn_id if connected else 0,
-            version=profile.header_version,
-            nonce=hn,
+            True, packet_id, peer.own_conn_id if connected else 0, profile.header_version, None, None, None, None, 0, 0, 0, hn
         )
     return PacketHeader(
-        encrypted=True,
-        packet_id=packet_id,
-        version=profile.header_version,
-        destination_variable_id=peer.variable_id,
-        source_variable_id=session.variable_id,
-        nonce=hn,
+        True, packet_id, 0, profile.header_version, None, None, peer.variable_id, session.variable_id, 0, 0, 0, hn
     )
 
 
@@ -249,14 +241,7 @@ def make_message(profile: VersionProfile, session: MeshSession, peer: Peer, prot
         flags, destination = profile.bitmap_flag, 1 << peer.index
     else:
         flags, destination = 0, 0
-    return Message(
-        protocol_type=ptype,
-        protocol_port=port,
-        payload=payload,
-        flags=flags,
-        destination=destination,
-        source_constant_id=session.message_source_id,
-    )
+    return Message(ptype, port, payload, flags, destination, session.message_source_id)
 
 
 _MESSAGE_OVERHEAD = 28  # the largest per-message header of a 5.x format plus alignment

@@ -586,9 +586,11 @@ class MeshSession:
         assert self.codec is not None
         out = []
         messages, peer.outbox = peer.outbox, []
-        for bundle in mw.bundle(self.profile, messages, self.config.mtu):
+        # One message is one packet whatever its size; only several need bundling.
+        bundles = (messages,) if len(messages) == 1 else mw.bundle(self.profile, messages, self.config.mtu)
+        for bundle in bundles:
             header = self._header(peer, now)
-            data = self.codec.encode(Packet(header=header, messages=tuple(bundle)), self.local_address[0])
+            data = self.codec.encode(Packet(header, tuple(bundle)), self.local_address[0])
             out.append((data, peer.address))
             peer.packets_sent += 1
             peer.last_sent = now
