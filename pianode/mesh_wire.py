@@ -22,6 +22,7 @@ import attrs
 from pianode.config import NodeConfig
 from pianode.mesh_table import StationEntry
 from pianode.reliable import ReliableWindow, WindowConfig
+from pianode.replay import nonce_value
 from protocols.errors import BadValue, DecodeError
 from protocols.pia import keys
 from protocols.pia import mesh as pmesh
@@ -202,6 +203,8 @@ class GroupPacket:
     packet: Packet
     nonce: bytes
     receivers: frozenset[int]
+    #: The nonce as the replay filter reads it (pianode.replay.nonce_value), worked out once.
+    nonce_value: int = 0
 
 
 _CODEC_KEYS: dict[tuple[object, ...], int] = {}
@@ -219,7 +222,8 @@ def shared_decode(
     entry = _SHARED.get(key)
     if entry is None:
         packet = codec.decode(data, source)
-        group = GroupPacket(packet, nonce_of(packet.header, source) if packet.header.encrypted else b"", frozenset(packet.footer))
+        nonce = nonce_of(packet.header, source) if packet.header.encrypted else b""
+        group = GroupPacket(packet, nonce, frozenset(packet.footer), nonce_value(nonce))
         remaining = len(packet.footer) - 1
         if remaining > 0:
             if len(_SHARED) >= _SHARED_LIMIT:

@@ -25,10 +25,15 @@ from __future__ import annotations
 
 import array
 
-__all__ = ["NonceReplayFilter"]
+__all__ = ["NonceReplayFilter", "nonce_value"]
 
 
 _EMPTY = (1 << 64) - 1  # no 7-byte value equals it
+
+
+def nonce_value(nonce: bytes) -> int:
+    """The part of a nonce the filter judges: its last 7 bytes as an integer."""
+    return int.from_bytes(nonce[-7:], "big")
 
 
 class NonceReplayFilter:
@@ -44,7 +49,10 @@ class NonceReplayFilter:
 
     def accept(self, nonce: bytes) -> bool:
         """Record an authenticated nonce; False if it was seen before or is too old."""
-        value = int.from_bytes(nonce[-7:], "big")
+        return self.accept_value(nonce_value(nonce))
+
+    def accept_value(self, value: int) -> bool:
+        """:meth:`accept` for a nonce already read with :func:`nonce_value`."""
         if value > self._top:
             self._top = value
             self._slots[value & self._mask] = value

@@ -760,7 +760,7 @@ class MeshSession:
         if header.source_variable_id != peer.variable_id:
             self._drop(DropReason.IDENTITY_MISMATCH)
             return
-        if not peer.replay.accept(group.nonce):
+        if not peer.replay.accept_value(group.nonce_value):
             self._drop(DropReason.REPLAYED)
             return
         peer.last_heard = now
