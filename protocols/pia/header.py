@@ -47,7 +47,6 @@ __all__ = [
     "decode_header",
     "encode_header",
     "header_decoder",
-    "header_encoder",
     "header_format_for_version",
     "header_layout",
     "sniff_header_format",
@@ -317,13 +316,12 @@ def encode_header(
 
 # -- per-profile fast paths --------------------------------------------------
 #
-# header_decoder/header_encoder return a closure for one profile's layout that
-# handles the well-formed case with one unpack/pack and hands everything else
-# (errors included) to decode_header/encode_header, which stay the reference.
-# Property tests check both give the same result or the same error class.  The
-# packet codec's own per-packet closures (protocols/pia/packet.py) go one step
-# further and pack/unpack inline with header_layout(); without a GCM key (the
-# AES-ECB era, or no key) the codec decodes headers with header_decoder.
+# header_decoder returns a closure for one profile's layout that handles the
+# well-formed case with one unpack and hands everything else (errors included)
+# to decode_header, which stays the reference; a property test checks both give
+# the same result or the same error class.  Without a GCM key (the AES-ECB era,
+# or no key) the codec decodes headers with it; the per-packet closures of
+# protocols/pia/packet_fast.py pack and unpack inline with header_layout().
 
 
 def header_decoder(profile: VersionProfile) -> Callable[[bytes], PacketHeader]:
@@ -399,134 +397,6 @@ def header_decoder(profile: VersionProfile) -> Callable[[bytes], PacketHeader]:
         return slow(data)
 
     return dec_ef
-
-
-def header_encoder(profile: VersionProfile) -> Callable[[PacketHeader, bytes, int, int], bytes]:
-    """``encode(header, tag, footer_size, padding_size) -> bytes`` equal to
-    ``encode_header(header, profile, tag=tag, footer_size=..., padding_size=...)``.
-
-    Only a *tag* of the layout's exact length takes the fast path (the packet
-    codec always has one); anything unusual goes to :func:`encode_header`.
-    """
-    fmt = profile.header_format
-    st, versions = _layout(fmt)
-    pack = st.pack
-    magic = _MAGIC_INT
-    default_version = profile.header_version
-    error = struct.error
-
-    def slow(h: PacketHeader, tag: bytes, footer_size: int, padding_size: int) -> bytes:
-        return encode_header(h, profile, tag=tag, footer_size=footer_size, padding_size=padding_size)
-
-    if fmt is _A or fmt is _B:
-        is_b = fmt is _B
-
-        def enc_ab(h: PacketHeader, tag: bytes, footer_size: int, padding_size: int) -> bytes:
-            if (
-                h.version is None
-                and h.destination_variable_id is None
-                and h.source_variable_id is None
-                and not footer_size
-                and not padding_size
-                and not h.packet_flags
-            ):
-                b4 = 2 if h.encrypted else 1
-                try:
-                    if is_b:
-                        nonce = h.nonce
-                        if len(nonce) == 8 and len(tag) == 16:
-                            return pack(
-                                magic,
-                                b4,
-                                h.connection_id,
-                                h.packet_id,
-                                h.source_timer or 0,
-                                h.destination_timer or 0,
-                                nonce,
-                                tag,
-                            )
-                    elif not h.nonce:
-                        return pack(magic, b4, h.connection_id, h.packet_id, h.source_timer or 0, h.destination_timer or 0)
-                except error:
-                    pass
-            return slow(h, tag, footer_size, padding_size)
-
-        return enc_ab
-
-    tag_len = 16 if fmt is _C else 8
-    if fmt is _C or fmt is _D:
-
-        def enc_cd(h: PacketHeader, tag: bytes, footer_size: int, padding_size: int) -> bytes:
-            v = h.version
-            if v is None:
-                v = default_version
-            if (
-                v in versions
-                and h.source_timer is None
-                and h.destination_timer is None
-                and h.destination_variable_id is None
-                and h.source_variable_id is None
-                and not footer_size
-                and not padding_size
-                and not h.packet_flags
-                and len(tag) == tag_len
-            ):
-                nonce = h.nonce
-                if len(nonce) == 8:
-                    try:
-                        return pack(magic, v | 0x80 if h.encrypted else v, h.connection_id, h.packet_id, nonce, tag)
-                    except error:
-                        pass
-            return slow(h, tag, footer_size, padding_size)
-
-        return enc_cd
-
-    is_g = fmt is _G
-
-    def enc_efg(h: PacketHeader, tag: bytes, footer_size: int, padding_size: int) -> bytes:
-        v = h.version
-        if v is None:
-            v = default_version
-        nonce = h.nonce
-        if (
-            h.source_timer is None
-            and h.destination_timer is None
-            and not h.connection_id
-            and len(tag) == 8
-            and len(nonce) == 8
-            and v in versions
-        ):
-            try:
-                if is_g:
-                    flags = h.packet_flags
-                    if 0 <= padding_size <= 15 and 0 <= flags <= 15:
-                        return pack(
-                            magic,
-                            v | 0x80 if h.encrypted else v,
-                            padding_size << 4 | flags,
-                            h.destination_variable_id or 0,
-                            h.source_variable_id or 0,
-                            h.packet_id,
-                            footer_size,
-                            nonce,
-                            tag,
-                        )
-                elif not padding_size and not h.packet_flags:
-                    return pack(
-                        magic,
-                        v | 0x80 if h.encrypted else v,
-                        h.destination_variable_id or 0,
-                        h.source_variable_id or 0,
-                        h.packet_id,
-                        footer_size,
-                        nonce,
-                        tag,
-                    )
-            except error:
-                pass
-        return slow(h, tag, footer_size, padding_size)
-
-    return enc_efg
 
 
 # -- sniffing ---------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The per-profile fast paths of the Pia codec equal the general code they shortcut.
 
-``header_decoder``/``header_encoder`` (protocols/pia/header.py) against
-``decode_header``/``encode_header``; ``lone_message_encoder``/``lone_message_decoder``
+``header_decoder`` (protocols/pia/header.py) against ``decode_header``;
+``lone_message_encoder``/``lone_message_decoder``
 (protocols/pia/message.py) against ``encode_messages``/``decode_messages``; and
 ``PacketCodec.encode``/``decode`` against ``_encode_general``/``_decode_general``
 (protocols/pia/packet.py).  Inputs mix well-formed values of every header and
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from pia_type_strategies import u8, u16, u32, u64
 
 from protocols.crypto.aead import available_backends, gcm
-from protocols.errors import DecodeError, EncodeError
+from protocols.errors import DecodeError
 from protocols.pia.header import (
     HEADER_SIZES,
     HEADER_VERSIONS,
@@ -32,7 +32,6 @@ from protocols.pia.header import (
     decode_header,
     encode_header,
     header_decoder,
-    header_encoder,
 )
 from protocols.pia.message import (
     Message,
@@ -152,52 +151,6 @@ def header_case(draw: st.DrawFn, profile: VersionProfile) -> tuple[PacketHeader,
     values = {name: draw(bad[name] if name in broken else good[name]) for name in good}
     tag, footer_size, padding_size = values.pop("tag"), values.pop("footer_size"), values.pop("padding_size")
     return PacketHeader(**values), tag, footer_size, padding_size, not broken
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.data())
-def test_header_encoder_equals_encode_header(data: st.DataObject) -> None:
-    profile = data.draw(st.sampled_from(PROFILES))
-    h, tag, footer_size, padding_size, well_formed = data.draw(header_case(profile))
-    fast = outcome(header_encoder(profile), h, tag, footer_size, padding_size)
-    general = outcome(encode_header, h, profile, tag=tag, footer_size=footer_size, padding_size=padding_size)
-    assert fast == general
-    if well_formed:
-        assert fast[0] == "ok"
-    if fast[0] == "error":
-        assert fast[1] is EncodeError
-
-
-def _fast_header_taken(profile: VersionProfile, h: PacketHeader, tag: bytes, fs: int, ps: int) -> bool:
-    """Whether header_encoder answers without calling encode_header (checked by making that fail)."""
-    import protocols.pia.header as header_module
-
-    real = header_module.encode_header
-
-    def refuse(*args: Any, **kwargs: Any) -> bytes:
-        raise AssertionError("general path")
-
-    header_module.encode_header = refuse  # type: ignore[assignment]
-    try:
-        header_encoder(profile)(h, tag, fs, ps)
-        return True
-    except AssertionError:
-        return False
-    finally:
-        header_module.encode_header = real
-
-
-@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)
-def test_header_encoder_takes_the_fast_path_for_codec_headers(profile: VersionProfile) -> None:
-    fmt = profile.header_format
-    if fmt in (HeaderFormat.A, HeaderFormat.B):
-        h = PacketHeader(True, 9, 3, source_timer=1, destination_timer=2, nonce=b"" if fmt is HeaderFormat.A else bytes(8))
-    elif fmt in (HeaderFormat.C, HeaderFormat.D):
-        h = PacketHeader(True, 9, 3, nonce=bytes(8))
-    else:
-        h = PacketHeader(True, 9, destination_variable_id=5, source_variable_id=6, nonce=bytes(8))
-    tag = bytes(0 if fmt is HeaderFormat.A else profile.tag_length)
-    assert _fast_header_taken(profile, h, tag, 0, 0)
 
 
 @st.composite
