@@ -30,7 +30,7 @@ from protocols.pia.header import PacketHeader, header_layout
 from protocols.pia.message import Message, decode_messages, lone_delta_layout
 from protocols.pia.nonce import nonce_parts
 from protocols.pia.packet import Packet
-from protocols.pia.versions import HeaderFormat, MessageFormat
+from protocols.pia.versions import HeaderFormat, MessageFormat, VersionProfile
 
 if TYPE_CHECKING:
     from protocols.pia.packet import PacketCodec
@@ -51,6 +51,19 @@ _BYTE = [bytes((i,)) for i in range(256)]
 # result is always theirs: same bytes or value, same error.
 
 
+def _shape(profile: VersionProfile) -> tuple[Any, ...]:
+    """What both closures read of the profile: header struct, versions and magic, then
+    footer-inside, header format B, C/D, G, the lone-message layout, message format E, G."""
+    hf = profile.header_format
+    mf = profile.message_format
+    st, versions, magic = header_layout(hf)
+    return (
+        st, versions, magic, profile.footer == "encrypted",
+        hf is HeaderFormat.B, hf is HeaderFormat.C or hf is HeaderFormat.D, hf is HeaderFormat.G,
+        lone_delta_layout(profile), mf is MessageFormat.E, mf is MessageFormat.G,
+    )  # fmt: skip
+
+
 class _Uncommon(Exception):
     """Internal: the packet is not of the common shape (never leaves the encode closure)."""
 
@@ -66,18 +79,10 @@ def fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
         return None  # the header's tag field would not take the tag: encode_header reports it
     general = codec._encode_general
     seal = aead.seal_raw
-    hpack_st, versions, magic = header_layout(hf)
+    hpack_st, versions, magic, inner, is_b, is_cd, is_g, layout, is_me, is_mg = _shape(profile)
     hpack = hpack_st.pack
     default_version = profile.header_version
-    inner = profile.footer == "encrypted"
-    is_b = hf is HeaderFormat.B
-    is_cd = hf is HeaderFormat.C or hf is HeaderFormat.D
-    is_g = hf is HeaderFormat.G
-    mf = profile.message_format
-    layout = lone_delta_layout(profile)
     lone_enc = codec._lone_enc
-    is_me = mf is MessageFormat.E
-    is_mg = mf is MessageFormat.G
     if layout is not None:
         mpack = layout[0].pack
         full = layout[1]
@@ -239,18 +244,10 @@ def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
     raw = open_raw(aead) if profile.tag_length == 16 else None
     if raw is not None:
         decrypt, tag_error = raw
-    st, versions, magic = header_layout(hf)
+    st, versions, magic, inner, is_b, is_cd, is_g, layout, is_me, is_mg = _shape(profile)
     unpack = st.unpack_from
     hsize = st.size
-    inner = profile.footer == "encrypted"
-    is_b = hf is HeaderFormat.B
-    is_cd = hf is HeaderFormat.C or hf is HeaderFormat.D
-    is_g = hf is HeaderFormat.G
-    layout = lone_delta_layout(profile)
     lone_dec = codec._lone_dec
-    mf = profile.message_format
-    is_me = mf is MessageFormat.E
-    is_mg = mf is MessageFormat.G
     align = profile.align_messages
     if layout is not None:
         munpack = layout[0].unpack_from
