@@ -662,13 +662,14 @@ class MeshSession:
         peer = self.peers.get(addr)
         group: mw.GroupPacket | None = None
         offset = self._group_offset
-        if peer is not None and offset is not None and len(data) > offset and data[offset] != 0:
+        footer = offset is not None and len(data) > offset and data[offset] != 0
+        if footer and peer is not None:
             self._receive_group(peer, data, addr, now)
             return
         try:
-            if offset is not None and len(data) > offset and data[offset] != 0:
-                # A packet with a footer went to several stations, likely
-                # several of this process: decode it once for all of them.
+            if footer:
+                # A packet with a footer from an unknown address (dropped below
+                # unless it is a connection request): decoded through the same cache.
                 assert self._nonce_builder is not None
                 group = mw.shared_decode(self.codec, self._codec_key, data, addr[0], self._nonce_builder)
                 packet = group.packet
