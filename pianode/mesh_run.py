@@ -346,9 +346,9 @@ class MeshRun:
                     rec.frames += 1
                     latencies.append(now - unpack(data)[3])
                     continue
-            self._handle(node, rec, event, now)
+            self._handle(node, rec, event)
 
-    def _handle(self, node: Node, rec: _Receiver, event: object, now: float) -> None:
+    def _handle(self, node: Node, rec: _Receiver, event: object) -> None:
         if isinstance(event, DataReceived):
             data = event.data
             kind = data[:1]
@@ -363,10 +363,6 @@ class MeshRun:
                 else:
                     rec.out_of_order += 1
                     rec.expected[src] = seq + 1
-            elif kind == b"F" and len(data) >= _FRAME.size:
-                _, src, frame, sent = _FRAME.unpack_from(data)
-                rec.frames += 1
-                rec.latencies.append(now - sent)
             elif kind == b"U":
                 rec.unreliable += 1
         elif isinstance(event, HostChanged):
