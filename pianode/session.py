@@ -705,7 +705,7 @@ class MeshSession:
             self._peer_lost(peer, "restarted", now)
             peer = None
             self._retired_replay.pop(addr, None)
-        elif not self._accept_header(peer, packet, group.nonce if group is not None else self.codec.last_nonce):
+        elif not self._accept_header(peer, packet, self.codec.last_nonce):  # (footer packets: _receive_group)
             return
         if peer is None:
             nonce = self._nonce_of(header, addr[0])
