@@ -72,7 +72,7 @@ __all__ = ["DropReason", "MeshSession", "Peer", "PeerState", "StationStats"]
 INVALID_INDEX = 253  # spec §2.6: not yet in a mesh
 MAX_PROVISIONAL_PEERS = 64  # unknown addresses we talk to before they are members
 EVENT_QUEUE_LIMIT = 65536
-HELD_LIMIT = 1024
+HELD_LIMIT = 1024  # data messages held per peer until its station index is known
 RETIRED_REPLAY_LIMIT = 256  # departed peers whose replay memory is kept
 HEAL_INTERVAL = 3.0  # seconds between checks for table members we have no link to
 #: Every counter a session keeps (``statistics()['counters']`` lists the non-zero ones).
@@ -97,7 +97,7 @@ COUNTERS = (
     "version_denials",
     "window_full",
 )
-MAX_PENDING = 64  # acked station/mesh messages awaiting their ack, per peer  # data messages held per peer until its station index is known
+MAX_PENDING = 64  # acked station/mesh messages awaiting their ack, per peer
 
 
 class PeerState(enum.Enum):
