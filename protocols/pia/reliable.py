@@ -41,16 +41,31 @@ layout on Mesh port 1 and on protocol 0x3000, with sequence ids starting at
 
 Versions between documented layouts (spec §0.2 "nearest documented neighbour")
 are mapped in :func:`layout_for`; each choice is commented there.
+
+Fast paths
+----------
+Almost every segment a session sees has a fixed-size header: no multicast ids
+(5.17), a zero destination count (5.29), no destination words (7.0), or the
+24-byte ``<=5.12`` header; almost every bulk ack is one record or one record
+repeated.  Those shapes are packed and unpacked with one precompiled
+:class:`struct.Struct` each.  Anything else, including every malformed input,
+goes through the general :class:`~protocols.wire.Reader`/:class:`~protocols.wire.Writer`
+code, so errors (type and message) are exactly those of the general path.  The
+lower-level :func:`encode_segment_fields` / :func:`decode_segment_fields` and
+:func:`encode_ack_record` / :func:`find_ack_record` work on plain ints for the
+reliable window; each is defined as equal to the attrs-valued function it
+shortcuts.
 """
 
 from __future__ import annotations
 
 import enum
+import struct
 from collections.abc import Iterator
 
 import attrs
 
-from protocols.errors import BadValue, EncodeError, ShortData, TrailingData
+from protocols.errors import BadValue, ConfigError, EncodeError, ShortData, TrailingData
 from protocols.pia.versions import VersionProfile, parse_version
 from protocols.wire import Reader, Writer
 
@@ -70,8 +85,12 @@ __all__ = [
     "WindowLayout",
     "decode_bulk_ack",
     "decode_segment",
+    "decode_segment_fields",
+    "encode_ack_record",
     "encode_bulk_ack",
     "encode_segment",
+    "encode_segment_fields",
+    "find_ack_record",
     "layout_for",
     "sequence_bits",
 ]
@@ -99,15 +118,34 @@ class WindowLayout(enum.Enum):
     V7_0 = "7.0"
 
 
+#: Layouts already worked out, by version tuple or version text (bounded: see layout_for).
+_LAYOUT_CACHE: dict[str | tuple[int, int], WindowLayout] = {}
+_LAYOUT_CACHE_LIMIT = 64
+
+
 def layout_for(version: VersionProfile | WindowLayout | str | tuple[int, int]) -> WindowLayout:
     """Return the sliding-window layout a Pia version uses.
 
     Undocumented versions take the nearest documented layout; the reasons are
-    given inline.
+    given inline.  Answers for profiles, version tuples and version text are
+    remembered (up to a small bound), since codecs ask on every segment.
     """
     if isinstance(version, WindowLayout):
         return version
-    v = version.version if isinstance(version, VersionProfile) else parse_version(version)
+    key = version.version if isinstance(version, VersionProfile) else version
+    if type(key) is str or type(key) is tuple:
+        cached = _LAYOUT_CACHE.get(key)
+        if cached is not None:
+            return cached
+        layout = _layout_of(parse_version(key))
+        if len(_LAYOUT_CACHE) < _LAYOUT_CACHE_LIMIT:
+            _LAYOUT_CACHE[key] = layout
+        return layout
+    return _layout_of(parse_version(key))
+
+
+def _layout_of(v: tuple[int, int]) -> WindowLayout:
+    """The layout of version *v* (the table behind :func:`layout_for`)."""
     if v <= (5, 13):
         # 5.13 is undocumented everywhere; the version table keeps it with 5.11-5.12
         # (message format M-C), so it keeps the <=5.12 layout too.
@@ -230,6 +268,30 @@ def _words(count: int) -> int:
 # -- encode ------------------------------------------------------------------
 
 
+# Fixed-size headers of the fast paths (spec §5.8 table above), big-endian:
+# 5.17 / 5.29 with no receivers: u8 flags · u8 stream id · u16 payload size ·
+# u16 sequence id · u16 lowest pending · u8 count (= 0).
+_HEAD_16 = struct.Struct(">BBHHHB")
+# 7.0 with no destination words: u8 flags · u16 payload size · u16 sequence id ·
+# u16 lowest pending · u8 word count (= 0).
+_HEAD_70 = struct.Struct(">BHHHB")
+# <=5.12: u16 flags · u16 payload size · u32 reserved · u32 sequence id · u32 ack id · u64 bitmap.
+_HEAD_512 = struct.Struct(">HHIIIQ")
+_SIZE_16 = _HEAD_16.size  # 9
+_SIZE_70 = _HEAD_70.size  # 8
+_SIZE_512 = _HEAD_512.size  # 24
+_PACK_16 = _HEAD_16.pack
+_PACK_70 = _HEAD_70.pack
+_PACK_512 = _HEAD_512.pack
+_UNPACK_16 = _HEAD_16.unpack_from
+_UNPACK_70 = _HEAD_70.unpack_from
+_UNPACK_512 = _HEAD_512.unpack_from
+_V5_12 = WindowLayout.V5_12
+_V5_17 = WindowLayout.V5_17
+_V5_29 = WindowLayout.V5_29
+_V7_0 = WindowLayout.V7_0
+
+
 def encode_segment(segment: Segment, version: VersionProfile | WindowLayout | str | tuple[int, int]) -> bytes:
     """Encode *segment* in the layout of *version*.
 
@@ -237,9 +299,34 @@ def encode_segment(segment: Segment, version: VersionProfile | WindowLayout | st
         EncodeError: the header type does not belong to the layout, or a field
             does not fit.
     """
-    layout = layout_for(version)
+    layout = version if type(version) is WindowLayout else layout_for(version)
     h = segment.header
     payload = segment.payload
+    t = type(h)
+    if type(payload) is bytes:
+        # Fast paths; a value struct refuses (out of range, not an int) takes the
+        # general path below, which raises the documented error.
+        try:
+            if t is WindowHeader529:
+                if layout is _V5_29 and h.destination_count == 0 and h.destination_bitmap == 0:
+                    return _PACK_16(h.flags, h.stream_id, len(payload), h.sequence_id, h.lowest_pending, 0) + payload
+            elif t is WindowHeader517:
+                if layout is _V5_17 and not h.multicast_ids:
+                    return _PACK_16(h.flags, h.stream_id, len(payload), h.sequence_id, h.lowest_pending, 0) + payload
+            elif t is WindowHeader70:
+                if layout is _V7_0 and not h.destination_words:
+                    return _PACK_70(h.flags, len(payload), h.sequence_id, h.lowest_pending, 0) + payload
+            elif t is LegacyWindowHeader and layout is _V5_12:
+                return (
+                    _PACK_512(h.flags, len(payload), h.reserved, h.sequence_id, h.ack_id, h.ack_bitmap) + payload
+                )
+        except struct.error:
+            pass
+    return _encode_segment_general(h, payload, layout)
+
+
+def _encode_segment_general(h: WindowHeader, payload: bytes, layout: WindowLayout) -> bytes:
+    """Field-by-field encoder for every layout and header shape."""
     if type(h) is not _HEADER_TYPE[layout]:
         raise EncodeError(f"{type(h).__name__} cannot be encoded in the {layout.value} layout")
     w = Writer()
@@ -298,7 +385,36 @@ def decode_segment(data: bytes, version: VersionProfile | WindowLayout | str | t
         DecodeError: (``ShortData``/``TrailingData``) the payload-size field does
             not match the bytes present.
     """
-    layout = layout_for(version)
+    layout = version if type(version) is WindowLayout else layout_for(version)
+    if type(data) is not bytes:
+        data = bytes(data)  # as the Reader does
+    n = len(data)
+    # Fast paths: a fixed-size header whose payload-size field matches; anything
+    # else (receivers listed, short, wrong size) is left to the general decoder.
+    if layout is _V5_29:
+        if n >= _SIZE_16 and data[8] == 0:
+            flags, stream, size, seq, low, _ = _UNPACK_16(data)
+            if size == n - _SIZE_16:
+                return Segment(WindowHeader529(flags, stream, seq, low), data[_SIZE_16:])
+    elif layout is _V5_17:
+        if n >= _SIZE_16 and data[8] == 0:
+            flags, stream, size, seq, low, _ = _UNPACK_16(data)
+            if size == n - _SIZE_16:
+                return Segment(WindowHeader517(flags, stream, seq, low), data[_SIZE_16:])
+    elif layout is _V7_0:
+        if n >= _SIZE_70 and data[7] == 0:
+            flags, size, seq, low, _ = _UNPACK_70(data)
+            if size == n - _SIZE_70:
+                return Segment(WindowHeader70(flags, seq, low), data[_SIZE_70:])
+    elif layout is _V5_12 and n >= _SIZE_512:
+        flags, size, reserved, seq, ack, bitmap = _UNPACK_512(data)
+        if size == n - _SIZE_512:
+            return Segment(LegacyWindowHeader(flags, seq, ack, bitmap, reserved), data[_SIZE_512:])
+    return _decode_segment_general(data, layout)
+
+
+def _decode_segment_general(data: bytes, layout: WindowLayout) -> Segment:
+    """Field-by-field decoder for every layout and header shape."""
     r = Reader(data)
     header: WindowHeader
     if layout is WindowLayout.V5_12:
@@ -370,6 +486,84 @@ def decode_segment(data: bytes, version: VersionProfile | WindowLayout | str | t
     return Segment(header, r.rest())
 
 
+# -- plain-int segment fields (the reliable window's hot path) ---------------------
+
+
+def encode_segment_fields(
+    flags: int,
+    stream_id: int | None,
+    sequence_id: int,
+    lowest_pending: int,
+    payload: bytes,
+    version: VersionProfile | WindowLayout | str | tuple[int, int],
+) -> bytes:
+    """Encode a 5.17, 5.29 or 7.0 segment with no receivers listed, from plain ints.
+
+    The result equals ``encode_segment(Segment(header, payload), version)`` for the
+    layout's header built from these fields (no multicast ids, destination count
+    0, no destination words); *stream_id* is ignored in 7.0, which has none.
+    ``encode_segment_fields(*decode_segment_fields(raw, v), v) == raw`` for such
+    segments.
+
+    Raises:
+        EncodeError: a field does not fit (as :func:`encode_segment`).
+        ConfigError: the layout is ``<=5.12`` or 5.14, whose fields differ.
+    """
+    layout = version if type(version) is WindowLayout else layout_for(version)
+    if type(payload) is bytes:
+        try:
+            if layout is _V5_29 or layout is _V5_17:
+                return _PACK_16(flags, stream_id, len(payload), sequence_id, lowest_pending, 0) + payload
+            if layout is _V7_0:
+                return _PACK_70(flags, len(payload), sequence_id, lowest_pending, 0) + payload
+        except struct.error:
+            pass  # the general encoder names the field that does not fit
+    header: WindowHeader
+    if layout is _V5_29:
+        header = WindowHeader529(flags, stream_id, sequence_id, lowest_pending)  # type: ignore[arg-type]
+    elif layout is _V5_17:
+        header = WindowHeader517(flags, stream_id, sequence_id, lowest_pending)  # type: ignore[arg-type]
+    elif layout is _V7_0:
+        header = WindowHeader70(flags, sequence_id, lowest_pending)
+    else:
+        raise ConfigError(f"the {layout.value} layout has no (flags, stream, sequence, lowest pending) header")
+    return _encode_segment_general(header, payload, layout)
+
+
+def decode_segment_fields(
+    data: bytes, version: VersionProfile | WindowLayout | str | tuple[int, int]
+) -> tuple[int, int | None, int, int, bytes]:
+    """Decode a 5.17, 5.29 or 7.0 segment to ``(flags, stream id, sequence id, lowest pending, payload)``.
+
+    The values equal the same fields of :func:`decode_segment` for the same bytes
+    (stream id None in 7.0, which has none); multicast ids and destination bits are
+    read and checked but not returned.
+
+    Raises:
+        DecodeError: exactly when :func:`decode_segment` raises, with the same error.
+        ConfigError: the layout is ``<=5.12`` or 5.14, whose fields differ.
+    """
+    layout = version if type(version) is WindowLayout else layout_for(version)
+    if type(data) is not bytes:
+        data = bytes(data)
+    n = len(data)
+    if layout is _V5_29 or layout is _V5_17:
+        if n >= _SIZE_16 and data[8] == 0:
+            flags, stream, size, seq, low, _ = _UNPACK_16(data)
+            if size == n - _SIZE_16:
+                return flags, stream, seq, low, data[_SIZE_16:]
+    elif layout is _V7_0:
+        if n >= _SIZE_70 and data[7] == 0:
+            flags, size, seq, low, _ = _UNPACK_70(data)
+            if size == n - _SIZE_70:
+                return flags, None, seq, low, data[_SIZE_70:]
+    else:
+        raise ConfigError(f"the {layout.value} layout has no (flags, stream, sequence, lowest pending) header")
+    header, payload = _decode_segment_general(data, layout)
+    assert isinstance(header, (WindowHeader517, WindowHeader529, WindowHeader70))
+    return header.flags, getattr(header, "stream_id", None), header.sequence_id, header.lowest_pending, payload
+
+
 # -- bulk acknowledgements -------------------------------------------------------
 
 #: Records in a 5.18 bulk ack payload (spec §5.8).
@@ -405,14 +599,46 @@ class BulkAck:
         return None
 
 
+# One record: u8 stream id · u16 ack id · the 128-bit mask as two u64 halves, high first.
+_RECORD = struct.Struct(">BHQQ")
+_PACK_RECORD = _RECORD.pack
+_UNPACK_RECORD = _RECORD.unpack_from
+_ITER_RECORDS = _RECORD.iter_unpack
+_LOW64 = (1 << 64) - 1
+
+
 def encode_bulk_ack(ack: BulkAck) -> bytes:
     """Encode the records in order (the 5.18 form has :data:`BULK_ACK_RECORDS` of them)."""
+    records = ack.records
+    if type(records) is tuple and records:
+        first = records[0]
+        try:
+            raw = _PACK_RECORD(first.stream_id, first.ack_id, first.mask >> 64, first.mask & _LOW64)
+            if len(records) == 1:
+                return raw
+            if len(set(map(id, records))) == 1:  # one record object repeated (the padded 5.18 form)
+                return raw * len(records)
+            return b"".join([_PACK_RECORD(r.stream_id, r.ack_id, r.mask >> 64, r.mask & _LOW64) for r in records])
+        except (struct.error, TypeError):
+            pass  # the general encoder names the field that does not fit
+    return _encode_bulk_ack_general(records)
+
+
+def _encode_bulk_ack_general(records: tuple[AckRecord, ...]) -> bytes:
     w = Writer()
-    for rec in ack.records:
+    for rec in records:
         w.u8(rec.stream_id, "stream id")
         w.u16(rec.ack_id, "ack id")
         w.uint(rec.mask, 16, "ack mask")
     return w.getvalue()
+
+
+def _check_bulk_ack_size(n: int) -> None:
+    if n % BULK_ACK_RECORD_SIZE:
+        raise ShortData(f"bulk ack of {n} bytes is not a whole number of {BULK_ACK_RECORD_SIZE}-byte records")
+    count = n // BULK_ACK_RECORD_SIZE
+    if count > 255:
+        raise BadValue(f"bulk ack with {count} records (a stream id is one byte)")
 
 
 def decode_bulk_ack(data: bytes) -> BulkAck:
@@ -421,14 +647,44 @@ def decode_bulk_ack(data: bytes) -> BulkAck:
     Raises:
         DecodeError: the length is not a multiple of 19 bytes, or exceeds 255 records.
     """
-    if len(data) % BULK_ACK_RECORD_SIZE:
-        raise ShortData(f"bulk ack of {len(data)} bytes is not a whole number of {BULK_ACK_RECORD_SIZE}-byte records")
-    count = len(data) // BULK_ACK_RECORD_SIZE
-    if count > 255:
-        raise BadValue(f"bulk ack with {count} records (a stream id is one byte)")
-    r = Reader(data)
-    records = tuple(
-        AckRecord(stream_id=r.u8("stream id"), ack_id=r.u16("ack id"), mask=r.uint(16, "ack mask"))
-        for _ in range(count)
-    )
-    return BulkAck(records)
+    _check_bulk_ack_size(len(data))
+    if type(data) is not bytes:
+        data = bytes(data)
+    return BulkAck(tuple([AckRecord(s, a, hi << 64 | lo) for s, a, hi, lo in _ITER_RECORDS(data)]))
+
+
+def encode_ack_record(stream_id: int, ack_id: int, mask: int = 0, count: int = 1) -> bytes:
+    """One ack record from plain ints, *count* times over.
+
+    Equals ``encode_bulk_ack(BulkAck((AckRecord(stream_id, ack_id, mask),) * count))``.
+
+    Raises:
+        EncodeError: a field does not fit.
+    """
+    try:
+        return _PACK_RECORD(stream_id, ack_id, mask >> 64, mask & _LOW64) * count
+    except (struct.error, TypeError):
+        return _encode_bulk_ack_general((AckRecord(stream_id, ack_id, mask),) * count)
+
+
+def find_ack_record(data: bytes, stream_id: int) -> tuple[int, int] | None:
+    """``(ack id, mask)`` of the first record for *stream_id* in a bulk ack, or None.
+
+    Equals ``decode_bulk_ack(data).for_stream(stream_id)`` as plain ints, and
+    raises exactly when that raises, with the same error; records after the
+    first match are not unpacked.
+
+    Raises:
+        DecodeError: the length is not a multiple of 19 bytes, or exceeds 255 records.
+    """
+    n = len(data)
+    if n == BULK_ACK_RECORD_SIZE:  # the common single record
+        s, a, hi, lo = _UNPACK_RECORD(data)
+        return (a, hi << 64 | lo) if s == stream_id else None
+    _check_bulk_ack_size(n)
+    if type(data) is not bytes:
+        data = bytes(data)
+    for s, a, hi, lo in _ITER_RECORDS(data):
+        if s == stream_id:
+            return a, hi << 64 | lo
+    return None
