@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 The node's datagrams nearly all have one shape: an encrypted GCM packet of a
-single message whose header has every field, and no footer.  For that shape
-the codec binds one closure per direction at construction
+single message whose header has every field, and no footer, or (5.27-6.30) a
+plaintext footer of receivers after the ciphertext: a group frame (spec §1.6).
+For that shape the codec binds one closure per direction at construction
 (:func:`fast_encoder`, :func:`fast_decoder`), with every constant of the
 profile, key and nonce rule in closure cells, so the message struct, the
 nonce parts, the AEAD call, the header struct and the final join run in one
@@ -29,7 +30,7 @@ from protocols.errors import AuthenticationError
 from protocols.pia.header import PacketHeader, header_layout
 from protocols.pia.message import Message, decode_messages, lone_delta_layout
 from protocols.pia.nonce import nonce_parts
-from protocols.pia.packet import Packet
+from protocols.pia.packet import Packet, _pack_footer, _unpack_footer
 from protocols.pia.versions import HeaderFormat, MessageFormat, VersionProfile
 
 if TYPE_CHECKING:
@@ -39,16 +40,6 @@ __all__ = ["fast_decoder", "fast_encoder"]
 
 _BYTE = [bytes((i,)) for i in range(256)]
 
-
-#
-# The node's datagrams nearly all have one shape: an encrypted GCM packet of a
-# single message whose header has every field, and no footer.  For that shape
-# the codec binds one closure per direction at construction, with every
-# constant of the profile, key and nonce rule in closure cells: the message
-# struct, the nonce parts, the AEAD call, the header struct and the final join
-# run in one Python frame.  Anything else, and any doubt (a check fails or an
-# operation raises), goes to _encode_general / the general decoder, so the
-# result is always theirs: same bytes or value, same error.
 
 
 def _shape(profile: VersionProfile) -> tuple[Any, ...]:
@@ -100,13 +91,28 @@ def fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
         if id_kind and middle:
             id_kind += 2  # 3, 4: the id byte is followed by fixed bytes (NEX)
     byte = _BYTE
+    plain_footer = profile.footer == "plain"
+    # The last footer packed: a station's group frames name the same receivers
+    # until its membership changes (a tuple held here cannot be reused by another).
+    packed: list[Any] = [(), b""]
 
     def encode(packet: Packet, source: str) -> bytes:
         try:
             h = packet.header
             messages = packet.messages
             hn = h.nonce
-            if not (h.encrypted and len(messages) == 1 and not packet.footer and len(hn) == 8):
+            if not (h.encrypted and len(messages) == 1 and len(hn) == 8):
+                raise _Uncommon
+            footer = packet.footer
+            if not footer:
+                fbytes = b""
+            elif plain_footer:
+                if footer is packed[0]:
+                    fbytes = packed[1]
+                else:
+                    fbytes = _pack_footer(footer)  # too many or not u16: the general path reports it
+                    packed[0], packed[1] = footer, fbytes
+            else:
                 raise _Uncommon
             # Message: the checks of encode_messages for a lone complete header.
             m = messages[0]
@@ -222,8 +228,17 @@ def fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
                 )
             else:
                 head = hpack(
-                    magic, v | 0x80, h.destination_variable_id or 0, h.source_variable_id or 0, h.packet_id, 0, hn, tag
+                    magic,
+                    v | 0x80,
+                    h.destination_variable_id or 0,
+                    h.source_variable_id or 0,
+                    h.packet_id,
+                    len(fbytes),
+                    hn,
+                    tag,
                 )
+                if fbytes:
+                    return head + out[:-16] + fbytes
             return head + out[:-16]
         except Exception:  # not the common shape, or something to report: the general path decides
             pass
@@ -269,22 +284,26 @@ def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
     lone_packet = _lone_packet_maker()
     pkt = _packet_maker()
     split_inner = codec._split_inner
+    plain_footer = profile.footer == "plain"
 
     def decode(data: bytes, source: str, verify: bool = True) -> Packet:
         if type(data) is not bytes or len(data) < hsize:
             return general(data, source, verify=verify)
-        # Header: one unpack; only an encrypted, footer-less header of the profile stays here.
+        # Header: one unpack; only an encrypted header of the profile stays here, with at
+        # most a plaintext footer.
         if is_cd:
             m_, b4, idv, pid, hn, tag = unpack(data)
             v = b4 & 0x7F
             if m_ != magic or b4 < 0x80 or v not in versions:
                 return general(data, source, verify=verify)
             h = ph(True, pid, idv, v, None, None, None, None, 0, 0, 0, hn, tag)
+            fs = 0
         elif is_b:
             m_, b4, idv, pid, st_, dt, hn, tag = unpack(data)
             if m_ != magic or b4 != 2:
                 return general(data, source, verify=verify)
             h = ph(True, pid, idv, None, st_, dt, None, None, 0, 0, 0, hn, tag)
+            fs = 0
         elif is_g:
             m_, b4, pf, dst, idv, pid, fs, hn, tag = unpack(data)
             v = b4 & 0x7F
@@ -294,9 +313,15 @@ def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
         else:
             m_, b4, dst, idv, pid, fs, hn, tag = unpack(data)
             v = b4 & 0x7F
-            if m_ != magic or b4 < 0x80 or v not in versions or fs:
+            if m_ != magic or b4 < 0x80 or v not in versions:
                 return general(data, source, verify=verify)
-            h = ph(True, pid, 0, v, None, None, dst, idv, 0, 0, 0, hn, tag)
+            if fs:
+                # A plaintext footer after the ciphertext (5.27-6.30, spec §1.6).  One
+                # that does not fit or is not u16s: the general decoder's error.
+                end = len(data) - fs
+                if fs & 1 or end < hsize or not plain_footer:
+                    return general(data, source, verify=verify)
+            h = ph(True, pid, 0, v, None, None, dst, idv, fs, 0, 0, hn, tag)
         # From here on every step is the general decoder's, errors included.
         if inline_nonce:
             if lookup is not None:
@@ -312,15 +337,16 @@ def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
             if raw is not None:
                 # aead.open's checks hold: a 12-byte nonce, a 16-byte tag (unpacked as 16s).
                 try:
-                    body = decrypt(nonce, data[hsize:] + tag, None)
+                    body = decrypt(nonce, (data[hsize:end] if fs else data[hsize:]) + tag, None)
                 except tag_error:
                     raise AuthenticationError(GCM_MISMATCH) from None
             else:
-                body = open_(nonce, data[hsize:], tag)
+                body = open_(nonce, data[hsize:end] if fs else data[hsize:], tag)
         else:
             nonce = builder(h, source)  # type: ignore[misc]
             codec.last_nonce = nonce
-            body = open_(nonce, data[hsize:], tag)
+            body = open_(nonce, data[hsize:end] if fs else data[hsize:], tag)
+        footer = _unpack_footer(data[end:]) if fs else ()
         if inner:
             pad = pf >> 4 if is_g else 0
             if pad:
@@ -349,9 +375,9 @@ def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
                 else:
                     lone = stop == end
                 if lone:
-                    return lone_packet(h, ptype, port, body[mhsize:stop], flags, dest, src, extra, full)
-            return pkt(h, decode_messages(body, profile), ())
-        return pkt(h, lone_dec(body) or decode_messages(body, profile), ())
+                    return lone_packet(h, ptype, port, body[mhsize:stop], flags, dest, src, extra, full, footer)
+            return pkt(h, decode_messages(body, profile), footer)
+        return pkt(h, lone_dec(body) or decode_messages(body, profile), footer)
 
     return decode
 
@@ -402,18 +428,20 @@ def _header_maker() -> Callable[..., PacketHeader]:
 
 
 def _lone_packet_maker() -> Callable[..., Packet]:
-    """``make(header, type, port, payload, flags, destination, source id, extra, presence) -> Packet``.
+    """``make(header, type, port, payload, flags, destination, source id, extra, presence, footer) -> Packet``.
 
     Equal to ``Packet(header, (Message(type, port, payload, flags, destination,
-    source id, None, 0, extra, presence),), ())``: a packet of one message, built
+    source id, None, 0, extra, presence),), footer)``: a packet of one message, built
     in one call with the slot stores of :func:`_header_maker`.
     """
     msg_setters = _slot_setters(Message)
     pkt_setters = _slot_setters(Packet)
     if msg_setters is None or pkt_setters is None or len(msg_setters) != 10 or len(pkt_setters) != 3:
 
-        def plain(h: PacketHeader, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, i: Any, j: Any) -> Packet:
-            return Packet(h, (Message(a, b, c, d, e, f, None, 0, i, j),), ())
+        def plain(
+            h: PacketHeader, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, i: Any, j: Any, k: tuple[int, ...]
+        ) -> Packet:
+            return Packet(h, (Message(a, b, c, d, e, f, None, 0, i, j),), k)
 
         return plain
     s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = msg_setters
@@ -422,7 +450,9 @@ def _lone_packet_maker() -> Callable[..., Packet]:
     msg_cls = Message
     pkt_cls = Packet
 
-    def make(h: PacketHeader, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, i: Any, j: Any) -> Packet:
+    def make(
+        h: PacketHeader, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, i: Any, j: Any, k: tuple[int, ...]
+    ) -> Packet:
         m = new(msg_cls)
         s0(m, a)
         s1(m, b)
@@ -437,7 +467,7 @@ def _lone_packet_maker() -> Callable[..., Packet]:
         o = new(pkt_cls)
         p0(o, h)
         p1(o, (m,))
-        p2(o, ())
+        p2(o, k)
         return o
 
     return make

@@ -363,14 +363,17 @@ def test_nonce_parts_only_for_our_builders() -> None:
 
 @st.composite
 def packet_case(draw: st.DrawFn, profile: VersionProfile) -> tuple[Packet, bool]:
-    """(packet, common): *common* for an encrypted one-message packet without footer, all well-formed."""
+    """(packet, common): *common* for an encrypted one-message packet, all well-formed, without
+    footer or with a plaintext one."""
     h, _, _, _, h_ok = draw(header_case(profile))
     cases = draw(st.lists(message_case(profile), max_size=3))
     messages = tuple(m for m, _ in cases)
     footer: tuple[int, ...] = ()
     if draw(st.integers(0, 3)) == 0:
         footer = tuple(draw(st.lists(mostly(u16, st.just(0x10000)), max_size=4)))
-    common = h_ok and h.encrypted and len(cases) == 1 and cases[0][1] and not footer
+    # A plaintext footer of u16 receivers (5.27-6.30 group frames) is common too.
+    footer_ok = not footer or (profile.footer == "plain" and all(x <= 0xFFFF for x in footer))
+    common = h_ok and h.encrypted and len(cases) == 1 and cases[0][1] and footer_ok
     return Packet(h, messages, footer), common
 
 
@@ -475,6 +478,36 @@ def test_codec_fast_paths_taken_for_every_network(profile: VersionProfile, backe
         assert (spy.general_calls, spy.general_decodes) == (0, 0), network
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("profile", [p for p in GCM_PROFILES if p.footer == "plain"], ids=lambda p: p.name)
+def test_group_frames_take_both_fast_paths(profile: VersionProfile, backend: str) -> None:
+    """A group frame (one message, a plaintext footer of receivers, spec §1.6) stays in the closures,
+    byte for byte and value for value the general code's, the packed footer reused from frame to frame."""
+    spy, general = codec_pair(profile, backend, bytes(range(16)), "lan")
+    footer = (0x0102, 0x0304, 0xFFFF)
+    for packet_id in range(3):
+        h = attrs.evolve(node_header(profile), destination_variable_id=0, packet_id=packet_id)
+        packet = Packet(h, (node_message(profile),), footer)
+        raw = spy.encode(packet, SRC_IP)
+        assert raw == general._encode_general(packet, SRC_IP)
+        assert raw.endswith(bytes.fromhex("01020304ffff"))
+        got = spy.decode(raw, SRC_IP)
+        assert got == general._decode_general(raw, SRC_IP)
+        assert got.footer == footer and got.header.footer_size == 6
+    assert (spy.general_calls, spy.general_decodes) == (0, 0)
+    # A footer that cannot be packed, or read back, is the general code's to report.
+    bad = Packet(node_header(profile), (node_message(profile),), (0x10000,))
+    assert outcome(spy.encode, bad, SRC_IP) == outcome(general._encode_general, bad, SRC_IP)
+    assert outcome(spy.encode, bad, SRC_IP)[0] == "error"
+    odd = bytearray(raw)
+    odd[profile_footer_offset(profile)] = 5
+    assert outcome(spy.decode, bytes(odd), SRC_IP) == outcome(general._decode_general, bytes(odd), SRC_IP)
+
+
+def profile_footer_offset(profile: VersionProfile) -> int:
+    return {HeaderFormat.E: 0xF, HeaderFormat.F: 0xB}[profile.header_format]
+
+
 def node_header(profile: VersionProfile) -> PacketHeader:
     """An encrypted header as the node sends it."""
     fmt = profile.header_format
@@ -536,9 +569,10 @@ def test_slot_constructors_only_for_plain_frozen_classes() -> None:
     assert packet_module._header_maker() is not PacketHeader
     lone = packet_module._lone_packet_maker()
     h = PacketHeader(True, 1, nonce=bytes(8))
-    made = lone(h, 1, 2, b"p", 3, 4, 5, 6, 0x1F)
-    want = Packet(h, (Message(1, 2, b"p", 3, 4, 5, None, 0, 6, 0x1F),), ())
-    assert made == want and type(made.messages) is tuple and hash(made) == hash(want)
+    for footer in ((), (7, 9)):
+        made = lone(h, 1, 2, b"p", 3, 4, 5, 6, 0x1F, footer)
+        want = Packet(h, (Message(1, 2, b"p", 3, 4, 5, None, 0, 6, 0x1F),), footer)
+        assert made == want and type(made.messages) is tuple and hash(made) == hash(want)
     assert lone.__name__ == "make"  # the slot-storing one, not the plain fallback
     assert packet_module._packet_maker() is not Packet
 
