@@ -99,7 +99,7 @@ class GroupListener:
             self.received += len(batch)
             now = trio.current_time()
             nodes = list(self._nodes.items())
-            feeds = [(address, node.receive_group_datagram) for address, node in nodes]
+            feeds = [(address, feed) for address, node in nodes if (feed := node.group_feed()) is not None]
             for data, source in batch:
                 for address, feed in feeds:
                     if address != source:  # a station's own broadcast comes back too

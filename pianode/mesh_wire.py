@@ -215,9 +215,17 @@ def codec_key(*settings: object) -> int:
     return _CODEC_KEYS.setdefault(settings, len(_CODEC_KEYS) + 1)
 
 
+# The last packet decoded, which the group listener hands to every station of
+# the process in a row: the same bytes object is recognised without a lookup.
+_LAST: list[object] = [None, 0, "", None]
+
+
 def shared_decode(
     codec: PacketCodec, codec_key: int, data: bytes, source: str, nonce_of: Callable[[PacketHeader, str], bytes]
 ) -> GroupPacket:
+    last = _LAST
+    if data is last[0] and codec_key == last[1] and source == last[2]:
+        return last[3]  # type: ignore[return-value]
     key = (codec_key, source, data)
     entry = _SHARED.get(key)
     if entry is None:
@@ -229,6 +237,7 @@ def shared_decode(
             if len(_SHARED) >= _SHARED_LIMIT:
                 _SHARED.popitem(last=False)
             _SHARED[key] = [group, remaining]
+            last[0], last[1], last[2], last[3] = data, codec_key, source, group
         return group
     entry[1] -= 1  # type: ignore[operator]
     if entry[1] <= 0:  # type: ignore[operator]

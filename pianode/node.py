@@ -88,15 +88,11 @@ class Node:
             endpoint.close()
             self._event_send.close()
 
-    def receive_group_datagram(self, data: bytes, source: tuple[str, int], now: float) -> None:
-        """A datagram heard on the session's group port (called by the :class:`GroupListener`).
-
-        A node that left stops listening: the others' group packets are not
-        counted against it as drops.
-        """
+    def group_feed(self) -> Callable[[bytes, tuple[str, int], float], None] | None:
+        """What the :class:`GroupListener` calls with each datagram heard on the
+        group port: the session's own entry (None before the node runs)."""
         session = self.session
-        if session is not None and not session.closed:
-            session.receive_datagram(data, source, now)
+        return None if session is None else session.receive_group_datagram
 
     async def after_group_receive(self, now: float) -> None:
         """Send and hand over what group datagrams produced, in the listener's task."""

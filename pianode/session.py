@@ -233,6 +233,10 @@ class MeshSession:
         self._ready: list[tuple[bytes, tuple[str, int]]] = []
         self._touched: dict[Peer, None] = {}
         self._group_outbox: list[Message] = []
+        #: (members, destination bitmap, footer) of group packets; None = work it out
+        #: again (see _membership_changed, called wherever a peer's membership changes).
+        self._group_view: tuple[tuple[Peer, ...], int, tuple[int, ...]] | None = None
+        self._bitmap_flag = self.profile.bitmap_flag
         self._group_ids = PacketIdCounter()
         self._group_offset = mw.footer_size_offset(self.profile)
         self._codec_key = 0
@@ -340,18 +344,8 @@ class MeshSession:
         if not reliable and self.profile.footer == "plain" and len(members) > 1:
             # One packet for everyone, its footer naming the receivers' variable
             # ids (spec §1.6): sealed once, then handed to each member.
-            dest = 0
-            for peer in members:
-                dest |= 1 << peer.index  # type: ignore[operator]
-            self._group_outbox.append(
-                Message(
-                    protocol_type=self.profile.protocol_id(Proto.UNRELIABLE),
-                    protocol_port=0,
-                    payload=data,
-                    flags=self.profile.bitmap_flag,
-                    destination=dest,
-                )
-            )
+            assert self._group_view is not None
+            self._group_outbox.append(Message(self._unreliable_id, 0, data, self._bitmap_flag, self._group_view[1]))
             self.counters["unreliable_sent"] += len(members)
             return len(members)
         if reliable and not all(p.data_window is None or p.data_window.can_send(len(data)) for p in members):
@@ -605,12 +599,15 @@ class MeshSession:
         members = self._members()
         if not members:
             return []
-        footer = tuple(sorted({p.variable_id & 0xFFFF for p in members}))
+        assert self._group_view is not None
+        footer = self._group_view[2]
         group = self.config.group_broadcast
+        # A frame's one message needs no bundling; several are split to fit the MTU.
+        bundles = (messages,) if len(messages) == 1 else mw.bundle(self.profile, messages, self.config.mtu - 2 * len(footer))
         out = []
-        for bundle in mw.bundle(self.profile, messages, self.config.mtu - 2 * len(footer)):
+        for bundle in bundles:
             header = mw.group_header(self.profile, self, self._group_ids.next(), self.next_header_nonce())
-            data = self.codec.encode(Packet(header=header, messages=tuple(bundle), footer=footer), self.local_address[0])
+            data = self.codec.encode(Packet(header, tuple(bundle), footer), self.local_address[0])
             self.counters["group_packets_sent"] += 1
             if group is not None:
                 # One broadcast reaches every station (they all listen on the port).
@@ -731,6 +728,22 @@ class MeshSession:
                 break
         if not peer.connected:
             self._touched[peer] = None  # handshake state changed
+
+    def receive_group_datagram(self, data: bytes, addr: tuple[str, int], now: float) -> None:
+        """A datagram heard on the group port (spec §1.6; see :mod:`pianode.group_listener`).
+
+        A known peer's group packet takes the shortest path; anything else is
+        judged as :meth:`receive_datagram` judges it.  A session that has left
+        stops listening: others' group packets are not counted as its drops.
+        """
+        if self.closed:
+            return
+        peer = self.peers.get(addr)
+        offset = self._group_offset
+        if peer is not None and offset is not None and len(data) > offset and data[offset]:
+            self._receive_group(peer, data, addr, now)
+        else:
+            self.receive_datagram(data, addr, now)
 
     def _receive_group(self, peer: Peer, data: bytes, addr: tuple[str, int], now: float) -> None:
         """A packet with a footer (5.27+, for several stations) from a known peer.
@@ -937,6 +950,7 @@ class MeshSession:
         peer.mesh_window = mw.new_window(self.profile, self.config, now)
         peer.data_window = mw.new_window(self.profile, self.config, now)
         self.peers[addr] = peer
+        self._membership_changed()
         return peer
 
     def _connect(self, addr: tuple[str, int], now: float) -> Peer:
@@ -1042,12 +1056,14 @@ class MeshSession:
     def _learn(self, peer: Peer, location: mw.Location) -> None:
         peer.constant_id = location.constant_id
         peer.variable_id = location.variable_id
+        self._membership_changed()
 
     def _set_connected(self, peer: Peer, now: float) -> None:
         if peer.connected:
             return
         peer.state = PeerState.CONNECTED
         peer.connected = True
+        self._membership_changed()
         peer.next_keepalive = now + self.config.keepalive_interval
         peer.next_rtt = now
         self.counters["connections"] += 1
@@ -1056,6 +1072,7 @@ class MeshSession:
         entry = self.table.by_address(peer.address)
         if entry is not None and entry.index != self.index:
             peer.index = entry.index
+            self._membership_changed()
             self._announce(peer)
         elif entry is None and self.is_host() and peer.mesh_window is not None:
             # A station we have no entry for: a joiner (it will ask), or one
@@ -1080,6 +1097,7 @@ class MeshSession:
     def _close_peer(self, peer: Peer) -> None:
         peer.state = PeerState.CLOSED
         peer.connected = False
+        self._membership_changed()
         peer.pending.clear()
         if self.peers.pop(peer.address, None) is peer:
             # Keep its replay memory: a recorded datagram from a departed
@@ -1127,6 +1145,7 @@ class MeshSession:
                 return
             self.table.update_counter += 1
         peer.index = entry.index
+        self._membership_changed()
         for build in mw.encode_join_response(self.profile, self, entry.index, self.config.mtu):
             self._queue_acked(peer, Proto.MESH, 0, build, now, kind="join-response")
         self._send_update_mesh(now, exclude={peer.address})
@@ -1170,6 +1189,7 @@ class MeshSession:
             peer.index = e.index
             if not peer.constant_id:
                 peer.constant_id, peer.variable_id = e.constant_id, e.variable_id
+            self._membership_changed()
             self._announce(peer)
 
     def _on_join_response(self, peer: Peer, msg: mw.JoinResponse, now: float) -> None:
@@ -1251,8 +1271,25 @@ class MeshSession:
             peer.rtt.on_sample(now - sent, now)
 
     # ------------------------------------------------------------------ departures
-    def _members(self) -> list[Peer]:
-        return [p for p in self.peers.values() if p.connected and p.index is not None]
+    def _members(self) -> tuple[Peer, ...]:
+        """Connected peers with a station index: whom a broadcast reaches."""
+        view = self._group_view
+        if view is None:
+            view = self._group_view = self._work_out_group_view()
+        return view[0]
+
+    def _work_out_group_view(self) -> tuple[tuple[Peer, ...], int, tuple[int, ...]]:
+        members = tuple(p for p in self.peers.values() if p.connected and p.index is not None)
+        destination = 0
+        for p in members:
+            destination |= 1 << p.index  # type: ignore[operator]
+        # Group packets name their receivers by the low 16 bits of their variable ids (spec §1.6).
+        footer = tuple(sorted({p.variable_id & 0xFFFF for p in members}))
+        return members, destination, footer
+
+    def _membership_changed(self) -> None:
+        """A peer connected, closed, or got an index or identity: the group view is stale."""
+        self._group_view = None
 
     def _peer_by_index(self, index: int) -> Peer | None:
         # A remembered answer is used only while it still holds.

@@ -656,3 +656,41 @@ def test_every_counter_the_session_bumps_is_declared() -> None:
     source = pathlib.Path(session_module.__file__).read_text()
     used = set(re.findall(r'counters\["([a-z_]+)"\]', source)) | set(re.findall(r'"([a-z_]+)" if reliable else "([a-z_]+)"', source)[0])
     assert used and used <= set(session_module.COUNTERS)
+
+
+def test_harness_catches_a_stale_group_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness checks every session's cached group view after every step
+    (mesh_harness.check_group_view); without the resets it fails at once."""
+    monkeypatch.setattr(MeshSession, "_membership_changed", lambda self: None)
+    h = BatchHarness(3, version="5.29")
+    with pytest.raises(AssertionError, match="stale group view"):
+        form(h)
+
+
+@pytest.mark.parametrize("version", ["5.29", "5.43"])
+def test_group_frames_follow_membership(version: str) -> None:
+    """Group frames (one packet, receivers in the footer) reach exactly the
+    current members through joins, a departure and a newcomer."""
+    h = BatchHarness(5, version=version)
+    group = form(h, [0, 1, 2, 3])
+    sender = group[1]
+
+    def frame(tag: bytes) -> set[int]:
+        before = {i: len(received(h, i, reliable=False).get(sender.index, [])) for i in range(5)}
+        sender.broadcast(tag, reliable=False, now=h.now)
+        h.run_to(h.now + 0.05)
+        return {
+            s.index  # type: ignore[misc]
+            for i, s in enumerate(h.sessions)
+            if len(received(h, i, reliable=False).get(sender.index, [])) > before[i]
+        }
+
+    assert frame(b"a") == {group[0].index, group[2].index, group[3].index}
+    group[3].leave(h.now)
+    assert h.run_until(lambda: group[3].closed and all(len(s.table) == 3 for s in group[:3]), 10.0)
+    assert frame(b"b") == {group[0].index, group[2].index}
+    newcomer = h.sessions[4]
+    newcomer.join(group[0].local_address, h.now)
+    assert h.run_until(lambda: newcomer.joined and all_connected([*group[:3], newcomer]), 10.0)
+    assert frame(b"c") == {group[0].index, group[2].index, newcomer.index}
+    assert sender.counters["group_packets_sent"] == 3

@@ -29,6 +29,15 @@ class Link:
     seed: int = 0
 
 
+def check_group_view(session: MeshSession) -> None:
+    """The session's cached group view (members, destination bitmap, footer) must
+    equal one worked out afresh: every change of membership has to reset it."""
+    cached = session._group_view
+    if cached is not None:
+        assert cached == session._work_out_group_view(), "stale group view after a membership change"
+    session._members()  # cached from here on, so the next change must reset it
+
+
 def _u(seed: int, tag: bytes, data: bytes, salt: int) -> float:
     h = hashlib.blake2b(tag + data, key=seed.to_bytes(8, "big"), digest_size=8, salt=salt.to_bytes(16, "big")).digest()
     return int.from_bytes(h, "big") / 2**64
@@ -59,6 +68,7 @@ class MeshHarness:
                 continue
             for data, dst in s.datagrams_to_send(self.now):
                 self._route(data, s.local_address, dst)
+            check_group_view(s)
             while (ev := s.next_event()) is not None:
                 self.events[self.sessions.index(s)].append(ev)
 
@@ -92,6 +102,7 @@ class MeshHarness:
                     if data is None:
                         return True
                 target.receive_datagram(data, src, self.now)
+                check_group_view(target)
                 self.delivered += 1
             return True
         if next_t is None:
@@ -102,6 +113,7 @@ class MeshHarness:
                 t = s.get_timer()
                 if t is not None and t <= self.now:
                     s.handle_timer(self.now)
+                    check_group_view(s)
         return True
 
     def run_until(self, predicate: Callable[[], bool], timeout: float, max_steps: int = 2_000_000) -> bool:
