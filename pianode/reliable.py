@@ -60,6 +60,16 @@ Internally sequence ids are unbounded integers; the wire value is
 value, so rollover needs no special case.  The default initial id of the 16-bit
 layouts, 0xF82F, is the 16-bit tail of the 3.x start value, which also makes every
 long test cross the wrap.
+
+Cost
+----
+A session runs one window per peer and stream, so the common states are cheap:
+everything the config fixes is copied to plain attributes at construction, flags
+are plain ints, nothing loops when nothing is in flight, and 16-bit segments are
+encoded and decoded from plain ints (:func:`~protocols.pia.reliable.encode_segment_fields`,
+:func:`~protocols.pia.reliable.decode_segment_fields`) without building header
+values.  :meth:`ReliableWindow.messages_to_send` is byte-for-byte
+``[encode_segment(s) for s in segments_to_send(now)]``.
 """
 
 from __future__ import annotations
@@ -72,8 +82,6 @@ import attrs
 from pianode.rtt import RttEstimator
 from protocols.errors import DecodeError
 from protocols.pia.reliable import (
-    AckRecord,
-    BulkAck,
     LegacyWindowHeader,
     Segment,
     WindowFlag,
@@ -81,10 +89,12 @@ from protocols.pia.reliable import (
     WindowHeader517,
     WindowHeader529,
     WindowLayout,
-    decode_bulk_ack,
     decode_segment,
-    encode_bulk_ack,
+    decode_segment_fields,
+    encode_ack_record,
     encode_segment,
+    encode_segment_fields,
+    find_ack_record,
     layout_for,
     sequence_bits,
 )
@@ -104,6 +114,14 @@ _MASK_BITS = 128  # width of the bulk-ack mask (spec §5.8)
 _LEGACY_BITMAP_BITS = 64  # width of the <=5.12 extra-acks bitmap
 _LEGACY_START = 0xFFFFF82F  # first sequence id in captured 3.x traffic (spec §5.8, §10.1 item 20)
 _LEGACY_END = int(WindowFlag.FIRST_FRAGMENT)  # flag 2 ends a message in <=5.12 traffic
+# The flags as plain ints: IntFlag operators cost a Python call each.
+_HAS_PAYLOAD = int(WindowFlag.HAS_PAYLOAD)
+_FIRST = int(WindowFlag.FIRST_FRAGMENT)
+_LAST = int(WindowFlag.LAST_FRAGMENT)
+_ZLIB = int(WindowFlag.ZLIB)
+_V5_12 = WindowLayout.V5_12
+_WHOLE = _HAS_PAYLOAD | _FIRST | _LAST  # a message of one segment (16-bit layouts)
+_LEGACY_WHOLE = _HAS_PAYLOAD | _LEGACY_END  # a message of one segment (<=5.12)
 
 
 class SendBufferFull(Exception):
@@ -220,12 +238,29 @@ class ReliableWindow:
     """Reliable, ordered, exactly-once delivery with one peer on one stream (see module doc)."""
 
     def __init__(self, config: WindowConfig | None = None, *, rtt: RttEstimator | None = None) -> None:
-        self.config = c = config if config is not None else WindowConfig()
+        self._config = c = config if config is not None else WindowConfig()
         self.rtt = (
             rtt
             if rtt is not None
             else RttEstimator(initial_rto=c.initial_rto, min_rto=c.min_rto, max_rto=max(c.max_rto, c.initial_rto))
         )
+        # What the (frozen) config fixes, as plain attributes for the hot paths.
+        self._layout = c.layout
+        self._legacy = legacy = c.legacy
+        self._stream = c.stream_id
+        self._first = c.first_sequence_id
+        self._max_payload = c.max_payload
+        self._window_size = c.window_size
+        self._send_buffer = c.send_buffer
+        self._max_message = c.max_message_size
+        self._receive_limit = c.receive_limit
+        self._ack_delay = c.ack_delay
+        self._ack_records = c.ack_records
+        self._fast = c.fast_retransmit
+        self._max_rto = c.max_rto
+        self._backoff = c.backoff
+        self._max_retries = c.max_retries
+        self._give_up = c.give_up_after
         # send side (unbounded sequence numbers; wire id = (initial + n) & 0xFFFF)
         self._out: dict[int, _Out] = {}
         self._base = 0  # lowest unacknowledged
@@ -234,10 +269,11 @@ class ReliableWindow:
         self._queued_at: float | None = None
         self._bits = sequence_bits(c.layout)
         self._mod = (1 << self._bits) - 1
+        self._half = 1 << (self._bits - 1)
         # receive side.  <=5.12 peers both start at the same id; later layouts
         # learn the peer's start from its first header (lowest pending).
-        self._synced = c.legacy
-        self._origin = c.first_sequence_id if c.legacy else 0  # wire id of unbounded 0
+        self._synced = legacy
+        self._origin = self._first if legacy else 0  # wire id of unbounded 0
         self._expected = 0
         self._early: dict[int, tuple[int, bytes]] = {}
         self._partial: list[bytes] = []
@@ -249,6 +285,11 @@ class ReliableWindow:
         self.failure: str | None = None
         self._stats = dict.fromkeys(attrs.fields_dict(WindowStatistics), 0)
 
+    @property
+    def config(self) -> WindowConfig:
+        """The settings, fixed for the window's life (the hot paths keep copies)."""
+        return self._config
+
     # -- public state ------------------------------------------------------------
 
     @property
@@ -258,7 +299,8 @@ class ReliableWindow:
     @property
     def in_flight(self) -> int:
         """Segments transmitted and not yet acknowledged."""
-        return sum(1 for n in range(self._base, self._sent_hi) if n in self._out)
+        out = self._out
+        return sum(1 for n in range(self._base, self._sent_hi) if n in out)
 
     @property
     def buffered(self) -> int:
@@ -280,14 +322,14 @@ class ReliableWindow:
     # -- sending -------------------------------------------------------------------
 
     def _segments_for(self, size: int) -> int:
-        return max(1, -(-size // self.config.max_payload))
+        return max(1, -(-size // self._max_payload))
 
     def can_send(self, size: int) -> bool:
         """True if a message of *size* bytes fits the send buffer now."""
         return (
-            not self.failed
-            and size <= self.config.max_message_size
-            and len(self._out) + self._segments_for(size) <= self.config.send_buffer
+            self.failure is None
+            and size <= self._max_message
+            and len(self._out) + self._segments_for(size) <= self._send_buffer
         )
 
     def send(self, data: bytes, now: float) -> None:
@@ -298,33 +340,42 @@ class ReliableWindow:
             SendBufferFull: no room now (nothing was queued).
             WindowFailed: the window gave up on the peer.
         """
-        c = self.config
         if self.failure is not None:
             raise WindowFailed(self.failure)
-        count = self._segments_for(len(data))
-        if len(data) > c.max_message_size or count > c.send_buffer:
-            raise MessageTooLarge(f"message of {len(data)} bytes needs {count} segments")
-        if len(self._out) + count > c.send_buffer:
-            raise SendBufferFull(f"send buffer holds {len(self._out)} of {c.send_buffer} segments; {count} needed")
-        for i in range(count):
-            flags = WindowFlag.HAS_PAYLOAD
-            if c.legacy:
-                if i == count - 1:
-                    flags |= _LEGACY_END
-            else:
-                if i == 0:
-                    flags |= WindowFlag.FIRST_FRAGMENT
-                if i == count - 1:
-                    flags |= WindowFlag.LAST_FRAGMENT
-            self._out[self._next] = _Out(int(flags), bytes(data[i * c.max_payload : (i + 1) * c.max_payload]))
-            self._next += 1
-        if self._window_open():
-            self._queued_at = now if self._queued_at is None else min(self._queued_at, now)
+        size = len(data)
+        mp = self._max_payload
+        count = 1 if size <= mp else -(-size // mp)
+        out = self._out
+        if size > self._max_message or count > self._send_buffer:
+            raise MessageTooLarge(f"message of {size} bytes needs {count} segments")
+        if len(out) + count > self._send_buffer:
+            raise SendBufferFull(f"send buffer holds {len(out)} of {self._send_buffer} segments; {count} needed")
+        nxt = self._next
+        if count == 1:
+            out[nxt] = _Out(_LEGACY_WHOLE if self._legacy else _WHOLE, bytes(data))
+            nxt += 1
+        else:
+            for i in range(count):
+                flags = _HAS_PAYLOAD
+                if self._legacy:
+                    if i == count - 1:
+                        flags |= _LEGACY_END
+                else:
+                    if i == 0:
+                        flags |= _FIRST
+                    if i == count - 1:
+                        flags |= _LAST
+                out[nxt] = _Out(flags, bytes(data[i * mp : (i + 1) * mp]))
+                nxt += 1
+        self._next = nxt
+        if self._sent_hi < self._base + self._window_size:
+            queued = self._queued_at
+            self._queued_at = now if queued is None else min(queued, now)
 
     # -- wire helpers -----------------------------------------------------------------
 
     def _wire(self, n: int) -> int:
-        return (self.config.first_sequence_id + n) & self._mod
+        return (self._first + n) & self._mod
 
     def _rx_wire(self, n: int) -> int:
         return (self._origin + n) & self._mod
@@ -337,8 +388,7 @@ class ReliableWindow:
         return mask
 
     def _header(self, flags: int, seq: int) -> LegacyWindowHeader | WindowHeader517 | WindowHeader529 | WindowHeader70:
-        c = self.config
-        if c.legacy:
+        if self._legacy:
             # Every <=5.12 header carries the ack: next expected id + bitmap of expected+1+k.
             return LegacyWindowHeader(
                 flags=flags,
@@ -347,68 +397,114 @@ class ReliableWindow:
                 ack_bitmap=self._early_mask(self._expected + 1),
             )
         low = self._wire(self._base)
-        if c.layout is WindowLayout.V5_17:
-            return WindowHeader517(flags=flags, stream_id=c.stream_id, sequence_id=seq, lowest_pending=low)
-        if c.layout is WindowLayout.V5_29:
-            return WindowHeader529(flags=flags, stream_id=c.stream_id, sequence_id=seq, lowest_pending=low)
+        layout = self._layout
+        if layout is WindowLayout.V5_17:
+            return WindowHeader517(flags=flags, stream_id=self._stream, sequence_id=seq, lowest_pending=low)
+        if layout is WindowLayout.V5_29:
+            return WindowHeader529(flags=flags, stream_id=self._stream, sequence_id=seq, lowest_pending=low)
         return WindowHeader70(flags=flags, sequence_id=seq, lowest_pending=low)
 
     def _unwrap(self, wire: int, ref_wire: int, ref: int) -> int:
         """The unbounded number nearest *ref* whose wire value is *wire*."""
-        half = 1 << (self._bits - 1)
+        half = self._half
         return ref + ((wire - ref_wire + half) & self._mod) - half
 
     # -- output ------------------------------------------------------------------------
 
-    def segments_to_send(self, now: float) -> list[Segment]:
-        """Segments to transmit now: an ack if one is owed, retransmissions, then new data."""
-        self.handle_timer(now)
+    def _output(self, now: float) -> tuple[list[tuple[int, int, bytes]], bool]:
+        """One output round's state changes: the data segments due, as ``(flags, n, payload)``
+        (retransmissions first, then new data), and whether an ack goes out before them."""
         if self.failure is not None:
-            return []
-        c = self.config
-        data: list[Segment] = []
-        for n in range(self._base, self._sent_hi):
-            seg = self._out.get(n)
-            if seg is None or seg.deadline is None or seg.deadline > now:
-                continue
-            seg.retries += 1
-            seg.sent_at = now
-            seg.deadline = now + min(c.max_rto, self.rtt.rto * c.backoff**seg.retries)
-            self._stats["retransmitted"] += 1
-            data.append(Segment(self._header(seg.flags, self._wire(n)), seg.payload))
-        while self._sent_hi < self._next and self._sent_hi < self._base + c.window_size:
-            n = self._sent_hi
-            seg = self._out[n]
-            seg.first_sent = seg.sent_at = now
-            seg.deadline = now + self.rtt.rto
-            self._sent_hi += 1
-            self._stats["sent"] += 1
-            data.append(Segment(self._header(seg.flags, self._wire(n)), seg.payload))
-        self._queued_at = now if self._sent_hi < self._next and self._window_open() else None
-        out: list[Segment] = []
-        if c.legacy and data:
+            return [], False
+        data: list[tuple[int, int, bytes]] = []
+        base, hi = self._base, self._sent_hi
+        if base != hi:  # something in flight: give-up limits, then due retransmissions
+            self.handle_timer(now)
+            if self.failure is not None:
+                return [], False
+            out = self._out
+            rto = self.rtt.rto
+            for n in range(base, hi):
+                seg = out.get(n)
+                if seg is None or seg.deadline is None or seg.deadline > now:
+                    continue
+                seg.retries += 1
+                seg.sent_at = now
+                seg.deadline = now + min(self._max_rto, rto * self._backoff**seg.retries)
+                self._stats["retransmitted"] += 1
+                data.append((seg.flags, n, seg.payload))
+        nxt = self._next
+        if hi < nxt:
+            limit = min(nxt, base + self._window_size)
+            if hi < limit:
+                out = self._out
+                deadline = now + self.rtt.rto
+                stats = self._stats
+                while hi < limit:
+                    seg = out[hi]
+                    seg.first_sent = seg.sent_at = now
+                    seg.deadline = deadline
+                    stats["sent"] += 1
+                    data.append((seg.flags, hi, seg.payload))
+                    hi += 1
+                self._sent_hi = hi
+            self._queued_at = now if hi < nxt and hi < base + self._window_size else None
+        else:
+            self._queued_at = None
+        if self._legacy and data:
             self._ack_due = None  # every <=5.12 data header just carried the ack
         # Ack when due, or early when data goes out anyway (same datagram).
-        if self._ack_due is not None and (self._ack_due <= now or data):
-            out.append(self._ack_segment())
-        return out + data
+        due = self._ack_due
+        return data, due is not None and (due <= now or bool(data))
+
+    def segments_to_send(self, now: float) -> list[Segment]:
+        """Segments to transmit now: an ack if one is owed, retransmissions, then new data."""
+        data, ack = self._output(now)
+        segs = [Segment(self._header(flags, self._wire(n)), payload) for flags, n, payload in data]
+        if ack:
+            segs.insert(0, self._ack_segment())
+        return segs
 
     def messages_to_send(self, now: float) -> list[bytes]:
         """:meth:`segments_to_send`, encoded: one Pia message payload each."""
-        return [encode_segment(s, self.config.layout) for s in self.segments_to_send(now)]
+        if (
+            self._ack_due is None
+            and self._sent_hi == self._next
+            and self._base == self._sent_hi
+            and self.failure is None
+        ):
+            self._queued_at = None  # nothing in flight or queued: the round would do only this
+            return []
+        data, ack = self._output(now)
+        if self._legacy:
+            msgs = [encode_segment(Segment(self._header(f, self._wire(n)), p), _V5_12) for f, n, p in data]
+            if ack:
+                msgs.insert(0, encode_segment(self._ack_segment(), _V5_12))
+            return msgs
+        layout, stream, first, mod = self._layout, self._stream, self._first, self._mod
+        low = (first + self._base) & mod
+        msgs = [encode_segment_fields(f, stream, (first + n) & mod, low, p, layout) for f, n, p in data]
+        if ack:
+            ack_seq = (first + self._next) & mod
+            msgs.insert(0, encode_segment_fields(0, stream, ack_seq, low, self._ack_payload(), layout))
+        return msgs
 
-    def _window_open(self) -> bool:
-        return self._sent_hi < self._base + self.config.window_size
-
-    def _ack_segment(self) -> Segment:
+    def _ack_payload(self) -> bytes:
+        """Bulk-ack payload of the ack now owed (16-bit layouts); it is no longer owed."""
         self._ack_due = None
         self._stats["acks_sent"] += 1
-        if self.config.legacy:
+        # ack id = last delivered; mask bit i = (ack id) + 1 + i = expected + i.
+        expected = self._expected
+        mask = self._early_mask(expected) if self._early else 0
+        return encode_ack_record(self._stream, self._rx_wire(expected - 1), mask, self._ack_records)
+
+    def _ack_segment(self) -> Segment:
+        if self._legacy:
+            self._ack_due = None
+            self._stats["acks_sent"] += 1
             # Captured 3.x pure acks: flags 0, sequence id 0, no payload.
             return Segment(self._header(0, 0), b"")
-        # ack id = last delivered; mask bit i = (ack id) + 1 + i = expected + i.
-        record = AckRecord(self.config.stream_id, self._rx_wire(self._expected - 1), self._early_mask(self._expected))
-        payload = encode_bulk_ack(BulkAck((record,) * self.config.ack_records))
+        payload = self._ack_payload()
         return Segment(self._header(0, self._wire(self._next)), payload)
 
     # -- timers ---------------------------------------------------------------------------
@@ -417,32 +513,39 @@ class ReliableWindow:
         """When :meth:`handle_timer` / :meth:`segments_to_send` next has work, or None."""
         if self.failure is not None:
             return None
-        times = [t for t in (self._ack_due, self._queued_at) if t is not None]
+        ack, queued = self._ack_due, self._queued_at
+        base, hi = self._base, self._sent_hi
+        if base == hi:  # nothing in flight
+            if ack is None:
+                return queued
+            return ack if queued is None else min(ack, queued)
+        times = [t for t in (ack, queued) if t is not None]
         oldest: float | None = None
-        for n in range(self._base, self._sent_hi):
-            seg = self._out.get(n)
+        out = self._out
+        for n in range(base, hi):
+            seg = out.get(n)
             if seg is None or seg.deadline is None:
                 continue
             times.append(seg.deadline)
             if oldest is None and seg.first_sent is not None:
                 oldest = seg.first_sent
         if oldest is not None:
-            times.append(oldest + self.config.give_up_after)
+            times.append(oldest + self._give_up)
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> None:
         """Apply the give-up limits; due retransmissions go out in :meth:`segments_to_send`."""
-        if self.failure is not None:
+        if self.failure is not None or self._base == self._sent_hi:
             return
-        c = self.config
+        out = self._out
         for n in range(self._base, self._sent_hi):
-            seg = self._out.get(n)
+            seg = out.get(n)
             if seg is None or seg.first_sent is None or seg.deadline is None:
                 continue
-            if seg.deadline <= now and seg.retries >= c.max_retries:
+            if seg.deadline <= now and seg.retries >= self._max_retries:
                 self._fail(f"sequence id {self._wire(n):#06x} unacknowledged after {seg.retries} retransmissions")
                 return
-            if now - seg.first_sent >= c.give_up_after:
+            if now - seg.first_sent >= self._give_up:
                 self._fail(f"sequence id {self._wire(n):#06x} unacknowledged for {now - seg.first_sent:.1f} s")
                 return
 
@@ -459,62 +562,73 @@ class ReliableWindow:
         Raises:
             DecodeError: *data* is not a segment of the configured layout.
         """
-        seg = decode_segment(data, self.config.layout)
-        return self.receive(seg.header, seg.payload, now)
+        if self._legacy:
+            seg = decode_segment(data, _V5_12)
+            return self.receive(seg.header, seg.payload, now)
+        flags, stream, seq, low, payload = decode_segment_fields(data, self._layout)
+        return self._receive(flags, stream, seq, low, payload, now)
 
     def receive(self, header: object, payload: bytes, now: float) -> list[bytes]:
         """Process one received segment; return the messages now deliverable, in order."""
-        if isinstance(header, LegacyWindowHeader) and self.config.legacy:
+        if isinstance(header, LegacyWindowHeader) and self._legacy:
             self._on_legacy_ack(header, now)
-            if not header.flags & WindowFlag.HAS_PAYLOAD:
+            if not header.flags & _HAS_PAYLOAD:
                 return []
             return self._on_data(header.flags, header.sequence_id, payload, now)
-        if self.config.legacy or not isinstance(header, (WindowHeader517, WindowHeader529, WindowHeader70)):
-            raise TypeError(f"{type(header).__name__} does not belong to the {self.config.layout.value} layout")
-        stream = getattr(header, "stream_id", self.config.stream_id)
-        if stream != self.config.stream_id:
+        if self._legacy or not isinstance(header, (WindowHeader517, WindowHeader529, WindowHeader70)):
+            raise TypeError(f"{type(header).__name__} does not belong to the {self._layout.value} layout")
+        stream = getattr(header, "stream_id", None)
+        return self._receive(header.flags, stream, header.sequence_id, header.lowest_pending, payload, now)
+
+    def _receive(self, flags: int, stream: int | None, seq: int, low: int, payload: bytes, now: float) -> list[bytes]:
+        """A 16-bit layout segment as plain fields; *stream* None = the layout has no stream id."""
+        if stream is not None and stream != self._stream:
             self._stats["malformed"] += 1
             return []
         if not self._synced:
             # A fresh receiver starts at the sender's lowest unacknowledged id.
             self._synced = True
-            self._origin = header.lowest_pending
-        if not header.flags & WindowFlag.HAS_PAYLOAD:
+            self._origin = low
+        if not flags & _HAS_PAYLOAD:
             self._on_ack(payload, now)
             return []
-        return self._on_data(header.flags, header.sequence_id, payload, now)
+        return self._on_data(flags, seq, payload, now)
 
     def _on_data(self, flags: int, seq_wire: int, payload: bytes, now: float) -> list[bytes]:
-        n = self._unwrap(seq_wire, self._rx_wire(self._expected), self._expected)
-        d = n - self._expected
-        if d < 0 or n in self._early:
+        expected = self._expected
+        half, mod = self._half, self._mod
+        n = expected + ((seq_wire - (self._origin + expected) + half) & mod) - half
+        d = n - expected
+        early = self._early
+        if d < 0 or n in early:
             self._stats["duplicates"] += 1
             self._ack_due = now  # the peer may have missed our ack
             return []
-        if d > self.config.receive_limit:
+        if d > self._receive_limit:
             self._stats["out_of_window"] += 1
             self._ack_due = now
             return []
         if d > 0:
             self._stats["out_of_order"] += 1
-            self._early[n] = (flags, payload)
+            early[n] = (flags, payload)
             self._ack_due = now  # tell the sender about the gap at once
             return []
         delivered: list[bytes] = []
         self._take(flags, payload, delivered)
-        self._expected += 1
-        while self._expected in self._early:
-            f, p = self._early.pop(self._expected)
-            self._take(f, p, delivered)
-            self._expected += 1
-        due = now + self.config.ack_delay
+        expected += 1
+        if early:
+            while expected in early:
+                f, p = early.pop(expected)
+                self._take(f, p, delivered)
+                expected += 1
+        self._expected = expected
+        due = now + self._ack_delay
         self._ack_due = due if self._ack_due is None else min(self._ack_due, due)
         return delivered
 
     def _take(self, flags: int, payload: bytes, delivered: list[bytes]) -> None:
         """Add one in-order segment to the message being reassembled."""
-        c = self.config
-        if c.legacy:
+        if self._legacy:
             # <=5.12: a message runs until a segment with flag 2 (see the module doc).
             ends = bool(flags & _LEGACY_END)
             if self._skipping:
@@ -524,8 +638,18 @@ class ReliableWindow:
                 self._partial, self._partial_flags, self._partial_size = [], flags, 0
                 self._partial_open = True
         else:
-            ends = bool(flags & WindowFlag.LAST_FRAGMENT)
-            if flags & WindowFlag.FIRST_FRAGMENT:
+            ends = bool(flags & _LAST)
+            if flags & _FIRST:
+                if ends and not self._partial_open:
+                    # The common whole message, first and last fragment at once: the
+                    # general steps below without the list (same state afterwards).
+                    self._skipping = False
+                    self._partial_flags = self._partial_size = 0
+                    if len(payload) > self._max_message:
+                        self._stats["malformed"] += 1
+                        return
+                    self._deliver(flags, payload, delivered)
+                    return
                 if self._partial_open:
                     self._stats["malformed"] += 1  # the previous message never finished
                 self._partial, self._partial_flags, self._partial_size = [], flags, 0
@@ -539,7 +663,7 @@ class ReliableWindow:
                 return
         self._partial.append(payload)
         self._partial_size += len(payload)
-        if self._partial_size > c.max_message_size:
+        if self._partial_size > self._max_message:
             self._stats["malformed"] += 1
             self._partial, self._partial_open, self._skipping = [], False, not ends
             return
@@ -549,10 +673,14 @@ class ReliableWindow:
         message = b"".join(self._partial)
         first_flags = self._partial_flags
         self._partial, self._partial_flags, self._partial_size = [], 0, 0
-        if first_flags & WindowFlag.ZLIB:
+        self._deliver(first_flags, message, delivered)
+
+    def _deliver(self, first_flags: int, message: bytes, delivered: list[bytes]) -> None:
+        """Hand over one reassembled message, inflated when its first segment says ZLIB."""
+        if first_flags & _ZLIB:
             inflater = zlib.decompressobj()
             try:
-                message = inflater.decompress(message, self.config.max_message_size)
+                message = inflater.decompress(message, self._max_message)
             except zlib.error:
                 self._stats["malformed"] += 1
                 return
@@ -564,15 +692,17 @@ class ReliableWindow:
 
     def _on_ack(self, payload: bytes, now: float) -> None:
         try:
-            record = decode_bulk_ack(payload).for_stream(self.config.stream_id)
+            record = find_ack_record(payload, self._stream)
         except DecodeError:
             self._stats["bad_acks"] += 1
             return
         if record is None:
             return
+        ack_id, mask = record
         # Every id <= ack id is acknowledged; mask bit i acknowledges ack id + 1 + i.
-        ack = self._unwrap(record.ack_id, self._wire(self._base - 1), self._base - 1)
-        self._apply_ack(ack + 1, ack + 1, record.mask, now)
+        last = self._base - 1
+        ack = self._unwrap(ack_id, (self._first + last) & self._mod, last)
+        self._apply_ack(ack + 1, ack + 1, mask, now)
 
     def _on_legacy_ack(self, header: LegacyWindowHeader, now: float) -> None:
         # <=5.12: ack id = the next id the peer expects; bitmap bit k = ack id + 1 + k.
@@ -581,34 +711,41 @@ class ReliableWindow:
 
     def _apply_ack(self, cumulative: int, mask_base: int, mask: int, now: float) -> None:
         """Acknowledge every id below *cumulative* and ``mask_base + i`` for each mask bit *i*."""
-        if cumulative > self._sent_hi:
-            self._stats["bad_acks"] += 1  # acknowledges ids we never sent
+        hi = self._sent_hi
+        stats = self._stats
+        if cumulative > hi:
+            stats["bad_acks"] += 1  # acknowledges ids we never sent
             return
-        newly = [n for n in range(self._base, cumulative) if n in self._out]
+        out = self._out
+        newly = [n for n in range(self._base, cumulative) if n in out]
         i = 0
         while mask >> i:
             if mask >> i & 1:
                 n = mask_base + i
-                if n >= self._sent_hi:
+                if n >= hi:
                     break
-                if n >= cumulative and n in self._out:
+                if n >= cumulative and n in out:
                     newly.append(n)
             i += 1
         sample: float | None = None
-        highest = max(newly, default=-1)
+        highest = -1
         for n in newly:
-            seg = self._out.pop(n)
-            self._stats["acked"] += 1
+            seg = out.pop(n)
+            stats["acked"] += 1
+            if n > highest:
+                highest = n
             if seg.retries == 0 and seg.sent_at is not None:
                 sample = now - seg.sent_at  # Karn: never from a retransmitted segment
         if sample is not None and sample >= 0:
             self.rtt.on_sample(sample, now)
-            self._stats["rtt_samples"] += 1
-        while self._base < self._next and self._base not in self._out:
-            self._base += 1
-        if self.config.fast_retransmit and highest > self._base:
+            stats["rtt_samples"] += 1
+        base, nxt = self._base, self._next
+        while base < nxt and base not in out:
+            base += 1
+        self._base = base
+        if self._fast and highest > base:
             self._fast_retransmit(highest, now)
-        if self._sent_hi < self._next and self._window_open():
+        if hi < nxt and hi < base + self._window_size:
             self._queued_at = now
 
     def _fast_retransmit(self, highest: int, now: float) -> None:
@@ -624,7 +761,7 @@ class ReliableWindow:
                 later_acked += 1
                 continue
             if (
-                later_acked >= self.config.fast_retransmit
+                later_acked >= self._fast
                 and seg.sent_at is not None
                 and seg.deadline is not None
                 and now - seg.sent_at >= wait

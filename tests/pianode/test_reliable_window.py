@@ -19,6 +19,7 @@ from pianode.reliable import (
     WindowConfig,
     WindowFailed,
 )
+from protocols.errors import DecodeError
 from protocols.pia.reliable import (
     LegacyWindowHeader,
     Segment,
@@ -506,3 +507,138 @@ def test_config_for_version() -> None:
         WindowConfig.for_version("5.14")
     with pytest.raises(ValueError, match="receive_buffer"):
         WindowConfig(layout=WindowLayout.V5_12, receive_buffer=65)
+
+
+# -- the plain-int paths against the attrs-valued ones -------------------------------------
+# messages_to_send / receive_message encode and decode from plain ints; segments_to_send +
+# encode_segment and decode_segment + receive go through header values.  Two pairs of
+# windows driven by the same operations, one pair on each path, must agree on every byte
+# sent, every message delivered, and every counter, timer and state after each step.
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("send"), st.integers(0, 1), st.sampled_from([0, 1, 40, 200, 201, 450])),
+        # exchange: both sides output, then everything queued arrives except the lost ones
+        st.tuples(st.just("exchange"), st.integers(0, 2**12 - 1)),
+        st.tuples(st.just("tick"), st.sampled_from([0.0, 0.02, 0.3, 1.0, 5.0])),
+        st.tuples(st.just("junk"), st.integers(0, 1), st.binary(max_size=30)),
+    ),
+    max_size=30,
+)
+_VARIANTS = [
+    {},
+    {"ack_records": 32},
+    {"ack_delay": 0.05},
+    {"window_size": 2, "send_buffer": 6},
+    {"max_retries": 1, "give_up_after": 3.0},
+    {"max_message_size": 300},
+]
+
+
+class _PathDriver:
+    """Two windows exchanging segments over one path (plain ints, or header values)."""
+
+    def __init__(self, cfg: WindowConfig, *, plain: bool) -> None:
+        self.w = [ReliableWindow(cfg), ReliableWindow(cfg)]
+        self.plain = plain
+        self.queue: list[list[bytes]] = [[], []]  # by destination side
+
+    def output(self, side: int, now: float) -> list[bytes]:
+        w = self.w[side]
+        if self.plain:
+            return w.messages_to_send(now)
+        return [encode_segment(s, w.config.layout) for s in w.segments_to_send(now)]
+
+    def input(self, side: int, raw: bytes, now: float) -> tuple[str, object]:
+        w = self.w[side]
+        try:
+            if self.plain:
+                return "delivered", w.receive_message(raw, now)
+            seg = decode_segment(raw, w.config.layout)
+            return "delivered", w.receive(seg.header, seg.payload, now)
+        except DecodeError as exc:
+            return "raised", (type(exc), str(exc))
+
+    def step(self, op: tuple, now: float) -> object:
+        if op[0] == "send":
+            try:
+                self.w[op[1]].send(bytes(i & 0xFF for i in range(op[2])), now)
+            except (SendBufferFull, WindowFailed, MessageTooLarge) as exc:
+                return type(exc)
+            return None
+        if op[0] == "exchange":
+            result: list[object] = []
+            for side in (0, 1):
+                sent = self.output(side, now)
+                self.queue[1 - side].extend(sent)
+                result.append(sent)
+            k = 0
+            for side in (0, 1):
+                arrived, self.queue[side] = self.queue[side], []
+                for raw in arrived:
+                    k += 1
+                    if not op[1] >> k & 1:
+                        result.append(self.input(side, raw, now))
+            return result
+        if op[0] == "tick":
+            for w in self.w:
+                w.handle_timer(now)
+            return None
+        return self.input(op[1], op[2], now)
+
+    def state(self) -> list[object]:
+        return [
+            (w.statistics(), w.idle(), w.failure, w.get_timer(), w.in_flight, w.buffered, w.held) for w in self.w
+        ]
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.sampled_from([WindowLayout.V5_12, WindowLayout.V5_17, WindowLayout.V5_29, WindowLayout.V7_0]),
+    st.sampled_from(_VARIANTS),
+    _OPS,
+)
+def test_plain_int_paths_equal_header_value_paths(layout: WindowLayout, extra: dict, ops: list[tuple]) -> None:
+    cfg = WindowConfig(layout=layout, max_payload=200, **extra)
+    plain, values = _PathDriver(cfg, plain=True), _PathDriver(cfg, plain=False)
+    now = 0.0
+    for op in ops:
+        if op[0] == "tick":
+            now += op[1]
+        assert plain.step(op, now) == values.step(op, now), op
+        assert plain.state() == values.state(), op
+
+
+def test_idle_window_outputs_nothing_and_has_no_timer() -> None:
+    for layout in (WindowLayout.V5_12, WindowLayout.V5_17, WindowLayout.V5_29, WindowLayout.V7_0):
+        a, b = ReliableWindow(WindowConfig(layout=layout)), ReliableWindow(WindowConfig(layout=layout))
+        assert a.messages_to_send(0.0) == [] and a.get_timer() is None
+        a.send(b"x", 0.0)
+        assert a.get_timer() == 0.0  # queued: due at once
+        (raw,) = a.messages_to_send(0.0)
+        assert a.get_timer() == pytest.approx(a.config.initial_rto)  # in flight: its retransmission
+        assert b.receive_message(raw, 0.01) == [b"x"]
+        assert b.get_timer() == 0.01  # an ack is owed
+        (ack,) = b.messages_to_send(0.01)
+        assert b.idle() and b.get_timer() is None and b.messages_to_send(0.02) == []
+        assert a.receive_message(ack, 0.02) == []
+        assert a.idle() and a.get_timer() is None and a.messages_to_send(0.03) == []
+        assert a.statistics().acked == 1 and b.statistics().acks_sent == 1
+
+
+def test_config_is_fixed_for_the_windows_life() -> None:
+    w = ReliableWindow(WindowConfig(stream_id=3))
+    with pytest.raises(AttributeError):
+        w.config = WindowConfig()  # type: ignore[misc]  # the hot paths keep copies of it
+    assert w.config.stream_id == 3
+
+
+def test_timer_with_nothing_in_flight_is_the_earlier_of_ack_and_queued_data() -> None:
+    a, b = ReliableWindow(WindowConfig()), ReliableWindow(WindowConfig(ack_delay=0.05))
+    a.send(b"x", 1.0)
+    (raw,) = a.messages_to_send(1.0)
+    b.receive_message(raw, 1.0)
+    assert b.get_timer() == 1.05  # the delayed ack
+    b.send(b"y", 1.01)
+    assert b.get_timer() == 1.01  # new data is due first, and the ack rides with it
+    assert len(b.messages_to_send(1.01)) == 2 and b.statistics().acks_sent == 1
