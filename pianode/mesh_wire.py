@@ -205,6 +205,8 @@ class GroupPacket:
     receivers: frozenset[int]
     #: The nonce as the replay filter reads it (pianode.replay.nonce_value), worked out once.
     nonce_value: int = 0
+    #: The payloads when every message is unreliable data (a game's frame), else None.
+    unreliable: tuple[bytes, ...] | None = None
 
 
 _CODEC_KEYS: dict[tuple[object, ...], int] = {}
@@ -221,8 +223,18 @@ _LAST: list[object] = [None, 0, "", None]
 
 
 def shared_decode(
-    codec: PacketCodec, codec_key: int, data: bytes, source: str, nonce_of: Callable[[PacketHeader, str], bytes]
+    codec: PacketCodec,
+    codec_key: int,
+    data: bytes,
+    source: str,
+    nonce_of: Callable[[PacketHeader, str], bytes],
+    unreliable_id: int = -1,
 ) -> GroupPacket:
+    """Decode a group packet once for every station of the process it reaches.
+
+    *codec_key* stands for the codec's settings (:func:`codec_key`; it fixes
+    *unreliable_id*, the profile's Unreliable protocol id).
+    """
     last = _LAST
     if data is last[0] and codec_key == last[1] and source == last[2]:
         return last[3]  # type: ignore[return-value]
@@ -231,7 +243,13 @@ def shared_decode(
     if entry is None:
         packet = codec.decode(data, source)
         nonce = nonce_of(packet.header, source) if packet.header.encrypted else b""
-        group = GroupPacket(packet, nonce, frozenset(packet.footer), nonce_value(nonce))
+        messages = packet.messages
+        unreliable = (
+            tuple(m.payload for m in messages)
+            if messages and all(m.protocol_type == unreliable_id for m in messages)
+            else None
+        )
+        group = GroupPacket(packet, nonce, frozenset(packet.footer), nonce_value(nonce), unreliable)
         remaining = len(packet.footer) - 1
         if remaining > 0:
             if len(_SHARED) >= _SHARED_LIMIT:

@@ -48,13 +48,13 @@ import attrs
 from pianode import mesh_wire as mw
 from pianode.config import NodeConfig
 from pianode.events import (
-    DataReceived,
     Event,
     HostChanged,
     MeshDestroyed,
     MeshJoined,
     StationJoined,
     StationLeft,
+    data_received,
 )
 from pianode.mesh_table import MeshFull, MeshTable, StationEntry
 from pianode.packet_ids import PacketIdCounter
@@ -668,7 +668,9 @@ class MeshSession:
                 # A packet with a footer from an unknown address (dropped below
                 # unless it is a connection request): decoded through the same cache.
                 assert self._nonce_builder is not None
-                group = mw.shared_decode(self.codec, self._codec_key, data, addr[0], self._nonce_builder)
+                group = mw.shared_decode(
+                    self.codec, self._codec_key, data, addr[0], self._nonce_builder, self._unreliable_id
+                )
                 packet = group.packet
             else:
                 packet = self.codec.decode(data, addr[0])
@@ -756,7 +758,9 @@ class MeshSession:
         """
         assert self.codec is not None and self._nonce_builder is not None
         try:
-            group = mw.shared_decode(self.codec, self._codec_key, data, addr[0], self._nonce_builder)
+            group = mw.shared_decode(
+                self.codec, self._codec_key, data, addr[0], self._nonce_builder, self._unreliable_id
+            )
         except AuthenticationError:
             self._drop(DropReason.BAD_TAG)
             return
@@ -784,13 +788,20 @@ class MeshSession:
         unreliable = self._unreliable_id
         index = peer.index
         events = self._events
+        payloads = group.unreliable
+        if payloads is not None and index is not None and peer.connected and len(events) + len(payloads) <= EVENT_QUEUE_LIMIT:
+            # Nothing but unreliable data (a game's frame): straight to the events.
+            counters["unreliable_delivered"] += len(payloads)
+            for payload in payloads:
+                events.append(data_received(index, payload, False))
+            return
         for message in packet.messages:
             if message.protocol_type == unreliable and index is not None and peer.connected:
                 counters["unreliable_delivered"] += 1
                 if len(events) >= EVENT_QUEUE_LIMIT:
                     self._drop(DropReason.QUEUE_FULL)
                 else:
-                    events.append(DataReceived(index, message.payload, False))
+                    events.append(data_received(index, message.payload, False))
                 continue
             self._dispatch(peer, message, now)
             if peer.state is PeerState.CLOSED or self.closed:
@@ -926,7 +937,7 @@ class MeshSession:
                 peer.held.append((data, reliable))
             return
         self.counters["reliable_delivered" if reliable else "unreliable_delivered"] += 1
-        self._emit(DataReceived(peer.index, data, reliable))
+        self._emit(data_received(peer.index, data, reliable))
 
     def _emit(self, event: Event) -> None:
         if len(self._events) >= EVENT_QUEUE_LIMIT:
