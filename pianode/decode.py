@@ -76,7 +76,17 @@ def to_jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (bool, str, float)):
         return value
     if isinstance(value, enum.Enum):
-        return value.name.lower() if isinstance(value.value, int) else value.value
+        if not isinstance(value.value, int):
+            return value.value
+        if value.name is None:
+            # Flag bits no member names (garbage or an undocumented flag): the
+            # named ones, then the rest in hex.
+            named = [m for m in type(value) if m.value and value.value & m.value == m.value]
+            rest = value.value
+            for m in named:
+                rest &= ~m.value
+            return "|".join([*(m.name.lower() for m in named), *([f"{rest:#x}"] if rest else [])]) or "0"
+        return value.name.lower()
     if isinstance(value, int):
         return int(value)
     if isinstance(value, (bytes, bytearray, memoryview)):

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pianode.capture import Datagram, open_capture
 from pianode.cli import main
-from pianode.decode import Decoder, DecodeResult, candidate_profiles
+from pianode.decode import Decoder, DecodeResult, candidate_profiles, to_jsonable
 from pianode.session_file import load_session
 from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message, deflate_payload
@@ -339,12 +339,14 @@ def test_garbage_shaped_like_lan_browse_packets_gives_a_result(shape: tuple[int,
 
 @settings(max_examples=150, deadline=None)
 @given(st.sampled_from(["nintendo-v0", "nintendo-v1", "quazal-v0", "rendezvous"]), st.binary(max_size=120))
+@example("nintendo-v0", b"\x00\x00\x00\x01" + bytes(12))  # a flag bit no member names (0x10)
 def test_garbage_as_prudp_gives_a_result(variant: str, data: bytes) -> None:
     r = Decoder(load_session(None, {"prudp": {"variant": variant, "access_key": "ridfebb9"}})).decode(
         Datagram(index=1, data=data)
     )
     assert r.kind in ("prudp", "unknown")
     assert (r.kind == "unknown") == (r.prudp is None)
+    json.dumps(to_jsonable(r))  # the JSON view never fails either
 
 
 # --------------------------------------------------------------------------
