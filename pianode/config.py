@@ -63,7 +63,8 @@ class NodeConfig:
         rtt_interval: seconds between RTT probes to each station, stretched in a
             large mesh so that the node sends at most ``rtt_probe_rate`` probes a
             second in all (31 stations at 8 a second: each probed every ~4 s).
-        rtt_probe_rate: most RTT probes a second a node sends (all stations together).
+        rtt_probe_rate: most RTT probes a second a node sends (all stations together),
+            spaced at least 1 / rate apart.
         mtu: largest datagram the node builds.
         gathering_id: NEX gathering id (nonce prefix); random when None.
         aead_backend: "cryptography", "pycryptodome" or None for the fastest installed.

@@ -40,6 +40,7 @@ import collections
 import enum
 import heapq
 import itertools
+import math
 import random
 from collections.abc import Callable, Iterable
 
@@ -236,6 +237,7 @@ class MeshSession:
         #: (members, destination bitmap, footer) of group packets; None = work it out
         #: again (see _membership_changed, called wherever a peer's membership changes).
         self._group_view: tuple[tuple[Peer, ...], int, tuple[int, ...]] | None = None
+        self._next_rtt_slot = -math.inf  # see _rtt_slot
         self._bitmap_flag = self.profile.bitmap_flag
         self._group_ids = PacketIdCounter()
         self._group_offset = mw.footer_size_offset(self.profile)
@@ -514,7 +516,19 @@ class MeshSession:
             # Each station every rtt_interval, but no more than rtt_probe_rate
             # probes a second from this node in all: RTT traffic stays bounded
             # however many stations the mesh has.
-            peer.next_rtt = now + max(self.config.rtt_interval, len(self.peers) / self.config.rtt_probe_rate)
+            peer.next_rtt = self._rtt_slot(
+                now + max(self.config.rtt_interval, len(self.peers) / self.config.rtt_probe_rate)
+            )
+
+    def _rtt_slot(self, wanted: float) -> float:
+        """The time of a peer's next RTT probe: *wanted*, or later so that this
+        node's probes leave at least 1 / rtt_probe_rate apart.  Without the
+        spacing the probes of peers that connected together stay in step: a
+        32-station mesh would send 31 x 32 probes (and as many answers) in one
+        burst every few seconds, which stalls a real-time session."""
+        slot = max(wanted, self._next_rtt_slot)
+        self._next_rtt_slot = slot + 1.0 / self.config.rtt_probe_rate
+        return slot
 
     def _enqueue(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> None:
         peer.outbox.append(self._message(peer, proto, port, payload))
@@ -1076,7 +1090,7 @@ class MeshSession:
         peer.connected = True
         self._membership_changed()
         peer.next_keepalive = now + self.config.keepalive_interval
-        peer.next_rtt = now
+        peer.next_rtt = self._rtt_slot(now)
         self.counters["connections"] += 1
         if peer.address == self._join_host and not self.joined:
             self._queue_acked(peer, Proto.MESH, 0, lambda ack: mw.encode_join_request(self.profile, self, ack), now)

@@ -230,7 +230,10 @@ async def test_keepalive_and_timeout_of_a_silent_member(version: str, autojump_c
         assert not any(mesh.of(x, StationLeft) for x in nodes)
         for x in nodes:
             counters = x.statistics()["counters"]
-            assert isinstance(counters, dict) and counters["keepalives_received"] >= 2 * (3 * TIMEOUT - 2)
+            # Each peer fills every second of silence: with a keep-alive, or an RTT
+            # probe that happens to go out then (keep-alives only fill silence).
+            assert isinstance(counters, dict) and counters["keepalives_received"] > 0
+            assert counters["keepalives_received"] + counters["rtt_requests_received"] >= 2 * (3 * TIMEOUT - 2)
         silenced = trio.current_time()
         mesh.net.isolate(nodes[2].address[0])
         rest = nodes[:2]

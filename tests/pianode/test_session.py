@@ -18,6 +18,7 @@ import attrs
 import pytest
 from mesh_harness import Link, MeshHarness
 
+from pianode import mesh_wire as mw
 from pianode.config import NodeConfig
 from pianode.events import DataReceived, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.session import MeshSession
@@ -379,6 +380,31 @@ def test_rtt_probes_bounded_per_node(rate: float) -> None:
     assert all(expected * 0.85 <= g <= expected * 1.15 for g in got), (got, expected)
     # Every station still has an RTT estimate for every other one.
     assert all(row.rtt is not None for s in group for row in s.stations() if not row.is_self)
+
+
+@pytest.mark.parametrize("rate", [8.0, 3.5])
+def test_rtt_probes_never_leave_in_a_burst(rate: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node's probes leave at least 1 / rtt_probe_rate apart, even for peers that
+    connected at the same moment: in step, 31 peers' probes (and their answers)
+    would land together every few seconds and stall a real-time session."""
+    h = BatchHarness(8, version="5.29", rtt_probe_rate=rate)
+    sent: dict[int, list[tuple[float, int | None]]] = {}
+    real_enqueue = MeshSession._enqueue
+
+    def enqueue(self: MeshSession, peer: object, proto: Proto, port: int, payload: bytes) -> None:
+        if proto is Proto.RTT and not mw.decode_rtt(self.profile, payload)[0]:
+            sent.setdefault(id(self), []).append((h.now, peer.index))  # type: ignore[attr-defined]
+        real_enqueue(self, peer, proto, port, payload)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(MeshSession, "_enqueue", enqueue)
+    group = form(h)
+    h.run_to(h.now + 20.0)
+    for s in group:
+        probes = sent[id(s)]
+        gaps = [b[0] - a[0] for a, b in zip(probes, probes[1:])]
+        assert min(gaps) >= 1 / rate - 1e-9, (s.index, min(gaps))
+        late = [index for t, index in probes if t > h.now - 10.0]
+        assert set(late) == {o.index for o in group if o is not s}  # every peer still probed
 
 
 @pytest.mark.parametrize("version", VERSIONS)
