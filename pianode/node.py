@@ -59,6 +59,8 @@ class Node:
         self._event_handler: Callable[[Sequence[Event]], None] | None = None
         self._woken = False
         self._deadline = -math.inf  # what the driver sleeps until (-inf: it is not sleeping)
+        #: Datagrams the kernel refused in a non-blocking flush; the driver sends them first.
+        self._unsent: list[tuple[bytes, tuple[str, int]]] = []
         self._state_changed = trio.Event()
         self.events_dropped = 0
         self.tap: Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None = None
@@ -114,6 +116,22 @@ class Node:
         if timer is not None and timer < self._deadline:
             self._wake()
 
+    def _flush_nowait(self, now: float) -> None:
+        """:meth:`_flush_here` without blocking: what the kernel refuses now
+        waits in ``_unsent`` for the driver, which is woken to send it."""
+        session, endpoint = self.session, self._endpoint
+        if session is None or endpoint is None:
+            self._wake()
+            return
+        if self._unsent:
+            self._unsent.extend(session.datagrams_to_send(now))  # keep the order
+            self._hand_over_events(session)
+        else:
+            self._unsent = self._hand_over(endpoint, session, now)
+        timer = session.get_timer()
+        if self._unsent or (timer is not None and timer < self._deadline):
+            self._wake()
+
     async def _drive(self, endpoint: UdpEndpoint, session: MeshSession) -> None:
         processed = 0
         while True:
@@ -149,9 +167,30 @@ class Node:
             self._woken = False
 
     async def _flush(self, endpoint: UdpEndpoint, session: MeshSession, now: float) -> None:
-        for data, addr in session.datagrams_to_send(now):
-            if not endpoint.send_nowait(data, addr):
+        if self._unsent:
+            unsent, self._unsent = self._unsent, []
+            for data, addr in unsent:
                 await endpoint.send(data, addr)
+        for data, addr in self._hand_over(endpoint, session, now):
+            await endpoint.send(data, addr)
+
+    def _hand_over(
+        self, endpoint: UdpEndpoint, session: MeshSession, now: float
+    ) -> list[tuple[bytes, tuple[str, int]]]:
+        """Send what the session queued as far as the kernel takes it now, and
+        hand its events over; returns the datagrams left to send, in order."""
+        out = session.datagrams_to_send(now)
+        send = endpoint.send_nowait
+        for i, (data, addr) in enumerate(out):
+            if not send(data, addr):
+                del out[:i]
+                break
+        else:
+            out = []
+        self._hand_over_events(session)
+        return out
+
+    def _hand_over_events(self, session: MeshSession) -> None:
         if not session.has_events():
             return
         handler = self._event_handler
@@ -258,6 +297,19 @@ class Node:
         n = session.broadcast(bytes(data), reliable=reliable, now=now)
         await self._flush_here(now)
         await trio.lowlevel.checkpoint()
+        return n
+
+    def broadcast_nowait(self, data: bytes, *, reliable: bool = True) -> int:
+        """:meth:`broadcast` without yielding to other tasks (not a checkpoint).
+
+        What the kernel takes goes out at once; anything it refuses is sent by
+        the node's own task.  For a loop that sends for many stations in one
+        go (a frame clock shared by every station of a process).
+        """
+        session = self._require_session()
+        now = trio.current_time()
+        n = session.broadcast(bytes(data), reliable=reliable, now=now)
+        self._flush_nowait(now)
         return n
 
     async def leave(self, timeout: float = 2.0) -> None:

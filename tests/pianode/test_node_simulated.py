@@ -314,3 +314,43 @@ async def test_reliable_broadcast_is_all_or_nothing_when_a_window_fills(autojump
         assert mesh.data(awake) == {0: want}
         assert mesh.data(unplugged) == {0: want}
         assert not mesh.of(unplugged, StationLeft) and not mesh.of(sender, StationLeft)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+async def test_broadcast_nowait_never_yields_and_keeps_what_the_kernel_refuses(
+    version: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """broadcast_nowait is not a checkpoint; datagrams the kernel refuses are
+    sent later by the node's task, in order, so nothing is lost or reordered."""
+    async with simulated_mesh(version) as mesh:
+        nodes = await form(mesh, 3)
+        sender = nodes[0]
+        endpoint = sender._endpoint
+        assert endpoint is not None
+        real_send_nowait = endpoint.send_nowait
+        refusals = 0
+
+        def full_kernel(data: bytes, addr: tuple[str, int]) -> bool:
+            nonlocal refusals
+            if refusals < 25:  # the socket buffer is full
+                refusals += 1
+                return False
+            return real_send_nowait(data, addr)
+
+        endpoint.send_nowait = full_kernel  # type: ignore[method-assign]
+        with trio.CancelScope() as scope:
+            scope.cancel()  # any checkpoint below would raise Cancelled
+            for k in range(20):
+                assert sender.broadcast_nowait(b"r%d" % k) == 2
+                assert sender.broadcast_nowait(b"u%d" % k, reliable=False) == 2
+        assert not scope.cancelled_caught
+        # The first refusal parks that datagram and every later one (order kept) for the node's task.
+        assert refusals == 1 and len(sender._unsent) >= 20
+        want = [b"r%d" % k for k in range(20)]
+        await wait_until(lambda: all(mesh.data(x).get(0) == want for x in nodes[1:]), 10)
+        await trio.sleep(0.5)
+        for x in nodes[1:]:
+            assert mesh.data(x) == {0: want}
+            # Unreliable data is not retransmitted: the refused ones still went out, in order.
+            assert mesh.data(x, reliable=False) == {0: [b"u%d" % k for k in range(20)]}
+        assert sender._unsent == []
