@@ -252,6 +252,7 @@ class MeshRun:
             for node in nodes:
                 rec = self.receivers[id(node)] = _Receiver()
                 node.set_event_handler(functools.partial(self._on_events, node, rec))
+                node.set_data_handler(functools.partial(self._on_data, node, rec))
             if self.live is not None:
                 nursery.start_soon(self._show_live, nodes)
             if formed:
@@ -333,20 +334,19 @@ class MeshRun:
 
     def _on_events(self, node: Node, rec: _Receiver, events: Sequence[object]) -> None:
         # Called by the node itself (Node.set_event_handler) once per batch:
-        # no channel hand-over or consumer task per station.  Frames, the
-        # bulk of a real-time session, are counted here; the rest in _handle.
-        now = trio.current_time()
-        frame_size = _FRAME.size
-        unpack = _FRAME.unpack_from
-        latencies = rec.latencies
+        # no channel hand-over or consumer task per station.
         for event in events:
-            if type(event) is DataReceived:
-                data = event.data
-                if data[:1] == b"F" and len(data) >= frame_size:
-                    rec.frames += 1
-                    latencies.append(now - unpack(data)[3])
-                    continue
             self._handle(node, rec, event)
+
+    def _on_data(self, node: Node, rec: _Receiver, source_index: int, data: bytes, reliable: bool) -> None:
+        # Application data as the node decodes it (Node.set_data_handler): no
+        # event object per message.  Frames, the bulk of a real-time session,
+        # are counted here; the rest in _handle.
+        if data[:1] == b"F" and len(data) >= _FRAME.size:
+            rec.frames += 1
+            rec.latencies.append(trio.current_time() - _FRAME.unpack_from(data)[3])
+            return
+        self._handle(node, rec, DataReceived(source_index, data, reliable))
 
     def _handle(self, node: Node, rec: _Receiver, event: object) -> None:
         if isinstance(event, DataReceived):

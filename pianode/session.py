@@ -266,6 +266,10 @@ class MeshSession:
         #: Handlers for sub-protocols the application runs itself (LDN's Local protocol, spec §5.10):
         #: called with (source station index, protocol port, payload) for each message from a member.
         self.protocol_handlers: dict[Proto, Callable[[int, int, bytes], None]] = {}
+        #: When set, application data goes to ``data_handler(source index, data,
+        #: reliable)`` as it is decoded, instead of DataReceived events (a game's
+        #: frame callback; no event object per message).  It must not raise.
+        self.data_handler: Callable[[int, bytes, bool], None] | None = None
         #: Called with every datagram we send: (data, src, dst, now).  For --record.
         self.tap: Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None = None
 
@@ -803,16 +807,25 @@ class MeshSession:
         index = peer.index
         events = self._events
         payloads = group.unreliable
-        if payloads is not None and index is not None and peer.connected and len(events) + len(payloads) <= EVENT_QUEUE_LIMIT:
-            # Nothing but unreliable data (a game's frame): straight to the events.
-            counters["unreliable_delivered"] += len(payloads)
-            for payload in payloads:
-                events.append(data_received(index, payload, False))
-            return
+        if payloads is not None and index is not None and peer.connected:
+            # Nothing but unreliable data (a game's frame): straight to the application.
+            handler = self.data_handler
+            if handler is not None:
+                counters["unreliable_delivered"] += len(payloads)
+                for payload in payloads:
+                    handler(index, payload, False)
+                return
+            if len(events) + len(payloads) <= EVENT_QUEUE_LIMIT:
+                counters["unreliable_delivered"] += len(payloads)
+                for payload in payloads:
+                    events.append(data_received(index, payload, False))
+                return
         for message in packet.messages:
             if message.protocol_type == unreliable and index is not None and peer.connected:
                 counters["unreliable_delivered"] += 1
-                if len(events) >= EVENT_QUEUE_LIMIT:
+                if self.data_handler is not None:
+                    self.data_handler(index, message.payload, False)
+                elif len(events) >= EVENT_QUEUE_LIMIT:
                     self._drop(DropReason.QUEUE_FULL)
                 else:
                     events.append(data_received(index, message.payload, False))
@@ -951,7 +964,10 @@ class MeshSession:
                 peer.held.append((data, reliable))
             return
         self.counters["reliable_delivered" if reliable else "unreliable_delivered"] += 1
-        self._emit(data_received(peer.index, data, reliable))
+        if self.data_handler is not None:
+            self.data_handler(peer.index, data, reliable)
+        else:
+            self._emit(data_received(peer.index, data, reliable))
 
     def _emit(self, event: Event) -> None:
         if len(self._events) >= EVENT_QUEUE_LIMIT:

@@ -354,3 +354,36 @@ async def test_broadcast_nowait_never_yields_and_keeps_what_the_kernel_refuses(
             # Unreliable data is not retransmitted: the refused ones still went out, in order.
             assert mesh.data(x, reliable=False) == {0: [b"u%d" % k for k in range(20)]}
         assert sender._unsent == []
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+async def test_data_handler_takes_the_data_instead_of_events(
+    version: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """With a data handler, every message reaches it once, in order, and no
+    DataReceived event is made; other events still flow; None goes back to events."""
+    async with simulated_mesh(version) as mesh:
+        nodes = await form(mesh, 3)
+        sender, receiver = nodes[0], nodes[1]
+        got: list[tuple[int, bytes, bool]] = []
+        receiver.set_data_handler(lambda index, data, reliable: got.append((index, data, reliable)))
+        for k in range(10):
+            await sender.broadcast(b"r%d" % k)
+            await sender.broadcast(b"u%d" % k, reliable=False)
+        await wait_until(lambda: len(got) == 20, 10)
+        assert [d for _, d, r in got if r] == [b"r%d" % k for k in range(10)]
+        assert [d for _, d, r in got if not r] == [b"u%d" % k for k in range(10)]
+        assert {i for i, _, _ in got} == {sender.station_index}
+        assert mesh.data(receiver) == {} and mesh.data(receiver, reliable=False) == {}
+        assert mesh.data(nodes[2]) == {0: [b"r%d" % k for k in range(10)]}  # no handler: events as before
+        receiver.set_data_handler(None)
+        await sender.broadcast(b"after")
+        await wait_until(lambda: mesh.data(receiver).get(0) == [b"after"], 10)
+        assert len(got) == 20
+        # A newcomer's StationJoined still arrives as an event at a node with a handler.
+        receiver.set_data_handler(lambda index, data, reliable: got.append((index, data, reliable)))
+        newcomer = await mesh.start()
+        await newcomer.join(sender.address)
+        await wait_until(lambda: any(e.station_index == newcomer.station_index for e in mesh.of(receiver, StationJoined)), 10)
+        await newcomer.broadcast(b"hello")
+        await wait_until(lambda: (newcomer.station_index, b"hello", True) in got, 10)
