@@ -145,9 +145,11 @@ class Node:
             if timer is not None and timer <= now:
                 session.handle_timer(now)
             await self._flush(endpoint, session, now)
-            if batch:
-                # More may have arrived meanwhile: asking the socket again costs
-                # one system call, less than a pass through the scheduler.
+            if len(batch) == BATCH:
+                # The batch stopped at its limit, not at an empty socket: more
+                # are waiting, and asking the socket again costs one system
+                # call, less than a pass through the scheduler.  (After a short
+                # batch the wait below returns at once if more came meanwhile.)
                 processed += len(batch)
                 if processed >= 4 * BATCH:
                     processed = 0
