@@ -86,3 +86,25 @@ def test_data_received_constructor_makes_the_same_frozen_value() -> None:
     assert attrs.asdict(made) == {"source_index": 3, "data": b"xyz", "reliable": True}
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         made.data = b""  # type: ignore[misc]
+
+
+def test_sessions_with_the_same_settings_share_one_codec() -> None:
+    """One codec (AEAD context, nonce-builder cache) per setting in a thread: 32
+    stations of one mesh keep it warm; other keys, networks or threads get their own."""
+    import threading
+
+    cfg = NodeConfig(version="5.29", session_key=KEY)
+    a = mw.packet_codec(cfg, PROFILE, KEY, 7)
+    assert mw.packet_codec(cfg, PROFILE, KEY, 7) is a
+    assert mw.packet_codec(cfg, PROFILE, bytes(16), 7)[0] is not a[0]
+    assert mw.packet_codec(cfg, PROFILE, KEY, 8)[0] is not a[0]
+    assert mw.packet_codec(NodeConfig(version="5.29", session_key=KEY, network="ldn"), PROFILE, KEY, 7)[0] is not a[0]
+    other: list[object] = []
+    thread = threading.Thread(target=lambda: other.append(mw.packet_codec(cfg, PROFILE, KEY, 7)[0]))
+    thread.start()
+    thread.join()
+    assert other[0] is not a[0]
+    # Bounded: many settings do not pile up codecs.
+    for network_id in range(100):
+        mw.packet_codec(cfg, PROFILE, KEY, 1000 + network_id)
+    assert len(mw._CODECS.by_settings) <= mw._CODECS_LIMIT
