@@ -6,8 +6,6 @@ Do not subclass them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import attrs
 
 __all__ = [
@@ -18,7 +16,6 @@ __all__ = [
     "MeshJoined",
     "StationJoined",
     "StationLeft",
-    "data_received",
 ]
 
 
@@ -63,34 +60,6 @@ class DataReceived:
     source_index: int
     data: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
     reliable: bool
-
-
-def _data_received_constructor() -> Callable[[int, bytes, bool], DataReceived]:
-    """``make(source_index, data, reliable)``, equal to ``DataReceived(...)``.
-
-    A frozen attrs ``__init__`` stores each field through ``object.__setattr__``;
-    the session makes one of these per message per station, so this one stores
-    through the slot descriptors directly (the value is the same frozen object).
-    """
-    names = [f.name for f in attrs.fields(DataReceived)]
-    if names != ["source_index", "data", "reliable"] or "__slots__" not in DataReceived.__dict__:
-        return DataReceived
-    s0, s1, s2 = (DataReceived.__dict__[name].__set__ for name in names)
-    new = object.__new__
-    cls = DataReceived
-
-    def make(source_index: int, data: bytes, reliable: bool) -> DataReceived:
-        event = new(cls)
-        s0(event, source_index)
-        s1(event, data)
-        s2(event, reliable)
-        return event
-
-    return make
-
-
-#: Builds a :class:`DataReceived` without the frozen ``__init__``'s per-field lookups.
-data_received = _data_received_constructor()
 
 
 @attrs.frozen

@@ -49,13 +49,13 @@ import attrs
 from pianode import mesh_wire as mw
 from pianode.config import NodeConfig
 from pianode.events import (
+    DataReceived,
     Event,
     HostChanged,
     MeshDestroyed,
     MeshJoined,
     StationJoined,
     StationLeft,
-    data_received,
 )
 from pianode.mesh_table import MeshFull, MeshTable, StationEntry
 from pianode.packet_ids import PacketIdCounter
@@ -818,7 +818,7 @@ class MeshSession:
             if len(events) + len(payloads) <= EVENT_QUEUE_LIMIT:
                 counters["unreliable_delivered"] += len(payloads)
                 for payload in payloads:
-                    events.append(data_received(index, payload, False))
+                    events.append(DataReceived(index, payload, False))
                 return
         for message in packet.messages:
             if message.protocol_type == unreliable and index is not None and peer.connected:
@@ -828,7 +828,7 @@ class MeshSession:
                 elif len(events) >= EVENT_QUEUE_LIMIT:
                     self._drop(DropReason.QUEUE_FULL)
                 else:
-                    events.append(data_received(index, message.payload, False))
+                    events.append(DataReceived(index, message.payload, False))
                 continue
             self._dispatch(peer, message, now)
             if peer.state is PeerState.CLOSED or self.closed:
@@ -967,7 +967,7 @@ class MeshSession:
         if self.data_handler is not None:
             self.data_handler(peer.index, data, reliable)
         else:
-            self._emit(data_received(peer.index, data, reliable))
+            self._emit(DataReceived(peer.index, data, reliable))
 
     def _emit(self, event: Event) -> None:
         if len(self._events) >= EVENT_QUEUE_LIMIT:

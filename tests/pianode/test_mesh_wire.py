@@ -1,13 +1,11 @@
-"""pianode.mesh_wire: the shared decode of group packets, and the fast DataReceived constructor."""
+"""pianode.mesh_wire: the shared decode of group packets and the shared codecs."""
 
 from __future__ import annotations
 
-import attrs
 import pytest
 
 from pianode import mesh_wire as mw
 from pianode.config import NodeConfig
-from pianode.events import DataReceived, data_received
 from protocols.errors import AuthenticationError
 from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
@@ -77,15 +75,6 @@ def test_unreliable_payloads_only_when_every_message_is_unreliable() -> None:
     assert mw.shared_decode(c, key, two, SOURCE, builder, UNRELIABLE).unreliable == (b"a", b"b")  # type: ignore[arg-type]
     got = mw.shared_decode(c, key, mixed, SOURCE, builder, UNRELIABLE)  # type: ignore[arg-type]
     assert got.unreliable is None and [m.protocol_type for m in got.packet.messages] == [UNRELIABLE, RTT]
-
-
-def test_data_received_constructor_makes_the_same_frozen_value() -> None:
-    made, want = data_received(3, b"xyz", True), DataReceived(3, b"xyz", True)
-    assert data_received is not DataReceived  # the slot-storing constructor is in use
-    assert type(made) is DataReceived and made == want and hash(made) == hash(want) and repr(made) == repr(want)
-    assert attrs.asdict(made) == {"source_index": 3, "data": b"xyz", "reliable": True}
-    with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        made.data = b""  # type: ignore[misc]
 
 
 def test_sessions_with_the_same_settings_share_one_codec() -> None:
