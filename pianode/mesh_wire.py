@@ -234,6 +234,8 @@ class GroupPacket:
     nonce_value: int = 0
     #: The payloads when every message is unreliable data (a game's frame), else None.
     unreliable: tuple[bytes, ...] | None = None
+    #: The station indexes (bits) every message is addressed to (destination 0 = all).
+    common_destination: int = -1
 
 
 _CODEC_KEYS: dict[tuple[object, ...], int] = {}
@@ -276,7 +278,11 @@ def shared_decode(
             if messages and all(m.protocol_type == unreliable_id for m in messages)
             else None
         )
-        group = GroupPacket(packet, nonce, frozenset(packet.footer), nonce_value(nonce), unreliable)
+        common = -1
+        for m in messages:
+            if m.destination:
+                common &= m.destination
+        group = GroupPacket(packet, nonce, frozenset(packet.footer), nonce_value(nonce), unreliable, common)
         remaining = len(packet.footer) - 1
         if remaining > 0:
             if len(_SHARED) >= _SHARED_LIMIT:

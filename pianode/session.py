@@ -81,6 +81,7 @@ COUNTERS = (
     "connect_glare_won",
     "connect_glare_yielded",
     "connections",
+    "group_messages_for_others",
     "group_packets_sent",
     "joins_denied",
     "keepalives_received",
@@ -357,6 +358,19 @@ class MeshSession:
         if reliable and not all(p.data_window is None or p.data_window.can_send(len(data)) for p in members):
             # All or nothing: a full window anywhere refuses the whole broadcast.
             raise SendBufferFull(f"a station's reliable send buffer cannot take {len(data)} more bytes")
+        if reliable and self.config.group_broadcast is not None and self.profile.footer == "plain" and len(members) > 1:
+            # Each station's segment (its own sequence) in one broadcast group
+            # packet, addressed by the message's destination bit (spec §1.6,
+            # §2.5); acks and retransmissions go to each station as usual.
+            for peer in members:
+                window = peer.data_window
+                assert window is not None
+                window.send(data, now)
+                for segment in window.messages_to_send(now):
+                    self._group_outbox.append(self._message(peer, Proto.RELIABLE, 0, segment))
+                self._touched[peer] = None  # its retransmission timer is scheduled with the flush
+            self.counters["reliable_sent"] += len(members)
+            return len(members)
         for peer in members:
             self._send_data(peer, data, reliable, now)
         return len(members)
@@ -807,7 +821,14 @@ class MeshSession:
         index = peer.index
         events = self._events
         payloads = group.unreliable
-        if payloads is not None and index is not None and peer.connected:
+        own = self.index
+        if (
+            payloads is not None
+            and index is not None
+            and peer.connected
+            and own is not None
+            and group.common_destination >> own & 1
+        ):
             # Nothing but unreliable data (a game's frame): straight to the application.
             handler = self.data_handler
             if handler is not None:
@@ -821,6 +842,12 @@ class MeshSession:
                     events.append(DataReceived(index, payload, False))
                 return
         for message in packet.messages:
+            destination = message.destination
+            if destination and own is not None and not destination >> own & 1:
+                # A group packet may carry messages for some of its receivers
+                # only (a reliable broadcast: one segment per station).
+                counters["group_messages_for_others"] += 1
+                continue
             if message.protocol_type == unreliable and index is not None and peer.connected:
                 counters["unreliable_delivered"] += 1
                 if self.data_handler is not None:

@@ -75,6 +75,12 @@ def test_unreliable_payloads_only_when_every_message_is_unreliable() -> None:
     assert mw.shared_decode(c, key, two, SOURCE, builder, UNRELIABLE).unreliable == (b"a", b"b")  # type: ignore[arg-type]
     got = mw.shared_decode(c, key, mixed, SOURCE, builder, UNRELIABLE)  # type: ignore[arg-type]
     assert got.unreliable is None and [m.protocol_type for m in got.packet.messages] == [UNRELIABLE, RTT]
+    # The stations every message is for: the common bits of their destinations (0 = everyone).
+    assert got.common_destination == 0b1110
+    narrow = group_datagram(4, (frame(b"a"), Message(UNRELIABLE, 0, b"b", PROFILE.bitmap_flag, 0b0100)))
+    assert mw.shared_decode(c, key, narrow, SOURCE, builder, UNRELIABLE).common_destination == 0b0100  # type: ignore[arg-type]
+    everyone = group_datagram(5, (Message(UNRELIABLE, 0, b"c", PROFILE.bitmap_flag, 0),))
+    assert mw.shared_decode(c, key, everyone, SOURCE, builder, UNRELIABLE).common_destination == -1  # type: ignore[arg-type]
 
 
 def test_sessions_with_the_same_settings_share_one_codec() -> None:

@@ -23,6 +23,8 @@ from pianode.config import NodeConfig
 from pianode.events import DataReceived, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.session import MeshSession
 from protocols.errors import ConfigError
+from protocols.pia.message import Message
+from protocols.pia.packet import Packet
 from protocols.pia.versions import Proto
 
 VERSIONS = ("5.18", "5.29")
@@ -52,16 +54,14 @@ class BatchHarness(MeshHarness):
             self.now = max(self.now, due)
             while self.queue and self.queue[0][0] <= due:
                 _, _, data, src, dst = heapq.heappop(self.queue)
-                target = self.by_addr.get(dst)
-                if target is None or dst in self.dead or src in self.dead:
+                if dst in self.dead or src in self.dead:
                     continue
                 if self.hook is not None:
                     hooked = self.hook(data, src, dst)
                     if hooked is None:
                         continue
                     data = hooked
-                target.receive_datagram(data, src, self.now)
-                self.delivered += 1
+                self.deliver(data, src, dst)
             return True
         if next_t is None:
             return False
@@ -720,3 +720,100 @@ def test_group_frames_follow_membership(version: str) -> None:
     assert h.run_until(lambda: newcomer.joined and all_connected([*group[:3], newcomer]), 10.0)
     assert frame(b"c") == {group[0].index, group[2].index, newcomer.index}
     assert sender.counters["group_packets_sent"] == 3
+
+
+GROUP = ("127.255.255.255", 40000)
+
+
+@pytest.mark.parametrize("link", [Link(), Link(loss=0.2, duplicate=0.1, reorder=0.1, seed=5)], ids=["clean", "lossy"])
+def test_reliable_broadcast_goes_out_as_one_group_packet(link: Link) -> None:
+    """With group broadcast on (5.27+), a reliable broadcast is one group packet
+    holding each station's segment (its own sequence, its destination bit);
+    receivers keep their own segment only and ack it; retransmissions go to the
+    station alone.  Every message arrives exactly once, in order, loss or not."""
+    h = BatchHarness(5, version="5.29", link=link, group_broadcast=GROUP)
+    routed: list[tuple[str, int]] = []
+
+    def count(data: bytes, src: tuple[str, int], dst: tuple[str, int]) -> bytes:
+        routed.append(dst)
+        return data
+
+    group = form(h)
+    h.hook = count
+    sent_before = sum(s.counters["group_packets_sent"] for s in group)
+    for k in range(20):
+        for s in group:
+            assert s.broadcast(b"b%d:%d" % (s.index or 0, k), reliable=True, now=h.now) == 4
+        h.run_to(h.now + 0.02)
+    assert h.run_until(lambda: all(len(sum(received(h, i).values(), [])) == 80 for i in range(5)), 30.0)
+    h.run_to(h.now + 1.0)
+    for i, s in enumerate(group):
+        assert received(h, i) == {o.index: [b"b%d:%d" % (o.index or 0, k) for k in range(20)] for o in group if o is not s}
+    # One group packet per reliable broadcast (and none for the retransmissions).
+    assert sum(s.counters["group_packets_sent"] for s in group) - sent_before == 100
+    if not link.loss:
+        assert sum(1 for dst in routed if dst == GROUP) == 100
+        # Each receiver skipped the three segments meant for the others, in each of the 100 packets
+        # it heard (every packet but its own 20).
+        assert all(s.counters["group_messages_for_others"] == 80 * 3 for s in group)
+        assert all(s.counters["retransmissions"] == 0 for s in group)
+    else:
+        # Losses were repaired by retransmissions to the station alone.
+        assert sum(w.statistics().retransmitted for s in group for p in s.peers.values() if (w := p.data_window)) > 0
+
+
+def test_reliable_broadcast_without_group_broadcast_stays_unicast() -> None:
+    h = BatchHarness(4, version="5.29")
+    group = form(h)
+    before = sum(s.counters["group_packets_sent"] for s in group)
+    for s in group:
+        s.broadcast(b"x", reliable=True, now=h.now)
+    h.run_to(h.now + 0.1)
+    assert sum(s.counters["group_packets_sent"] for s in group) == before
+    assert all(received(h, i) == {o.index: [b"x"] for o in group if o is not s} for i, s in enumerate(group))
+
+
+def test_group_message_reaches_only_the_stations_its_destination_names() -> None:
+    """Unreliable data in a group packet whose destination names one station is
+    delivered to that station only, even though the footer names them all."""
+    h = BatchHarness(3, version="5.29", group_broadcast=GROUP)
+    s0, s1, s2 = form(h)
+    assert s0.codec is not None and s1.index is not None
+    _, _, footer = s0._group_view or s0._work_out_group_view()
+    header = mw.group_header(s0.profile, s0, 77, s0.next_header_nonce())
+    message = Message(s0.protocol_ids[Proto.UNRELIABLE], 0, b"only for s1", s0.profile.bitmap_flag, 1 << s1.index)
+    data = s0.codec.encode(Packet(header, (message,), footer), s0.local_address[0])
+    for s in (s1, s2):
+        s.receive_group_datagram(data, s0.local_address, h.now)
+        s.receive_group_datagram(data, s0.local_address, h.now)  # a replay changes nothing
+    h._send_all()
+    assert received(h, 1, reliable=False) == {s0.index: [b"only for s1"]}
+    assert received(h, 2, reliable=False) == {}
+    assert s2.counters["group_messages_for_others"] == 1 and s2.drops["replayed"] == 1
+
+
+def test_a_frame_for_every_station_takes_the_fast_lane() -> None:
+    """A group frame of unreliable data addressed to every member goes straight to
+    the application: the receiver never walks its messages one by one."""
+    h = BatchHarness(3, version="5.29", group_broadcast=GROUP)
+    s0, s1, s2 = form(h)
+    assert s0.broadcast(b"frame", reliable=False, now=h.now) == 2
+    (data, dst), = [d for d in s0.datagrams_to_send(h.now) if d[1] == GROUP]
+    assert s0.codec is not None and s0._nonce_builder is not None
+    decoded = mw.shared_decode(
+        s0.codec, s1._codec_key, data, s0.local_address[0], s0._nonce_builder, s0.protocol_ids[Proto.UNRELIABLE]
+    )
+
+    class Opaque:
+        header = decoded.packet.header
+
+        @property
+        def messages(self) -> tuple[Message, ...]:
+            raise AssertionError("the frame's messages were walked one by one")
+
+    mw._LAST[3] = attrs.evolve(decoded, packet=Opaque())
+    for s in (s1, s2):
+        s.receive_group_datagram(data, s0.local_address, h.now)
+    h._send_all()
+    assert received(h, 1, reliable=False) == {s0.index: [b"frame"]}
+    assert received(h, 2, reliable=False) == {s0.index: [b"frame"]}

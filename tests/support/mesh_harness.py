@@ -54,6 +54,9 @@ class MeshHarness:
                              seed=1000 + i, **config)  # type: ignore[arg-type]
             self.sessions.append(MeshSession(cfg, (f"127.0.0.{i + 1}", 49152), now=0.0))
         self.by_addr = {s.local_address: s for s in self.sessions}
+        group = config.get("group_broadcast")
+        #: The broadcast address group packets go to: every other session hears them.
+        self.group: tuple[str, int] | None = group  # type: ignore[assignment]
         self.queue: list[tuple[float, int, bytes, tuple[str, int], tuple[str, int]]] = []
         self._seq = itertools.count()
         self.events: dict[int, list[Event]] = {i: [] for i in range(n)}
@@ -95,15 +98,12 @@ class MeshHarness:
         if self.queue and (next_t is None or self.queue[0][0] <= next_t):
             t, _, data, src, dst = heapq.heappop(self.queue)
             self.now = max(self.now, t)
-            target = self.by_addr.get(dst)
-            if target is not None and dst not in self.dead and src not in self.dead:
+            if dst not in self.dead and src not in self.dead:
                 if self.hook is not None:
                     data = self.hook(data, src, dst)  # type: ignore[assignment]
                     if data is None:
                         return True
-                target.receive_datagram(data, src, self.now)
-                check_group_view(target)
-                self.delivered += 1
+                self.deliver(data, src, dst)
             return True
         if next_t is None:
             return False
@@ -115,6 +115,21 @@ class MeshHarness:
                     s.handle_timer(self.now)
                     check_group_view(s)
         return True
+
+    def deliver(self, data: bytes, src: tuple[str, int], dst: tuple[str, int]) -> None:
+        """Hand a datagram to its session, or a group packet to every other live session."""
+        if dst == self.group:
+            for target in self.sessions:
+                if target.local_address != src and target.local_address not in self.dead:
+                    target.receive_group_datagram(data, src, self.now)
+                    check_group_view(target)
+                    self.delivered += 1
+            return
+        target = self.by_addr.get(dst)
+        if target is not None:
+            target.receive_datagram(data, src, self.now)
+            check_group_view(target)
+            self.delivered += 1
 
     def run_until(self, predicate: Callable[[], bool], timeout: float, max_steps: int = 2_000_000) -> bool:
         end = self.now + timeout
