@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 __all__ = ["GroupListener"]
 
 
+#: Datagrams read per pass: two frames of a 32-station session.
+BATCH = 64
+
 _LISTENERS: trio.lowlevel.RunVar[dict[int, GroupListener]] = trio.lowlevel.RunVar("pianode_group_listeners")
 
 
@@ -92,7 +95,10 @@ class GroupListener:
     async def _receive_loop(self) -> None:
         endpoint = self._endpoint
         while True:
-            batch = endpoint.receive_batch()
+            # A bounded batch: behind a backlog, each pass ends with a checkpoint
+            # so the other tasks (a frame clock, the nodes' drivers) are not held
+            # up for a whole backlog at once.
+            batch = endpoint.receive_batch(BATCH)
             if not batch:
                 await endpoint.wait_readable()
                 continue
