@@ -232,10 +232,12 @@ class GroupPacket:
     receivers: frozenset[int]
     #: The nonce as the replay filter reads it (pianode.replay.nonce_value), worked out once.
     nonce_value: int = 0
-    #: The payloads when every message is unreliable data (a game's frame), else None.
-    unreliable: tuple[bytes, ...] | None = None
-    #: The station indexes (bits) every message is addressed to (destination 0 = all).
+    #: The payloads of its unreliable data messages (a game's frame), in order.
+    unreliable: tuple[bytes, ...] = ()
+    #: The station indexes (bits) every unreliable message is addressed to (destination 0 = all).
     common_destination: int = -1
+    #: Its other messages (reliable segments, acks, ...), in order, each for its destination.
+    others: tuple[Message, ...] = ()
 
 
 _CODEC_KEYS: dict[tuple[object, ...], int] = {}
@@ -272,17 +274,15 @@ def shared_decode(
     if entry is None:
         packet = codec.decode(data, source)
         nonce = nonce_of(packet.header, source) if packet.header.encrypted else b""
-        messages = packet.messages
-        unreliable = (
-            tuple(m.payload for m in messages)
-            if messages and all(m.protocol_type == unreliable_id for m in messages)
-            else None
-        )
+        frames = tuple(m for m in packet.messages if m.protocol_type == unreliable_id)
         common = -1
-        for m in messages:
+        for m in frames:
             if m.destination:
                 common &= m.destination
-        group = GroupPacket(packet, nonce, frozenset(packet.footer), nonce_value(nonce), unreliable, common)
+        others = tuple(m for m in packet.messages if m.protocol_type != unreliable_id)
+        group = GroupPacket(
+            packet, nonce, frozenset(packet.footer), nonce_value(nonce), tuple(m.payload for m in frames), common, others
+        )
         remaining = len(packet.footer) - 1
         if remaining > 0:
             if len(_SHARED) >= _SHARED_LIMIT:

@@ -239,6 +239,9 @@ class MeshSession:
         #: again (see _membership_changed, called wherever a peer's membership changes).
         self._group_view: tuple[tuple[Peer, ...], int, tuple[int, ...]] | None = None
         self._next_rtt_slot = -math.inf  # see _rtt_slot
+        #: Group mode (5.27+ footer, one broadcast per group packet): a reliable
+        #: broadcast goes out as one group packet too (see broadcast).
+        self._group_mode = config.group_broadcast is not None and self.profile.footer == "plain"
         self._bitmap_flag = self.profile.bitmap_flag
         self._group_ids = PacketIdCounter()
         self._group_offset = mw.footer_size_offset(self.profile)
@@ -358,7 +361,7 @@ class MeshSession:
         if reliable and not all(p.data_window is None or p.data_window.can_send(len(data)) for p in members):
             # All or nothing: a full window anywhere refuses the whole broadcast.
             raise SendBufferFull(f"a station's reliable send buffer cannot take {len(data)} more bytes")
-        if reliable and self.config.group_broadcast is not None and self.profile.footer == "plain" and len(members) > 1:
+        if reliable and self._group_mode and len(members) > 1:
             # Each station's segment (its own sequence) in one broadcast group
             # packet, addressed by the message's destination bit (spec §1.6,
             # §2.5); acks and retransmissions go to each station as usual.
@@ -817,51 +820,54 @@ class MeshSession:
         peer.packets_received += 1
         counters = self.counters
         counters["packets_received"] += 1
-        unreliable = self._unreliable_id
         index = peer.index
-        events = self._events
-        payloads = group.unreliable
         own = self.index
-        if (
-            payloads is not None
-            and index is not None
-            and peer.connected
-            and own is not None
-            and group.common_destination >> own & 1
-        ):
-            # Nothing but unreliable data (a game's frame): straight to the application.
+        messages: tuple[Message, ...] | None = None
+        if index is not None and peer.connected and own is not None and group.common_destination >> own & 1:
+            # Every unreliable message (a game's frame) is for us: straight to the
+            # application, then the other messages (those addressed to us).
+            payloads = group.unreliable
             handler = self.data_handler
             if handler is not None:
                 counters["unreliable_delivered"] += len(payloads)
                 for payload in payloads:
                     handler(index, payload, False)
-                return
-            if len(events) + len(payloads) <= EVENT_QUEUE_LIMIT:
+                messages = group.others
+            elif len(self._events) + len(payloads) <= EVENT_QUEUE_LIMIT:
                 counters["unreliable_delivered"] += len(payloads)
+                events = self._events
                 for payload in payloads:
                     events.append(DataReceived(index, payload, False))
-                return
-        for message in packet.messages:
+                messages = group.others
+        if messages is None:
+            messages = packet.messages  # message by message
+        if messages:
+            self._group_messages(peer, messages, now)
+        if not peer.connected:
+            self._touched[peer] = None  # handshake state changed
+
+    def _group_messages(self, peer: Peer, messages: tuple[Message, ...], now: float) -> None:
+        """The messages of a group packet, one by one: those addressed to others
+        are skipped (a reliable broadcast carries one segment per station, each
+        under its station's destination bit)."""
+        own, index, counters = self.index, peer.index, self.counters
+        for message in messages:
             destination = message.destination
             if destination and own is not None and not destination >> own & 1:
-                # A group packet may carry messages for some of its receivers
-                # only (a reliable broadcast: one segment per station).
                 counters["group_messages_for_others"] += 1
                 continue
-            if message.protocol_type == unreliable and index is not None and peer.connected:
+            if message.protocol_type == self._unreliable_id and index is not None and peer.connected:
                 counters["unreliable_delivered"] += 1
                 if self.data_handler is not None:
                     self.data_handler(index, message.payload, False)
-                elif len(events) >= EVENT_QUEUE_LIMIT:
+                elif len(self._events) >= EVENT_QUEUE_LIMIT:
                     self._drop(DropReason.QUEUE_FULL)
                 else:
-                    events.append(DataReceived(index, message.payload, False))
+                    self._events.append(DataReceived(index, message.payload, False))
                 continue
             self._dispatch(peer, message, now)
             if peer.state is PeerState.CLOSED or self.closed:
                 break
-        if not peer.connected:
-            self._touched[peer] = None  # handshake state changed
 
     def _restarted(self, peer: Peer, packet: Packet) -> bool:
         """A first-contact connection request from a connected peer that names a new identity."""

@@ -67,15 +67,15 @@ def test_one_decode_for_every_station_it_reaches() -> None:
     assert c.decodes == 3
 
 
-def test_unreliable_payloads_only_when_every_message_is_unreliable() -> None:
+def test_unreliable_payloads_and_the_other_messages_apart() -> None:
     c, builder = codec()
     key = mw.codec_key("test-unreliable")
     two = group_datagram(2, (frame(b"a"), frame(b"b")))
     mixed = group_datagram(3, (frame(b"a"), Message(RTT, 1, bytes(9), PROFILE.bitmap_flag, 0b1110)))
     assert mw.shared_decode(c, key, two, SOURCE, builder, UNRELIABLE).unreliable == (b"a", b"b")  # type: ignore[arg-type]
     got = mw.shared_decode(c, key, mixed, SOURCE, builder, UNRELIABLE)  # type: ignore[arg-type]
-    assert got.unreliable is None and [m.protocol_type for m in got.packet.messages] == [UNRELIABLE, RTT]
-    # The stations every message is for: the common bits of their destinations (0 = everyone).
+    assert got.unreliable == (b"a",) and [m.protocol_type for m in got.others] == [RTT]
+    # The stations every unreliable message is for: the common bits of their destinations (0 = everyone).
     assert got.common_destination == 0b1110
     narrow = group_datagram(4, (frame(b"a"), Message(UNRELIABLE, 0, b"b", PROFILE.bitmap_flag, 0b0100)))
     assert mw.shared_decode(c, key, narrow, SOURCE, builder, UNRELIABLE).common_destination == 0b0100  # type: ignore[arg-type]
