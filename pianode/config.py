@@ -75,6 +75,8 @@ class NodeConfig:
             stations (5.27+, receivers in the footer): each goes out once to this
             address instead of once per station, and the node also listens on
             ``0.0.0.0:port`` (SO_REUSEADDR), as every station of the session does.
+            A reliable broadcast then goes out as one such packet too, each
+            station's segment under its destination bit.
             None (default): one unicast copy per station.
     """
 
