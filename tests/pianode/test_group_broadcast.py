@@ -143,3 +143,38 @@ async def test_a_node_that_left_stops_listening() -> None:
         assert _group_sent(rest[0]) - sent == 10
         assert gone.statistics()["drops"].get("closed", 0) == 0  # type: ignore[union-attr]
         nursery.cancel_scope.cancel()
+
+
+async def test_reliable_broadcast_is_one_datagram_on_the_wire() -> None:
+    """Reliable broadcasts ride on group packets too: one datagram each (each
+    station's segment under its destination bit), every message delivered once
+    and in order, acks back to the sender alone."""
+    port = free_port()
+    config = NodeConfig(version="5.29", session_key=bytes(range(16)), group_broadcast=(BROADCAST, port))
+    other = _other_process_socket(port)
+    try:
+        async with trio.open_nursery() as nursery:
+            mesh = Mesh(nursery, config)
+            nodes, _ = await form_mesh(mesh, 4, timeout=10)
+            _drain(other)
+            sender = nodes[2]
+            sent_before = _group_sent(sender)
+            payloads = [b"reliable %d" % k for k in range(15)]
+            for p in payloads:
+                assert await sender.broadcast(p) == 3
+            await wait_until(
+                lambda: all(len(mesh.data(x).get(sender.station_index, [])) == 15 for x in nodes if x is not sender), 5  # type: ignore[arg-type]
+            )
+            for x in nodes:
+                if x is not sender:
+                    assert mesh.data(x) == {sender.station_index: payloads}
+                    counters = x.statistics()["counters"]
+                    assert counters["group_messages_for_others"] >= 15 * 2  # type: ignore[index]
+            heard = [d for d, a in _drain(other) if a == sender.address]
+            assert len(heard) == _group_sent(sender) - sent_before == 15
+            # The acks came back: past the first retransmission timeout nothing was sent again.
+            await trio.sleep(1.0)
+            assert [s.lost for s in sender.stations()] == [0, 0, 0, 0]
+            nursery.cancel_scope.cancel()
+    finally:
+        other.close()
