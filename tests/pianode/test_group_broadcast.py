@@ -10,6 +10,8 @@ packet exactly once, addressed to the broadcast address.
 from __future__ import annotations
 
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import trio
 from loopback_addresses import free_port, loopback_block
@@ -18,6 +20,7 @@ from node_fixtures import NodeMesh, form_mesh, wait_until
 from pianode.config import NodeConfig
 from pianode.events import DataReceived
 from pianode.mesh_run import MeshRun
+from pianode.node import Node
 
 BROADCAST = "127.255.255.255"
 
@@ -56,34 +59,41 @@ def _unreliable(mesh: NodeMesh, node: object) -> list[bytes]:
     return [e.data for e in mesh.of(node, DataReceived) if not e.reliable]  # type: ignore[arg-type]
 
 
-async def test_one_broadcast_per_group_packet_reaches_every_station() -> None:
+@asynccontextmanager
+async def _formed_with_an_outsider(n: int = 4) -> AsyncIterator[tuple[NodeMesh, list[Node], socket.socket]]:
+    """*n* nodes in group-broadcast mode, formed, and a socket of another process on the group port."""
     port = free_port()
     config = NodeConfig(version="5.29", session_key=bytes(range(16)), group_broadcast=(BROADCAST, port))
     other = _other_process_socket(port)
     try:
         async with trio.open_nursery() as nursery:
             mesh = Mesh(nursery, config)
-            nodes, _ = await form_mesh(mesh, 4, timeout=10)
+            nodes, _ = await form_mesh(mesh, n, timeout=10)
             _drain(other)
-            sender = nodes[1]
-            sent_before = _group_sent(sender)
-            payloads = [b"frame %d" % k for k in range(20)]
-            for p in payloads:
-                assert await sender.broadcast(p, reliable=False) == 3
-                await trio.sleep(0.005)
-            await wait_until(lambda: all(len(_unreliable(mesh, x)) >= 20 for x in nodes if x is not sender), 5)
-            for x in nodes:
-                if x is not sender:
-                    assert _unreliable(mesh, x) == payloads
-            # Its own broadcasts come back to the shared socket and are skipped, not dropped as a stranger's.
-            assert sender.statistics()["drops"].get("not_member", 0) == 0  # type: ignore[union-attr]
-            heard = [(d, a) for d, a in _drain(other) if a == sender.address]
-            # One datagram per group packet on the wire, not one per station.
-            assert len(heard) == _group_sent(sender) - sent_before == 20
-            assert sum(x.statistics()["drops"].get("not_addressed", 0) for x in nodes) == 0  # type: ignore[union-attr]
+            yield mesh, nodes, other
             nursery.cancel_scope.cancel()
     finally:
         other.close()
+
+
+async def test_one_broadcast_per_group_packet_reaches_every_station() -> None:
+    async with _formed_with_an_outsider() as (mesh, nodes, other):
+        sender = nodes[1]
+        sent_before = _group_sent(sender)
+        payloads = [b"frame %d" % k for k in range(20)]
+        for p in payloads:
+            assert await sender.broadcast(p, reliable=False) == 3
+            await trio.sleep(0.005)
+        await wait_until(lambda: all(len(_unreliable(mesh, x)) >= 20 for x in nodes if x is not sender), 5)
+        for x in nodes:
+            if x is not sender:
+                assert _unreliable(mesh, x) == payloads
+        # Its own broadcasts come back to the shared socket and are skipped, not dropped as a stranger's.
+        assert sender.statistics()["drops"].get("not_member", 0) == 0  # type: ignore[union-attr]
+        heard = [(d, a) for d, a in _drain(other) if a == sender.address]
+        # One datagram per group packet on the wire, not one per station.
+        assert len(heard) == _group_sent(sender) - sent_before == 20
+        assert sum(x.statistics()["drops"].get("not_addressed", 0) for x in nodes) == 0  # type: ignore[union-attr]
 
 
 async def test_listener_survives_the_node_whose_task_ran_it() -> None:
@@ -149,32 +159,22 @@ async def test_reliable_broadcast_is_one_datagram_on_the_wire() -> None:
     """Reliable broadcasts ride on group packets too: one datagram each (each
     station's segment under its destination bit), every message delivered once
     and in order, acks back to the sender alone."""
-    port = free_port()
-    config = NodeConfig(version="5.29", session_key=bytes(range(16)), group_broadcast=(BROADCAST, port))
-    other = _other_process_socket(port)
-    try:
-        async with trio.open_nursery() as nursery:
-            mesh = Mesh(nursery, config)
-            nodes, _ = await form_mesh(mesh, 4, timeout=10)
-            _drain(other)
-            sender = nodes[2]
-            sent_before = _group_sent(sender)
-            payloads = [b"reliable %d" % k for k in range(15)]
-            for p in payloads:
-                assert await sender.broadcast(p) == 3
-            await wait_until(
-                lambda: all(len(mesh.data(x).get(sender.station_index, [])) == 15 for x in nodes if x is not sender), 5  # type: ignore[arg-type]
-            )
-            for x in nodes:
-                if x is not sender:
-                    assert mesh.data(x) == {sender.station_index: payloads}
-                    counters = x.statistics()["counters"]
-                    assert counters["group_messages_for_others"] >= 15 * 2  # type: ignore[index]
-            heard = [d for d, a in _drain(other) if a == sender.address]
-            assert len(heard) == _group_sent(sender) - sent_before == 15
-            # The acks came back: past the first retransmission timeout nothing was sent again.
-            await trio.sleep(1.0)
-            assert [s.lost for s in sender.stations()] == [0, 0, 0, 0]
-            nursery.cancel_scope.cancel()
-    finally:
-        other.close()
+    async with _formed_with_an_outsider() as (mesh, nodes, other):
+        sender = nodes[2]
+        sent_before = _group_sent(sender)
+        payloads = [b"reliable %d" % k for k in range(15)]
+        for p in payloads:
+            assert await sender.broadcast(p) == 3
+        await wait_until(
+            lambda: all(len(mesh.data(x).get(sender.station_index, [])) == 15 for x in nodes if x is not sender), 5  # type: ignore[arg-type]
+        )
+        for x in nodes:
+            if x is not sender:
+                assert mesh.data(x) == {sender.station_index: payloads}
+                counters = x.statistics()["counters"]
+                assert counters["group_messages_for_others"] >= 15 * 2  # type: ignore[index]
+        heard = [d for d, a in _drain(other) if a == sender.address]
+        assert len(heard) == _group_sent(sender) - sent_before == 15
+        # The acks came back: past the first retransmission timeout nothing was sent again.
+        await trio.sleep(1.0)
+        assert [s.lost for s in sender.stations()] == [0, 0, 0, 0]
