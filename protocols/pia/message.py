@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 import attrs
 
-from protocols.errors import BadValue, EncodeError, ShortData, UnsupportedVersion
+from protocols.errors import BadValue, DecodeError, EncodeError, ShortData, UnsupportedVersion
 from protocols.pia.versions import MessageFormat, VersionProfile
 
 __all__ = [
@@ -153,49 +153,53 @@ def decode_messages(plaintext: bytes, profile: VersionProfile) -> tuple[Message,
 
 
 def _decode_fixed(data: bytes, fmt: MessageFormat, align: bool) -> tuple[Message, ...]:
-    st = _M_A if fmt is _MA else _M_B if fmt is _MB else _M_C if fmt is _MC else _M_D
-    hsize = st.size
     end = len(data)
     pos = 0
     out = []
     while pos < end:
         if _ff_tail(data, pos, end):
             break
-        if pos + hsize > end:
-            raise ShortData(f"{fmt.value} message header at offset {pos}: needs {hsize} bytes, {end - pos} left")
-        v = st.unpack_from(data, pos)
-        if fmt is MessageFormat.A:
-            flags, station, size, dest, src, ptype, port, reserved = v
-            body = pos + hsize
-            if body + size > end:
-                raise ShortData(f"M-A payload at offset {body}: needs {size} bytes, {end - body} left")
-            msg = Message(ptype, port, data[body : body + size], flags, dest, src, station, reserved)
-        elif fmt is MessageFormat.B:
-            flags, size, dest, src, ptype, port, r_hi, r_lo = v
-            body = pos + hsize
-            if body + size > end:
-                raise ShortData(f"M-B payload at offset {body}: needs {size} bytes, {end - body} left")
-            msg = Message(ptype, port, data[body : body + size], flags, dest, src, None, r_hi << 16 | r_lo)
-        else:
-            if fmt is MessageFormat.C:
-                flags, mver, size, ptype, port, dest, src = v
-                want = 1
-            else:
-                flags, mver, size, tp, dest, src = v
-                ptype, port = tp >> 24, tp & 0xFFFFFF
-                want = 2
-            if mver != want:
-                raise UnsupportedVersion(f"{fmt.value} message version {mver} at offset {pos} (expected {want})")
-            body = pos + hsize
-            if body + size > end:
-                raise ShortData(f"{fmt.value} payload at offset {body}: needs {size} bytes, {end - body} left")
-            msg = Message(ptype, port, data[body : body + size], flags, dest, src)
+        msg, pos = _decode_fixed_one(data, pos, fmt)
         out.append(msg)
-        pos = body + size
         if align:
             # §2.4: zero padding to 4 bytes; tolerate a truncated pad at the very end.
             pos = min(pos + (-pos & 3), end)
     return tuple(out)
+
+
+def _decode_fixed_one(data: bytes, pos: int, fmt: MessageFormat) -> tuple[Message, int]:
+    """The fixed-layout (M-A..M-D) message at *pos* and the offset after its payload.
+
+    Raises:
+        ShortData, UnsupportedVersion.
+    """
+    st = _M_A if fmt is _MA else _M_B if fmt is _MB else _M_C if fmt is _MC else _M_D
+    hsize = st.size
+    end = len(data)
+    if pos + hsize > end:
+        raise ShortData(f"{fmt.value} message header at offset {pos}: needs {hsize} bytes, {end - pos} left")
+    v = st.unpack_from(data, pos)
+    station: int | None = None
+    reserved = 0
+    if fmt is MessageFormat.A:
+        flags, station, size, dest, src, ptype, port, reserved = v
+    elif fmt is MessageFormat.B:
+        flags, size, dest, src, ptype, port, r_hi, r_lo = v
+        reserved = r_hi << 16 | r_lo
+    else:
+        if fmt is MessageFormat.C:
+            flags, mver, size, ptype, port, dest, src = v
+            want = 1
+        else:
+            flags, mver, size, tp, dest, src = v
+            ptype, port = tp >> 24, tp & 0xFFFFFF
+            want = 2
+        if mver != want:
+            raise UnsupportedVersion(f"{fmt.value} message version {mver} at offset {pos} (expected {want})")
+    body = pos + hsize
+    if body + size > end:
+        raise ShortData(f"{fmt.value} payload at offset {body}: needs {size} bytes, {end - body} left")
+    return Message(ptype, port, data[body : body + size], flags, dest, src, station, reserved), body + size
 
 
 def _decode_delta(data: bytes, fmt: MessageFormat, align: bool) -> tuple[Message, ...]:
@@ -501,79 +505,21 @@ def lone_delta_layout(profile: VersionProfile) -> tuple[struct.Struct, int, list
     return None
 
 
-def lone_message_encoder(profile: VersionProfile) -> LoneEncoder:
-    """Encoder for a packet body of exactly one message, 0xFF-padded to 16 bytes.
+def lone_message_encoder(profile: VersionProfile) -> LoneEncoder | None:
+    """Encoder for a packet body of exactly one fixed-format (M-A..M-D) message, 0xFF-padded to 16 bytes.
 
     ``encode(m)`` returns ``(body, ff)`` where *body* equals
     ``encode_messages((m,), profile)`` followed by *ff* bytes 0xFF, and ``ff``
     makes the length a multiple of 16 (the padding before encryption, §2.4);
     or None when *m* is not of the common shape (the caller falls back to
-    :func:`encode_messages`, which also reports errors).
+    :func:`encode_messages`, which also reports errors).  None instead of an
+    encoder for the delta formats (M-E..M-G): see :func:`lone_delta_layout`.
     """
     fmt = profile.message_format
+    if fmt is _ME or fmt is _MF or fmt is _MG:
+        return None  # the packet codec packs a lone delta message inline (lone_delta_layout)
     align = profile.align_messages
     join = b"".join
-    if fmt is _ME or fmt is _MF or fmt is _MG:
-        st = _FULL_E if fmt is _ME else _FULL_F if fmt is _MF else _FULL_G
-        full = _FULL[fmt]
-        tails = _tails(st.size, align)
-        pack = st.pack
-
-        if fmt is _MG:
-
-            def enc_g(m: Message) -> tuple[bytes, int] | None:
-                p = m.presence
-                payload = m.payload
-                try:
-                    n = len(payload)
-                    if (
-                        (p is None or (p == full and type(p) is int))
-                        and n <= 0xFFFF
-                        and m.source_station_index is None
-                        and not m.reserved
-                        and m.source_constant_id is None
-                        and not m.destination
-                    ):
-                        tail, ff = tails[n & 15]
-                        return join((pack(full, m.flags, n, m.protocol_type, m.protocol_port, m.extra), payload, tail)), ff
-                except Exception:  # whatever it is, encode_messages reports it
-                    pass
-                return None
-
-            return enc_g
-
-        is_e = fmt is _ME
-
-        def enc_ef(m: Message) -> tuple[bytes, int] | None:
-            p = m.presence
-            payload = m.payload
-            src = m.source_constant_id
-            ptype = m.protocol_type
-            port = m.protocol_port
-            try:
-                n = len(payload)
-                if (
-                    (p is None or (p == full and type(p) is int))
-                    and n <= 0xFFFF
-                    and m.source_station_index is None
-                    and not m.reserved
-                    and not m.extra
-                    and (src is not None if is_e else src is None)
-                    and 0 <= ptype <= 0xFF
-                    and 0 <= port <= 0xFFFFFF
-                ):
-                    if is_e:
-                        head = pack(full, m.flags, n, ptype << 24 | port, m.destination, src)
-                    else:
-                        head = pack(full, m.flags, n, ptype << 24 | port, m.destination)
-                    tail, ff = tails[n & 15]
-                    return join((head, payload, tail)), ff
-            except Exception:  # whatever it is, encode_messages reports it
-                pass
-            return None
-
-        return enc_ef
-
     st = _M_A if fmt is _MA else _M_B if fmt is _MB else _M_C if fmt is _MC else _M_D
     tails = _tails(st.size, align)
 
@@ -588,66 +534,21 @@ def lone_message_encoder(profile: VersionProfile) -> LoneEncoder:
     return enc_fixed
 
 
-def lone_message_decoder(profile: VersionProfile) -> LoneDecoder:
-    """Decoder for a packet body holding exactly one message whose header is complete.
+def lone_message_decoder(profile: VersionProfile) -> LoneDecoder | None:
+    """Decoder for a packet body holding exactly one fixed-format (M-A..M-D) message.
 
     ``decode(body)`` returns ``(message,)``, equal to
     ``decode_messages(body, profile)``, when *body* is one such message
     followed by nothing but its alignment pad and a 0xFF tail; otherwise None
     (the caller falls back to :func:`decode_messages`).  *body* must be bytes.
+    None instead of a decoder for the delta formats (M-E..M-G): see
+    :func:`lone_delta_layout`.
     """
     fmt = profile.message_format
-    align = profile.align_messages
-    msg = Message
-    ff_byte = _FF
     if fmt is _ME or fmt is _MF or fmt is _MG:
-        st = _FULL_E if fmt is _ME else _FULL_F if fmt is _MF else _FULL_G
-        unpack = st.unpack_from
-        hsize = st.size
-        full = _FULL[fmt]
-
-        def rest_ok(data: bytes, pos: int, end: int) -> bool:
-            # What decode_messages would do after the first message: skip the
-            # alignment pad, then stop at the end or at an all-0xFF tail.
-            if align:
-                pos += -pos & 3
-            return pos >= end or (data[pos] == ff_byte and data.count(ff_byte, pos) == end - pos)
-
-        if fmt is _MG:
-
-            def dec_g(data: bytes) -> tuple[Message, ...] | None:
-                end = len(data)
-                if end >= hsize and data[0] == full:
-                    _, flags, size, ptype, port, extra = unpack(data)
-                    stop = hsize + size
-                    if stop <= end and (stop == end or rest_ok(data, stop, end)):
-                        return (msg(ptype, port, data[hsize:stop], flags, 0, None, None, 0, extra, full),)
-                return None
-
-            return dec_g
-        if fmt is _ME:
-
-            def dec_e(data: bytes) -> tuple[Message, ...] | None:
-                end = len(data)
-                if end >= hsize and data[0] == full:
-                    _, flags, size, tp, dest, src = unpack(data)
-                    stop = hsize + size
-                    if stop <= end and (stop == end or rest_ok(data, stop, end)):
-                        return (msg(tp >> 24, tp & 0xFFFFFF, data[hsize:stop], flags, dest, src, None, 0, 0, full),)
-                return None
-
-            return dec_e
-
-        def dec_f(data: bytes) -> tuple[Message, ...] | None:
-            end = len(data)
-            if end >= hsize and data[0] == full:
-                _, flags, size, tp, dest = unpack(data)
-                stop = hsize + size
-                if stop <= end and (stop == end or rest_ok(data, stop, end)):
-                    return (msg(tp >> 24, tp & 0xFFFFFF, data[hsize:stop], flags, dest, None, None, 0, 0, full),)
-            return None
-
-        return dec_f
+        return None  # the packet codec unpacks a lone delta message inline (lone_delta_layout)
+    align = profile.align_messages
+    ff_byte = _FF
 
     # Fixed layouts: the first byte is the flags, so a body starting with 0xFF
     # (possibly all padding) is left to the general decoder.
@@ -655,10 +556,10 @@ def lone_message_decoder(profile: VersionProfile) -> LoneDecoder:
         end = len(data)
         if not end or data[0] == ff_byte:
             return None
-        got = _decode_fixed_first(data, fmt)
-        if got is None:
-            return None
-        m, pos = got
+        try:
+            m, pos = _decode_fixed_one(data, 0, fmt)
+        except DecodeError:
+            return None  # decode_messages reports it
         if align:
             pos += -pos & 3
         if pos >= end or (data[pos] == ff_byte and data.count(ff_byte, pos) == end - pos):
@@ -666,37 +567,6 @@ def lone_message_decoder(profile: VersionProfile) -> LoneDecoder:
         return None
 
     return dec_fixed
-
-
-def _decode_fixed_first(data: bytes, fmt: MessageFormat) -> tuple[Message, int] | None:
-    """The first fixed-layout message of *data* and the offset after its payload, or None if malformed."""
-    st = _M_A if fmt is _MA else _M_B if fmt is _MB else _M_C if fmt is _MC else _M_D
-    hsize = st.size
-    end = len(data)
-    if hsize > end:
-        return None
-    v = st.unpack_from(data)
-    if fmt is _MA:
-        flags, station, size, dest, src, ptype, port, reserved = v
-        if hsize + size > end:
-            return None
-        return Message(ptype, port, data[hsize : hsize + size], flags, dest, src, station, reserved), hsize + size
-    if fmt is _MB:
-        flags, size, dest, src, ptype, port, r_hi, r_lo = v
-        if hsize + size > end:
-            return None
-        msg = Message(ptype, port, data[hsize : hsize + size], flags, dest, src, None, r_hi << 16 | r_lo)
-        return msg, hsize + size
-    if fmt is _MC:
-        flags, mver, size, ptype, port, dest, src = v
-        want = 1
-    else:
-        flags, mver, size, tp, dest, src = v
-        ptype, port = tp >> 24, tp & 0xFFFFFF
-        want = 2
-    if mver != want or hsize + size > end:
-        return None
-    return Message(ptype, port, data[hsize : hsize + size], flags, dest, src), hsize + size
 
 
 # -- compression ------------------------------------------------------------
