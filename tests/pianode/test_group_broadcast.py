@@ -60,18 +60,26 @@ def _unreliable(mesh: NodeMesh, node: object) -> list[bytes]:
 
 
 @asynccontextmanager
-async def _formed_with_an_outsider(n: int = 4) -> AsyncIterator[tuple[NodeMesh, list[Node], socket.socket]]:
-    """*n* nodes in group-broadcast mode, formed, and a socket of another process on the group port."""
-    port = free_port()
+async def _group_mesh(n: int, port: int | None = None) -> AsyncIterator[tuple[NodeMesh, list[Node]]]:
+    """*n* nodes in group-broadcast mode on *port* (a free one if None), formed; stopped on exit."""
+    port = free_port() if port is None else port
     config = NodeConfig(version="5.29", session_key=bytes(range(16)), group_broadcast=(BROADCAST, port))
+    async with trio.open_nursery() as nursery:
+        mesh = Mesh(nursery, config)
+        nodes, _ = await form_mesh(mesh, n, timeout=10)
+        yield mesh, nodes
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _formed_with_an_outsider(n: int = 4) -> AsyncIterator[tuple[NodeMesh, list[Node], socket.socket]]:
+    """:func:`_group_mesh`, and a socket of another process on the group port."""
+    port = free_port()
     other = _other_process_socket(port)
     try:
-        async with trio.open_nursery() as nursery:
-            mesh = Mesh(nursery, config)
-            nodes, _ = await form_mesh(mesh, n, timeout=10)
+        async with _group_mesh(n, port) as (mesh, nodes):
             _drain(other)
             yield mesh, nodes, other
-            nursery.cancel_scope.cancel()
     finally:
         other.close()
 
@@ -97,11 +105,7 @@ async def test_one_broadcast_per_group_packet_reaches_every_station() -> None:
 
 
 async def test_listener_survives_the_node_whose_task_ran_it() -> None:
-    port = free_port()
-    config = NodeConfig(version="5.29", session_key=bytes(range(16)), group_broadcast=(BROADCAST, port))
-    async with trio.open_nursery() as nursery:
-        mesh = Mesh(nursery, config)
-        nodes, _ = await form_mesh(mesh, 3, timeout=10)
+    async with _group_mesh(3) as (mesh, nodes):
         # Stop every node in turn but the last two, starting with the first
         # started (its task ran the shared receive loop).
         first = mesh.nodes[0]
@@ -110,16 +114,12 @@ async def test_listener_survives_the_node_whose_task_ran_it() -> None:
         await trio.sleep(0.05)
         await rest[0].broadcast(b"after handover", reliable=False)
         await wait_until(lambda: b"after handover" in _unreliable(mesh, rest[1]), 5)
-        nursery.cancel_scope.cancel()
 
 
 async def test_group_port_is_released_when_the_last_node_stops() -> None:
     port = free_port()
-    config = NodeConfig(version="5.29", session_key=bytes(range(16)), group_broadcast=(BROADCAST, port))
-    async with trio.open_nursery() as nursery:
-        mesh = Mesh(nursery, config)
-        await form_mesh(mesh, 2, timeout=10)
-        nursery.cancel_scope.cancel()
+    async with _group_mesh(2, port):
+        pass
     # Without SO_REUSEADDR a bind succeeds only if no socket holds the port any more.
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("0.0.0.0", port))
@@ -137,11 +137,7 @@ async def test_mesh_run_with_broadcast_fanout_delivers_every_frame() -> None:
 
 
 async def test_a_node_that_left_stops_listening() -> None:
-    port = free_port()
-    config = NodeConfig(version="5.29", session_key=bytes(range(16)), group_broadcast=(BROADCAST, port))
-    async with trio.open_nursery() as nursery:
-        mesh = Mesh(nursery, config)
-        nodes, _ = await form_mesh(mesh, 4, timeout=10)
+    async with _group_mesh(4) as (mesh, nodes):
         gone, rest = nodes[3], nodes[:3]  # three remain: their broadcasts are still group packets
         await gone.leave()
         await wait_until(lambda: all(len(x.stations()) == 3 for x in rest), 10)
@@ -152,7 +148,6 @@ async def test_a_node_that_left_stops_listening() -> None:
         await wait_until(lambda: len([d for d in _unreliable(mesh, rest[1]) if d.startswith(b"after")]) == 10, 5)
         assert _group_sent(rest[0]) - sent == 10
         assert gone.statistics()["drops"].get("closed", 0) == 0  # type: ignore[union-attr]
-        nursery.cancel_scope.cancel()
 
 
 async def test_reliable_broadcast_is_one_datagram_on_the_wire() -> None:
