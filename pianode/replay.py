@@ -49,7 +49,7 @@ class NonceReplayFilter:
 
     def accept(self, nonce: bytes) -> bool:
         """Record an authenticated nonce; False if it was seen before or is too old."""
-        return self.accept_value(nonce_value(nonce))
+        return self.accept_value(int.from_bytes(nonce[-7:], "big"))  # nonce_value, inline
 
     def accept_value(self, value: int) -> bool:
         """:meth:`accept` for a nonce already read with :func:`nonce_value`."""

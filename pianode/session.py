@@ -65,7 +65,7 @@ from pianode.rtt import HeaderTimers, RttEstimator
 from protocols.errors import AuthenticationError, DecodeError
 from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
-from protocols.pia.packet import Packet, PacketCodec
+from protocols.pia.packet import LoneMessage, Packet, PacketCodec
 from protocols.pia.versions import Proto
 
 __all__ = ["DropReason", "MeshSession", "Peer", "PeerState", "StationStats"]
@@ -708,7 +708,14 @@ class MeshSession:
                 )
                 packet = group.packet
             else:
-                packet = self.codec.decode(data, addr[0])
+                got = self.codec.decode_lone(data, addr[0])
+                if type(got) is not tuple:
+                    packet = got  # type: ignore[assignment]
+                elif peer is not None and peer.connected and got[0][1]:
+                    self._receive_lone(peer, got, now)  # type: ignore[arg-type]
+                    return
+                else:
+                    packet = self.codec.packet_of(got)  # type: ignore[arg-type]
         except AuthenticationError:
             self._drop(DropReason.BAD_TAG)
             return
@@ -760,9 +767,43 @@ class MeshSession:
         peer.packets_received += 1
         self.counters["packets_received"] += 1
         for message in packet.messages:
-            self._dispatch(peer, message, now)
+            self._dispatch(peer, message.protocol_type, message.protocol_port, message.payload, now)
             if peer.state is PeerState.CLOSED or self.closed:
                 break
+        if not peer.connected:
+            self._touched[peer] = None  # handshake state changed
+
+    def _receive_lone(self, peer: Peer, lone: LoneMessage, now: float) -> None:
+        """A packet of one message from a connected peer, as ``codec.decode_lone`` read it.
+
+        The checks and steps of :meth:`receive_datagram` for a connected peer
+        (identity, replay, timers, dispatch), on the tuple's fields: no
+        header, message or packet value is built.  Unreliable data, a game's
+        frames, is delivered inline.
+        """
+        header = lone[0]  # PacketHeader's fields, in order (protocols.pia.packet.LoneMessage)
+        if not self._same_identity(peer, header[2], header[7], lone[6]):
+            return
+        if not peer.replay.accept(self.codec.last_nonce):  # type: ignore[union-attr]
+            self._drop(DropReason.REPLAYED)
+            return
+        peer.last_heard = now
+        # (No header timers: only H-B headers carry them, and their M-B messages
+        # never come as a LoneMessage; tests/protocols/pia/test_codec_fast_path.py.)
+        peer.packets_received += 1
+        counters = self.counters
+        counters["packets_received"] += 1
+        index = peer.index
+        if lone[1] == self._unreliable_id and index is not None:
+            counters["unreliable_delivered"] += 1
+            if self.data_handler is not None:
+                self.data_handler(index, lone[3], False)
+            elif len(self._events) >= EVENT_QUEUE_LIMIT:
+                self._drop(DropReason.QUEUE_FULL)
+            else:
+                self._events.append(DataReceived(index, lone[3], False))
+            return
+        self._dispatch(peer, lone[1], lone[2], lone[3], now)
         if not peer.connected:
             self._touched[peer] = None  # handshake state changed
 
@@ -865,7 +906,7 @@ class MeshSession:
                 else:
                     self._events.append(DataReceived(index, message.payload, False))
                 continue
-            self._dispatch(peer, message, now)
+            self._dispatch(peer, message.protocol_type, message.protocol_port, message.payload, now)
             if peer.state is PeerState.CLOSED or self.closed:
                 break
 
@@ -897,12 +938,7 @@ class MeshSession:
         """
         header = packet.header
         if peer.connected:
-            if self._has_conn_id:
-                if header.connection_id not in (0, peer.peer_conn_id):
-                    self._drop(DropReason.IDENTITY_MISMATCH)
-                    return False
-            elif header.source_variable_id not in (None, peer.variable_id):
-                self._drop(DropReason.IDENTITY_MISMATCH)
+            if not self._same_identity(peer, header.connection_id, header.source_variable_id, None):
                 return False
         if peer.constant_id:
             for m in packet.messages:
@@ -913,6 +949,19 @@ class MeshSession:
             self._drop(DropReason.REPLAYED)
             return False
         return True
+
+    def _same_identity(
+        self, peer: Peer, connection_id: int, source_variable_id: int | None, constant_id: int | None
+    ) -> bool:
+        """Whether a connected peer's packet names the peer (header id, and a message's constant id); counts a drop if not."""
+        if self._has_conn_id:
+            same = connection_id in (0, peer.peer_conn_id)
+        else:
+            same = source_variable_id in (None, peer.variable_id)
+        if same and (constant_id is None or not peer.constant_id or constant_id == peer.constant_id):
+            return True
+        self._drop(DropReason.IDENTITY_MISMATCH)
+        return False
 
     def _deny_other_version(self, data: bytes, addr: tuple[str, int], now: float) -> bool:
         """A connection request in another Pia version's format: answer it with
@@ -950,38 +999,39 @@ class MeshSession:
     def _drop(self, reason: DropReason) -> None:
         self.drops[reason.value] += 1
 
-    def _dispatch(self, peer: Peer, message: Message, now: float) -> None:
+    def _dispatch(self, peer: Peer, protocol_type: int, port: int, payload: bytes, now: float) -> None:
+        """One message (its protocol type, port and payload) from *peer*."""
         try:
-            proto = self._proto_by_id.get(message.protocol_type)
+            proto = self._proto_by_id.get(protocol_type)
             if proto is Proto.UNRELIABLE:
                 # The common case first (a game's frames).
                 if peer.connected:
-                    self._deliver(peer, message.payload, reliable=False)
+                    self._deliver(peer, payload, reliable=False)
                 else:
                     self._drop(DropReason.UNEXPECTED)
             elif proto is Proto.STATION:
-                self._on_station(peer, mw.decode_station(self.profile, message.payload), now)
+                self._on_station(peer, mw.decode_station(self.profile, payload), now)
             elif not peer.connected:
                 self._drop(DropReason.UNEXPECTED)
             elif proto is Proto.MESH:
-                if message.protocol_port == 1:
+                if port == 1:
                     assert peer.mesh_window is not None
                     self._touched[peer] = None  # an ack is due
-                    for payload in peer.mesh_window.receive_message(message.payload, now):
-                        self._on_mesh(peer, mw.decode_mesh(self.profile, payload), now)
+                    for segment in peer.mesh_window.receive_message(payload, now):
+                        self._on_mesh(peer, mw.decode_mesh(self.profile, segment), now)
                 else:
-                    self._on_mesh(peer, mw.decode_mesh(self.profile, message.payload), now)
+                    self._on_mesh(peer, mw.decode_mesh(self.profile, payload), now)
             elif proto is Proto.KEEP_ALIVE:
                 self.counters["keepalives_received"] += 1
             elif proto is Proto.RTT:
-                self._on_rtt(peer, message.payload, now)
+                self._on_rtt(peer, payload, now)
             elif proto is Proto.RELIABLE:
                 assert peer.data_window is not None
                 self._touched[peer] = None  # an ack is due
-                for payload in peer.data_window.receive_message(message.payload, now):
-                    self._deliver(peer, payload, reliable=True)
+                for segment in peer.data_window.receive_message(payload, now):
+                    self._deliver(peer, segment, reliable=True)
             elif proto in self.protocol_handlers and peer.index is not None:
-                self.protocol_handlers[proto](peer.index, message.protocol_port, message.payload)
+                self.protocol_handlers[proto](peer.index, port, payload)
             else:
                 self._drop(DropReason.UNEXPECTED)
         except DecodeError:

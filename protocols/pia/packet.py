@@ -80,10 +80,18 @@ from protocols.pia.message import (
 )
 from protocols.pia.versions import Cipher, HeaderFormat, VersionProfile
 
-__all__ = ["NonceBuilder", "Packet", "PacketCodec", "PacketReport"]
+__all__ = ["LoneMessage", "NonceBuilder", "Packet", "PacketCodec", "PacketReport"]
 
 #: ``builder(header, source_ip) -> 12-byte GCM nonce`` (protocols/pia/nonce.py).
 NonceBuilder = Callable[[PacketHeader, str], bytes]
+
+#: What :meth:`PacketCodec.decode_lone` gives for a packet of one message, before
+#: any value is built: ``(header fields, protocol_type, protocol_port, payload,
+#: flags, destination, source_constant_id, extra, presence, footer)``, the header
+#: fields being those of :class:`PacketHeader` in its field order, the rest those
+#: of the :class:`Message` (source_station_index None, reserved 0) and the footer.
+#: :meth:`PacketCodec.packet_of` turns it into the :class:`Packet`.
+LoneMessage = tuple[tuple[Any, ...], int, int, bytes, int, int, "int | None", int, int, tuple[int, ...]]
 
 _FF16 = b"\xff" * 16
 _FOOTER_STRUCTS = [struct.Struct(f">{n}H") for n in range(128)]
@@ -169,6 +177,7 @@ class PacketCodec:
         "_ecb",
         "_fast_decode",
         "_fast_encode",
+        "_fast_lone",
         "_gcm",
         "_hdec",
         "_hmac",
@@ -222,7 +231,8 @@ class PacketCodec:
         from protocols.pia.packet_fast import fast_decoder, fast_encoder
 
         self._fast_encode = fast_encoder(self)
-        self._fast_decode = fast_decoder(self)
+        decoders = fast_decoder(self)
+        self._fast_decode, self._fast_lone = decoders if decoders is not None else (None, None)
 
     @property
     def can_decrypt(self) -> bool:
@@ -317,6 +327,26 @@ class PacketCodec:
         if type(data) is not bytes:
             data = bytes(data)
         return self._decode_rest(data, self._hdec(data), self._hsize, source, verify)
+
+    def decode_lone(self, data: bytes, source: str) -> Packet | LoneMessage:
+        """:meth:`decode` for a receive path that wants no values for the common packet.
+
+        A packet of one message of the fast path's shape comes back as a
+        :data:`LoneMessage` tuple, which builds no header, message or packet
+        object (a third of the decode's cost); anything else as :meth:`decode`
+        gives it.  Same checks, errors and ``last_nonce``.
+        """
+        lone = self._fast_lone
+        if lone is not None:
+            return lone(data, source)  # type: ignore[no-any-return]
+        return self.decode(data, source)
+
+    @staticmethod
+    def packet_of(lone: LoneMessage) -> Packet:
+        """The :class:`Packet` that :meth:`decode` gives for what :meth:`decode_lone` gave."""
+        from protocols.pia.packet_fast import packet_of_lone
+
+        return packet_of_lone(lone)
 
     def _decode_general(self, data: bytes, source: str, *, verify: bool = True) -> Packet:
         """:meth:`decode` for every datagram: the reference the fast path must equal."""

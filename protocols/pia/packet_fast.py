@@ -14,6 +14,12 @@ raises), goes to ``PacketCodec._encode_general`` / ``_decode_general``, so
 the result is always theirs: same bytes or value, same error.  The property
 tests in tests/protocols/pia/test_codec_fast_path.py compare the two.
 
+The decoding closure stops short of building values: for a packet of one
+message it returns the fields as a :data:`~protocols.pia.packet.LoneMessage`
+tuple.  ``PacketCodec.decode`` builds the :class:`Packet` from it (with the
+slot-storing constructors below); ``PacketCodec.decode_lone`` hands the tuple
+to a receive path that reads a few fields and would throw the values away.
+
 Kept apart from :mod:`protocols.pia.packet` so that module stays the readable
 reference of the wire layout (spec §1, §2.4, §3.1).
 """
@@ -30,13 +36,13 @@ from protocols.errors import AuthenticationError
 from protocols.pia.header import PacketHeader, header_layout
 from protocols.pia.message import Message, decode_messages, lone_delta_layout
 from protocols.pia.nonce import nonce_parts
-from protocols.pia.packet import Packet, _pack_footer, _unpack_footer
+from protocols.pia.packet import LoneMessage, Packet, _pack_footer, _unpack_footer
 from protocols.pia.versions import HeaderFormat, MessageFormat, VersionProfile
 
 if TYPE_CHECKING:
     from protocols.pia.packet import PacketCodec
 
-__all__ = ["fast_decoder", "fast_encoder"]
+__all__ = ["fast_decoder", "fast_encoder", "packet_of_lone"]
 
 _BYTE = [bytes((i,)) for i in range(256)]
 
@@ -247,7 +253,8 @@ def fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
     return encode
 
 
-def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
+def fast_decoder(codec: PacketCodec) -> tuple[Callable[..., Packet], Callable[[bytes, str], Packet | LoneMessage]] | None:
+    """``(decode, decode_lone)`` closures of *codec* (see :meth:`PacketCodec.decode_lone`), or None."""
     profile = codec.profile
     aead = codec._gcm
     hf = profile.header_format
@@ -286,7 +293,7 @@ def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
     split_inner = codec._split_inner
     plain_footer = profile.footer == "plain"
 
-    def decode(data: bytes, source: str, verify: bool = True) -> Packet:
+    def lone(data: bytes, source: str, verify: bool = True) -> Packet | LoneMessage:
         if type(data) is not bytes or len(data) < hsize:
             return general(data, source, verify=verify)
         # Header: one unpack; only an encrypted header of the profile stays here, with at
@@ -296,20 +303,20 @@ def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
             v = b4 & 0x7F
             if m_ != magic or b4 < 0x80 or v not in versions:
                 return general(data, source, verify=verify)
-            h = ph(True, pid, idv, v, None, None, None, None, 0, 0, 0, hn, tag)
+            h = (True, pid, idv, v, None, None, None, None, 0, 0, 0, hn, tag)
             fs = 0
         elif is_b:
             m_, b4, idv, pid, st_, dt, hn, tag = unpack(data)
             if m_ != magic or b4 != 2:
                 return general(data, source, verify=verify)
-            h = ph(True, pid, idv, None, st_, dt, None, None, 0, 0, 0, hn, tag)
+            h = (True, pid, idv, None, st_, dt, None, None, 0, 0, 0, hn, tag)
             fs = 0
         elif is_g:
             m_, b4, pf, dst, idv, pid, fs, hn, tag = unpack(data)
             v = b4 & 0x7F
             if m_ != magic or b4 < 0x80 or v not in versions or fs:
                 return general(data, source, verify=verify)
-            h = ph(True, pid, 0, v, None, None, dst, idv, 0, pf >> 4, pf & 0x0F, hn, tag)
+            h = (True, pid, 0, v, None, None, dst, idv, 0, pf >> 4, pf & 0x0F, hn, tag)
         else:
             m_, b4, dst, idv, pid, fs, hn, tag = unpack(data)
             v = b4 & 0x7F
@@ -321,7 +328,7 @@ def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
                 end = len(data) - fs
                 if fs & 1 or end < hsize or not plain_footer:
                     return general(data, source, verify=verify)
-            h = ph(True, pid, 0, v, None, None, dst, idv, fs, 0, 0, hn, tag)
+            h = (True, pid, 0, v, None, None, dst, idv, fs, 0, 0, hn, tag)
         # From here on every step is the general decoder's, errors included.
         if inline_nonce:
             if lookup is not None:
@@ -332,7 +339,7 @@ def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
                 lead += byte[idv & 0xFF] + middle
             nonce = lead + hn[1:] if skip else lead + hn
             if len(nonce) != 12:
-                nonce = builder(h, source)  # type: ignore[misc]  # raises the builder's error
+                nonce = builder(ph(*h), source)  # type: ignore[misc]  # raises the builder's error
             codec.last_nonce = nonce
             if raw is not None:
                 # aead.open's checks hold: a 12-byte nonce, a 16-byte tag (unpacked as 16s).
@@ -343,14 +350,14 @@ def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
             else:
                 body = open_(nonce, data[hsize:end] if fs else data[hsize:], tag)
         else:
-            nonce = builder(h, source)  # type: ignore[misc]
+            nonce = builder(ph(*h), source)  # type: ignore[misc]
             codec.last_nonce = nonce
             body = open_(nonce, data[hsize:end] if fs else data[hsize:], tag)
         footer = _unpack_footer(data[end:]) if fs else ()
         if inner:
             pad = pf >> 4 if is_g else 0
             if pad:
-                body = body[: len(body) - pad] if pad <= len(body) else split_inner(body, h)[0]
+                body = body[: len(body) - pad] if pad <= len(body) else split_inner(body, ph(*h))[0]
         if layout is not None:
             # One message with every field, then only its alignment pad and 0xFF padding (§2.4).
             end = len(body)
@@ -375,11 +382,17 @@ def fast_decoder(codec: PacketCodec) -> Callable[..., Packet] | None:
                 else:
                     lone = stop == end
                 if lone:
-                    return lone_packet(h, ptype, port, body[mhsize:stop], flags, dest, src, extra, full, footer)
-            return pkt(h, decode_messages(body, profile), footer)
-        return pkt(h, lone_dec(body) or decode_messages(body, profile), footer)
+                    return (h, ptype, port, body[mhsize:stop], flags, dest, src, extra, full, footer)
+            return pkt(ph(*h), decode_messages(body, profile), footer)
+        return pkt(ph(*h), lone_dec(body) or decode_messages(body, profile), footer)
 
-    return decode
+    def decode(data: bytes, source: str, verify: bool = True) -> Packet:
+        got = lone(data, source, verify)
+        if type(got) is tuple:
+            return lone_packet(ph(*got[0]), *got[1:])  # packet_of_lone, inline
+        return got  # type: ignore[return-value]
+
+    return decode, lone
 
 
 def _slot_setters(cls: type) -> tuple[Callable[[Any, Any], None], ...] | None:
@@ -490,3 +503,12 @@ def _packet_maker() -> Callable[[PacketHeader, tuple[Message, ...], tuple[int, .
         return o
 
     return make
+
+
+_make_header = _header_maker()
+_make_lone_packet = _lone_packet_maker()
+
+
+def packet_of_lone(lone: LoneMessage) -> Packet:
+    """The :class:`Packet` of a :data:`~protocols.pia.packet.LoneMessage` (see ``PacketCodec.decode_lone``)."""
+    return _make_lone_packet(_make_header(*lone[0]), *lone[1:])

@@ -38,6 +38,7 @@ from protocols.pia.message import (
     decode_messages,
     encode_messages,
     full_presence,
+    lone_delta_layout,
     lone_message_decoder,
     lone_message_encoder,
 )
@@ -449,6 +450,18 @@ def test_codec_decode_equals_general(data: st.DataObject) -> None:
     assert fast.last_nonce == general.last_nonce
     if got[0] == "error":
         assert issubclass(got[1], DecodeError)
+    if verify:
+        assert lone_outcome(fast, raw, source) == got
+        assert fast.last_nonce == general.last_nonce
+
+
+def lone_outcome(codec: PacketCodec, raw: bytes, source: str) -> tuple[str, Any]:
+    """``codec.decode_lone``'s outcome as a Packet: a tuple only for one message, and then no Packet."""
+    kind, got = outcome(codec.decode_lone, raw, source)
+    if kind == "ok" and type(got) is tuple:
+        assert len(got) == 10 and len(got[0]) == 13, "a LoneMessage"
+        return kind, codec.packet_of(got)
+    return kind, got
 
 
 @settings(max_examples=300, deadline=None)
@@ -472,6 +485,7 @@ def test_codec_decode_one_message_and_any_tail(data: st.DataObject) -> None:
     got = outcome(fast.decode, raw, SRC_IP)
     assert got == outcome(general._decode_general, raw, SRC_IP)
     assert fast.last_nonce == general.last_nonce
+    assert lone_outcome(fast, raw, SRC_IP) == got
     assert fast.general_decodes == 0
 
 
@@ -490,6 +504,14 @@ def test_codec_fast_paths_taken_for_every_network(profile: VersionProfile, backe
         assert got.messages[0].payload == b"payload"
         assert spy.last_nonce == general.last_nonce == builder_for(profile, network)(packet.header, SRC_IP)
         assert (spy.general_calls, spy.general_decodes) == (0, 0), network
+        # The receive path's variant: the same fields, no values (delta message formats).
+        spy.last_nonce = b""
+        lone = spy.decode_lone(raw, SRC_IP)
+        if lone_delta_layout(profile) is not None:
+            assert type(lone) is tuple and spy.packet_of(lone) == got
+        else:
+            assert lone == got
+        assert spy.last_nonce == general.last_nonce and spy.general_decodes == 0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
