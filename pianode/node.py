@@ -19,7 +19,6 @@ comes only from Trio, so a whole mesh runs under ``trio.testing.MockClock``.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -55,11 +54,12 @@ class Node:
         self._endpoint: UdpEndpoint | None = None
         self.session: MeshSession | None = None
         self._event_send, self._event_receive = trio.open_memory_channel[Event](config.receive_queue)
-        self._wake_scope: trio.CancelScope | None = None
+        #: The driver's cancel scope; it sleeps in it while ``_waiting`` (see :meth:`_drive`).
+        self._scope = trio.CancelScope()
+        self._waiting = False
         self._event_handler: Callable[[Sequence[Event]], None] | None = None
         self._data_handler: Callable[[int, bytes, bool], None] | None = None
         self._woken = False
-        self._deadline = -math.inf  # what the driver sleeps until (-inf: it is not sleeping)
         #: Datagrams the kernel refused in a non-blocking flush; the driver sends them first.
         self._unsent: list[tuple[bytes, tuple[str, int]]] = []
         self._state_changed = trio.Event()
@@ -106,17 +106,20 @@ class Node:
         """Send and hand over what the session queued, in the calling task.
 
         Cheaper than waking the driver, which costs a cancellation of its
-        wait; the driver is woken only if the session now has an earlier
-        deadline than the one it sleeps until.
+        wait; if the session now has an earlier deadline than the one the
+        driver sleeps until, the driver's deadline is moved (see :meth:`_drive`).
         """
         session, endpoint = self.session, self._endpoint
         if session is None or endpoint is None:
             self._wake()
             return
-        await self._flush(endpoint, session, now)
-        timer = session.get_timer()
-        if timer is not None and timer < self._deadline:
-            self._wake()
+        if self._unsent:
+            unsent, self._unsent = self._unsent, []
+            for data, addr in unsent:
+                await endpoint.send(data, addr)
+        for data, addr in self._hand_over(endpoint, session, now):
+            await endpoint.send(data, addr)
+        self._sooner(session.get_timer())
 
     def _flush_nowait(self, now: float) -> None:
         """:meth:`_flush_here` without blocking: what the kernel refuses now
@@ -130,53 +133,74 @@ class Node:
             self._hand_over_events(session)
         else:
             self._unsent = self._hand_over(endpoint, session, now)
-        timer = session.get_timer()
-        if self._unsent or (timer is not None and timer < self._deadline):
+        if self._unsent:
             self._wake()
+        else:
+            self._sooner(session.get_timer())
 
     async def _drive(self, endpoint: UdpEndpoint, session: MeshSession) -> None:
+        """The node's task: receive, run the session's timers, send.
+
+        It sleeps in ``wait_readable`` inside a cancel scope whose deadline is
+        the session's next timer.  Entering a cancel scope costs about as much
+        as the rest of a datagram's handling, so one scope serves until it is
+        cancelled: its deadline is only ever moved earlier (:meth:`_sooner`,
+        also from other tasks while the driver sleeps), and a timer that moved
+        later costs one early wake-up, not a new scope.  Inside the scope the
+        wait is the only checkpoint, so neither the deadline nor :meth:`_wake`
+        can interrupt the work; whatever needs to yield (datagrams the kernel
+        refused, a checkpoint after a long run of full batches or after a
+        wake-up) is done outside it, and then a new scope is entered.
+        """
         processed = 0
         while True:
-            batch = endpoint.receive_batch(BATCH)
-            now = trio.current_time()
-            for data, addr in batch:
-                session.receive_datagram(data, addr, now)
-            timer = session.get_timer()
-            if timer is not None and timer <= now:
-                session.handle_timer(now)
-            await self._flush(endpoint, session, now)
-            if len(batch) == BATCH:
-                # The batch stopped at its limit, not at an empty socket: more
-                # are waiting, and asking the socket again costs one system
-                # call, less than a pass through the scheduler.  (After a short
-                # batch the wait below returns at once if more came meanwhile.)
-                processed += len(batch)
-                if processed >= 4 * BATCH:
-                    processed = 0
-                    await trio.lowlevel.checkpoint()
-                continue
-            if self._woken or session.has_output():
-                # A user call queued output while we were busy sending.
-                self._woken = False
-                await trio.lowlevel.checkpoint()
-                continue
-            timer = session.get_timer()
-            deadline = math.inf if timer is None else timer
-            self._deadline = deadline
-            with trio.move_on_at(deadline) as scope:
-                self._wake_scope = scope
-                await endpoint.wait_readable()
-            self._wake_scope = None
-            self._deadline = -math.inf
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                while True:
+                    batch = endpoint.receive_batch(BATCH)
+                    now = trio.current_time()
+                    for data, addr in batch:
+                        session.receive_datagram(data, addr, now)
+                    timer = session.get_timer()
+                    if timer is not None and timer <= now:
+                        session.handle_timer(now)
+                    if self._unsent:
+                        break  # refused earlier: they go first, below
+                    self._unsent = self._hand_over(endpoint, session, now)
+                    if self._unsent:
+                        break
+                    if len(batch) == BATCH:
+                        # The batch stopped at its limit, not at an empty socket: more
+                        # are waiting, and asking the socket again costs one system
+                        # call, less than a pass through the scheduler.  (After a short
+                        # batch the wait below returns at once if more came meanwhile.)
+                        processed += len(batch)
+                        if processed < 4 * BATCH:
+                            continue
+                        processed = 0
+                        break  # let other tasks run
+                    if self._woken or session.has_output():
+                        break  # a user call queued output while we were busy
+                    timer = session.get_timer()
+                    if timer is not None and timer < scope.deadline:
+                        scope.deadline = timer
+                    self._waiting = True
+                    await endpoint.wait_readable()
+                    self._waiting = False
+            # Cancelled by _wake or at the deadline, or left on purpose: work that yields.
+            self._waiting = False
             self._woken = False
+            if self._unsent:
+                unsent, self._unsent = self._unsent, []
+                for data, addr in unsent:
+                    await endpoint.send(data, addr)
+            else:
+                await trio.lowlevel.checkpoint()
 
-    async def _flush(self, endpoint: UdpEndpoint, session: MeshSession, now: float) -> None:
-        if self._unsent:
-            unsent, self._unsent = self._unsent, []
-            for data, addr in unsent:
-                await endpoint.send(data, addr)
-        for data, addr in self._hand_over(endpoint, session, now):
-            await endpoint.send(data, addr)
+    def _sooner(self, timer: float | None) -> None:
+        """Move the sleeping driver's deadline to *timer* if that is earlier."""
+        if timer is not None and self._waiting and timer < self._scope.deadline:
+            self._scope.deadline = timer
 
     def _hand_over(
         self, endpoint: UdpEndpoint, session: MeshSession, now: float
@@ -211,9 +235,10 @@ class Node:
         self._state_changed = trio.Event()
 
     def _wake(self) -> None:
+        """Have the driver run now (a user call queued work it must do)."""
         self._woken = True
-        if self._wake_scope is not None:
-            self._wake_scope.cancel()
+        if self._waiting:
+            self._scope.cancel()
 
     def _require_session(self) -> MeshSession:
         if self.session is None:
