@@ -387,3 +387,38 @@ async def test_data_handler_takes_the_data_instead_of_events(
         await wait_until(lambda: any(e.station_index == newcomer.station_index for e in mesh.of(receiver, StationJoined)), 10)
         await newcomer.broadcast(b"hello")
         await wait_until(lambda: (newcomer.station_index, b"hello", True) in got, 10)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+async def test_an_earlier_timer_moves_the_sleeping_drivers_deadline(
+    version: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The driver sleeps until the session's next timer, seconds away between
+    keep-alives.  A send that sets an earlier timer (the retransmission of a
+    lost reliable message) must bring its wake-up forward, without a wake-up
+    by cancellation: the message arrives after a retransmission delay, not at
+    the next keep-alive."""
+    quiet = {"keepalive_interval": 3.0, "rtt_interval": 3.0, "station_timeout": 20.0}
+    async with simulated_mesh(version, **quiet) as mesh:
+        sender, receiver = await form(mesh, 2)
+        await trio.sleep(4.0)  # handshake retransmissions and first probes are over
+        assert sender._waiting
+        asleep_until = sender._scope.deadline
+        real_route = mesh.net._route
+        dropped: list[bytes] = []
+
+        def lose_the_next_one(sock: object, data: bytes, ip: str, port: int) -> None:
+            if not dropped and (ip, port) == receiver.address:
+                dropped.append(data)
+                return
+            real_route(sock, data, ip, port)  # type: ignore[arg-type]
+
+        mesh.net._route = lose_the_next_one  # type: ignore[method-assign]
+        sent_at = trio.current_time()
+        await sender.send(receiver.station_index or 0, b"lost once")
+        assert dropped, "the first copy went nowhere"
+        retransmit_at = sender.session.get_timer()  # type: ignore[union-attr]
+        assert retransmit_at is not None and retransmit_at < asleep_until - 0.5
+        assert sender._waiting and sender._scope.deadline == retransmit_at  # moved, not cancelled
+        await wait_until(lambda: mesh.data(receiver).get(sender.station_index or 0) == [b"lost once"], 10)
+        assert trio.current_time() - sent_at < (asleep_until - sent_at) / 2
