@@ -432,7 +432,7 @@ async def _receive(budget: Budget, profile_path: str | None = None) -> list[Figu
                 "µs",
                 "",
                 None,
-                f"of which codec.decode {stages['decode_us']:.2f} µs (AEAD open {stages['open_us']:.2f} µs);"
+                f"of which codec.decode_lone {stages['decode_us']:.2f} µs (AEAD open {stages['open_us']:.2f} µs);"
                 f" {stages['accepted']}/{stages['datagrams']} accepted; the rest of the prefilled cost is the"
                 " driver, socket and event channel",
                 stages,
@@ -483,7 +483,7 @@ def _stages(a: Node, feed: _Feed, start: int, end: int) -> dict[str, float]:
 
     Synchronous (no checkpoint), so A's driver cannot interleave; each datagram
     of the slice goes through ``session.receive_datagram`` once (fresh nonces,
-    no replay), after ``codec.decode`` and the bare AEAD open were timed on the
+    no replay), after ``codec.decode_lone`` and the bare AEAD open were timed on the
     same bytes (neither changes any state).
     """
     session = a.session
@@ -495,7 +495,7 @@ def _stages(a: Node, feed: _Feed, start: int, end: int) -> dict[str, float]:
     codec, src_ip = session.codec, feed.source[0]
     t0 = time.perf_counter()
     for d in datagrams:
-        codec.decode(d, src_ip)  # none kept: 20,000 live packets would time the garbage collector
+        codec.decode_lone(d, src_ip)  # the session's decode; none kept (the garbage collector would be timed)
     decode = time.perf_counter() - t0
     packets = [codec.decode(d, src_ip) for d in datagrams]
     # The codec's per-key AEAD object and nonce builder (benchmark introspection;

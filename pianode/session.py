@@ -246,6 +246,7 @@ class MeshSession:
         self._group_ids = PacketIdCounter()
         self._group_offset = mw.footer_size_offset(self.profile)
         self._codec_key = 0
+        self._decode_lone: Callable[[bytes, str], Packet | LoneMessage] | None = None
         self._timers: list[tuple[float, int, Peer]] = []
         self._timer_seq = itertools.count()
         self.drops: collections.Counter[str] = collections.Counter()
@@ -282,6 +283,7 @@ class MeshSession:
         self.session_key = session_key
         self.network_id = network_id
         self.codec, self._nonce_builder = mw.packet_codec(self.config, self.profile, session_key, network_id)
+        self._decode_lone = self.codec.lone_decoder()
         self._codec_key = mw.codec_key(self.profile.version, self.config.network, session_key, network_id, self.config.aead_backend)
 
     def create(self, now: float, *, network_id: int | None = None) -> None:
@@ -708,7 +710,7 @@ class MeshSession:
                 )
                 packet = group.packet
             else:
-                got = self.codec.decode_lone(data, addr[0])
+                got = self._decode_lone(data, addr[0])
                 if type(got) is not tuple:
                     packet = got  # type: ignore[assignment]
                 elif peer is not None and peer.connected and got[0][1]:

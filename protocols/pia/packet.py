@@ -341,6 +341,10 @@ class PacketCodec:
             return lone(data, source)  # type: ignore[no-any-return]
         return self.decode(data, source)
 
+    def lone_decoder(self) -> Callable[[bytes, str], Packet | LoneMessage]:
+        """:meth:`decode_lone` as one callable, without the method's own call (for a receive loop)."""
+        return self._fast_lone or self.decode  # type: ignore[no-any-return]
+
     @staticmethod
     def packet_of(lone: LoneMessage) -> Packet:
         """The :class:`Packet` that :meth:`decode` gives for what :meth:`decode_lone` gave."""

@@ -293,7 +293,7 @@ def fast_decoder(codec: PacketCodec) -> tuple[Callable[..., Packet], Callable[[b
     split_inner = codec._split_inner
     plain_footer = profile.footer == "plain"
 
-    def lone(data: bytes, source: str, verify: bool = True) -> Packet | LoneMessage:
+    def decode_lone(data: bytes, source: str, verify: bool = True) -> Packet | LoneMessage:
         if type(data) is not bytes or len(data) < hsize:
             return general(data, source, verify=verify)
         # Header: one unpack; only an encrypted header of the profile stays here, with at
@@ -387,12 +387,12 @@ def fast_decoder(codec: PacketCodec) -> tuple[Callable[..., Packet], Callable[[b
         return pkt(ph(*h), lone_dec(body) or decode_messages(body, profile), footer)
 
     def decode(data: bytes, source: str, verify: bool = True) -> Packet:
-        got = lone(data, source, verify)
+        got = decode_lone(data, source, verify)
         if type(got) is tuple:
             return lone_packet(ph(*got[0]), *got[1:])  # packet_of_lone, inline
         return got  # type: ignore[return-value]
 
-    return decode, lone
+    return decode, decode_lone
 
 
 def _slot_setters(cls: type) -> tuple[Callable[[Any, Any], None], ...] | None:

@@ -1,9 +1,9 @@
 """The session's receive path for lone-message packets equals its general path.
 
 ``MeshSession.receive_datagram`` takes a packet of one message from a
-connected peer through ``codec.decode_lone`` and ``_receive_lone``, which build
+connected peer through the codec's ``lone_decoder()`` and ``_receive_lone``, which build
 no values.  The same lossy, duplicating, reordering sans-IO mesh is run twice
-from the same seeds, once as it is and once with ``decode_lone`` giving
+from the same seeds, once as it is and once with the lone decoder giving
 ``decode``'s Packets (so every datagram takes the general path); every event,
 counter, drop and station row must come out the same.
 """
@@ -39,21 +39,26 @@ def run_mesh(version: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("version", ["5.18", "5.26", "5.29", "5.45"])
 def test_lone_path_equals_the_general_path(version: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    lone_decode = PacketCodec.decode_lone
+    lone_decoder = PacketCodec.lone_decoder
     tuples = 0
 
-    def counting(self: PacketCodec, data: bytes, source: str) -> Any:
-        nonlocal tuples
-        got = lone_decode(self, data, source)
-        tuples += type(got) is tuple
-        return got
+    def counting(self: PacketCodec) -> Any:
+        decode = lone_decoder(self)
 
-    monkeypatch.setattr(PacketCodec, "decode_lone", counting)
+        def count(data: bytes, source: str) -> Any:
+            nonlocal tuples
+            got = decode(data, source)
+            tuples += type(got) is tuple
+            return got
+
+        return count
+
+    monkeypatch.setattr(PacketCodec, "lone_decoder", counting)
     fast = run_mesh(version)
     received = sum(c["packets_received"] for c in fast["counters"])
     assert tuples > received // 4, "packets of one message must take the lone path"
 
-    monkeypatch.setattr(PacketCodec, "decode_lone", lambda self, data, source: self.decode(data, source))
+    monkeypatch.setattr(PacketCodec, "lone_decoder", lambda self: self.decode)
     general = run_mesh(version)
 
     assert fast == general
