@@ -63,6 +63,7 @@ class Node:
         #: Datagrams the kernel refused in a non-blocking flush; the driver sends them first.
         self._unsent: list[tuple[bytes, tuple[str, int]]] = []
         self._state_changed = trio.Event()
+        self._state_waiters = 0  # tasks in _wait_for: only they need _state_changed set
         self.events_dropped = 0
         self.tap: Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None = None
 
@@ -231,8 +232,9 @@ class Node:
                     send(event)
                 except trio.WouldBlock:
                     self.events_dropped += 1
-        self._state_changed.set()
-        self._state_changed = trio.Event()
+        if self._state_waiters:
+            self._state_changed.set()
+            self._state_changed = trio.Event()
 
     def _wake(self) -> None:
         """Have the driver run now (a user call queued work it must do)."""
@@ -248,7 +250,11 @@ class Node:
     async def _wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
         with trio.move_on_after(timeout):
             while not predicate():
-                await self._state_changed.wait()
+                self._state_waiters += 1
+                try:
+                    await self._state_changed.wait()
+                finally:
+                    self._state_waiters -= 1
             return True
         return False
 

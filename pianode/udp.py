@@ -52,16 +52,15 @@ class UdpEndpoint:
         out: list[tuple[bytes, tuple[str, int]]] = []
         if self._raw is not None:
             recv = self._raw.recvfrom
+            append = out.append
             while len(out) < limit:
                 try:
-                    data, addr = recv(MAX_DATAGRAM)
+                    append(recv(MAX_DATAGRAM))  # (data, (host, port)), as it comes
                 except BlockingIOError:
                     break
                 except OSError:
                     # ICMP errors (port unreachable) surface here on Linux.
                     self.receive_errors += 1
-                    continue
-                out.append((data, addr))
             return out
         while len(out) < limit:
             try:
