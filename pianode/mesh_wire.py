@@ -16,7 +16,7 @@ import random
 import threading
 import zlib
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import attrs
 
@@ -171,26 +171,29 @@ def decode_context(config: NodeConfig, session: MeshSession) -> dict[str, object
 # ---------------------------------------------------------------------- packets
 
 
-def header_fields(profile: VersionProfile, peer: Peer, session: MeshSession, hn: bytes, now: float) -> tuple[Any, ...]:
-    """The fields, in :class:`PacketHeader`'s order, of the header of a packet to *peer*
-    (a :data:`~protocols.pia.packet.LoneMessage`'s first item; :func:`make_header` builds the value)."""
+def make_header(profile: VersionProfile, peer: Peer, session: MeshSession, hn: bytes, now: float) -> PacketHeader:
     connected = peer.connected
     packet_id = peer.tx_ids.next() if connected else 0
     hf = profile.header_format
     if hf is HeaderFormat.B:
         # 5.7-5.10 carry RTT timers in every header (spec §1.5).
         timers = peer.header_timers
-        return (
-            True, packet_id, peer.own_conn_id if connected else 0, None,
-            timers.source_timer(now), timers.destination_timer(now), None, None, 0, 0, 0, hn, b"",
-        )  # fmt: skip
+        return PacketHeader(
+            encrypted=True,
+            packet_id=packet_id,
+            connection_id=peer.own_conn_id if connected else 0,
+            source_timer=timers.source_timer(now),
+            destination_timer=timers.destination_timer(now),
+            nonce=hn,
+        )
+    # Positional arguments (the field order of PacketHeader): the per-packet path.
     if hf is HeaderFormat.C or hf is HeaderFormat.D:
-        return (True, packet_id, peer.own_conn_id if connected else 0, profile.header_version, None, None, None, None, 0, 0, 0, hn, b"")
-    return (True, packet_id, 0, profile.header_version, None, None, peer.variable_id, session.variable_id, 0, 0, 0, hn, b"")
-
-
-def make_header(profile: VersionProfile, peer: Peer, session: MeshSession, hn: bytes, now: float) -> PacketHeader:
-    return PacketHeader(*header_fields(profile, peer, session, hn, now))
+        return PacketHeader(
+            True, packet_id, peer.own_conn_id if connected else 0, profile.header_version, None, None, None, None, 0, 0, 0, hn
+        )
+    return PacketHeader(
+        True, packet_id, 0, profile.header_version, None, None, peer.variable_id, session.variable_id, 0, 0, 0, hn
+    )
 
 
 def group_header(profile: VersionProfile, session: MeshSession, packet_id: int, hn: bytes) -> PacketHeader:
@@ -297,17 +300,12 @@ _SOURCE_ID_FORMATS = frozenset({MessageFormat.B, MessageFormat.C, MessageFormat.
 
 
 def make_message(profile: VersionProfile, session: MeshSession, peer: Peer, proto: Proto, port: int, payload: bytes) -> Message:
-    return Message(*message_fields(profile, session, peer, proto, port, payload))
-
-
-def message_fields(
-    profile: VersionProfile, session: MeshSession, peer: Peer, proto: Proto, port: int, payload: bytes
-) -> tuple[int, int, bytes, int, int, int | None]:
-    """A message to *peer*: protocol type, port, payload, flags, destination, source constant id
-    (the first fields of :class:`Message`, and of a LoneMessage after its header)."""
+    ptype = session.protocol_ids[proto]
     if peer.index is not None:
-        return session.protocol_ids[proto], port, payload, profile.bitmap_flag, 1 << peer.index, session.message_source_id
-    return session.protocol_ids[proto], port, payload, 0, 0, session.message_source_id
+        flags, destination = profile.bitmap_flag, 1 << peer.index
+    else:
+        flags, destination = 0, 0
+    return Message(ptype, port, payload, flags, destination, session.message_source_id)
 
 
 _MESSAGE_OVERHEAD = 28  # the largest per-message header of a 5.x format plus alignment

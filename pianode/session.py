@@ -170,8 +170,7 @@ class Peer:
     sent_response: bool = False
     tx_ids: PacketIdCounter = attrs.field(factory=PacketIdCounter)
     replay: NonceReplayFilter = attrs.field(factory=NonceReplayFilter)
-    #: Messages waiting for the next packet: (protocol, port, payload).
-    outbox: list[tuple[Proto, int, bytes]] = attrs.field(factory=list)
+    outbox: list[Message] = attrs.field(factory=list)
     pending: dict[int, _Pending] = attrs.field(factory=dict)
     mesh_window: ReliableWindow | None = None
     data_window: ReliableWindow | None = None
@@ -248,7 +247,6 @@ class MeshSession:
         self._group_offset = mw.footer_size_offset(self.profile)
         self._codec_key = 0
         self._decode_lone: Callable[[bytes, str], Packet | LoneMessage] | None = None
-        self._encode_lone: Callable[[LoneMessage, str], bytes] | None = None
         self._timers: list[tuple[float, int, Peer]] = []
         self._timer_seq = itertools.count()
         self.drops: collections.Counter[str] = collections.Counter()
@@ -286,7 +284,6 @@ class MeshSession:
         self.network_id = network_id
         self.codec, self._nonce_builder = mw.packet_codec(self.config, self.profile, session_key, network_id)
         self._decode_lone = self.codec.lone_decoder()
-        self._encode_lone = self.codec.lone_encoder()
         self._codec_key = mw.codec_key(self.profile.version, self.config.network, session_key, network_id, self.config.aead_backend)
 
     def create(self, now: float, *, network_id: int | None = None) -> None:
@@ -557,7 +554,7 @@ class MeshSession:
         return slot
 
     def _enqueue(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> None:
-        peer.outbox.append((proto, port, payload))
+        peer.outbox.append(self._message(peer, proto, port, payload))
         self._touched[peer] = None
 
     def _ticks(self, now: float) -> int:
@@ -590,7 +587,7 @@ class MeshSession:
     def _drain_peer(self, peer: Peer, now: float) -> list[tuple[bytes, tuple[str, int]]]:
         # Handshake messages go first in the bundle: the receiver must see the
         # connection response before data that needs the connection.
-        due: list[tuple[Proto, int, bytes]] = []
+        due: list[Message] = []
         for ack_id, p in list(peer.pending.items()) if peer.pending else ():
             if now >= p.next_send:
                 p.tries += 1
@@ -600,7 +597,7 @@ class MeshSession:
                     del peer.pending[ack_id]
                     self._peer_lost(peer, "timeout", now)
                     return []
-                due.append((p.proto, p.port, p.payload))
+                due.append(self._message(peer, p.proto, p.port, p.payload))
                 p.next_send = now + p.interval
                 p.interval = min(p.interval * 1.5, 2.0)
         if due:
@@ -611,29 +608,20 @@ class MeshSession:
                 if w is None or w.idle():
                     continue
                 for segment in w.messages_to_send(now):
-                    peer.outbox.append((proto, port, segment))
+                    peer.outbox.append(self._message(peer, proto, port, segment))
         if peer.outbox:
             return self._flush(peer, now)
         return []
 
     def _flush(self, peer: Peer, now: float) -> list[tuple[bytes, tuple[str, int]]]:
-        assert self.codec is not None and self._encode_lone is not None
-        entries, peer.outbox = peer.outbox, []
-        source = self.local_address[0]
-        if len(entries) == 1:
-            # One message is one packet whatever its size, sealed from its fields (no values built).
-            proto, port, payload = entries[0]
-            header = mw.header_fields(self.profile, peer, self, self.next_header_nonce(), now)
-            message = mw.message_fields(self.profile, self, peer, proto, port, payload)
-            datagrams = [self._encode_lone((header, *message, 0, None, ()), source)]
-        else:
-            messages = [self._message(peer, proto, port, payload) for proto, port, payload in entries]
-            datagrams = [
-                self.codec.encode(Packet(self._header(peer, now), tuple(bundle)), source)
-                for bundle in mw.bundle(self.profile, messages, self.config.mtu)
-            ]
+        assert self.codec is not None
         out = []
-        for data in datagrams:
+        messages, peer.outbox = peer.outbox, []
+        # One message is one packet whatever its size; only several need bundling.
+        bundles = (messages,) if len(messages) == 1 else mw.bundle(self.profile, messages, self.config.mtu)
+        for bundle in bundles:
+            header = self._header(peer, now)
+            data = self.codec.encode(Packet(header, tuple(bundle)), self.local_address[0])
             out.append((data, peer.address))
             peer.packets_sent += 1
             peer.last_sent = now

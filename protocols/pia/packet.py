@@ -177,7 +177,6 @@ class PacketCodec:
         "_ecb",
         "_fast_decode",
         "_fast_encode",
-        "_fast_encode_lone",
         "_fast_lone",
         "_gcm",
         "_hdec",
@@ -231,8 +230,7 @@ class PacketCodec:
         # Deferred import: the fast paths build Packet values of this module.
         from protocols.pia.packet_fast import fast_decoder, fast_encoder
 
-        encoders = fast_encoder(self)
-        self._fast_encode, self._fast_encode_lone = encoders if encoders is not None else (None, None)
+        self._fast_encode = fast_encoder(self)
         decoders = fast_decoder(self)
         self._fast_decode, self._fast_lone = decoders if decoders is not None else (None, None)
 
@@ -264,23 +262,6 @@ class PacketCodec:
             # One closure for the common shape; it hands everything else to _encode_general.
             return fast(packet, source)  # type: ignore[no-any-return]
         return self._encode_general(packet, source)
-
-    def encode_lone(self, lone: LoneMessage, source: str) -> bytes:
-        """:meth:`encode` of ``packet_of(lone)``, without building it for the common shape.
-
-        A send path that has the fields of a packet of one message at hand
-        (see :data:`LoneMessage`; ``tag``, ``footer_size`` and ``padding_size``
-        are computed, as :meth:`encode` does) saves the header, message and
-        packet objects.  Same bytes, same errors.
-        """
-        return self.lone_encoder()(lone, source)
-
-    def lone_encoder(self) -> Callable[[LoneMessage, str], bytes]:
-        """:meth:`encode_lone` as one callable, without the method's own call (for a send loop)."""
-        fast = self._fast_encode_lone
-        if fast is not None:
-            return fast  # type: ignore[no-any-return]
-        return lambda lone, source: self.encode(self.packet_of(lone), source)
 
     def _encode_general(self, packet: Packet, source: str) -> bytes:
         """:meth:`encode` for every packet: the reference the fast path must equal."""

@@ -26,7 +26,6 @@ reference of the wire layout (spec §1, §2.4, §3.1).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -66,10 +65,7 @@ class _Uncommon(Exception):
     """Internal: the packet is not of the common shape (never leaves the encode closure)."""
 
 
-def fast_encoder(
-    codec: PacketCodec,
-) -> tuple[Callable[[Packet, str], bytes], Callable[[LoneMessage, str], bytes]] | None:
-    """``(encode, encode_lone)`` closures of *codec* (see :meth:`PacketCodec.encode_lone`), or None."""
+def fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
     profile = codec.profile
     aead = codec._gcm
     hf = profile.header_format
@@ -105,143 +101,156 @@ def fast_encoder(
     # The last footer packed: a station's group frames name the same receivers
     # until its membership changes (a tuple held here cannot be reused by another).
     packed: list[Any] = [(), b""]
-    header_fields = operator.attrgetter(*(f.name for f in attrs.fields(PacketHeader)))
-    message_fields = operator.attrgetter(
-        "protocol_type", "protocol_port", "payload", "flags", "destination", "source_constant_id", "extra", "presence"
-    )
-
-    def seal_packet(h: tuple[Any, ...], pt: bytes, ff: int, fbytes: bytes, source: str) -> bytes:
-        """Header checks, nonce, AEAD and header pack for a message area *pt* (raises on any doubt).
-
-        *h* holds PacketHeader's fields in order: 0 encrypted, 1 packet_id,
-        2 connection_id, 3 version, 4/5 source/destination timer, 6/7
-        destination/source variable id, 8 footer_size, 9 padding_size,
-        10 packet_flags, 11 nonce, 12 tag.
-        """
-        hn = h[11]
-        # Header: the checks of encode_header, before any crypto.
-        padding = ff if inner else h[9]
-        if is_b:
-            if not (h[3] is None and h[6] is None and h[7] is None and not padding and not h[10]):
-                raise _Uncommon
-        else:
-            v = h[3]
-            if v is None:
-                v = default_version
-            if not (v in versions and h[4] is None and h[5] is None):
-                raise _Uncommon
-            if is_cd:
-                if not (h[6] is None and h[7] is None and not padding and not h[10]):
-                    raise _Uncommon
-            elif h[2]:
-                raise _Uncommon
-            elif is_g:
-                flags = h[10]
-                if not (0 <= padding <= 15 and 0 <= flags <= 15):
-                    raise _Uncommon
-            elif padding or h[10]:
-                raise _Uncommon
-        # Nonce: the builder's rule from its parts (protocols/pia/nonce.py).
-        if inline_nonce:
-            if lookup is not None:
-                lead = lookup(source) or learn(source)
-            else:
-                lead = fixed
-            if id_kind == 1:
-                lead += byte[h[2] & 0xFF]
-            elif id_kind == 2:
-                lead += byte[h[7] & 0xFF]
-            elif id_kind == 3:
-                lead += byte[h[2] & 0xFF] + middle
-            elif id_kind == 4:
-                lead += byte[h[7] & 0xFF] + middle
-            nonce = lead + hn[1:] if skip else lead + hn
-            if len(nonce) != 12:
-                raise _Uncommon  # the builder's error
-        else:
-            nonce = builder(_make_header(*h), source)  # type: ignore[misc]
-            if type(nonce) is not bytes or len(nonce) != 12:
-                raise _Uncommon
-        out = seal(nonce, pt, None)  # ciphertext || 16-byte tag
-        tag = out[tag_part]
-        if is_cd:
-            head = hpack(magic, v | 0x80, h[2], h[1], hn, tag)
-        elif is_b:
-            head = hpack(magic, 2, h[2], h[1], h[4] or 0, h[5] or 0, hn, tag)
-        elif is_g:
-            head = hpack(magic, v | 0x80, padding << 4 | flags, h[6] or 0, h[7] or 0, h[1], 0, hn, tag)
-        else:
-            head = hpack(magic, v | 0x80, h[6] or 0, h[7] or 0, h[1], len(fbytes), hn, tag)
-            if fbytes:
-                return head + out[:-16] + fbytes
-        return head + out[:-16]
-
-    def packed_footer(footer: tuple[int, ...]) -> bytes:
-        if not footer:
-            return b""
-        if not plain_footer:
-            raise _Uncommon
-        if footer is packed[0]:
-            return packed[1]  # type: ignore[no-any-return]
-        fbytes = _pack_footer(footer)  # too many or not u16: the general path reports it
-        packed[0], packed[1] = footer, fbytes
-        return fbytes
-
-    def encode_lone(lone: LoneMessage, source: str) -> bytes:
-        if layout is None:
-            return encode(packet_of_lone(lone), source)  # fixed message formats: the lone encoder's
-        try:
-            h, ptype, port, payload, mflags, dest, src_id, extra, p, footer = lone
-            if not (h[0] and len(h[11]) == 8):
-                raise _Uncommon
-            fbytes = packed_footer(footer)
-            # Message: the checks of encode_messages for a lone complete header.
-            n = len(payload)
-            # (A size over 0xFFFF fails the u16 pack below: encode_messages refuses it too.)
-            if not (p is None or (p == full and type(p) is int)):
-                raise _Uncommon
-            tail, ff = tails[n & 15]
-            if is_mg:
-                if src_id is not None or dest:
-                    raise _Uncommon
-                pt = join((mpack(full, mflags, n, ptype, port, extra), payload, tail))
-            else:
-                # With the port in range, packing ptype << 24 | port as a u32
-                # fails exactly when the type is not a u8 (encode_messages' check).
-                if extra or not 0 <= port <= 0xFFFFFF:
-                    raise _Uncommon
-                if is_me:
-                    if src_id is None:
-                        raise _Uncommon
-                    head = mpack(full, mflags, n, ptype << 24 | port, dest, src_id)
-                else:
-                    if src_id is not None:
-                        raise _Uncommon
-                    head = mpack(full, mflags, n, ptype << 24 | port, dest)
-                pt = join((head, payload, tail))
-            return seal_packet(h, pt, ff, fbytes, source)
-        except Exception:  # not the common shape, or something to report: the general path decides
-            pass
-        return general(packet_of_lone(lone), source)
 
     def encode(packet: Packet, source: str) -> bytes:
-        messages = packet.messages
-        if len(messages) == 1:
+        try:
+            h = packet.header
+            messages = packet.messages
+            hn = h.nonce
+            if not (h.encrypted and len(messages) == 1 and len(hn) == 8):
+                raise _Uncommon
+            footer = packet.footer
+            if not footer:
+                fbytes = b""
+            elif plain_footer:
+                if footer is packed[0]:
+                    fbytes = packed[1]
+                else:
+                    fbytes = _pack_footer(footer)  # too many or not u16: the general path reports it
+                    packed[0], packed[1] = footer, fbytes
+            else:
+                raise _Uncommon
+            # Message: the checks of encode_messages for a lone complete header.
             m = messages[0]
             if layout is not None:
-                if m.source_station_index is None and not m.reserved:
-                    return encode_lone((header_fields(packet.header), *message_fields(m), packet.footer), source)
+                payload = m.payload
+                n = len(payload)
+                p = m.presence
+                # (A size over 0xFFFF fails the u16 pack below: encode_messages refuses it too.)
+                if not (
+                    (p is None or (p == full and type(p) is int)) and m.source_station_index is None and not m.reserved
+                ):
+                    raise _Uncommon
+                tail, ff = tails[n & 15]
+                if is_mg:
+                    if m.source_constant_id is not None or m.destination:
+                        raise _Uncommon
+                    pt = join((mpack(full, m.flags, n, m.protocol_type, m.protocol_port, m.extra), payload, tail))
+                else:
+                    ptype = m.protocol_type
+                    port = m.protocol_port
+                    src_id = m.source_constant_id
+                    # With the port in range, packing ptype << 24 | port as a u32
+                    # fails exactly when the type is not a u8 (encode_messages' check).
+                    if m.extra or not 0 <= port <= 0xFFFFFF:
+                        raise _Uncommon
+                    if is_me:
+                        if src_id is None:
+                            raise _Uncommon
+                        head = mpack(full, m.flags, n, ptype << 24 | port, m.destination, src_id)
+                    else:
+                        if src_id is not None:
+                            raise _Uncommon
+                        head = mpack(full, m.flags, n, ptype << 24 | port, m.destination)
+                    pt = join((head, payload, tail))
             else:
-                try:
-                    h = header_fields(packet.header)
-                    got = lone_enc(m)
-                    if got is not None and h[0] and len(h[11]) == 8:
-                        return seal_packet(h, got[0], got[1], packed_footer(packet.footer), source)
-                except Exception:  # the general path decides
-                    pass
+                got = lone_enc(m)
+                if got is None:
+                    raise _Uncommon
+                pt, ff = got
+            # Header: the checks of encode_header, before any crypto.
+            padding = ff if inner else h.padding_size
+            if is_b:
+                if not (
+                    h.version is None
+                    and h.destination_variable_id is None
+                    and h.source_variable_id is None
+                    and not padding
+                    and not h.packet_flags
+                ):
+                    raise _Uncommon
+            else:
+                v = h.version
+                if v is None:
+                    v = default_version
+                if not (v in versions and h.source_timer is None and h.destination_timer is None):
+                    raise _Uncommon
+                if is_cd:
+                    if not (
+                        h.destination_variable_id is None
+                        and h.source_variable_id is None
+                        and not padding
+                        and not h.packet_flags
+                    ):
+                        raise _Uncommon
+                elif h.connection_id:
+                    raise _Uncommon
+                elif is_g:
+                    flags = h.packet_flags
+                    if not (0 <= padding <= 15 and 0 <= flags <= 15):
+                        raise _Uncommon
+                elif padding or h.packet_flags:
+                    raise _Uncommon
+            # Nonce: the builder's rule from its parts (protocols/pia/nonce.py).
+            if inline_nonce:
+                if lookup is not None:
+                    lead = lookup(source) or learn(source)
+                else:
+                    lead = fixed
+                if id_kind == 1:
+                    lead += byte[h.connection_id & 0xFF]
+                elif id_kind == 2:
+                    lead += byte[h.source_variable_id & 0xFF]
+                elif id_kind == 3:
+                    lead += byte[h.connection_id & 0xFF] + middle
+                elif id_kind == 4:
+                    lead += byte[h.source_variable_id & 0xFF] + middle
+                nonce = lead + hn[1:] if skip else lead + hn
+                if len(nonce) != 12:
+                    raise _Uncommon  # the builder's error
+            else:
+                nonce = builder(h, source)  # type: ignore[misc]
+                if type(nonce) is not bytes or len(nonce) != 12:
+                    raise _Uncommon
+            out = seal(nonce, pt, None)  # ciphertext || 16-byte tag
+            tag = out[tag_part]
+            if is_cd:
+                head = hpack(magic, v | 0x80, h.connection_id, h.packet_id, hn, tag)
+            elif is_b:
+                head = hpack(
+                    magic, 2, h.connection_id, h.packet_id, h.source_timer or 0, h.destination_timer or 0, hn, tag
+                )
+            elif is_g:
+                head = hpack(
+                    magic,
+                    v | 0x80,
+                    padding << 4 | flags,
+                    h.destination_variable_id or 0,
+                    h.source_variable_id or 0,
+                    h.packet_id,
+                    0,
+                    hn,
+                    tag,
+                )
+            else:
+                head = hpack(
+                    magic,
+                    v | 0x80,
+                    h.destination_variable_id or 0,
+                    h.source_variable_id or 0,
+                    h.packet_id,
+                    len(fbytes),
+                    hn,
+                    tag,
+                )
+                if fbytes:
+                    return head + out[:-16] + fbytes
+            return head + out[:-16]
+        except Exception:  # not the common shape, or something to report: the general path decides
+            pass
         return general(packet, source)
 
-    return encode, encode_lone
+    return encode
 
 
 def fast_decoder(codec: PacketCodec) -> tuple[Callable[..., Packet], Callable[[bytes, str], Packet | LoneMessage]] | None:

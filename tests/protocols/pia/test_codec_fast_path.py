@@ -406,28 +406,6 @@ def test_codec_encode_equals_general(data: st.DataObject) -> None:
     if common and profile.cipher is Cipher.GCM and source == SRC_IP:
         assert fast[0] == "ok"
         assert spy.general_calls == 0, "an encrypted one-message packet must take the fast path"
-    lone = lone_of(packet)
-    if lone is not None:
-        # The send path's variant, from the fields: same bytes or same error class.
-        calls = spy.general_calls
-        assert outcome(spy.encode_lone, lone, source) == fast
-        if common and profile.cipher is Cipher.GCM and source == SRC_IP:
-            assert spy.general_calls == calls, "the fields of a common packet must take the fast path"
-
-
-def lone_of(packet: Packet) -> tuple[Any, ...] | None:
-    """The LoneMessage fields of a packet of one message (None for any other)."""
-    if len(packet.messages) != 1:
-        return None
-    m = packet.messages[0]
-    if m.source_station_index is not None or m.reserved:
-        return None
-    h = packet.header
-    return (
-        attrs.astuple(h, recurse=False),
-        m.protocol_type, m.protocol_port, m.payload, m.flags, m.destination, m.source_constant_id, m.extra, m.presence,
-        packet.footer,
-    )  # fmt: skip
 
 
 @st.composite
@@ -526,8 +504,6 @@ def test_codec_fast_paths_taken_for_every_network(profile: VersionProfile, backe
         assert got.messages[0].payload == b"payload"
         assert spy.last_nonce == general.last_nonce == builder_for(profile, network)(packet.header, SRC_IP)
         assert (spy.general_calls, spy.general_decodes) == (0, 0), network
-        assert spy.encode_lone(lone_of(packet), SRC_IP) == raw  # type: ignore[arg-type]
-        assert spy.general_calls == 0
         # The receive path's variant: the same fields, no values (delta message formats).
         spy.last_nonce = b""
         lone = spy.decode_lone(raw, SRC_IP)
