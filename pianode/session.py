@@ -59,7 +59,7 @@ from pianode.events import (
 )
 from pianode.mesh_table import MeshFull, MeshTable, StationEntry
 from pianode.packet_ids import PacketIdCounter
-from pianode.replay import NonceReplayFilter
+from pianode.replay import NonceReplayFilter, nonce_value
 from pianode.reliable import ReliableWindow, SendBufferFull, WindowFailed
 from pianode.rtt import HeaderTimers, RttEstimator
 from protocols.errors import AuthenticationError, DecodeError
@@ -786,18 +786,13 @@ class MeshSession:
         header = lone[0]  # PacketHeader's fields, in order (protocols.pia.packet.LoneMessage)
         if not self._same_identity(peer, header[2], header[7], lone[6]):
             return
-        if not peer.replay.accept(self.codec.last_nonce):  # type: ignore[union-attr]
-            self._drop(DropReason.REPLAYED)
+        if not self._fresh(peer, nonce_value(self.codec.last_nonce), now):  # type: ignore[union-attr]
             return
-        peer.last_heard = now
         # (No header timers: only H-B headers carry them, and their M-B messages
         # never come as a LoneMessage; tests/protocols/pia/test_codec_fast_path.py.)
-        peer.packets_received += 1
-        counters = self.counters
-        counters["packets_received"] += 1
         index = peer.index
         if lone[1] == self._unreliable_id and index is not None:
-            counters["unreliable_delivered"] += 1
+            self.counters["unreliable_delivered"] += 1
             if self.data_handler is not None:
                 self.data_handler(index, lone[3], False)
             elif len(self._events) >= EVENT_QUEUE_LIMIT:
@@ -856,13 +851,9 @@ class MeshSession:
         if header.source_variable_id != peer.variable_id:
             self._drop(DropReason.IDENTITY_MISMATCH)
             return
-        if not peer.replay.accept_value(group.nonce_value):
-            self._drop(DropReason.REPLAYED)
+        if not self._fresh(peer, group.nonce_value, now):
             return
-        peer.last_heard = now
-        peer.packets_received += 1
         counters = self.counters
-        counters["packets_received"] += 1
         index = peer.index
         own = self.index
         messages: tuple[Message, ...] | None = None
@@ -950,6 +941,17 @@ class MeshSession:
         if not peer.replay.accept(nonce):
             self._drop(DropReason.REPLAYED)
             return False
+        return True
+
+    def _fresh(self, peer: Peer, nonce_value: int, now: float) -> bool:
+        """An authentic packet that names *peer*: refuse it if its nonce was seen
+        (a replay), else count it as heard from the peer."""
+        if not peer.replay.accept_value(nonce_value):
+            self._drop(DropReason.REPLAYED)
+            return False
+        peer.last_heard = now
+        peer.packets_received += 1
+        self.counters["packets_received"] += 1
         return True
 
     def _same_identity(
