@@ -779,9 +779,9 @@ class MeshSession:
         """A packet of one message from a connected peer, as ``codec.decode_lone`` read it.
 
         The checks and steps of :meth:`receive_datagram` for a connected peer
-        (identity, replay, timers, dispatch), on the tuple's fields: no
-        header, message or packet value is built.  Unreliable data, a game's
-        frames, is delivered inline.
+        (identity, replay, dispatch), on the tuple's fields: no header,
+        message or packet value is built.  Unreliable data, a game's frames,
+        is delivered inline.
         """
         header = lone[0]  # PacketHeader's fields, in order (protocols.pia.packet.LoneMessage)
         if not self._same_identity(peer, header[2], header[7], lone[6]):
@@ -943,10 +943,10 @@ class MeshSession:
             return False
         return True
 
-    def _fresh(self, peer: Peer, nonce_value: int, now: float) -> bool:
-        """An authentic packet that names *peer*: refuse it if its nonce was seen
-        (a replay), else count it as heard from the peer."""
-        if not peer.replay.accept_value(nonce_value):
+    def _fresh(self, peer: Peer, value: int, now: float) -> bool:
+        """An authentic packet that names *peer*: refuse it if its nonce (*value*,
+        see :func:`pianode.replay.nonce_value`) was seen, else count it as heard."""
+        if not peer.replay.accept_value(value):
             self._drop(DropReason.REPLAYED)
             return False
         peer.last_heard = now
