@@ -493,6 +493,8 @@ def bench_session(budget: Budget) -> list[Figure]:
         )
         if frames.get("cpu_load_pct") is not None:
             note += f"; process CPU {frames['cpu_load_pct']:.0f}% of one core"
+        if frames.get("late_by_second"):
+            note += f"; late frames in {len(frames['late_by_second'])} second(s) of {budget.session_seconds:g}"
     elif result.problems:
         note = result.problems[0]
     return [

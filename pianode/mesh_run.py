@@ -10,6 +10,7 @@ reports: every reliable message exactly once and in order per sender.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import gc
@@ -81,6 +82,8 @@ class _Receiver:
     unreliable: int = 0
     frames: int = 0
     latencies: list[float] = attrs.field(factory=list)
+    #: Scheduled times of the frames that arrived late (for the timeline of late frames).
+    late_due: list[float] = attrs.field(factory=list)
 
 
 @attrs.define
@@ -103,6 +106,9 @@ class MeshRunResult:
     frames_delivered: int = 0
     latencies: list[float] = attrs.field(factory=list)
     late_threshold: float = 0.050
+    #: Real-time session: when the frame clock started, and the scheduled times of late frames.
+    session_start: float | None = None
+    late_due: list[float] = attrs.field(factory=list)
     #: Real-time session: process CPU time / wall time while frames were sent (None otherwise).
     cpu_load: float | None = None
     host_changes: list[str] = attrs.field(factory=list)
@@ -117,6 +123,14 @@ class MeshRunResult:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def late_by_second(self) -> dict[int, int]:
+        """Late frames by the second of the session they were scheduled in (only seconds with any):
+        a few seconds with many tell a stall of the process or machine from load spread over the run."""
+        if self.session_start is None:
+            return {}
+        counts = collections.Counter(int(due - self.session_start) for due in self.late_due)
+        return dict(sorted(counts.items()))
 
     def summary(self) -> dict[str, Any]:
         lat = sorted(self.latencies)
@@ -161,6 +175,7 @@ class MeshRunResult:
                 "late": late,
                 "late_threshold_ms": self.late_threshold * 1000,
                 "within_threshold_pct": 100.0 * on_time / self.frames_expected,
+                "late_by_second": self.late_by_second(),
                 "cpu_load_pct": None if self.cpu_load is None else 100.0 * self.cpu_load,
             }
         if self.record is not None:
@@ -212,6 +227,7 @@ class MeshRun:
         self.result = MeshRunResult(version=config.profile.name, network=config.network.value, nodes=nodes)
         self.receivers: dict[int, _Receiver] = {}
         self._clock: Callable[[], float] = trio.current_time  # the run's clock, once it runs
+        self._late = self.result.late_threshold  # frames later than this go on the timeline of late frames
         self._records: list[tuple[bytes, tuple[str, int], tuple[str, int], float]] = []
 
     # ------------------------------------------------------------------ helpers
@@ -348,7 +364,11 @@ class MeshRun:
         # are counted here; the rest in _handle.
         if data[:1] == b"F" and len(data) >= _FRAME.size:
             rec.frames += 1
-            rec.latencies.append(self._clock() - _FRAME.unpack_from(data)[3])
+            due = _FRAME.unpack_from(data)[3]
+            latency = self._clock() - due
+            rec.latencies.append(latency)
+            if latency > self._late:
+                rec.late_due.append(due)
             return
         self._handle(node, rec, DataReceived(source_index, data, reliable))
 
@@ -411,6 +431,7 @@ class MeshRun:
 
         start = trio.current_time()
         cpu_start = time.process_time()
+        self.result.session_start = start
 
         every = max(1, int(self.rate))
 
@@ -517,6 +538,7 @@ class MeshRun:
         for n in all_nodes:
             if id(n) in self.receivers:
                 r.latencies.extend(self.receivers[id(n)].latencies)
+                r.late_due.extend(self.receivers[id(n)].late_due)
         live = [n for n in all_nodes if n.session is not None and not n.session.closed]
         r.host_index = live[0].host_index if live else None
         drops: dict[str, int] = {}

@@ -174,6 +174,12 @@ def render_summary(result: MeshRunResult) -> str:
             f"({f['within_threshold_pct']:.2f}% on time)"
             + (f"; process CPU {f['cpu_load_pct']:.0f}% of one core" if f.get("cpu_load_pct") is not None else "")
         )
+        if f.get("late_by_second"):
+            worst = sorted(f["late_by_second"].items(), key=lambda kv: -kv[1])[:5]
+            lines.append(
+                f"late frames in {len(f['late_by_second'])} second(s) of the session; most at "
+                + ", ".join(f"{t} s ({n})" for t, n in sorted(worst))
+            )
     if s["host_changes"]:
         lines.append(f"host migration: {', '.join(s['host_changes'])}")
     if s["drops"]:
