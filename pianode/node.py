@@ -307,6 +307,19 @@ class Node:
         await self._flush_here(now)
         await trio.lowlevel.checkpoint()
 
+    def send_nowait(self, station_index: int, data: bytes, *, reliable: bool = True) -> None:
+        """:meth:`send` without yielding to other tasks (not a checkpoint).
+
+        For code that cannot await: a data handler (:meth:`set_data_handler`)
+        answering the station it heard from, within the node's own task.  What
+        the kernel refuses now is sent by the node's task, in order.  Raises
+        as :meth:`send` does.
+        """
+        session = self._require_session()
+        now = trio.current_time()
+        session.send(station_index, bytes(data), reliable=reliable, now=now)
+        self._flush_nowait(now)
+
     def set_protocol_handler(self, proto: Proto, handler: Callable[[int, int, bytes], None] | None) -> None:
         """Deliver messages of *proto* (one the session does not run itself) to ``handler(index, port, payload)``."""
         handlers = self._require_session().protocol_handlers

@@ -422,3 +422,29 @@ async def test_an_earlier_timer_moves_the_sleeping_drivers_deadline(
         assert sender._waiting and sender._scope.deadline == retransmit_at  # moved, not cancelled
         await wait_until(lambda: mesh.data(receiver).get(sender.station_index or 0) == [b"lost once"], 10)
         assert trio.current_time() - sent_at < (asleep_until - sent_at) / 2
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+async def test_a_data_handler_answers_with_send_nowait(version: str, autojump_clock: trio.testing.MockClock) -> None:
+    """send_nowait is not a checkpoint, so a data handler (run inside the node's task)
+    can answer the station it heard from; the answers arrive in order, reliable or not."""
+    async with simulated_mesh(version) as mesh:
+        nodes = await form(mesh, 3)
+        asker, echo = nodes[0], nodes[1]
+
+        def answer(index: int, data: bytes, reliable: bool) -> None:
+            with trio.CancelScope() as scope:
+                scope.cancel()  # a checkpoint here would raise Cancelled
+                echo.send_nowait(index, b"re:" + data, reliable=reliable)
+            assert not scope.cancelled_caught
+
+        echo.set_data_handler(answer)
+        for k in range(10):
+            await asker.send(echo.station_index or 0, b"q%d" % k)
+            await asker.send(echo.station_index or 0, b"u%d" % k, reliable=False)
+        await wait_until(lambda: len(mesh.data(asker).get(echo.station_index or 0, [])) == 10, 10)
+        assert mesh.data(asker) == {echo.station_index: [b"re:q%d" % k for k in range(10)]}
+        assert mesh.data(asker, reliable=False) == {echo.station_index: [b"re:u%d" % k for k in range(10)]}
+        assert mesh.data(nodes[2]) == {}  # answered to the asker only
+        with pytest.raises(KeyError):
+            echo.send_nowait(99, b"nobody")
