@@ -790,15 +790,8 @@ class MeshSession:
             return
         # (No header timers: only H-B headers carry them, and their M-B messages
         # never come as a LoneMessage; tests/protocols/pia/test_codec_fast_path.py.)
-        index = peer.index
-        if lone[1] == self._unreliable_id and index is not None:
-            self.counters["unreliable_delivered"] += 1
-            if self.data_handler is not None:
-                self.data_handler(index, lone[3], False)
-            elif len(self._events) >= EVENT_QUEUE_LIMIT:
-                self._drop(DropReason.QUEUE_FULL)
-            else:
-                self._events.append(DataReceived(index, lone[3], False))
+        if lone[1] == self._unreliable_id:
+            self._deliver(peer, lone[3], reliable=False)  # a game's frame: no dispatch
             return
         self._dispatch(peer, lone[1], lone[2], lone[3], now)
         if not peer.connected:
@@ -884,20 +877,11 @@ class MeshSession:
         """The messages of a group packet, one by one: those addressed to others
         are skipped (a reliable broadcast carries one segment per station, each
         under its station's destination bit)."""
-        own, index, counters = self.index, peer.index, self.counters
+        own, counters = self.index, self.counters
         for message in messages:
             destination = message.destination
             if destination and own is not None and not destination >> own & 1:
                 counters["group_messages_for_others"] += 1
-                continue
-            if message.protocol_type == self._unreliable_id and index is not None and peer.connected:
-                counters["unreliable_delivered"] += 1
-                if self.data_handler is not None:
-                    self.data_handler(index, message.payload, False)
-                elif len(self._events) >= EVENT_QUEUE_LIMIT:
-                    self._drop(DropReason.QUEUE_FULL)
-                else:
-                    self._events.append(DataReceived(index, message.payload, False))
                 continue
             self._dispatch(peer, message.protocol_type, message.protocol_port, message.payload, now)
             if peer.state is PeerState.CLOSED or self.closed:
