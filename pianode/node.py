@@ -303,7 +303,19 @@ class Node:
         """
         session = self._require_session()
         now = trio.current_time()
-        session.send(station_index, bytes(data), reliable=reliable, now=now)
+        if reliable:
+            session.send(station_index, bytes(data), reliable=True, now=now)
+        else:
+            ready = session.send_unreliable_now(station_index, bytes(data), now)
+            if ready is not None:
+                # Sealed at once (nothing was queued): it moved no timer, so it
+                # needs no flush, only to go behind what the kernel refused earlier.
+                if self._unsent or self._endpoint is None:
+                    self._unsent.append(ready)
+                else:
+                    await self._endpoint.send(*ready)
+                    await trio.lowlevel.checkpoint()
+                    return
         await self._flush_here(now)
         await trio.lowlevel.checkpoint()
 
@@ -317,7 +329,14 @@ class Node:
         """
         session = self._require_session()
         now = trio.current_time()
-        session.send(station_index, bytes(data), reliable=reliable, now=now)
+        if reliable:
+            session.send(station_index, bytes(data), reliable=True, now=now)
+        else:
+            ready = session.send_unreliable_now(station_index, bytes(data), now)
+            if ready is not None:
+                if not self._unsent and self._endpoint is not None and self._endpoint.send_nowait(*ready):
+                    return  # sealed at once and taken by the kernel: no flush, no timer moved
+                self._unsent.append(ready)  # behind what the kernel refused earlier
         self._flush_nowait(now)
 
     def set_protocol_handler(self, proto: Proto, handler: Callable[[int, int, bytes], None] | None) -> None:

@@ -344,6 +344,25 @@ class MeshSession:
             raise KeyError(f"no connected station with index {index}")
         self._send_data(peer, data, reliable, now)
 
+    def send_unreliable_now(self, index: int, data: bytes, now: float) -> tuple[bytes, tuple[str, int]] | None:
+        """:meth:`send` of unreliable *data*, for a caller that sends the result at once (the node).
+
+        With no output queued anywhere, the message would leave as a packet of
+        its own at the next :meth:`datagrams_to_send`; it is sealed now and
+        returned as ``(datagram, address)``, without the queue, the flush and
+        the timer bookkeeping (an unreliable message moves no deadline).
+        Otherwise it is queued as :meth:`send` queues it, behind the output it
+        must not overtake, and None is returned.
+        """
+        peer = self._peer_by_index(index)
+        if peer is None or not peer.connected:
+            raise KeyError(f"no connected station with index {index}")
+        if self._touched or self._ready or self._group_outbox or peer.outbox or self.codec is None:
+            self._send_data(peer, data, False, now)
+            return None
+        self.counters["unreliable_sent"] += 1
+        return self._packet(peer, (self._message(peer, Proto.UNRELIABLE, 0, data),), now)
+
     def send_protocol(self, index: int, proto: Proto, port: int, payload: bytes) -> None:
         """Queue one message of an application-run sub-protocol (no retransmission: the protocol does its own)."""
         peer = self._peer_by_index(index)
@@ -614,21 +633,21 @@ class MeshSession:
         return []
 
     def _flush(self, peer: Peer, now: float) -> list[tuple[bytes, tuple[str, int]]]:
-        assert self.codec is not None
-        out = []
         messages, peer.outbox = peer.outbox, []
         # One message is one packet whatever its size; only several need bundling.
         bundles = (messages,) if len(messages) == 1 else mw.bundle(self.profile, messages, self.config.mtu)
-        for bundle in bundles:
-            header = self._header(peer, now)
-            data = self.codec.encode(Packet(header, tuple(bundle)), self.local_address[0])
-            out.append((data, peer.address))
-            peer.packets_sent += 1
-            peer.last_sent = now
-            self.counters["packets_sent"] += 1
-            if self.tap is not None:
-                self.tap(data, self.local_address, peer.address, now)
-        return out
+        return [self._packet(peer, tuple(bundle), now) for bundle in bundles]
+
+    def _packet(self, peer: Peer, messages: tuple[Message, ...], now: float) -> tuple[bytes, tuple[str, int]]:
+        """Seal *messages* into the next packet to *peer* and count it as sent."""
+        assert self.codec is not None
+        data = self.codec.encode(Packet(self._header(peer, now), messages), self.local_address[0])
+        peer.packets_sent += 1
+        peer.last_sent = now
+        self.counters["packets_sent"] += 1
+        if self.tap is not None:
+            self.tap(data, self.local_address, peer.address, now)
+        return data, peer.address
 
     def _flush_group(self, now: float) -> list[tuple[bytes, tuple[str, int]]]:
         assert self.codec is not None

@@ -356,6 +356,51 @@ async def test_broadcast_nowait_never_yields_and_keeps_what_the_kernel_refuses(
         assert sender._unsent == []
 
 
+@pytest.mark.parametrize("first_refused", ["unreliable", "reliable"])
+async def test_send_nowait_keeps_order_behind_what_the_kernel_refused(
+    first_refused: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """An unreliable message sealed at once (no queue) still goes behind
+    datagrams the kernel refused before it; after the refusals clear, it goes
+    straight out again."""
+    async with simulated_mesh("5.18") as mesh:
+        nodes = await form(mesh, 3)
+        sender, receiver = nodes[0], nodes[1]
+        target = receiver.station_index
+        assert target is not None
+        endpoint = sender._endpoint
+        assert endpoint is not None
+        real_send_nowait = endpoint.send_nowait
+        refusals = 0
+
+        def full_kernel(data: bytes, addr: tuple[str, int]) -> bool:
+            nonlocal refusals
+            if refusals < 1:  # the socket buffer is full, once
+                refusals += 1
+                return False
+            return real_send_nowait(data, addr)
+
+        endpoint.send_nowait = full_kernel  # type: ignore[method-assign]
+        with trio.CancelScope() as scope:
+            scope.cancel()  # any checkpoint below would raise Cancelled
+            for k in range(10):
+                if first_refused == "reliable":
+                    sender.send_nowait(target, b"r%d" % k)
+                sender.send_nowait(target, b"u%d" % k, reliable=False)
+                if first_refused == "unreliable":
+                    sender.send_nowait(target, b"r%d" % k)
+        assert not scope.cancelled_caught
+        # Everything after the refusal waits behind it for the node's task, the kernel's room notwithstanding.
+        assert refusals == 1 and len(sender._unsent) >= 19
+        await wait_until(lambda: sender._unsent == [] and len(mesh.data(receiver).get(0, [])) == 10, 10)
+        sender.send_nowait(target, b"u-after", reliable=False)
+        assert sender._unsent == []
+        await trio.sleep(0.5)
+        assert mesh.data(receiver) == {0: [b"r%d" % k for k in range(10)]}
+        assert mesh.data(receiver, reliable=False) == {0: [b"u%d" % k for k in range(10)] + [b"u-after"]}
+        assert mesh.data(nodes[2]) == {} and mesh.data(nodes[2], reliable=False) == {}
+
+
 @pytest.mark.parametrize("version", ["5.18", "5.29"])
 async def test_data_handler_takes_the_data_instead_of_events(
     version: str, autojump_clock: trio.testing.MockClock

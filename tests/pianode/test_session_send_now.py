@@ -1,0 +1,74 @@
+"""MeshSession.send_unreliable_now: an unreliable message sealed at once must be
+the very datagram that send() + datagrams_to_send() would have produced, and it
+must never overtake output already queued."""
+
+from __future__ import annotations
+
+import pytest
+from mesh_harness import MeshHarness
+
+from pianode.events import DataReceived
+
+VERSIONS = ["5.8", "5.11", "5.18", "5.26", "5.29", "5.45"]
+
+
+def _formed(version: str) -> MeshHarness:
+    h = MeshHarness(3, version=version)
+    assert h.form()
+    h.run_for(0.5)
+    return h
+
+
+def _state(h: MeshHarness) -> tuple[object, ...]:
+    b = h.sessions[1]
+    return (dict(b.counters), [(s.index, s.packets_sent) for s in b.stations()], b.get_timer(), b.has_output())
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sealed_at_once_equals_the_queued_path(version: str) -> None:
+    queued, direct = _formed(version), _formed(version)
+    now = queued.now
+    assert direct.now == now
+    for k in range(20):
+        payload = bytes([k]) * (1 + 37 * k % 300)
+        target = 0 if k % 3 else 2
+        queued.sessions[1].send(target, payload, reliable=False, now=now)
+        expected = queued.sessions[1].datagrams_to_send(now)
+        got = direct.sessions[1].send_unreliable_now(target, payload, now)
+        assert got is not None
+        assert [got] == expected
+        assert _state(direct) == _state(queued)
+        direct._route(got[0], direct.sessions[1].local_address, got[1])
+        now += 0.001
+        queued.now = direct.now = now
+    # The receivers take the datagrams as ordinary data.
+    direct.run_for(0.2)
+    data = [e for e in direct.events[0] if isinstance(e, DataReceived) and not e.reliable]
+    assert [len(e.data) for e in data] == [1 + 37 * k % 300 for k in range(20) if k % 3]
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_queued_output_goes_first(version: str) -> None:
+    queued, direct = _formed(version), _formed(version)
+    now = queued.now
+    for h in (queued, direct):
+        h.sessions[1].send(0, b"reliable first", reliable=True, now=now)
+    queued.sessions[1].send(0, b"then this", reliable=False, now=now)
+    assert direct.sessions[1].send_unreliable_now(0, b"then this", now) is None
+    assert direct.sessions[1].datagrams_to_send(now) == queued.sessions[1].datagrams_to_send(now)
+    assert _state(direct) == _state(queued)
+
+
+def test_output_queued_for_another_station_also_goes_first() -> None:
+    h = _formed("5.18")
+    b = h.sessions[1]
+    b.send(2, b"to station 2", reliable=False, now=h.now)
+    assert b.send_unreliable_now(0, b"to station 0", h.now) is None
+    out = b.datagrams_to_send(h.now)
+    assert [addr for _, addr in out] == [h.sessions[2].local_address, h.sessions[0].local_address]
+
+
+def test_unknown_station() -> None:
+    h = _formed("5.18")
+    with pytest.raises(KeyError):
+        h.sessions[1].send_unreliable_now(7, b"x", h.now)
