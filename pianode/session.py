@@ -189,6 +189,9 @@ class Peer:
     scheduled: float | None = None
     #: ``state is CONNECTED``, kept as a plain flag: it is read several times per datagram.
     connected: bool = False
+    #: ``(what it was made for, seal or None)``: the codec's sealer of this peer's
+    #: unreliable packets (see :meth:`MeshSession.send_unreliable_now`).
+    sealer: tuple[tuple[object, ...], Callable[[int, bytes, bytes], bytes] | None] | None = None
 
 
 class MeshSession:
@@ -357,11 +360,23 @@ class MeshSession:
         peer = self._peer_by_index(index)
         if peer is None or not peer.connected:
             raise KeyError(f"no connected station with index {index}")
-        if self._touched or self._ready or self._group_outbox or peer.outbox or self.codec is None:
+        codec = self.codec
+        if self._touched or self._ready or self._group_outbox or peer.outbox or codec is None:
             self._send_data(peer, data, False, now)
             return None
         self.counters["unreliable_sent"] += 1
-        return self._packet(peer, (self._message(peer, Proto.UNRELIABLE, 0, data),), now)
+        # The packets differ only in id, header nonce and payload while these hold.
+        made_for = (codec, peer.index, peer.variable_id, peer.own_conn_id, self.variable_id, self.message_source_id)
+        sealer = peer.sealer
+        if sealer is not None and sealer[0] == made_for:
+            seal = sealer[1]
+            if seal is not None:
+                return self._sent(peer, seal(peer.tx_ids.next(), self.next_header_nonce(), data), now)
+            return self._packet(peer, (self._message(peer, Proto.UNRELIABLE, 0, data),), now)
+        message = self._message(peer, Proto.UNRELIABLE, 0, data)
+        header = self._header(peer, now)
+        peer.sealer = (made_for, codec.lone_sealer(header, message, self.local_address[0]))
+        return self._sent(peer, codec.encode(Packet(header, (message,)), self.local_address[0]), now)
 
     def send_protocol(self, index: int, proto: Proto, port: int, payload: bytes) -> None:
         """Queue one message of an application-run sub-protocol (no retransmission: the protocol does its own)."""
@@ -641,7 +656,10 @@ class MeshSession:
     def _packet(self, peer: Peer, messages: tuple[Message, ...], now: float) -> tuple[bytes, tuple[str, int]]:
         """Seal *messages* into the next packet to *peer* and count it as sent."""
         assert self.codec is not None
-        data = self.codec.encode(Packet(self._header(peer, now), messages), self.local_address[0])
+        return self._sent(peer, self.codec.encode(Packet(self._header(peer, now), messages), self.local_address[0]), now)
+
+    def _sent(self, peer: Peer, data: bytes, now: float) -> tuple[bytes, tuple[str, int]]:
+        """Count *data*, the next packet to *peer*, as sent."""
         peer.packets_sent += 1
         peer.last_sent = now
         self.counters["packets_sent"] += 1

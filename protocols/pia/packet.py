@@ -345,6 +345,22 @@ class PacketCodec:
         """:meth:`decode_lone` as one callable, without the method's own call (for a receive loop)."""
         return self._fast_lone or self.decode  # type: ignore[no-any-return]
 
+    def lone_sealer(self, header: PacketHeader, message: Message, source: str) -> Callable[[int, bytes, bytes], bytes] | None:
+        """``seal(packet_id, header_nonce, payload) -> datagram`` for a stream of packets of one message.
+
+        The packets are those of *header* and *message* but for the three
+        arguments: ``seal(i, hn, p)`` equals :meth:`encode` of ``Packet(header
+        with packet_id i and nonce hn, (message with payload p,))`` from
+        *source*.  Every field that does not change is checked and packed
+        once, here, so a sender of a steady stream (a node's data to one
+        station) seals each packet without building or reading any value.
+        None when the shape is not one it knows (no key, H-A/H-B headers, a
+        non-delta message format, an unusual field): encode each packet then.
+        """
+        from protocols.pia.packet_fast import lone_sealer
+
+        return lone_sealer(self, header, message, source)
+
     @staticmethod
     def packet_of(lone: LoneMessage) -> Packet:
         """The :class:`Packet` that :meth:`decode` gives for what :meth:`decode_lone` gave."""

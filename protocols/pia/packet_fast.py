@@ -42,7 +42,7 @@ from protocols.pia.versions import HeaderFormat, MessageFormat, VersionProfile
 if TYPE_CHECKING:
     from protocols.pia.packet import PacketCodec
 
-__all__ = ["fast_decoder", "fast_encoder", "packet_of_lone"]
+__all__ = ["fast_decoder", "fast_encoder", "lone_sealer", "packet_of_lone"]
 
 _BYTE = [bytes((i,)) for i in range(256)]
 
@@ -251,6 +251,88 @@ def fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
         return general(packet, source)
 
     return encode
+
+
+def _nonce_lead(builder: Callable[..., bytes], header: PacketHeader, source: str) -> tuple[bytes, int] | None:
+    """``(lead, skip)`` such that the builder's nonce for *header* with any header
+    nonce ``hn`` is ``lead + hn[skip:]``; None if it is not of that form."""
+    probes = (bytes(range(1, 9)), bytes(range(0xF8, 0xF0, -1)))
+    try:
+        nonces = [builder(attrs.evolve(header, nonce=hn), source) for hn in probes]
+    except Exception:
+        return None
+    for skip in (0, 1):
+        cut = 12 - (8 - skip)
+        lead = nonces[0][:cut]
+        if all(type(n) is bytes and n == lead + hn[skip:] for n, hn in zip(nonces, probes, strict=True)):
+            return lead, skip
+    return None
+
+
+def lone_sealer(codec: PacketCodec, header: PacketHeader, message: Message, source: str) -> Callable[[int, bytes, bytes], bytes] | None:
+    """See :meth:`protocols.pia.packet.PacketCodec.lone_sealer`."""
+    profile = codec.profile
+    aead = codec._gcm
+    builder = codec._nonce
+    hf = profile.header_format
+    if aead is None or builder is None or hf is HeaderFormat.A or hf is HeaderFormat.B:
+        return None  # (H-B headers carry timers that change with every packet)
+    hpack_st, _, magic, inner, _, is_cd, is_g, layout, is_me, is_mg = _shape(profile)
+    if layout is None or not header.encrypted or header.version is None or (inner and not is_g):
+        return None
+    found = _nonce_lead(builder, header, source)
+    if found is None:
+        return None
+    lead, skip = found
+    seal = aead.seal_raw
+    join = b"".join
+    hpack = hpack_st.pack
+    mpack = layout[0].pack
+    full = layout[1]
+    tails = layout[2]
+    tag_len = profile.tag_length
+    tag_part = slice(-16, -16 + tag_len if tag_len < 16 else None)  # of ciphertext || 16-byte tag
+    # What every packet shares: the message's fields but its size, the header's but id and nonce.
+    flags, dest, src, extra = message.flags, message.destination, message.source_constant_id, message.extra
+    ptype, port = message.protocol_type, message.protocol_port
+    tp = ptype << 24 | port
+    vb = header.version | 0x80
+    conn, dvid, svid = header.connection_id, header.destination_variable_id or 0, header.source_variable_id or 0
+    g_flags = header.packet_flags
+
+    def sealer(packet_id: int, hn: bytes, payload: bytes) -> bytes:
+        try:
+            if len(hn) != 8:
+                raise _Uncommon
+            n = len(payload)
+            tail, ff = tails[n & 15]
+            if is_mg:
+                head = mpack(full, flags, n, ptype, port, extra)
+            elif is_me:
+                head = mpack(full, flags, n, tp, dest, src)
+            else:
+                head = mpack(full, flags, n, tp, dest)
+            out = seal(lead + hn[skip:] if skip else lead + hn, join((head, payload, tail)), None)
+            if is_cd:
+                return hpack(magic, vb, conn, packet_id, hn, out[tag_part]) + out[:-16]
+            if is_g:
+                padding = ff if inner else header.padding_size
+                return hpack(magic, vb, padding << 4 | g_flags, dvid, svid, packet_id, 0, hn, out[tag_part]) + out[:-16]
+            return hpack(magic, vb, dvid, svid, packet_id, 0, hn, out[tag_part]) + out[:-16]
+        except Exception:  # a payload or id out of range: the codec reports it
+            pass
+        packet = Packet(attrs.evolve(header, packet_id=packet_id, nonce=hn), (attrs.evolve(message, payload=payload),))
+        return codec.encode(packet, source)
+
+    # Trust it only where it gives the codec's own bytes (size tails, ids, nonces).
+    for packet_id, hn, payload in ((1, bytes(8), b""), (0xFFFF, bytes(range(9, 17)), bytes(range(37)))):
+        packet = Packet(attrs.evolve(header, packet_id=packet_id, nonce=hn), (attrs.evolve(message, payload=payload),))
+        try:
+            if sealer(packet_id, hn, payload) != codec.encode(packet, source):
+                return None
+        except Exception:
+            return None
+    return sealer
 
 
 def fast_decoder(codec: PacketCodec) -> tuple[Callable[..., Packet], Callable[[bytes, str], Packet | LoneMessage]] | None:

@@ -72,3 +72,33 @@ def test_unknown_station() -> None:
     h = _formed("5.18")
     with pytest.raises(KeyError):
         h.sessions[1].send_unreliable_now(7, b"x", h.now)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_a_changed_identity_is_not_sealed_with_the_old_one(version: str) -> None:
+    """The sealer kept for a station serves only while what it packs still holds:
+    after the station's index, ids or the codec change, packets carry the new values."""
+    queued, direct = _formed(version), _formed(version)
+    now = queued.now
+
+    def both(change: object = None) -> None:
+        for h in (queued, direct):
+            b = h.sessions[1]
+            peer = b._peer_by_index(0)
+            assert peer is not None
+            if change == "ids":
+                peer.variable_id ^= 0x55
+                peer.own_conn_id ^= 0x5
+            elif change == "own":
+                b.variable_id ^= 0x33
+                if b.message_source_id is not None:  # (M-F messages carry none)
+                    b.message_source_id ^= 0x77
+            elif change == "codec":
+                b._setup_crypto(bytes(range(16, 32)), 0)
+        expected = (queued.sessions[1].send(0, b"frame", reliable=False, now=now), queued.sessions[1].datagrams_to_send(now))[1]
+        assert [direct.sessions[1].send_unreliable_now(0, b"frame", now)] == expected
+
+    both()
+    for change in ("ids", "own", "codec"):
+        both(change)
+        both()
