@@ -316,6 +316,24 @@ async def test_reliable_broadcast_is_all_or_nothing_when_a_window_fills(autojump
         assert not mesh.of(unplugged, StationLeft) and not mesh.of(sender, StationLeft)
 
 
+def refuse_sends(node: Node, count: int) -> list[int]:
+    """Have the kernel refuse *node*'s next *count* non-blocking sends (a full socket
+    buffer); the list returned holds how many it refused so far."""
+    endpoint = node._endpoint
+    assert endpoint is not None
+    real_send_nowait = endpoint.send_nowait
+    refusals = [0]
+
+    def full_kernel(data: bytes, addr: tuple[str, int]) -> bool:
+        if refusals[0] < count:
+            refusals[0] += 1
+            return False
+        return real_send_nowait(data, addr)
+
+    endpoint.send_nowait = full_kernel  # type: ignore[method-assign]
+    return refusals
+
+
 @pytest.mark.parametrize("version", ["5.18", "5.29"])
 async def test_broadcast_nowait_never_yields_and_keeps_what_the_kernel_refuses(
     version: str, autojump_clock: trio.testing.MockClock
@@ -325,19 +343,7 @@ async def test_broadcast_nowait_never_yields_and_keeps_what_the_kernel_refuses(
     async with simulated_mesh(version) as mesh:
         nodes = await form(mesh, 3)
         sender = nodes[0]
-        endpoint = sender._endpoint
-        assert endpoint is not None
-        real_send_nowait = endpoint.send_nowait
-        refusals = 0
-
-        def full_kernel(data: bytes, addr: tuple[str, int]) -> bool:
-            nonlocal refusals
-            if refusals < 25:  # the socket buffer is full
-                refusals += 1
-                return False
-            return real_send_nowait(data, addr)
-
-        endpoint.send_nowait = full_kernel  # type: ignore[method-assign]
+        refusals = refuse_sends(sender, 25)
         with trio.CancelScope() as scope:
             scope.cancel()  # any checkpoint below would raise Cancelled
             for k in range(20):
@@ -345,7 +351,7 @@ async def test_broadcast_nowait_never_yields_and_keeps_what_the_kernel_refuses(
                 assert sender.broadcast_nowait(b"u%d" % k, reliable=False) == 2
         assert not scope.cancelled_caught
         # The first refusal parks that datagram and every later one (order kept) for the node's task.
-        assert refusals == 1 and len(sender._unsent) >= 20
+        assert refusals == [1] and len(sender._unsent) >= 20
         want = [b"r%d" % k for k in range(20)]
         await wait_until(lambda: all(mesh.data(x).get(0) == want for x in nodes[1:]), 10)
         await trio.sleep(0.5)
@@ -368,19 +374,7 @@ async def test_send_nowait_keeps_order_behind_what_the_kernel_refused(
         sender, receiver = nodes[0], nodes[1]
         target = receiver.station_index
         assert target is not None
-        endpoint = sender._endpoint
-        assert endpoint is not None
-        real_send_nowait = endpoint.send_nowait
-        refusals = 0
-
-        def full_kernel(data: bytes, addr: tuple[str, int]) -> bool:
-            nonlocal refusals
-            if refusals < 1:  # the socket buffer is full, once
-                refusals += 1
-                return False
-            return real_send_nowait(data, addr)
-
-        endpoint.send_nowait = full_kernel  # type: ignore[method-assign]
+        refusals = refuse_sends(sender, 1)
         with trio.CancelScope() as scope:
             scope.cancel()  # any checkpoint below would raise Cancelled
             for k in range(10):
@@ -391,7 +385,7 @@ async def test_send_nowait_keeps_order_behind_what_the_kernel_refused(
                     sender.send_nowait(target, b"r%d" % k)
         assert not scope.cancelled_caught
         # Everything after the refusal waits behind it for the node's task, the kernel's room notwithstanding.
-        assert refusals == 1 and len(sender._unsent) >= 19
+        assert refusals == [1] and len(sender._unsent) >= 19
         await wait_until(lambda: sender._unsent == [] and len(mesh.data(receiver).get(0, [])) == 10, 10)
         sender.send_nowait(target, b"u-after", reliable=False)
         assert sender._unsent == []
