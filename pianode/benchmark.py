@@ -456,22 +456,28 @@ def bench_formation(budget: Budget) -> list[Figure]:
     return figures
 
 
-def bench_session(budget: Budget) -> list[Figure]:
-    import trio
-
+def session_run(budget: Budget, seconds: float) -> Any:
+    """The real-time session of the bench (a :class:`pianode.mesh_run.MeshRun`), *seconds* long;
+    ``--profile`` runs the same one."""
     from pianode.config import NodeConfig
     from pianode.mesh_run import MeshRun
 
     config = NodeConfig(version=budget.session_version, aead_backend=budget.node_backend, seed=7)
     fanout = "broadcast" if config.profile.footer != "none" else "unicast"
-    run = MeshRun(
+    return MeshRun(
         config,
         nodes=budget.session_nodes,
         rate=budget.session_rate,
-        duration=budget.session_seconds,
+        duration=seconds,
         group_fanout=fanout,
         freeze_gc=True,
     )
+
+
+def bench_session(budget: Budget) -> list[Figure]:
+    import trio
+
+    run = session_run(budget, budget.session_seconds)
     started = time.perf_counter()
     result = trio.run(run.run)
     wall = time.perf_counter() - started

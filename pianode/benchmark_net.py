@@ -63,7 +63,7 @@ from typing import Any
 import attrs
 import trio
 
-from pianode.benchmark import Budget, Figure, at_least, below
+from pianode.benchmark import Budget, Figure, at_least, below, session_run
 from pianode.config import NodeConfig
 from pianode.events import DataReceived
 from pianode.node import Node, open_node
@@ -689,10 +689,7 @@ def _top(path: str, count: int = 25) -> str:
 
 
 def profile_hot_paths(budget: Budget, sections: Sequence[str], progress: Callable[[str], None] | None = None) -> dict[str, str]:
-    """cProfile the receive path and a short real-time session; returns {name: pstats path}."""
-    from pianode.config import NodeConfig as _NodeConfig
-    from pianode.mesh_run import MeshRun
-
+    """cProfile the receive path and the bench's real-time session, shorter; returns {name: pstats path}."""
     assert budget.profile_dir is not None
     os.makedirs(budget.profile_dir, exist_ok=True)
     written: dict[str, str] = {}
@@ -702,11 +699,7 @@ def profile_hot_paths(budget: Budget, sections: Sequence[str], progress: Callabl
         written["receive"] = path
     if "session" in sections:
         path = os.path.join(budget.profile_dir, "session.pstats")
-        config = _NodeConfig(version=budget.version, aead_backend=budget.node_backend, seed=7)
-        run = MeshRun(
-            config, nodes=budget.session_nodes, rate=budget.session_rate,
-            duration=min(budget.session_seconds, budget.profile_session_seconds),
-        )  # fmt: skip
+        run = session_run(budget, min(budget.session_seconds, budget.profile_session_seconds))
         prof = cProfile.Profile()
         prof.enable()
         trio.run(run.run)

@@ -355,7 +355,10 @@ class MeshSession:
         returned as ``(datagram, address)``, without the queue, the flush and
         the timer bookkeeping (an unreliable message moves no deadline).
         Otherwise it is queued as :meth:`send` queues it, behind the output it
-        must not overtake, and None is returned.
+        must not overtake, and None is returned.  The packets go through the
+        peer's sealer (``PacketCodec.lone_sealer``), made at the first send and
+        again whenever what it packs (the codec, the peer's index and ids, our
+        own ids) has changed.
         """
         peer = self._peer_by_index(index)
         if peer is None or not peer.connected:
