@@ -198,6 +198,27 @@ class Node:
             else:
                 await trio.lowlevel.checkpoint()
 
+    async def _send_sealed(self, out: list[tuple[bytes, tuple[str, int]]], now: float) -> None:
+        """Send datagrams the session sealed at once.  They moved no timer, so
+        they need no flush, only to go behind what the kernel refused earlier."""
+        endpoint = self._endpoint
+        if self._unsent or endpoint is None:
+            self._unsent.extend(out)
+            await self._flush_here(now)
+        else:
+            for data, addr in out:
+                await endpoint.send(data, addr)
+        await trio.lowlevel.checkpoint()
+
+    def _send_sealed_nowait(self, out: list[tuple[bytes, tuple[str, int]]]) -> None:
+        """:meth:`_send_sealed` without blocking: what the kernel refuses waits for the driver."""
+        endpoint = self._endpoint
+        if not self._unsent and endpoint is not None:
+            out = _send_what_fits(endpoint, out)
+        if out:
+            self._unsent.extend(out)
+            self._wake()
+
     def _sooner(self, timer: float | None) -> None:
         """Move the sleeping driver's deadline to *timer* if that is earlier."""
         if timer is not None and self._waiting and timer < self._scope.deadline:
@@ -208,14 +229,7 @@ class Node:
     ) -> list[tuple[bytes, tuple[str, int]]]:
         """Send what the session queued as far as the kernel takes it now, and
         hand its events over; returns the datagrams left to send, in order."""
-        out = session.datagrams_to_send(now)
-        send = endpoint.send_nowait
-        for i, (data, addr) in enumerate(out):
-            if not send(data, addr):
-                del out[:i]
-                break
-        else:
-            out = []
+        out = _send_what_fits(endpoint, session.datagrams_to_send(now))
         self._hand_over_events(session)
         return out
 
@@ -308,14 +322,8 @@ class Node:
         else:
             ready = session.send_unreliable_now(station_index, bytes(data), now)
             if ready is not None:
-                # Sealed at once (nothing was queued): it moved no timer, so it
-                # needs no flush, only to go behind what the kernel refused earlier.
-                if self._unsent or self._endpoint is None:
-                    self._unsent.append(ready)
-                else:
-                    await self._endpoint.send(*ready)
-                    await trio.lowlevel.checkpoint()
-                    return
+                await self._send_sealed([ready], now)
+                return
         await self._flush_here(now)
         await trio.lowlevel.checkpoint()
 
@@ -334,9 +342,8 @@ class Node:
         else:
             ready = session.send_unreliable_now(station_index, bytes(data), now)
             if ready is not None:
-                if not self._unsent and self._endpoint is not None and self._endpoint.send_nowait(*ready):
-                    return  # sealed at once and taken by the kernel: no flush, no timer moved
-                self._unsent.append(ready)  # behind what the kernel refused earlier
+                self._send_sealed_nowait([ready])
+                return
         self._flush_nowait(now)
 
     def set_protocol_handler(self, proto: Proto, handler: Callable[[int, int, bytes], None] | None) -> None:
@@ -361,6 +368,10 @@ class Node:
         """
         session = self._require_session()
         now = trio.current_time()
+        sealed = None if reliable else session.broadcast_unreliable_now(bytes(data), now)
+        if sealed is not None:
+            await self._send_sealed(sealed[1], now)
+            return sealed[0]
         n = session.broadcast(bytes(data), reliable=reliable, now=now)
         await self._flush_here(now)
         await trio.lowlevel.checkpoint()
@@ -375,6 +386,10 @@ class Node:
         """
         session = self._require_session()
         now = trio.current_time()
+        sealed = None if reliable else session.broadcast_unreliable_now(bytes(data), now)
+        if sealed is not None:
+            self._send_sealed_nowait(sealed[1])
+            return sealed[0]
         n = session.broadcast(bytes(data), reliable=reliable, now=now)
         self._flush_nowait(now)
         return n
@@ -435,6 +450,15 @@ class Node:
     @property
     def host_index(self) -> int | None:
         return self._require_session().table.host_index
+
+
+def _send_what_fits(endpoint: UdpEndpoint, out: list[tuple[bytes, tuple[str, int]]]) -> list[tuple[bytes, tuple[str, int]]]:
+    """Send *out* in order as far as the kernel takes it now; returns the rest."""
+    send = endpoint.send_nowait
+    for i, (data, addr) in enumerate(out):
+        if not send(data, addr):
+            return out[i:]
+    return []
 
 
 @asynccontextmanager

@@ -363,11 +363,33 @@ class MeshSession:
         peer = self._peer_by_index(index)
         if peer is None or not peer.connected:
             raise KeyError(f"no connected station with index {index}")
-        codec = self.codec
-        if self._touched or self._ready or self._group_outbox or peer.outbox or codec is None:
+        if self._touched or self._ready or self._group_outbox or peer.outbox or self.codec is None:
             self._send_data(peer, data, False, now)
             return None
         self.counters["unreliable_sent"] += 1
+        return self._seal_unreliable(peer, data, now)
+
+    def broadcast_unreliable_now(self, data: bytes, now: float) -> tuple[int, list[tuple[bytes, tuple[str, int]]]] | None:
+        """:meth:`broadcast` of unreliable *data*, for a caller that sends the result at once (the node).
+
+        Where the broadcast is a packet per station (a version without a
+        footer, or a single station) and no output is queued, each station's
+        packet is sealed now as :meth:`send_unreliable_now` seals it; returns
+        ``(stations, datagrams)``.  Otherwise it does nothing and returns None:
+        call :meth:`broadcast`.
+        """
+        if self._touched or self._ready or self._group_outbox or self.codec is None:
+            return None
+        members = self._members()
+        if len(members) > 1 and self.profile.footer == "plain":
+            return None  # one group packet for all of them (see broadcast)
+        self.counters["unreliable_sent"] += len(members)
+        return len(members), [self._seal_unreliable(peer, data, now) for peer in members]
+
+    def _seal_unreliable(self, peer: Peer, data: bytes, now: float) -> tuple[bytes, tuple[str, int]]:
+        """The next packet to *peer*, of one unreliable message, through the peer's sealer."""
+        codec = self.codec
+        assert codec is not None
         # The packets differ only in id, header nonce and payload while these hold.
         made_for = (codec, peer.index, peer.variable_id, peer.own_conn_id, self.variable_id, self.message_source_id)
         sealer = peer.sealer

@@ -102,3 +102,36 @@ def test_a_changed_identity_is_not_sealed_with_the_old_one(version: str) -> None
     for change in ("ids", "own", "codec"):
         both(change)
         both()
+
+
+@pytest.mark.parametrize(("version", "stations"), [("5.8", 4), ("5.18", 4), ("5.26", 4), ("5.29", 2)])
+def test_broadcast_sealed_at_once_equals_the_queued_path(version: str, stations: int) -> None:
+    """A broadcast that is a packet per station (no footer, or one station)
+    gives the datagrams broadcast() + datagrams_to_send() give, in order."""
+    queued, direct = MeshHarness(stations, version=version), MeshHarness(stations, version=version)
+    for h in (queued, direct):
+        assert h.form()
+        h.run_for(0.5)
+    now = queued.now
+    for k in range(10):
+        payload = bytes([k]) * (1 + 29 * k)
+        n = queued.sessions[1].broadcast(payload, reliable=False, now=now)
+        expected = queued.sessions[1].datagrams_to_send(now)
+        got = direct.sessions[1].broadcast_unreliable_now(payload, now)
+        assert got is not None and got == (n, expected) and n == stations - 1
+        assert _state(direct) == _state(queued)
+        now += 0.001
+
+
+def test_broadcast_with_a_group_packet_or_queued_output_is_left_to_broadcast() -> None:
+    h = _formed("5.29")  # three stations: one group packet for both others
+    b = h.sessions[1]
+    before = _state(h)
+    assert b.broadcast_unreliable_now(b"frame", h.now) is None
+    assert _state(h) == before  # nothing done, nothing counted
+    h4 = _formed("5.18")
+    b4 = h4.sessions[1]
+    b4.send(0, b"queued", reliable=True, now=h4.now)
+    before = _state(h4)
+    assert b4.broadcast_unreliable_now(b"frame", h4.now) is None
+    assert _state(h4) == before
