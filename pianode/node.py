@@ -315,15 +315,11 @@ class Node:
             pianode.reliable.SendBufferFull: the station's reliable window is full (back off and retry).
             pianode.reliable.MessageTooLarge: *data* exceeds the window's message size limit.
         """
-        session = self._require_session()
         now = trio.current_time()
-        if reliable:
-            session.send(station_index, bytes(data), reliable=True, now=now)
-        else:
-            ready = session.send_unreliable_now(station_index, bytes(data), now)
-            if ready is not None:
-                await self._send_sealed([ready], now)
-                return
+        ready = self._hand_to_session(station_index, data, reliable, now)
+        if ready is not None:
+            await self._send_sealed([ready], now)
+            return
         await self._flush_here(now)
         await trio.lowlevel.checkpoint()
 
@@ -335,16 +331,23 @@ class Node:
         the kernel refuses now is sent by the node's task, in order.  Raises
         as :meth:`send` does.
         """
-        session = self._require_session()
         now = trio.current_time()
+        ready = self._hand_to_session(station_index, data, reliable, now)
+        if ready is not None:
+            self._send_sealed_nowait([ready])
+            return
+        self._flush_nowait(now)
+
+    def _hand_to_session(
+        self, station_index: int, data: bytes, reliable: bool, now: float
+    ) -> tuple[bytes, tuple[str, int]] | None:
+        """Give *data* to the session: the datagram when it was sealed at once
+        (unreliable, nothing queued), None when it was queued for a flush."""
+        session = self._require_session()
         if reliable:
             session.send(station_index, bytes(data), reliable=True, now=now)
-        else:
-            ready = session.send_unreliable_now(station_index, bytes(data), now)
-            if ready is not None:
-                self._send_sealed_nowait([ready])
-                return
-        self._flush_nowait(now)
+            return None
+        return session.send_unreliable_now(station_index, bytes(data), now)
 
     def set_protocol_handler(self, proto: Proto, handler: Callable[[int, int, bytes], None] | None) -> None:
         """Deliver messages of *proto* (one the session does not run itself) to ``handler(index, port, payload)``."""
