@@ -192,6 +192,9 @@ class Peer:
     #: ``(what it was made for, seal or None)``: the codec's sealer of this peer's
     #: unreliable packets (see :meth:`MeshSession.send_unreliable_now`).
     sealer: tuple[tuple[object, ...], Callable[[int, bytes, bytes], bytes] | None] | None = None
+    #: ``(what it was made for, open or None)``: the codec's opener of this peer's
+    #: unreliable packets to us (see :meth:`MeshSession.receive_datagram`).
+    opener: tuple[tuple[object, ...], Callable[[bytes], object] | None] | None = None
 
 
 class MeshSession:
@@ -762,6 +765,40 @@ class MeshSession:
         if footer and peer is not None:
             self._receive_group(peer, data, addr, now)
             return
+        got = None
+        if peer is not None and peer.opener is not None and peer.connected:
+            # The peer's stream of unreliable data to us (a game's frames): the
+            # codec's opener compares the constant bytes instead of reading the
+            # fields; what it finds the stream's is delivered here, inline.
+            made_for, opener = peer.opener
+            if opener is not None and made_for == (self.codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id):
+                try:
+                    got = opener(data)
+                except AuthenticationError:
+                    self._drop(DropReason.BAD_TAG)
+                    return
+                except DecodeError:
+                    self._drop(DropReason.MALFORMED)
+                    return
+                if type(got) is bytes:
+                    # _receive_lone's steps for unreliable data, which the opener's
+                    # constant bytes (the peer's identity) and made_for leave to do.
+                    if not peer.replay.accept_value(int.from_bytes(self.codec.last_nonce[-7:], "big")):  # type: ignore[union-attr]
+                        self._drop(DropReason.REPLAYED)
+                        return
+                    peer.last_heard = now
+                    peer.packets_received += 1
+                    counters = self.counters
+                    counters["packets_received"] += 1
+                    counters["unreliable_delivered"] += 1  # _deliver, inline
+                    handler = self.data_handler
+                    if handler is not None:
+                        handler(peer.index, got, False)  # type: ignore[arg-type]
+                    elif len(self._events) < EVENT_QUEUE_LIMIT:
+                        self._events.append(DataReceived(peer.index, got, False))  # type: ignore[arg-type]
+                    else:
+                        self._drop(DropReason.QUEUE_FULL)
+                    return
         try:
             if footer:
                 # A packet with a footer from an unknown address (dropped below
@@ -772,7 +809,8 @@ class MeshSession:
                 )
                 packet = group.packet
             else:
-                got = self._decode_lone(data, addr[0])
+                if got is None:
+                    got = self._decode_lone(data, addr[0])
                 if type(got) is not tuple:
                     packet = got  # type: ignore[assignment]
                 elif peer is not None and peer.connected and got[0][1]:
@@ -854,6 +892,10 @@ class MeshSession:
         # never come as a LoneMessage; tests/protocols/pia/test_codec_fast_path.py.)
         if lone[1] == self._unreliable_id:
             self._deliver(peer, lone[3], reliable=False)  # a game's frame: no dispatch
+            if peer.index is not None:
+                made_for = (self.codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id)
+                if peer.opener is None or peer.opener[0] != made_for:
+                    peer.opener = (made_for, self.codec.lone_opener(lone, peer.address[0]))  # type: ignore[union-attr]
             return
         self._dispatch(peer, lone[1], lone[2], lone[3], now)
         if not peer.connected:

@@ -184,6 +184,7 @@ class PacketCodec:
         "_hsize",
         "_lone_dec",
         "_lone_enc",
+        "_lone_or_packet",
         "_nonce",
         "_tag_len",
         "last_nonce",
@@ -232,7 +233,7 @@ class PacketCodec:
 
         self._fast_encode = fast_encoder(self)
         decoders = fast_decoder(self)
-        self._fast_decode, self._fast_lone = decoders if decoders is not None else (None, None)
+        self._fast_decode, self._fast_lone, self._lone_or_packet = decoders if decoders is not None else (None, None, None)
 
     @property
     def can_decrypt(self) -> bool:
@@ -360,6 +361,30 @@ class PacketCodec:
         from protocols.pia.packet_fast import lone_sealer
 
         return lone_sealer(self, header, message, source)
+
+    def lone_opener(self, lone: LoneMessage, source: str) -> Callable[[bytes], bytes | Packet | LoneMessage | None] | None:
+        """``open(datagram)`` for the packets of one stream of which :meth:`decode_lone` gave *lone*.
+
+        The stream is the packets from *source* that carry *lone*'s header and
+        message fields but for the packet id, header nonce, tag and payload (a
+        station's unreliable data to us).  ``open(d)`` returns:
+
+        - None when *d* is not of the stream's header (its constant bytes differ,
+          or it is too short): nothing was done, ``last_nonce`` is untouched;
+        - the payload when *d* is a packet of the stream; :meth:`decode_lone`
+          would have given *lone* with this payload and *d*'s id, nonce and tag;
+        - otherwise :meth:`decode_lone`'s value (another message, several), from
+          the one decryption.
+
+        A bad tag raises :class:`AuthenticationError` and a bad message
+        :class:`DecodeError`, as :meth:`decode_lone` would; ``last_nonce`` is set
+        as it sets it.  It compares the constant bytes instead of reading the
+        fields.  None when the shape is not one it knows (H-A, H-B, an encrypted
+        footer, a footer on *lone*, a fixed-format message).
+        """
+        from protocols.pia.packet_fast import lone_opener
+
+        return lone_opener(self, lone, source)
 
     @staticmethod
     def packet_of(lone: LoneMessage) -> Packet:

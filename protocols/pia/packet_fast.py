@@ -26,6 +26,8 @@ reference of the wire layout (spec §1, §2.4, §3.1).
 
 from __future__ import annotations
 
+import re
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +44,7 @@ from protocols.pia.versions import HeaderFormat, MessageFormat, VersionProfile
 if TYPE_CHECKING:
     from protocols.pia.packet import PacketCodec
 
-__all__ = ["fast_decoder", "fast_encoder", "lone_sealer", "packet_of_lone"]
+__all__ = ["fast_decoder", "fast_encoder", "lone_opener", "lone_sealer", "packet_of_lone"]
 
 _BYTE = [bytes((i,)) for i in range(256)]
 
@@ -335,8 +337,121 @@ def lone_sealer(codec: PacketCodec, header: PacketHeader, message: Message, sour
     return sealer
 
 
-def fast_decoder(codec: PacketCodec) -> tuple[Callable[..., Packet], Callable[[bytes, str], Packet | LoneMessage]] | None:
-    """``(decode, decode_lone)`` closures of *codec* (see :meth:`PacketCodec.decode_lone`), or None."""
+def _field_offsets(st: struct.Struct) -> list[int]:
+    """The byte offset of each field of a big-endian struct, in order."""
+    offsets, pos = [], 0
+    for count, code in re.findall(r"(\d*)([a-zA-Z])", st.format.lstrip("<>!=@")):
+        offsets.append(pos)
+        pos += struct.calcsize(">" + count + code)
+    return offsets
+
+
+def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> Callable[[bytes], bytes | Packet | LoneMessage | None] | None:
+    """See :meth:`protocols.pia.packet.PacketCodec.lone_opener`."""
+    profile = codec.profile
+    aead = codec._gcm
+    builder = codec._nonce
+    finish = codec._lone_or_packet
+    hf = profile.header_format
+    known = hf is HeaderFormat.C or hf is HeaderFormat.D or hf is HeaderFormat.E or hf is HeaderFormat.F
+    if aead is None or builder is None or finish is None or not known:
+        return None  # (H-A/H-B: no constant lead; H-G: an encrypted footer, its padding varies)
+    st, _, _, inner, _, is_cd, _, layout, is_me, is_mg = _shape(profile)
+    h, ptype, port, _, flags, dest, src, extra, full, footer = lone
+    if layout is None or inner or footer or not h[0] or type(source) is not str:
+        return None
+    header = _make_header(*h)
+    found = _nonce_lead(builder, header, source)
+    if found is None:
+        return None
+    lead, skip = found
+    # Where the fields are: the packet id ends the constant lead; the footer size (E/F)
+    # follows it; the header nonce and the tag end the header.
+    offsets = _field_offsets(st)
+    pid_at = offsets[3] if is_cd else offsets[4]
+    fs_at = 0 if is_cd else offsets[5]
+    hn_at, tag_at = offsets[-2], offsets[-1]
+    hsize = st.size
+    tag_len = hsize - tag_at
+    raw = open_raw(aead) if tag_len == 16 else None
+    if raw is not None:
+        decrypt, tag_error = raw
+    open_ = aead.open
+    mstruct, _, tail_pairs = layout
+    mhsize = mstruct.size
+    if is_mg:
+        mhead = mstruct.pack(full, flags, 0, ptype, port, extra)
+    elif is_me:
+        mhead = mstruct.pack(full, flags, 0, ptype << 24 | port, dest, src)
+    else:
+        mhead = mstruct.pack(full, flags, 0, ptype << 24 | port, dest)
+    # The message's bytes but its size (bytes 2-3), and what follows a payload of each length mod 16.
+    mfirst, mrest = mhead[:2], mhead[4:]
+    tails = [pair[0] for pair in tail_pairs]
+    tail_lens = [len(t) for t in tails]
+    template = list(h)
+    probe = Packet(attrs.evolve(header, packet_id=1, nonce=bytes(8), tag=b""), (packet_of_lone(lone).messages[0],))
+    try:
+        prefix = codec.encode(probe, source)[:pid_at]
+    except Exception:
+        return None
+
+    def opener(data: bytes) -> bytes | Packet | LoneMessage | None:
+        if type(data) is not bytes or len(data) < hsize or not data.startswith(prefix) or (fs_at and data[fs_at]):
+            return None
+        hn = data[hn_at:tag_at]
+        nonce = lead + hn[skip:] if skip else lead + hn
+        codec.last_nonce = nonce
+        if raw is not None:
+            try:
+                body = decrypt(nonce, data[hsize:] + data[tag_at:hsize], None)
+            except tag_error:
+                raise AuthenticationError(GCM_MISMATCH) from None
+        else:
+            body = open_(nonce, data[hsize:], data[tag_at:hsize])
+        if body.startswith(mfirst) and body[4:mhsize] == mrest:
+            size = body[2] << 8 | body[3]
+            stop = mhsize + size
+            k = size & 15
+            if len(body) == stop + tail_lens[k] and body.endswith(tails[k]):
+                return body[mhsize:stop]
+        h2 = template.copy()
+        h2[1] = int.from_bytes(data[pid_at : pid_at + 2], "big")
+        h2[11] = hn
+        h2[12] = data[tag_at:hsize]
+        return finish(tuple(h2), body, ())
+
+    # Trust it only where it agrees with decode_lone: the stream's packets (two ids,
+    # nonces and payload lengths) give their payload, another message decode_lone's value.
+    other = attrs.evolve(probe.messages[0], protocol_port=port ^ 1, payload=b"x")
+    for packet_id, hn, payload in ((1, bytes(8), b""), (0xFFFF, bytes(range(9, 17)), bytes(range(37)))):
+        head = attrs.evolve(header, packet_id=packet_id, nonce=hn, tag=b"")
+        for message, ours in ((attrs.evolve(probe.messages[0], payload=payload), True), (other, False)):
+            try:
+                data = codec.encode(Packet(head, (message,)), source)
+                want = codec.decode_lone(data, source)
+                got = opener(data)
+            except Exception:
+                return None
+            if type(want) is not tuple or want[1:3] != ((ptype, port) if ours else (ptype, port ^ 1)):
+                return None
+            if ours:
+                if got != payload or want[3] != payload or want[4:] != lone[4:] or want[0] != (*h[:1], packet_id, *h[2:11], hn, want[0][12]):
+                    return None
+            elif got != want:
+                return None
+    return opener
+
+
+def fast_decoder(
+    codec: PacketCodec,
+) -> tuple[Callable[..., Packet], Callable[..., Packet | LoneMessage], Callable[..., Packet | LoneMessage]] | None:
+    """``(decode, decode_lone, lone_or_packet)`` closures of *codec*, or None.
+
+    ``decode_lone`` is :meth:`PacketCodec.decode_lone`; ``lone_or_packet(h,
+    body, footer)`` is its last step, the messages of a decrypted body, which
+    :func:`lone_opener` shares.
+    """
     profile = codec.profile
     aead = codec._gcm
     hf = profile.header_format
@@ -440,6 +555,10 @@ def fast_decoder(codec: PacketCodec) -> tuple[Callable[..., Packet], Callable[[b
             pad = pf >> 4 if is_g else 0
             if pad:
                 body = body[: len(body) - pad] if pad <= len(body) else split_inner(body, ph(*h))[0]
+        return lone_or_packet(h, body, footer)
+
+    def lone_or_packet(h: tuple[Any, ...], body: bytes, footer: tuple[int, ...]) -> Packet | LoneMessage:
+        """The end of :func:`decode_lone`: the messages of a decrypted *body* (footer trimmed) under header *h*."""
         if layout is not None:
             # One message with every field, then only its alignment pad and 0xFF padding (§2.4).
             end = len(body)
@@ -474,7 +593,7 @@ def fast_decoder(codec: PacketCodec) -> tuple[Callable[..., Packet], Callable[[b
             return lone_packet(ph(*got[0]), *got[1:])  # packet_of_lone, inline
         return got  # type: ignore[return-value]
 
-    return decode, decode_lone
+    return decode, decode_lone, lone_or_packet
 
 
 def _slot_setters(cls: type) -> tuple[Callable[[Any, Any], None], ...] | None:

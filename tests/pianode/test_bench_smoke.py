@@ -58,6 +58,7 @@ def test_every_section_reports_through_the_cli(tmp_path: pathlib.Path, capsys: p
     assert stages["unit"] == prefilled["unit"] == "µs"
     assert stages["detail"]["accepted"] == stages["detail"]["datagrams"] > 0  # fresh nonces: none refused
     assert 0 < stages["detail"]["decode_us"] and 0 < stages["value"] and 0 < prefilled["value"]
+    assert stages["detail"]["decode_path"] == "the station's opener"  # the node opened the stream's packets
     node_stats = receive[0]["detail"]["node_statistics"]
     assert receive[0]["value"] > 0, "the node delivered none of the forged datagrams"
     rates = receive[0]["detail"]["node_rates"]

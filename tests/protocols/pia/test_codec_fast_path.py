@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from pia_type_strategies import u8, u16, u32, u64
 
 from protocols.crypto.aead import available_backends, gcm
-from protocols.errors import DecodeError, EncodeError
+from protocols.errors import AuthenticationError, DecodeError, EncodeError
 from protocols.pia.header import (
     HEADER_SIZES,
     HEADER_VERSIONS,
@@ -684,3 +684,124 @@ def test_lone_sealer_packs_without_the_codec() -> None:
         with pytest.raises(EncodeError):
             seal(1, bytes(8), bytes(0x10000))  # out of range: the codec's own error
         assert len(encoded) == 1
+
+
+# -- the opener of a stream of one-message packets -------------------------
+
+
+def _constant_fields(lone: Any) -> tuple[Any, ...]:
+    """What every packet of a LoneMessage's stream shares: all but id, header nonce, tag and payload."""
+    h = lone[0]
+    return (h[0], *h[2:11], lone[1], lone[2], *lone[4:])
+
+
+@st.composite
+def stream_datagram(draw: st.DrawFn, codec: PacketCodec, h: PacketHeader, m: Message, source: str, key: bytes, network: str) -> bytes:
+    """Another packet of the stream of *h* and *m*, one of another message or header, or any
+    datagram; a third of them with bytes overwritten or cut short."""
+    kind = draw(st.integers(0, 3))
+    try:
+        if kind == 0:
+            raw = codec.encode(Packet(attrs.evolve(h, packet_id=draw(u16), nonce=draw(st.binary(min_size=8, max_size=8))),
+                                      (attrs.evolve(m, payload=draw(st.binary(max_size=80))),)), source)  # fmt: skip
+        elif kind == 1:
+            other, _ = draw(message_case(codec.profile))
+            raw = codec.encode(Packet(attrs.evolve(h, nonce=draw(st.binary(min_size=8, max_size=8))), (other,)), source)
+        elif kind == 2:
+            other_h, _, _, _, _ = draw(header_case(codec.profile))
+            raw = codec.encode(Packet(other_h, (m,)), source)
+        else:
+            raw = draw(datagram_case(codec.profile, key, network))
+    except Exception:
+        raw = draw(st.binary(max_size=90))
+    if draw(st.integers(0, 2)):
+        return raw
+    mutable = bytearray(raw)
+    for pos, value in draw(flips(90, 2)):
+        if pos < len(mutable):
+            mutable[pos] = value
+    if draw(st.booleans()):
+        mutable = mutable[: draw(st.integers(0, len(mutable)))]
+    return bytes(mutable)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_lone_opener_agrees_with_decode_lone(data: st.DataObject) -> None:
+    """``lone_opener(lone, source)(d)`` gives None having done nothing, or the payload of a packet
+    that ``decode_lone`` reads as a packet of *lone*'s stream, or ``decode_lone``'s own value
+    or error class; ``last_nonce`` as ``decode_lone`` sets it."""
+    profile = data.draw(st.sampled_from(GCM_PROFILES))
+    backend = data.draw(st.sampled_from(BACKENDS))
+    network = data.draw(st.sampled_from(networks(profile) or ["lan"]))
+    key = data.draw(st.binary(min_size=16, max_size=16))
+    codec, reference = codec_pair(profile, backend, key, network)
+    h, _, _, _, _ = data.draw(header_case(profile).filter(lambda c: c[4]))
+    m, _ = data.draw(message_case(profile).filter(lambda c: c[1]))
+    source = data.draw(mostly(st.just(SRC_IP), st.sampled_from(SOURCES)))
+    h = attrs.evolve(h, encrypted=data.draw(mostly(st.just(True), st.just(False))))
+    try:
+        first = codec.encode(Packet(h, (m,)), source)
+        lone = codec.decode_lone(first, source)
+    except Exception:
+        return  # no stream to open
+    if type(lone) is not tuple:
+        return
+    opener = codec.lone_opener(lone, source)
+    if opener is None:
+        # The node's shape always gets one: an encrypted one-message packet without
+        # footer under an H-C..H-F header, from a usable source.
+        assert not (
+            h.encrypted and source == SRC_IP and not lone[9]
+            and profile.header_format in (HeaderFormat.C, HeaderFormat.D, HeaderFormat.E, HeaderFormat.F)
+            and profile.footer != "encrypted"
+        ), "no opener for a common shape"  # fmt: skip
+        return
+    for _ in range(4):
+        raw = data.draw(stream_datagram(codec, h, m, source, key, network))
+        codec.last_nonce = b"untouched"
+        got = outcome(opener, raw)
+        opener_nonce = codec.last_nonce
+        want = outcome(reference.decode_lone, raw, source)
+        if got == ("ok", None):
+            assert opener_nonce == b"untouched"
+            continue
+        assert opener_nonce == reference.last_nonce
+        if got[0] == "ok" and type(got[1]) is bytes:
+            assert want[0] == "ok" and type(want[1]) is tuple, "the payload of what decode_lone reads as one message"
+            assert want[1][3] == got[1]
+            assert _constant_fields(want[1]) == _constant_fields(lone), "a packet of the stream"
+        else:
+            assert got == want
+
+
+def test_lone_opener_opens_the_stream_without_decode() -> None:
+    """A 5.18 and a 5.29 station's stream is opened by the opener alone; another message
+    comes back as decode_lone's value; a forged tag is an AuthenticationError; another station's
+    header is left alone."""
+    for version in ("5.18", "5.29"):
+        profile = profile_for(version)
+        codec, general = codec_pair(profile, BACKENDS[0], bytes(range(16)))
+        h = node_header(profile)
+        m = node_message(profile)
+        lone = codec.decode_lone(general.encode(Packet(h, (m,)), SRC_IP), SRC_IP)
+        opener = codec.lone_opener(lone, SRC_IP)
+        assert opener is not None
+        datagrams = [
+            general.encode(Packet(attrs.evolve(h, packet_id=k + 1, nonce=k.to_bytes(8, "big")), (attrs.evolve(m, payload=bytes(range(k))),)), SRC_IP)
+            for k in range(40)
+        ]  # fmt: skip
+        other = general.encode(Packet(h, (attrs.evolve(m, protocol_port=9),)), SRC_IP)
+        codec.decode_lone = lambda *a: pytest.fail("the opener must not decode")  # type: ignore[method-assign]
+        assert [opener(d) for d in datagrams] == [bytes(range(k)) for k in range(40)]
+        assert general.decode_lone(other, SRC_IP) == opener(other)
+        forged = bytearray(datagrams[3])
+        forged[-1] ^= 1
+        with pytest.raises(AuthenticationError):
+            opener(bytes(forged))
+        if profile.header_format is HeaderFormat.C:
+            elsewhere_h = attrs.evolve(h, connection_id=h.connection_id + 1)
+        else:
+            elsewhere_h = attrs.evolve(h, source_variable_id=(h.source_variable_id or 0) + 1)
+        elsewhere = general.encode(Packet(elsewhere_h, (m,)), SRC_IP)
+        assert opener(elsewhere) is None  # another station's header: left to decode_lone
