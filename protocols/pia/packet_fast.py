@@ -371,6 +371,7 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> Callable[
     pid_at = offsets[3] if is_cd else offsets[4]
     fs_at = 0 if is_cd else offsets[5]
     hn_at, tag_at = offsets[-2], offsets[-1]
+    nonce_at = hn_at + skip  # the nonce is lead + the header nonce from byte skip on
     hsize = st.size
     tag_len = hsize - tag_at
     raw = open_raw(aead) if tag_len == 16 else None
@@ -399,8 +400,7 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> Callable[
     def opener(data: bytes) -> bytes | Packet | LoneMessage | None:
         if type(data) is not bytes or len(data) < hsize or not data.startswith(prefix) or (fs_at and data[fs_at]):
             return None
-        hn = data[hn_at:tag_at]
-        nonce = lead + hn[skip:] if skip else lead + hn
+        nonce = lead + data[nonce_at:tag_at]
         codec.last_nonce = nonce
         if raw is not None:
             try:
@@ -409,7 +409,7 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> Callable[
                 raise AuthenticationError(GCM_MISMATCH) from None
         else:
             body = open_(nonce, data[hsize:], data[tag_at:hsize])
-        if body.startswith(mfirst) and body[4:mhsize] == mrest:
+        if body.startswith(mfirst) and body.startswith(mrest, 4):
             size = body[2] << 8 | body[3]
             stop = mhsize + size
             k = size & 15
@@ -417,7 +417,7 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> Callable[
                 return body[mhsize:stop]
         h2 = template.copy()
         h2[1] = int.from_bytes(data[pid_at : pid_at + 2], "big")
-        h2[11] = hn
+        h2[11] = data[hn_at:tag_at]
         h2[12] = data[tag_at:hsize]
         return finish(tuple(h2), body, ())
 
