@@ -765,40 +765,14 @@ class MeshSession:
         if footer and peer is not None:
             self._receive_group(peer, data, addr, now)
             return
-        got = None
+        opener = None
         if peer is not None and peer.opener is not None and peer.connected:
             # The peer's stream of unreliable data to us (a game's frames): the
             # codec's opener compares the constant bytes instead of reading the
-            # fields; what it finds the stream's is delivered here, inline.
+            # fields; what it finds the stream's is delivered below, inline.
             made_for, opener = peer.opener
-            if opener is not None and made_for == (self.codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id):
-                try:
-                    got = opener(data)
-                except AuthenticationError:
-                    self._drop(DropReason.BAD_TAG)
-                    return
-                except DecodeError:
-                    self._drop(DropReason.MALFORMED)
-                    return
-                if type(got) is bytes:
-                    # _receive_lone's steps for unreliable data, which the opener's
-                    # constant bytes (the peer's identity) and made_for leave to do.
-                    if not peer.replay.accept_value(int.from_bytes(self.codec.last_nonce[-7:], "big")):  # type: ignore[union-attr]
-                        self._drop(DropReason.REPLAYED)
-                        return
-                    peer.last_heard = now
-                    peer.packets_received += 1
-                    counters = self.counters
-                    counters["packets_received"] += 1
-                    counters["unreliable_delivered"] += 1  # _deliver, inline
-                    handler = self.data_handler
-                    if handler is not None:
-                        handler(peer.index, got, False)  # type: ignore[arg-type]
-                    elif len(self._events) < EVENT_QUEUE_LIMIT:
-                        self._events.append(DataReceived(peer.index, got, False))  # type: ignore[arg-type]
-                    else:
-                        self._drop(DropReason.QUEUE_FULL)
-                    return
+            if made_for != (self.codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id):
+                opener = None
         try:
             if footer:
                 # A packet with a footer from an unknown address (dropped below
@@ -809,9 +783,12 @@ class MeshSession:
                 )
                 packet = group.packet
             else:
+                got = None if opener is None else opener(data)
                 if got is None:
                     got = self._decode_lone(data, addr[0])
-                if type(got) is not tuple:
+                if type(got) is bytes:
+                    packet = None  # the peer's unreliable data: below
+                elif type(got) is not tuple:
                     packet = got  # type: ignore[assignment]
                 elif peer is not None and peer.connected and got[0][1]:
                     self._receive_lone(peer, got, now)  # type: ignore[arg-type]
@@ -826,6 +803,26 @@ class MeshSession:
                 self._drop(DropReason.OTHER_VERSION)
             else:
                 self._drop(DropReason.MALFORMED)
+            return
+        if packet is None:
+            # The opener's: _receive_lone's steps for unreliable data but those its
+            # constant bytes (the peer's identity) and made_for took.
+            assert peer is not None
+            if not peer.replay.accept_value(int.from_bytes(self.codec.last_nonce[-7:], "big")):  # type: ignore[union-attr]
+                self._drop(DropReason.REPLAYED)
+                return
+            peer.last_heard = now
+            peer.packets_received += 1
+            counters = self.counters
+            counters["packets_received"] += 1
+            counters["unreliable_delivered"] += 1  # _deliver, inline
+            handler = self.data_handler
+            if handler is not None:
+                handler(peer.index, got, False)  # type: ignore[arg-type]
+            elif len(self._events) < EVENT_QUEUE_LIMIT:
+                self._events.append(DataReceived(peer.index, got, False))  # type: ignore[arg-type]
+            else:
+                self._drop(DropReason.QUEUE_FULL)
             return
         header = packet.header
         if not header.encrypted:
