@@ -72,7 +72,8 @@ def build_targets() -> tuple[list[tuple[str, Callable[[bytes, Any], Any]]], list
     from protocols.pia.header import decode_header, sniff_header_format
     from protocols.pia.message import Message, decode_messages, inflate_payload
     from protocols.pia.nonce import nonce_builder
-    from protocols.pia.packet import PacketCodec
+    from pianode.benchmark import bench_header, bench_message
+    from protocols.pia.packet import Packet, PacketCodec
     from protocols.pia.reliable import decode_bulk_ack, decode_segment
     from protocols.pia.subprotocols import decode_payload
     from protocols.pia.versions import Cipher, NetworkType, Proto, profile_for
@@ -109,6 +110,28 @@ def build_targets() -> tuple[list[tuple[str, Callable[[bytes, Any], Any]]], list
 
         return run
 
+    openers: dict[tuple[str, str], Any] = {}
+
+    def open_with(backend: str) -> Callable[[bytes, Any], Any]:
+        """A station's opener (``PacketCodec.lone_opener``) of a stream of bench-shaped packets."""
+
+        def run(d: bytes, p: Any) -> Any:
+            k = (p.name, backend)
+            if k not in openers:
+                opener = None
+                if p.cipher is Cipher.GCM:
+                    c = codec(p, KEY, backend)
+                    first = c.encode(Packet(bench_header(p, bytes(8)), (bench_message(p, b""),)), SOURCE)
+                    lone = c.decode_lone(first, SOURCE)
+                    opener = c.lone_opener(lone, SOURCE) if type(lone) is tuple else None
+                openers[k] = opener
+            opener = openers[k]
+            if opener is None:
+                raise ConfigError(f"no opener for Pia {p.name}")
+            return opener(d)
+
+        return run
+
     def inflate(d: bytes, p: Any) -> Any:
         if p.zlib_flag is None:
             raise ConfigError("no zlib flag")
@@ -123,6 +146,7 @@ def build_targets() -> tuple[list[tuple[str, Callable[[bytes, Any], Any]]], list
     for backend in available_backends():
         targets.append((f"codec.decode key {backend}", decode_with(KEY, backend)))
         targets.append((f"codec.inspect key {backend}", inspect_with(KEY, backend)))
+        targets.append((f"codec.lone_opener key {backend}", open_with(backend)))
     targets += [
         ("decode_header", decode_header),
         ("sniff_header_format", lambda d, p: sniff_header_format(d)),
@@ -217,6 +241,11 @@ def seed_corpus(directory: str, targets: list[tuple[str, Any]], profiles: list[A
                     continue
                 write("codec", i, datagram)
                 write("decode_header", i, datagram)
+                try:
+                    lone = sealing.encode(Packet(header, (m,)), SOURCE)  # a packet of an opener's stream
+                except (EncodeError, ConfigError):
+                    continue
+                write("codec.lone_opener", i, lone)
             write("decode_messages", i, encode_messages((m, m), p))
     samples = [
         PrudpPacket(source=0xAF, destination=0xA1, type=PacketType.PING, flags=Flag.NEED_ACK | Flag.HAS_SIZE, sequence_id=3),
