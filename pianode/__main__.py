@@ -2,6 +2,6 @@ from __future__ import annotations
 
 import sys
 
-from pianode.cli import main
+from pianode.cli.main import main
 
 sys.exit(main())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pianode.benchmark import add_arguments, run_from_args
+from pianode.bench.run import add_arguments, run_from_args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,12 +68,13 @@ def build_targets() -> tuple[list[tuple[str, Callable[[bytes, Any], Any]]], list
 
     from protocols.crypto.aead import available_backends
     from protocols.errors import ConfigError
-    from protocols.pia import lan, lan_criteria, ldn, types
+    from protocols.pia import lan, lan_criteria, lan_messages, ldn, types
     from protocols.pia.header import decode_header, sniff_header_format
     from protocols.pia.message import Message, decode_messages, inflate_payload
     from protocols.pia.nonce import nonce_builder
-    from pianode.benchmark import bench_header, bench_message
+    from pianode.bench.codec import bench_header, bench_message
     from protocols.pia.packet import Packet, PacketCodec
+    from protocols.pia.packet_values import LoneMessage
     from protocols.pia.reliable import decode_bulk_ack, decode_segment
     from protocols.pia.subprotocols import decode_payload
     from protocols.pia.versions import Cipher, NetworkType, Proto, profile_for
@@ -123,7 +124,7 @@ def build_targets() -> tuple[list[tuple[str, Callable[[bytes, Any], Any]]], list
                     c = codec(p, KEY, backend)
                     first = c.encode(Packet(bench_header(p, bytes(8)), (bench_message(p, b""),)), SOURCE)
                     lone = c.decode_lone(first, SOURCE)
-                    opener = c.lone_opener(lone, SOURCE) if type(lone) is tuple else None
+                    opener = c.lone_opener(lone, SOURCE) if type(lone) is LoneMessage else None
                 openers[k] = opener
             opener = openers[k]
             if opener is None:
@@ -158,7 +159,7 @@ def build_targets() -> tuple[list[tuple[str, Callable[[bytes, Any], Any]]], list
     for proto, port in ((Proto.STATION, 0), (Proto.MESH, 0), (Proto.MESH, 1), (Proto.KEEP_ALIVE, 0), (Proto.RTT, 1), (Proto.LOCAL, 0)):
         targets.append((f"decode_payload {proto.value}:{port}", lambda d, p, pr=proto, po=port: decode_payload(pr, po, d, p)))
     targets += [
-        ("lan decode_lan_message", lan.decode_lan_message),
+        ("lan decode_lan_message", lan_messages.decode_lan_message),
         ("lan BrowseRequest", lan.BrowseRequest.decode),
         ("lan BrowseReply", lan.BrowseReply.decode),
         ("lan LanSessionInfo", lan.LanSessionInfo.decode),
@@ -207,11 +208,12 @@ def seed_corpus(directory: str, targets: list[tuple[str, Any]], profiles: list[A
     """Write seed inputs (selector bytes + valid encodings) into *directory*."""
     import attrs
 
-    from pianode.benchmark import bench_header, bench_message
+    from pianode.bench.codec import bench_header, bench_message
     from protocols.errors import ConfigError, EncodeError
     from protocols.pia.message import encode_messages
     from protocols.pia.nonce import nonce_builder
     from protocols.pia.packet import Packet, PacketCodec
+    from protocols.pia.packet_values import LoneMessage
     from protocols.pia.versions import Cipher, NetworkType
     from protocols.prudp.codec import PacketCodec as PrudpCodec
     from protocols.prudp.packet import Flag, PacketType, PrudpPacket

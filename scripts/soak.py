@@ -12,10 +12,10 @@ Theory of operation
 Issue 6 asks that "a 10-minute soak of 8 stations at 5 % loss grows RSS by
 under 5 %" and that reliable streams deliver exactly once and in order under
 loss, duplication and reordering.  This script measures both, on the public
-node API only (``pianode.node.open_node``, ``Node.send``/``broadcast``/
+node API only (``pianode.mesh.node.open_node``, ``Node.send``/``broadcast``/
 ``stations``/``statistics``):
 
-1. A :class:`pianode.faults.FaultInjectingSocketFactory` is installed before
+1. A :class:`pianode.sim.faults.FaultInjectingSocketFactory` is installed before
    any socket exists, so every datagram of every link (formation included) is
    lost, duplicated or held back by a deterministic per-packet hash.
 2. Station *i* binds ``base + i`` (127.0.0.0/8 only), station 0 creates the
@@ -71,11 +71,11 @@ from typing import Any
 import attrs
 import trio
 
-from pianode.config import NodeConfig
-from pianode.events import DataReceived, HostChanged, MeshDestroyed, StationLeft
-from pianode.faults import FaultInjectingSocketFactory, LinkFaults
-from pianode.node import JoinError, Node, open_node
-from pianode.reliable import SendBufferFull, WindowFailed
+from pianode.mesh.config import NodeConfig
+from pianode.mesh.events import DataReceived, HostChanged, MeshDestroyed, StationLeft
+from pianode.sim.faults import FaultInjectingSocketFactory, LinkFaults
+from pianode.mesh.node import JoinError, Node, open_node
+from pianode.mesh.reliable import SendBufferFull, WindowFailed
 
 __all__ = ["SoakOptions", "format_table", "main", "read_rss_kib", "run_soak"]
 

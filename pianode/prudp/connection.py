@@ -42,6 +42,7 @@ from collections.abc import Callable
 
 import attrs
 
+from pianode.prudp.payload_cipher import PayloadCipher
 from pianode.prudp.events import (
     Connected,
     ConnectionFailed,
@@ -53,22 +54,10 @@ from pianode.prudp.events import (
 )
 from protocols.errors import DecodeError
 from protocols.prudp import rendezvous
-from protocols.prudp.codec import PacketCodec, quazal_open, quazal_seal
+from protocols.prudp.codec import PacketCodec, quazal_seal
 from protocols.prudp.packet import Flag, PacketType, PrudpPacket
-from protocols.prudp.payload import (
-    Rc4Stream,
-    add_ratio,
-    add_sequence_suffix,
-    aes_cbc_open,
-    aes_cbc_seal,
-    derive_substream_key,
-    strip_ratio,
-    strip_sequence_suffix,
-    unreliable_base_key,
-    unreliable_packet_key,
-)
 from protocols.prudp.signatures import expected_signature
-from protocols.prudp.variants import Cipher, Framing
+from protocols.prudp.variants import Framing
 
 __all__ = ["Connection", "State"]
 
@@ -149,12 +138,11 @@ class Connection:
         self._minor = settings.minor
         self._functions = settings.supported_functions
         self._max_sub = settings.max_substream
-        self._aes_key: bytes | None = None
         self._ecdh_key: rendezvous.EccKey | None = None
-        self._session_key = b""  # a Kerberos session key would go here (spec §2.9); we run auth-style
-        self._tx_rc4: list[Rc4Stream] = []
-        self._rx_rc4: list[Rc4Stream] = []
-        self._reset_rc4()
+        self.cipher = PayloadCipher(
+            self.variant, settings.max_substream, ratio_byte=settings.ratio_byte,
+            compress=settings.use_compression, random_bytes=random_bytes,
+        )
         self._last_rx = 0.0
         self._ping_due: float | None = None
         self._ping_outstanding = False
@@ -169,14 +157,6 @@ class Connection:
         self._give_up_after = total  # e.g. NEX: 1 + 1.5 + 2.25 s
 
     # ------------------------------------------------------------------ setup
-    def _reset_rc4(self) -> None:
-        key = self._session_key or self.variant.default_key
-        self._tx_rc4, self._rx_rc4 = [], []
-        for _ in range(self._max_sub + 1):
-            self._tx_rc4.append(Rc4Stream(key))
-            self._rx_rc4.append(Rc4Stream(key))
-            key = derive_substream_key(key)
-
     def _emit(self, event: Event) -> None:
         self.events.append(event)
 
@@ -193,7 +173,7 @@ class Connection:
     def _sign(self, p: PrudpPacket, *, peer: bytes | None | bool = True) -> PrudpPacket:
         sig_peer = self.remote_signature if peer is True else (None if peer is False else peer)
         sig = expected_signature(
-            p, self.variant, self.settings.access_key, session_key=self._session_key, peer_signature=sig_peer
+            p, self.variant, self.settings.access_key, session_key=self.cipher.session_key, peer_signature=sig_peer
         )
         return attrs.evolve(p, signature=sig)
 
@@ -266,7 +246,7 @@ class Connection:
             assert self._ecdh_key is not None
             try:
                 hello = rendezvous.HostHello.decode(p.payload)
-                self._aes_key = rendezvous.client_finish(self._ecdh_key, hello, self.settings.certificate)
+                self.cipher.aes_key = rendezvous.client_finish(self._ecdh_key, hello, self.settings.certificate)
             except DecodeError as exc:
                 self._fail(f"connection refused: {exc}", now)
                 return
@@ -329,7 +309,7 @@ class Connection:
         if v.ecdh_connect:
             if settings.certificate is None or not settings.certificate.has_private():
                 raise DecodeError("this host has no certificate private key to sign its key exchange")
-            hello, conn._aes_key = rendezvous.host_accept(connect.payload, settings.certificate)
+            hello, conn.cipher.aes_key = rendezvous.host_accept(connect.payload, settings.certificate)
             payload = hello.encode()
         elif v.transform_connect:
             payload = quazal_seal(b"", v, PacketType.CONNECT, cid.local_vport, compress=False)
@@ -384,7 +364,7 @@ class Connection:
         seq = self._unreliable_seq
         self._unreliable_seq = (seq + 1) & 0xFFFF
         p = self._packet(PacketType.DATA, Flag.NEED_ACK | Flag.HAS_SIZE, sequence_id=seq, fragment_id=0)
-        p = attrs.evolve(p, payload=self._seal(p, data))
+        p = attrs.evolve(p, payload=self.cipher.seal(p, data))
         self._out.append(self.codec.encode(self._sign(p)))
 
     def close(self, now: float) -> None:
@@ -466,44 +446,9 @@ class Connection:
                     item.type, item.flags, sequence_id=seq, substream_id=sub, fragment_id=item.fragment_id
                 )
                 if item.type == PacketType.DATA:
-                    p = attrs.evolve(p, payload=self._seal(p, item.plain))
+                    p = attrs.evolve(p, payload=self.cipher.seal(p, item.plain))
                 self._transmit_tracked(self._sign(p), (int(item.type), sub, seq), now)
                 room -= 1
-
-    def _seal(self, p: PrudpPacket, plain: bytes) -> bytes:
-        """Payload transform of an outgoing DATA packet (spec §2.8, §3.5, §4.4)."""
-        v, s = self.variant, self.settings
-        if v.cipher == Cipher.AES_CBC:
-            assert self._aes_key is not None
-            body = add_ratio(add_sequence_suffix(plain, p.sequence_id), compress=s.use_compression)
-            return aes_cbc_seal(self._aes_key, body, self._random(16))
-        if v.cipher == Cipher.RC4_PER_PACKET:
-            return quazal_seal(plain, v, PacketType.DATA, p.source, compress=s.use_compression)
-        if not plain:
-            return b""  # NEX leaves empty payloads alone
-        body = add_ratio(plain, compress=True) if s.ratio_byte else plain
-        if p.flags & Flag.RELIABLE:
-            return self._tx_rc4[p.substream_id].process(body)
-        key = unreliable_packet_key(unreliable_base_key(self._session_key), p.sequence_id, p.session_id)
-        return Rc4Stream(key).process(body)
-
-    def _open(self, p: PrudpPacket) -> bytes:
-        """Inverse of :meth:`_seal` for an inbound DATA packet; raises DecodeError."""
-        v, s = self.variant, self.settings
-        if v.cipher == Cipher.AES_CBC:
-            if self._aes_key is None:
-                raise DecodeError("DATA before the key exchange")
-            return strip_sequence_suffix(strip_ratio(aes_cbc_open(self._aes_key, p.payload)), p.sequence_id)
-        if v.cipher == Cipher.RC4_PER_PACKET:
-            return quazal_open(p.payload, v, PacketType.DATA, p.source)
-        if not p.payload:
-            return b""
-        if p.flags & Flag.RELIABLE:
-            body = self._rx_rc4[p.substream_id].process(p.payload)
-        else:
-            key = unreliable_packet_key(unreliable_base_key(self._session_key), p.sequence_id, p.session_id)
-            body = Rc4Stream(key).process(p.payload)
-        return strip_ratio(body) if s.ratio_byte else body
 
     def _ack(self, p: PrudpPacket) -> None:
         flags = Flag.ACK | (p.flags & Flag.MULTI_ACK)
@@ -539,7 +484,7 @@ class Connection:
     def _expected_inbound(self, p: PrudpPacket) -> bytes:
         # a receiver verifies with its own connection signature (spec §1.6)
         return expected_signature(
-            p, self.variant, self.settings.access_key, session_key=self._session_key, peer_signature=self.local_signature
+            p, self.variant, self.settings.access_key, session_key=self.cipher.session_key, peer_signature=self.local_signature
         )
 
     def receive_packet(self, p: PrudpPacket, now: float) -> None:
@@ -621,7 +566,7 @@ class Connection:
                 self._ack(p)
             if p.type == PacketType.DATA:
                 try:
-                    data = self._open(p)
+                    data = self.cipher.open(p)
                 except DecodeError:
                     self.stats["dropped_bad_payload"] += 1
                     return
@@ -655,7 +600,7 @@ class Connection:
     def _process_in_order(self, p: PrudpPacket, now: float) -> None:
         if p.type == PacketType.DATA:
             try:
-                piece = self._open(p)
+                piece = self.cipher.open(p)
             except DecodeError:
                 # the slot is consumed either way; a corrupt fragment spoils its message
                 self.stats["dropped_bad_payload"] += 1

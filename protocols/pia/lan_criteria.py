@@ -17,16 +17,36 @@ clear is not evaluated.  The result range is carried but ignored, as consoles
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 
 from protocols.errors import BadValue, ConfigError, EncodeError
+from protocols.pia.versions import VersionProfile
 from protocols.wire import Reader, Writer
 
-if TYPE_CHECKING:
-    from protocols.pia.lan import LanNetworkProperty, LanSessionInfo
-    from protocols.pia.versions import VersionProfile
+
+class LanSessionInfo(Protocol):
+    """What :meth:`LanSessionSearchCriteria.matches` reads of a host's session
+    (``protocols.pia.lan.LanSessionInfo``, which imports this module)."""
+
+    min_participants: int
+    max_participants: int
+    current_participants: int
+    is_opened: bool
+    game_mode: int
+    session_type: int
+    attributes: tuple[int, ...]
+
+
+class LanNetworkProperty(Protocol):
+    """What :meth:`LanSearchNetworkSetting.matches` reads of a 6.x host's
+    ``protocols.pia.lan.LanNetworkProperty``."""
+
+    matchmake_key: int
+    max_stations: int
+    current_stations: int
+    is_opened: bool
 
 __all__ = [
     "ATTRIBUTE_COUNT",

@@ -78,32 +78,13 @@ from protocols.pia.message import (
     lone_message_decoder,
     lone_message_encoder,
 )
+from protocols.pia.packet_fast import fast_decoder, fast_encoder, lone_opener, lone_sealer, packet_of_lone
+from protocols.pia.packet_values import LoneMessage, NonceBuilder, Packet, pack_footer, unpack_footer
 from protocols.pia.versions import Cipher, HeaderFormat, VersionProfile
 
 __all__ = ["LoneMessage", "NonceBuilder", "Packet", "PacketCodec", "PacketReport"]
 
-#: ``builder(header, source_ip) -> 12-byte GCM nonce`` (protocols/pia/nonce.py).
-NonceBuilder = Callable[[PacketHeader, str], bytes]
-
-#: What :meth:`PacketCodec.decode_lone` gives for a packet of one message, before
-#: any value is built: ``(header fields, protocol_type, protocol_port, payload,
-#: flags, destination, source_constant_id, extra, presence, footer)``, the header
-#: fields being those of :class:`PacketHeader` in its field order, the rest those
-#: of the :class:`Message` (source_station_index None, reserved 0) and the footer.
-#: :meth:`PacketCodec.packet_of` turns it into the :class:`Packet`.
-LoneMessage = tuple[tuple[Any, ...], int, int, bytes, int, int, "int | None", int, int, tuple[int, ...]]
-
 _FF16 = b"\xff" * 16
-_FOOTER_STRUCTS = [struct.Struct(f">{n}H") for n in range(128)]
-
-
-@attrs.frozen
-class Packet:
-    """A decoded datagram: its header, its messages and the footer's receiver variable ids."""
-
-    header: PacketHeader
-    messages: tuple[Message, ...]
-    footer: tuple[int, ...] = ()
 
 
 @attrs.frozen
@@ -139,23 +120,6 @@ def _ecb_cipher(key: bytes) -> Any:
 def _hmac_base(key: bytes) -> Any:
     """HMAC-MD5 keyed once; each packet works on a copy."""
     return hmac.new(key, digestmod=hashlib.md5)
-
-
-def _pack_footer(footer: tuple[int, ...]) -> bytes:
-    n = len(footer)
-    if n >= len(_FOOTER_STRUCTS):
-        raise EncodeError(f"footer of {n} receivers does not fit the u8 footer size")
-    try:
-        return _FOOTER_STRUCTS[n].pack(*footer)
-    except struct.error as e:
-        raise EncodeError(f"footer variable ids must be u16: {e}") from None
-
-
-def _unpack_footer(raw: bytes) -> tuple[int, ...]:
-    n = len(raw)
-    if n & 1:
-        raise BadValue(f"footer of {n} bytes is not a list of u16 variable ids")
-    return _FOOTER_STRUCTS[n >> 1].unpack(raw) if n else ()  # type: ignore[no-any-return]
 
 
 class PacketCodec:
@@ -228,9 +192,6 @@ class PacketCodec:
         # Without them (AES-ECB era, no key): the header still decodes through its layout closure.
         self._hdec = header_decoder(profile)
         self._hsize = HEADER_SIZES[profile.header_format]
-        # Deferred import: the fast paths build Packet values of this module.
-        from protocols.pia.packet_fast import fast_decoder, fast_encoder
-
         self._fast_encode = fast_encoder(self)
         decoders = fast_decoder(self)
         self._fast_decode, self._fast_lone, self._lone_or_packet = decoders if decoders is not None else (None, None, None)
@@ -286,7 +247,7 @@ class PacketCodec:
             return signed + h.tag
 
         footer_where = profile.footer
-        fbytes = _pack_footer(packet.footer) if packet.footer else b""
+        fbytes = pack_footer(packet.footer) if packet.footer else b""
         if fbytes and footer_where == "none":
             raise EncodeError(f"Pia {profile.name} packets have no footer")
         fsize = len(fbytes)
@@ -358,8 +319,6 @@ class PacketCodec:
         None when the shape is not one it knows (no key, H-A/H-B headers, a
         non-delta message format, an unusual field): encode each packet then.
         """
-        from protocols.pia.packet_fast import lone_sealer
-
         return lone_sealer(self, header, message, source)
 
     def lone_opener(self, lone: LoneMessage, source: str) -> Callable[[bytes], bytes | Packet | LoneMessage | None] | None:
@@ -382,15 +341,11 @@ class PacketCodec:
         fields.  None when the shape is not one it knows (H-A, H-B, an encrypted
         footer, a footer on *lone*, a fixed-format message).
         """
-        from protocols.pia.packet_fast import lone_opener
-
         return lone_opener(self, lone, source)
 
     @staticmethod
     def packet_of(lone: LoneMessage) -> Packet:
         """The :class:`Packet` that :meth:`decode` gives for what :meth:`decode_lone` gave."""
-        from protocols.pia.packet_fast import packet_of_lone
-
         return packet_of_lone(lone)
 
     def _decode_general(self, data: bytes, source: str, *, verify: bool = True) -> Packet:
@@ -420,7 +375,7 @@ class PacketCodec:
             body = self._gcm.open(nonce, body, header.tag)
         if self.profile.footer == "encrypted":
             body, footer_raw = self._split_inner(body, header)
-        footer = _unpack_footer(footer_raw) if footer_raw else ()
+        footer = unpack_footer(footer_raw) if footer_raw else ()
         return Packet(header, decode_messages(body, self.profile), footer)
 
     def inspect(self, data: bytes, source: str) -> PacketReport:
@@ -452,7 +407,7 @@ class PacketCodec:
             else:
                 body, footer_raw = self._split(data, off, header)
                 if profile.footer == "plain" and footer_raw:
-                    footer = _unpack_footer(footer_raw)
+                    footer = unpack_footer(footer_raw)
                 if header.encrypted:
                     if self._gcm is None:
                         body = None
@@ -464,7 +419,7 @@ class PacketCodec:
                         auth = True
                 if body is not None and profile.footer == "encrypted":
                     body, footer_raw = self._split_inner(body, header)
-                    footer = _unpack_footer(footer_raw) if footer_raw else ()
+                    footer = unpack_footer(footer_raw) if footer_raw else ()
             if body is None:
                 return PacketReport(header, auth, None, footer)
             return PacketReport(header, auth, decode_messages(body, profile), footer)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -38,11 +38,27 @@ from protocols.errors import AuthenticationError
 from protocols.pia.header import PacketHeader, header_layout
 from protocols.pia.message import Message, decode_messages, lone_delta_layout
 from protocols.pia.nonce import nonce_parts
-from protocols.pia.packet import LoneMessage, Packet, _pack_footer, _unpack_footer
+from protocols.pia.packet_values import LoneMessage, Packet, new_named, pack_footer, unpack_footer
 from protocols.pia.versions import HeaderFormat, MessageFormat, VersionProfile
 
-if TYPE_CHECKING:
-    from protocols.pia.packet import PacketCodec
+
+
+class PacketCodec(Protocol):
+    """What the closures read of :class:`protocols.pia.packet.PacketCodec`, which builds them at its construction."""
+
+    profile: VersionProfile
+    last_nonce: bytes
+    _gcm: Any
+    _nonce: Callable[[PacketHeader, str], bytes] | None
+    _lone_enc: Any
+    _lone_dec: Any
+    _lone_or_packet: Any
+
+    def encode(self, packet: Packet, source: str) -> bytes: ...
+    def decode_lone(self, data: bytes, source: str) -> Packet | LoneMessage: ...
+    def _encode_general(self, packet: Packet, source: str) -> bytes: ...
+    def _decode_general(self, data: bytes, source: str, *, verify: bool = True) -> Packet: ...
+    def _split_inner(self, plaintext: bytes, header: PacketHeader) -> tuple[bytes, bytes]: ...
 
 __all__ = ["fast_decoder", "fast_encoder", "lone_opener", "lone_sealer", "packet_of_lone"]
 
@@ -118,7 +134,7 @@ def fast_encoder(codec: PacketCodec) -> Callable[[Packet, str], bytes] | None:
                 if footer is packed[0]:
                     fbytes = packed[1]
                 else:
-                    fbytes = _pack_footer(footer)  # too many or not u16: the general path reports it
+                    fbytes = pack_footer(footer)  # too many or not u16: the general path reports it
                     packed[0], packed[1] = footer, fbytes
             else:
                 raise _Uncommon
@@ -357,7 +373,7 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> Callable[
     if aead is None or builder is None or finish is None or not known:
         return None  # (H-A/H-B: no constant lead; H-G: an encrypted footer, its padding varies)
     st, _, _, inner, _, is_cd, _, layout, is_me, is_mg = _shape(profile)
-    h, ptype, port, _, flags, dest, src, extra, full, footer = lone
+    h, ptype, port, _, flags, dest, src, extra, full, footer = lone[:10]
     if layout is None or inner or footer or not h[0] or type(source) is not str:
         return None
     header = _make_header(*h)
@@ -433,10 +449,10 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> Callable[
                 got = opener(data)
             except Exception:
                 return None
-            if type(want) is not tuple or want[1:3] != ((ptype, port) if ours else (ptype, port ^ 1)):
+            if type(want) is not LoneMessage or (want.protocol_type, want.protocol_port) != ((ptype, port) if ours else (ptype, port ^ 1)):
                 return None
             if ours:
-                if got != payload or want[3] != payload or want[4:] != lone[4:] or want[0] != (*h[:1], packet_id, *h[2:11], hn, want[0][12]):
+                if got != payload or want.payload != payload or want[4:10] != lone[4:10] or want.header != (*h[:1], packet_id, *h[2:11], hn, want.header[12]):
                     return None
             elif got != want:
                 return None
@@ -490,7 +506,7 @@ def fast_decoder(
     split_inner = codec._split_inner
     plain_footer = profile.footer == "plain"
 
-    def decode_lone(data: bytes, source: str, verify: bool = True) -> Packet | LoneMessage:
+    def decode_lone(data: bytes, source: str, verify: bool = True, named: bool = True) -> Packet | LoneMessage | tuple[Any, ...]:
         if type(data) is not bytes or len(data) < hsize:
             return general(data, source, verify=verify)
         # Header: one unpack; only an encrypted header of the profile stays here, with at
@@ -550,14 +566,16 @@ def fast_decoder(
             nonce = builder(ph(*h), source)  # type: ignore[misc]
             codec.last_nonce = nonce
             body = open_(nonce, data[hsize:end] if fs else data[hsize:], tag)
-        footer = _unpack_footer(data[end:]) if fs else ()
+        footer = unpack_footer(data[end:]) if fs else ()
         if inner:
             pad = pf >> 4 if is_g else 0
             if pad:
                 body = body[: len(body) - pad] if pad <= len(body) else split_inner(body, ph(*h))[0]
-        return lone_or_packet(h, body, footer)
+        return lone_or_packet(h, body, footer, named)
 
-    def lone_or_packet(h: tuple[Any, ...], body: bytes, footer: tuple[int, ...]) -> Packet | LoneMessage:
+    def lone_or_packet(
+        h: tuple[Any, ...], body: bytes, footer: tuple[int, ...], named: bool = True
+    ) -> Packet | LoneMessage | tuple[Any, ...]:
         """The end of :func:`decode_lone`: the messages of a decrypted *body* (footer trimmed) under header *h*."""
         if layout is not None:
             # One message with every field, then only its alignment pad and 0xFF padding (§2.4).
@@ -583,13 +601,18 @@ def fast_decoder(
                 else:
                     lone = stop == end
                 if lone:
+                    if named:
+                        # What the receive loop reads: named fields (one tuple copy, no frame).
+                        return new_named(
+                            LoneMessage, (h, ptype, port, body[mhsize:stop], flags, dest, src, extra, full, footer, h[1], h[2], h[7])
+                        )
                     return (h, ptype, port, body[mhsize:stop], flags, dest, src, extra, full, footer)
             return pkt(ph(*h), decode_messages(body, profile), footer)
         return pkt(ph(*h), lone_dec(body) or decode_messages(body, profile), footer)
 
     def decode(data: bytes, source: str, verify: bool = True) -> Packet:
-        got = decode_lone(data, source, verify)
-        if type(got) is tuple:
+        got = decode_lone(data, source, verify, False)
+        if type(got) is tuple:  # the plain fields: no named tuple for a value built at once
             return lone_packet(ph(*got[0]), *got[1:])  # packet_of_lone, inline
         return got  # type: ignore[return-value]
 
@@ -712,4 +735,4 @@ _make_lone_packet = _lone_packet_maker()
 
 def packet_of_lone(lone: LoneMessage) -> Packet:
     """The :class:`Packet` of a :data:`~protocols.pia.packet.LoneMessage` (see ``PacketCodec.decode_lone``)."""
-    return _make_lone_packet(_make_header(*lone[0]), *lone[1:])
+    return _make_lone_packet(_make_header(*lone.header), *lone[1:10])

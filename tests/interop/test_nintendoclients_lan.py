@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import trio
 
-from pianode.lan import BrowseClient, LanHost, browse, make_session_info
+from pianode.lan.discovery import BrowseClient, LanHost, browse, make_session_info
 from protocols.pia.lan import LanSessionInfo, lan_session_key
 from protocols.pia.versions import profile_for
 

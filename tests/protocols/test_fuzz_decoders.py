@@ -34,10 +34,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mesh_harness import MeshHarness
 
-from pianode.benchmark import bench_header, bench_message
+from pianode.bench.codec import bench_header, bench_message
 from protocols.crypto.aead import available_backends
 from protocols.errors import ConfigError, DecodeError, EncodeError
-from protocols.pia import lan, lan_criteria, ldn, types
+from protocols.pia import lan, lan_criteria, lan_messages, ldn, types
 from protocols.pia.header import decode_header, sniff_header_format
 from protocols.pia.keepalive import decode_keep_alive
 from protocols.pia.local import decode_local_message
@@ -215,7 +215,7 @@ PIA_DECODERS: dict[str, tuple[Callable[[bytes, VersionProfile], Any], str | None
     "decode_payload keep-alive": (_sub(Proto.KEEP_ALIVE, 0), "keep-alive:0"),
     "decode_payload rtt": (_sub(Proto.RTT, 1), "rtt:1"),
     "decode_payload local": (_sub(Proto.LOCAL, 0), None),
-    "decode_lan_message": (lan.decode_lan_message, None),
+    "decode_lan_message": (lan_messages.decode_lan_message, None),
     "LanSessionInfo.decode": (lan.LanSessionInfo.decode, None),
     "LanNetworkProperty.decode": (lan.LanNetworkProperty.decode, None),
     "ChallengeRequest.decode": (lambda d, p: lan.ChallengeRequest.decode(d), None),

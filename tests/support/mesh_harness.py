@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import attrs
 
-from pianode.config import NodeConfig
-from pianode.events import Event
-from pianode.session import MeshSession
+from pianode.mesh.config import NodeConfig
+from pianode.mesh.events import Event
+from pianode.mesh.session import MeshSession
 
 
 @attrs.define
@@ -32,10 +32,10 @@ class Link:
 def check_group_view(session: MeshSession) -> None:
     """The session's cached group view (members, destination bitmap, footer) must
     equal one worked out afresh: every change of membership has to reset it."""
-    cached = session._group_view
+    cached = session.links.group_view
     if cached is not None:
-        assert cached == session._work_out_group_view(), "stale group view after a membership change"
-    session._members()  # cached from here on, so the next change must reset it
+        assert cached == session.links.work_out_group_view(), "stale group view after a membership change"
+    session.links.members()  # cached from here on, so the next change must reset it
 
 
 def _u(seed: int, tag: bytes, data: bytes, salt: int) -> float:

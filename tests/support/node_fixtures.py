@@ -1,6 +1,6 @@
 """Node fixtures shared by the node tests: a group of running nodes with their events collected.
 
-Theory of operation: :class:`NodeMesh` starts each :class:`pianode.node.Node`
+Theory of operation: :class:`NodeMesh` starts each :class:`pianode.mesh.node.Node`
 in its own task inside a nursery the caller owns, so a test can stop one node
 without a leave (:meth:`NodeMesh.kill` cancels only that node's scope) while
 the others keep running.  Every event a node yields is appended to its list,
@@ -21,9 +21,9 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from pianode.config import NodeConfig
-from pianode.events import DataReceived, Event
-from pianode.node import Node, open_node
+from pianode.mesh.config import NodeConfig
+from pianode.mesh.events import DataReceived, Event
+from pianode.mesh.node import Node, open_node
 
 
 class NodeMesh:

@@ -1,0 +1,1 @@
+"""``pianode bench``: every figure as a same-run ratio against a baseline, or against a fixed target."""

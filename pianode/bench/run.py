@@ -1,0 +1,194 @@
+"""``pianode bench``: every figure as a same-run ratio or against a fixed target.
+
+Theory of operation
+-------------------
+This VM is shared and noisy (../shared/perf-limits.md §0, §6: single figures
+move 10-40 %), so every rate is measured against a reference taken in the same
+run, interleaved with it, and reported as the median over repeats:
+
+1. **codec**: ``PacketCodec.encode`` (seal+encode) and ``decode`` (decode+open)
+   packets/s for Pia 5.3 (AES-ECB + HMAC-MD5), 5.18 (GCM, 16-byte tag) and
+   5.29 (GCM, 8-byte tag) at 64/256/1024/1400-byte payloads, each divided by the
+   raw rate of the same backend on a payload of the same size: the project's
+   per-key AEAD object (``protocols.crypto.aead.gcm(key, backend).seal/open``,
+   the cheapest way the backend is driven here) for GCM, and one cached ECB
+   call plus one HMAC-MD5 for 5.3.  The library's own per-packet call
+   (``AESGCM.encrypt``; ``AES.new(...).encrypt_and_digest``) is printed beside
+   it for context.  Target: ≥ 50 % at 1024 B on both backends.
+2. **receive**: one :class:`~pianode.mesh.node.Node` fed valid encrypted datagrams
+   by a sender in another process, against a bare Trio draining receiver fed
+   the same datagrams (``pianode.bench.net``).  Target ≥ 25 %.
+3. **formation**: wall time for 2..32 stations to form a full mesh
+   (``MeshRun``).  Target: 32 stations in under 2 s.
+4. **memory**: Python heap (tracemalloc) per idle node of a 32-station mesh.
+   Target < 1 MiB.
+5. **rtt**: median application round trip through two nodes against a bare
+   Trio UDP echo in the same process.  Target: overhead < 100 µs.
+6. **session**: ``MeshRun(nodes=32, rate=60)``: every station broadcasts one
+   game-state frame per tick.  Target: ≥ 99 % of frames within 50 ms, every
+   reliable message delivered, no station dropped.
+
+Wall time here is measured with ``time.perf_counter`` (what a benchmark is
+for); the nodes themselves still read time only from Trio.  Every loop is
+bounded by its budget; all traffic stays on 127.0.0.0/8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+from protocols.crypto.aead import available_backends
+
+from pianode.bench import net
+from pianode.bench.codec import bench_codec
+from pianode.bench.figures import (
+    QUICK,
+    SECTIONS,
+    BenchReport,
+    Budget,
+    Figure,
+    _loadavg,
+    environment,
+)
+from pianode.bench.sessions import bench_formation, bench_session
+
+
+def run_benchmark(
+    budget: Budget, sections: Sequence[str] = SECTIONS, *, progress: Callable[[str], None] | None = None
+) -> BenchReport:
+    """Run the chosen sections in order; a section that raises becomes an error line, not a crash."""
+    report = BenchReport(environment=environment(), budget=attrs.asdict(budget))
+    runners: dict[str, Callable[[Budget], list[Figure]]] = {
+        "codec": bench_codec,
+        "receive": net.bench_receive,
+        "formation": bench_formation,
+        "memory": net.bench_memory,
+        "rtt": net.bench_rtt,
+        "session": bench_session,
+    }
+    started = time.perf_counter()
+    for name in sections:
+        if progress is not None:
+            progress(f"bench: {name} ...")
+        t0 = time.perf_counter()
+        try:
+            figures = runners[name](budget)
+        except Exception as exc:  # report and go on with the next section
+            report.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        report.figures.extend(figures)
+        if progress is not None:
+            progress(f"bench: {name} done in {time.perf_counter() - t0:.1f} s")
+    if budget.profile_dir:
+        try:
+            report.environment["profiles"] = net.profile_hot_paths(budget, sections, progress)
+        except Exception as exc:
+            report.errors.append(f"profile: {type(exc).__name__}: {exc}")
+    report.wall_time = time.perf_counter() - started
+    report.environment["loadavg_end"] = _loadavg()
+    return report
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def _csv(kind: Callable[[str], Any]) -> Callable[[str], tuple[Any, ...]]:
+    def parse(text: str) -> tuple[Any, ...]:
+        try:
+            return tuple(kind(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad list {text!r}") from None
+
+    return parse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="small budgets: the whole run in about 30 s")
+    p.add_argument("--sections", type=_csv(str), default=SECTIONS, help=f"comma list of sections (default all: {','.join(SECTIONS)})")
+    p.add_argument("--json", metavar="FILE", help="also write every figure to FILE as JSON")
+    p.add_argument("--version", default=None, help="Pia version of the node sections (default 5.18)")
+    p.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None, help="only this AEAD backend (codec) and for the nodes")
+    p.add_argument("--repeats", type=int, default=None, help="codec repeats (median)")
+    p.add_argument("--cell-seconds", type=float, default=None, help="codec: seconds per measurement")
+    p.add_argument("--sizes", type=_csv(int), default=None, help="codec payload sizes (default 64,256,1024,1400)")
+    p.add_argument("--rounds", type=int, default=None, help="receive and rtt rounds (median)")
+    p.add_argument("--receive-seconds", type=float, default=None, help="receive: seconds measured per round")
+    p.add_argument("--datagrams", type=int, default=None, help="receive: datagrams sealed for the receive rounds (default 400000, quick 150000)")
+    p.add_argument("--formation-sizes", type=_csv(int), default=None, help="formation: station counts (default 2,4,8,16,32)")
+    p.add_argument("--stations", type=int, default=None, help="memory and session: station count (default 32)")
+    p.add_argument("--rtt-pings", type=int, default=None, help="rtt: round trips per round")
+    p.add_argument("--session-seconds", type=float, default=None, help="session: seconds of 60 Hz traffic (default 30)")
+    p.add_argument("--rate", type=float, default=None, help="session: frames per second per station (default 60)")
+    p.add_argument("--session-version", default=None, help="session: Pia version (default 5.29, as pianode mesh --rate)")
+    p.add_argument("--profile", metavar="DIR", default=None, help="also profile the receive path and the session (cProfile, DIR/*.pstats)")
+
+
+def budget_from_args(args: argparse.Namespace) -> Budget:
+    base = QUICK if args.quick else Budget()
+    changes: dict[str, Any] = {}
+    for arg, field in (
+        ("version", "version"),
+        ("repeats", "repeats"),
+        ("cell_seconds", "cell_seconds"),
+        ("sizes", "sizes"),
+        ("receive_seconds", "receive_seconds"),
+        ("datagrams", "receive_datagrams"),
+        ("formation_sizes", "formation_sizes"),
+        ("rtt_pings", "rtt_pings"),
+        ("session_seconds", "session_seconds"),
+        ("rate", "session_rate"),
+        ("session_version", "session_version"),
+        ("profile", "profile_dir"),
+    ):
+        value = getattr(args, arg, None)
+        if value is not None:
+            changes[field] = value
+    if args.rounds is not None:
+        changes["receive_rounds"] = changes["rtt_rounds"] = args.rounds
+    if args.stations is not None:
+        changes["memory_stations"] = changes["session_nodes"] = args.stations
+    if args.backend is not None:
+        changes["backends"] = (args.backend,)
+        changes["node_backend"] = args.backend
+    budget = attrs.evolve(base, **changes)
+    problems = []
+    unknown = [s for s in args.sections if s not in SECTIONS]
+    if unknown:
+        problems.append(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    if budget.repeats < 1 or budget.receive_rounds < 1 or budget.rtt_rounds < 1 or budget.formation_repeats < 1:
+        problems.append("repeats and rounds must be at least 1")
+    if budget.cell_seconds <= 0 or budget.receive_seconds <= 0 or budget.session_seconds <= 0:
+        problems.append("durations must be positive")
+    if any(n < 2 or n > 32 for n in (*budget.formation_sizes, budget.memory_stations, budget.session_nodes)):
+        problems.append("station counts must be 2..32")
+    if not 100 <= budget.receive_datagrams <= 4_000_000:
+        problems.append("--datagrams must be 100..4000000")
+    if budget.rtt_pings < 1 or any(s < 0 or s > 4096 for s in budget.sizes):
+        problems.append("--rtt-pings must be at least 1 and sizes 0..4096")
+    if args.backend is not None and args.backend not in available_backends():
+        problems.append(f"AEAD backend {args.backend} is not installed")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return budget
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run the benchmark; exit status 0 when every targeted figure passed, 1 otherwise."""
+    budget = budget_from_args(args)
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    report = run_benchmark(budget, args.sections, progress=progress)
+    print(report.table())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report.as_dict(), f, indent=2, sort_keys=True, default=str)
+            f.write("\n")
+    return 0 if report.ok else 1

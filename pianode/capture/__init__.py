@@ -1,0 +1,1 @@
+"""Captures: pcap/pcapng/JSON Lines I/O, session files, and the decoder behind ``pianode decode``."""

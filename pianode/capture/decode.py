@@ -1,0 +1,704 @@
+"""The capture decode engine behind ``pianode decode``: one result per datagram.
+
+Theory of operation
+-------------------
+:class:`Decoder` takes a :class:`~pianode.capture.session_file.DecodeContext` and turns
+each :class:`~pianode.capture.pcap.Datagram` into a :class:`DecodeResult`, a plain
+JSON-ready record.  It never raises for bad bytes: whatever goes wrong with one
+datagram becomes that result's one-line ``error`` and the next datagram is
+decoded as usual.
+
+Classification, per datagram:
+
+* The session names PRUDP → :func:`protocols.prudp.decode_datagram` (kind
+  ``prudp``; several packets per datagram are possible).
+* Magic ``32 AB 98 64`` → Pia (kind ``pia``).  The profile is the session's
+  version, or, without one, is detected (spec ../shared/spec/pia.md §0.3, §1.2):
+  byte 4 = 1/2 means H-A or H-B, told apart by the length rule
+  (:func:`protocols.pia.header.sniff_header_format`, captures/README), and
+  ``0x80 | v`` maps header version ``v`` to its layout.  Each layout may cover
+  several message formats (H-A: M-A and M-B; H-C v3: M-C and M-D); one
+  representative version per distinct packet format is tried in order and the
+  first that decodes cleanly wins.  The result says which profile was
+  assumed.  :meth:`protocols.pia.packet.PacketCodec.inspect` does the work:
+  headers always, tag/HMAC when a key is known, messages when the body is
+  plain or decrypted.  A plain packet whose HMAC fails still shows its
+  messages, with ``authenticated: false``.
+* Byte 0 = 0/1 with a LAN browse size field (spec §6.2, §6.3) → the LAN browse
+  request / reply codecs of :mod:`protocols.pia.lan`.
+* Anything else → kind ``unknown`` with its bytes.
+
+Message payloads are inflated when the version's zlib flag is set (§2.3, §2.8)
+and handed to the sub-protocol decoder (``protocols.pia.subprotocols``) for a
+``decoded`` form when it knows the protocol.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from pianode.capture.pcap import Datagram, parse_endpoint
+from pianode.capture.session_file import DecodeContext, KeySet
+from protocols.errors import ConfigError, DecodeError
+from protocols.pia.header import (
+    MAGIC,
+    PacketHeader,
+    header_format_for_version,
+    sniff_header_format,
+)
+from protocols.pia.message import Message, inflate_payload
+from protocols.pia.packet import PacketCodec, PacketReport
+from protocols.pia.versions import (
+    DOCUMENTED_VERSIONS,
+    HeaderFormat,
+    NetworkType,
+    Proto,
+    VersionProfile,
+    profile_for,
+)
+
+__all__ = ["KINDS", "DecodeResult", "Decoder", "FlowTracker", "candidate_profiles", "to_jsonable"]
+
+KINDS = ("pia", "lan-browse-request", "lan-browse-reply", "prudp", "unknown")
+
+
+# --------------------------------------------------------------------------
+# JSON conversion
+
+
+def to_jsonable(value: Any) -> Any:
+    """attrs values, enums, bytes, tuples and dicts → JSON types (bytes as hex)."""
+    if value is None or isinstance(value, (bool, str, float)):
+        return value
+    if isinstance(value, enum.Enum):
+        if not isinstance(value.value, int):
+            return value.value
+        if value.name is None:
+            # Flag bits no member names (garbage or an undocumented flag): the
+            # named ones, then the rest in hex.
+            named = [m for m in type(value) if m.value and value.value & m.value == m.value]
+            rest = value.value
+            for m in named:
+                rest &= ~m.value
+            return "|".join([*(m.name.lower() for m in named), *([f"{rest:#x}"] if rest else [])]) or "0"
+        return value.name.lower()
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if attrs.has(type(value)):
+        return {
+            f.name.lstrip("_"): to_jsonable(getattr(value, f.name))
+            for f in attrs.fields(type(value))
+            if f.repr is not False or f.name in ("checksum_ok", "plaintext")
+        }
+    if isinstance(value, dict):
+        return {str(to_jsonable(k)) if not isinstance(k, str) else k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in value]
+    return str(value)
+
+
+# --------------------------------------------------------------------------
+# Profile detection
+
+
+def _packet_shape(p: VersionProfile) -> tuple[Any, ...]:
+    """The profile facts that change how a datagram decodes."""
+    return (p.header_format, p.header_version, p.message_format, p.align_messages, p.zlib_flag, p.footer,
+            p.tag_length, p.cipher)
+
+
+def _representatives() -> dict[tuple[HeaderFormat, int | None], list[VersionProfile]]:
+    """Per (layout, header version): one profile per distinct packet shape, oldest shape first.
+
+    The representative of a shape is its newest documented version.
+    """
+    shapes: dict[tuple[Any, ...], VersionProfile] = {}
+    for v in DOCUMENTED_VERSIONS:  # ascending, so later versions overwrite
+        p = profile_for(v)
+        shapes[_packet_shape(p)] = p
+    out: dict[tuple[HeaderFormat, int | None], list[VersionProfile]] = collections.defaultdict(list)
+    for p in sorted(shapes.values(), key=lambda p: p.version):
+        out[(p.header_format, p.header_version)].append(p)
+    return dict(out)
+
+
+_REPRESENTATIVES = _representatives()
+
+
+def candidate_profiles(data: bytes) -> list[VersionProfile]:
+    """Profiles to try for a Pia datagram of unknown version, most likely first."""
+    if len(data) < 5 or data[:4] != MAGIC:
+        return []
+    fmt = sniff_header_format(data)
+    b4 = data[4]
+    if b4 in (1, 2):
+        fmts = [fmt] if fmt is not None else [HeaderFormat.A, HeaderFormat.B]
+        return [p for f in fmts for p in _REPRESENTATIVES.get((f, None), [])]
+    layout = header_format_for_version(b4 & 0x7F)
+    if layout is None:
+        return []
+    return list(_REPRESENTATIVES.get((layout, b4 & 0x7F), []))
+
+
+# --------------------------------------------------------------------------
+# Results
+
+
+@attrs.frozen
+class DecodeResult:
+    """Everything decoded from one datagram, in JSON-ready form."""
+
+    index: int
+    time: float | None
+    src: str | None
+    dst: str | None
+    kind: str
+    size: int
+    frame: int | None = None
+    name: str | None = None
+    #: Pia: the profile used ("5.18") and whether it was detected rather than given.
+    profile: str | None = None
+    profile_assumed: bool | None = None
+    header: dict[str, Any] | None = None
+    authenticated: bool | None = None
+    messages: list[dict[str, Any]] | None = None
+    prudp: list[dict[str, Any]] | None = None
+    lan: dict[str, Any] | None = None
+    #: Raw bytes (hex) of datagrams no decoder claimed.
+    data: str | None = None
+    error: str | None = None
+    #: Something the decoder learned from this datagram (a LAN session key param).
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The output object: the issue's fields always, the others when they say something."""
+        out: dict[str, Any] = {
+            "index": self.index,
+            "time": None if self.time is None else round(self.time, 9),
+            "src": self.src,
+            "dst": self.dst,
+            "kind": self.kind,
+            "size": self.size,
+        }
+        if self.frame is not None:
+            out["frame"] = self.frame
+        if self.name is not None:
+            out["name"] = self.name
+        if self.profile is not None:
+            out["profile"] = self.profile
+            out["profile_assumed"] = self.profile_assumed
+        out["header"] = self.header
+        out["authenticated"] = self.authenticated
+        out["messages"] = self.messages
+        if self.prudp is not None:
+            out["prudp"] = self.prudp
+        if self.lan is not None:
+            out["lan"] = self.lan
+        if self.data is not None:
+            out["data"] = self.data
+        out["error"] = self.error
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+
+def _one_line(exc: BaseException | str) -> str:
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def header_json(h: PacketHeader, profile: VersionProfile, footer: tuple[int, ...]) -> dict[str, Any]:
+    """The header fields a layout carries (spec §1.1), bytes as hex."""
+    fmt = profile.header_format
+    out: dict[str, Any] = {"format": fmt.value, "encrypted": h.encrypted, "packet_id": h.packet_id}
+    if h.version is not None:
+        out["version"] = h.version
+    if fmt in (HeaderFormat.A, HeaderFormat.B, HeaderFormat.C, HeaderFormat.D):
+        out["connection_id"] = h.connection_id
+    if fmt in (HeaderFormat.A, HeaderFormat.B):
+        out["source_timer"] = h.source_timer
+        out["destination_timer"] = h.destination_timer
+    if fmt in (HeaderFormat.E, HeaderFormat.F, HeaderFormat.G):
+        out["destination_variable_id"] = h.destination_variable_id
+        out["source_variable_id"] = h.source_variable_id
+        out["footer_size"] = h.footer_size
+    if fmt is HeaderFormat.G:
+        out["padding_size"] = h.padding_size
+        out["packet_flags"] = h.packet_flags
+    if h.nonce:
+        out["nonce"] = h.nonce.hex()
+    out["tag"] = h.tag.hex()
+    if profile.footer != "none":
+        out["footer"] = list(footer)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Sub-protocol payloads (optional module; absent → no "decoded" field)
+
+
+def _subprotocol_decoder() -> Any:
+    try:
+        from protocols.pia import subprotocols
+    except ImportError:
+        return None
+    return getattr(subprotocols, "decode_payload", None)
+
+
+class Decoder:
+    """Decode datagrams under one :class:`DecodeContext`.
+
+    Args:
+        ctx: the session settings.
+        backend: AES-GCM backend name (default: the fastest installed).
+    """
+
+    def __init__(self, ctx: DecodeContext, *, backend: str | None = None) -> None:
+        self.ctx = ctx
+        self._backend = backend
+        self._codecs: dict[tuple[int, int], tuple[PacketCodec, PacketCodec | None, KeySet]] = {}
+        self._subdecode = _subprotocol_decoder()
+        self._nex_streams: dict[tuple[str | None, str | None], dict[Any, Any]] = {}
+        # Browse requests seen, by requester: (challenge key, challenge plaintext, broadcast address).
+        self._lan_requests: dict[str, tuple[bytes, bytes, str]] = {}
+        #: Results per kind, and authenticated true/false/null counts.
+        self.kinds: collections.Counter[str] = collections.Counter()
+        self.auth: collections.Counter[str] = collections.Counter()
+        self.errors = 0
+
+    # -- entry points -----------------------------------------------------
+    def decode_all(self, datagrams: Iterator[Datagram] | list[Datagram]) -> Iterator[DecodeResult]:
+        for d in datagrams:
+            yield self.decode(d)
+
+    def decode(self, d: Datagram) -> DecodeResult:
+        try:
+            result = self._decode(d)
+        except (DecodeError, ConfigError) as exc:  # a codec path we did not wrap: still one line
+            result = self._base(d, "unknown", error=_one_line(exc))
+        if d.warning is not None:
+            result = attrs.evolve(result, note=d.warning if result.note is None else f"{result.note}; {d.warning}")
+        self.kinds[result.kind] += 1
+        self.auth[{True: "true", False: "false", None: "null"}[result.authenticated]] += 1
+        if result.error is not None:
+            self.errors += 1
+        return result
+
+    # -- helpers ----------------------------------------------------------
+    def _base(self, d: Datagram, kind: str, **kw: Any) -> DecodeResult:
+        return DecodeResult(
+            index=d.index, time=d.time, src=d.src, dst=d.dst, kind=kind, size=len(d.data), frame=d.frame,
+            name=d.name, **kw,
+        )
+
+    def _decode(self, d: Datagram) -> DecodeResult:
+        if d.error is not None:
+            return self._base(d, "unknown", data=d.data.hex(), error=d.error)
+        data = d.data
+        if self.ctx.prudp is not None:
+            return self._prudp(d)
+        if data[:4] == MAGIC:
+            return self._pia(d)
+        lan_kind = _lan_kind(data)
+        if lan_kind is not None:
+            return self._lan(d, lan_kind)
+        return self._base(d, "unknown", data=data.hex())
+
+    # -- Pia --------------------------------------------------------------
+    def _codecs_for(self, profile: VersionProfile) -> tuple[PacketCodec, PacketCodec | None, KeySet]:
+        entry = self._codecs.get(profile.version)
+        if entry is None:
+            keys = self.ctx.keys_for(profile)
+            plain = PacketCodec(profile)
+            keyed: PacketCodec | None = None
+            if keys.problem is None and (keys.session_key is not None or keys.hmac_key is not None):
+                keyed = PacketCodec(
+                    profile, keys.session_key, keys.nonce_builder, hmac_key=keys.hmac_key, backend=self._backend
+                )
+            entry = self._codecs[profile.version] = (plain, keyed, keys)
+        return entry
+
+    def _pia(self, d: Datagram) -> DecodeResult:
+        source_ip = _source_ip(d.src)
+        macs = self.ctx.macs
+        if d.src_mac is not None and macs is not None and source_ip not in macs:
+            # The nonce builder reads the map live (protocols/pia/nonce.py); a MAC
+            # from the session file always wins over one seen on the wire.
+            macs[source_ip] = bytes.fromhex(d.src_mac.replace(":", ""))
+        if self.ctx.profile is not None:
+            candidates, assumed = [self.ctx.profile], False
+        else:
+            candidates, assumed = candidate_profiles(d.data), True
+            if not candidates:
+                b4 = d.data[4] if len(d.data) > 4 else None
+                why = "too short for a Pia header" if b4 is None else f"byte 4 = {b4:#04x} names no documented header"
+                return self._base(d, "pia", error=f"cannot tell the Pia version: {why}; give --version")
+        first: tuple[VersionProfile, PacketReport, KeySet] | None = None
+        for profile in candidates:
+            report, keys = self._inspect(profile, d.data, source_ip)
+            if first is None:
+                first = (profile, report, keys)
+            if report.error is None and report.authenticated is not False:
+                return self._pia_result(d, profile, assumed, report, keys)
+        assert first is not None
+        if first[1].header is None and not assumed:
+            # The session's version does not fit this header (spec §1.2): decode
+            # it as the header says, and say so.
+            for profile in candidate_profiles(d.data):
+                report, keys = self._inspect(profile, d.data, source_ip)
+                if report.header is not None:
+                    given = first[0].name
+                    why = _one_line(first[1].error or "")
+                    note = f"the header does not fit Pia {given} ({why}); decoded as {profile.name}"
+                    return attrs.evolve(self._pia_result(d, profile, True, report, keys), note=note)
+        return self._pia_result(d, first[0], assumed, first[1], first[2])
+
+    def _inspect(self, profile: VersionProfile, data: bytes, source_ip: str) -> tuple[PacketReport, KeySet]:
+        plain, keyed, keys = self._codecs_for(profile)
+        if keyed is None:
+            return plain.inspect(data, source_ip), keys
+        report = keyed.inspect(data, source_ip)
+        if report.authenticated is False and report.header is not None and not report.header.encrypted:
+            # A plain packet whose signature fails: show its messages anyway.
+            shown = plain.inspect(data, source_ip)
+            report = attrs.evolve(report, messages=shown.messages, footer=shown.footer)
+        return report, keys
+
+    def _pia_result(
+        self, d: Datagram, profile: VersionProfile, assumed: bool, report: PacketReport, keys: KeySet
+    ) -> DecodeResult:
+        error: str | None = None
+        if report.error is not None:
+            error = _one_line(report.error)
+            if report.authenticated is False:
+                error = f"authentication failed: {error}"
+        header = None if report.header is None else header_json(report.header, profile, report.footer)
+        messages = None
+        if report.messages is not None:
+            messages = []
+            for m in report.messages:
+                msg, msg_error = self._message(m, profile)
+                messages.append(msg)
+                if msg_error is not None and error is None:
+                    error = msg_error
+        elif report.header is not None and report.header.encrypted and error is None:
+            if keys.problem is not None:
+                error = f"cannot decrypt: {keys.problem}"
+            elif not self.ctx.has_key_material:
+                error = None  # no key given: the header is all there is to show
+        return self._base(
+            d, "pia", profile=profile.name, profile_assumed=assumed, header=header,
+            authenticated=report.authenticated, messages=messages, error=error,
+        )
+
+    def _message(self, m: Message, profile: VersionProfile) -> tuple[dict[str, Any], str | None]:
+        out: dict[str, Any] = {
+            "flags": m.flags,
+            "protocol_type": m.protocol_type,
+            "protocol_port": m.protocol_port,
+            "protocol": profile.protocol_name(m.protocol_type),
+            "destination": m.destination,
+            "source_constant_id": m.source_constant_id,
+        }
+        if m.source_station_index is not None:
+            out["source_station_index"] = m.source_station_index
+        error = None
+        payload = m.payload
+        zflag = profile.zlib_flag
+        if zflag is not None and m.flags & zflag:
+            try:
+                payload = inflate_payload(m, profile)
+                out["compressed_size"] = len(m.payload)
+            except DecodeError as exc:
+                error = f"message payload: {_one_line(exc)}"
+                out["error"] = error
+        out["payload"] = payload.hex()
+        proto = _proto_for(profile, m.protocol_type)
+        if error is None and proto is not None:
+            try:
+                decoded = self._decode_known(proto, m.protocol_port, payload, profile)
+            except (DecodeError, ConfigError) as exc:
+                out["decoded_error"] = _one_line(exc)
+            else:
+                if decoded is not None:
+                    out["decoded"] = {"type": type(decoded).__name__, **_as_dict(to_jsonable(decoded))}
+        return out, error
+
+    def _decode_known(self, proto: Proto, port: int, payload: bytes, profile: VersionProfile) -> Any:
+        """A decoded form of a known sub-protocol message, or None."""
+        decoded = None
+        if self._subdecode is not None:
+            decoded = self._subdecode(proto, port, payload, profile)
+        if decoded is None and proto is Proto.LAN:
+            # LAN host/session/keep-alive messages (spec §6.5).
+            from protocols.pia.lan_messages import decode_lan_message
+
+            decoded = decode_lan_message(payload, profile)
+        return decoded
+
+    # -- LAN browse -------------------------------------------------------
+    def _lan(self, d: Datagram, kind: str) -> DecodeResult:
+        from protocols.pia.lan import BrowseReply, BrowseRequest
+
+        codec = BrowseRequest if kind == "lan-browse-request" else BrowseReply
+        if self.ctx.profile is not None:
+            candidates, assumed = [self.ctx.profile], False
+        else:
+            candidates, assumed = _lan_candidates(d.data, kind), True
+        first_error: str | None = None
+        for profile in candidates:
+            try:
+                value = codec.decode(d.data, profile)
+            except (DecodeError, ConfigError) as exc:
+                first_error = first_error or _one_line(exc)
+                continue
+            if isinstance(value, BrowseRequest):
+                auth, error, note = self._lan_request(d, value)
+            else:
+                auth, error, note = self._lan_reply(d, value)
+            return self._base(
+                d, kind, profile=profile.name, profile_assumed=assumed, lan=to_jsonable(value),
+                authenticated=auth, error=error, note=note,
+            )
+        return self._base(d, kind, data=d.data.hex(), error=first_error or "no LAN profile fits")
+
+    def _lan_request(self, d: Datagram, request: Any) -> tuple[bool | None, str | None, str | None]:
+        """Open the crypto challenge with the game key (spec §6.4 step 1): the browser knows the key."""
+        from protocols.pia.lan import open_challenge_request
+
+        chal = request.challenge
+        game_key = self.ctx.game_key
+        if chal is None or not chal.enabled or game_key is None or d.dst is None:
+            return None, None, None
+        broadcast = _source_ip(d.dst)  # the request is sent to the broadcast address (§6.1)
+        try:
+            plaintext = open_challenge_request(chal, game_key, broadcast, backend=self._backend)
+        except (DecodeError, ConfigError) as exc:
+            return False, f"challenge: {_one_line(exc)}", None
+        if d.src is not None:
+            self._lan_requests[d.src] = (chal.key, plaintext, broadcast)
+        return True, None, None
+
+    def _lan_reply(self, d: Datagram, reply: Any) -> tuple[bool | None, str | None, str | None]:
+        """Check the challenge reply against the request it answers (§6.4 step 3) and learn the session key param."""
+        from protocols.pia.lan import verify_challenge_reply
+
+        auth: bool | None = None
+        error: str | None = None
+        game_key = self.ctx.game_key
+        request = self._lan_requests.get(d.dst) if d.dst is not None else None
+        chal = reply.challenge
+        if game_key is not None and chal is not None and chal.enabled and request is not None:
+            request_key, plaintext, broadcast = request
+            try:
+                verify_challenge_reply(chal, game_key, request_key, plaintext, broadcast, backend=self._backend)
+                auth = True
+            except (DecodeError, ConfigError) as exc:
+                auth, error = False, f"challenge reply: {_one_line(exc)}"
+        param = getattr(reply.session, "session_key_param", None)
+        ctx = self.ctx
+        if (
+            auth is not False and isinstance(param, bytes) and game_key is not None and ctx.session_key is None
+            and ctx.session_param is None and ctx.network in (None, NetworkType.LAN)
+        ):
+            # What a joining console does next (§6.6): derive the session key from the advertised param.
+            self.ctx = attrs.evolve(ctx, session_param=param, network=NetworkType.LAN, _cache={})
+            self._codecs.clear()
+            return auth, error, "session key param learned: later packets use the LAN session key derived from it"
+        return auth, error, None
+
+    # -- PRUDP ------------------------------------------------------------
+    def _prudp(self, d: Datagram) -> DecodeResult:
+        from protocols.prudp import decode_datagram
+
+        settings = self.ctx.prudp
+        assert settings is not None
+        streams = self._nex_streams.setdefault((d.src, d.dst), {})
+        try:
+            packets = decode_datagram(
+                d.data, settings.variant, settings.access_key, aes_key=settings.aes_key, nex_streams=streams
+            )
+        except DecodeError as exc:
+            return self._base(d, "unknown", data=d.data.hex(), error=f"not {settings.variant} PRUDP: {_one_line(exc)}")
+        rows = [_prudp_json(p) for p in packets]
+        checks = [p.checksum_ok for p in packets if p.checksum_ok is not None]
+        auth = None if not checks else all(checks)
+        error = None if auth is not False else "checksum mismatch (wrong access key or damaged packet)"
+        return self._base(d, "prudp", prudp=rows, authenticated=auth, error=error)
+
+
+def _proto_for(profile: VersionProfile, protocol_type: int) -> Proto | None:
+    for proto, pid in profile.protocol_ids.items():
+        if pid == protocol_type:
+            return proto
+    return None
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _prudp_json(p: Any) -> dict[str, Any]:
+    out: dict[str, Any] = to_jsonable(p)
+    out["type"] = p.type.name
+    out["flags"] = p.flag_names
+    out["source_stream_type"], out["source_port"] = p.source_stream_type, p.source_port
+    out["destination_stream_type"], out["destination_port"] = p.destination_stream_type, p.destination_port
+    out.pop("option_order", None)
+    return out
+
+
+def _source_ip(src: str | None) -> str:
+    """The sender's IP for nonces; captures without addresses use 0.0.0.0 (LAN/LDN 6.x nonces then fail)."""
+    if src is None:
+        return "0.0.0.0"
+    try:
+        return parse_endpoint(src)[0]
+    except ValueError:
+        return "0.0.0.0"
+
+
+# -- LAN browse detection (spec §6.2, §6.3) ---------------------------------
+
+# Search block sizes: LanSessionSearchCriteria (<= 5.45), LanSearchNetworkSetting
+# 6.16-6.20 / 6.23-6.30, and 7.2's encrypted setting.
+_REQUEST_SEARCH_SIZES = (0x23A, 0x0E, 0x16, 0x20)
+# Challenge (request) sizes after the search block: none (<= 5.6), 298, 299 (version 4), 315 (7.2).
+_REQUEST_TAILS = (0, 0x12A, 0x12B, 0x13B)
+# Challenge reply sizes after the session: none (<= 5.6), 58, 59 (version 4).
+_REPLY_TAILS = (0, 58, 59)
+
+
+def _lan_kind(data: bytes) -> str | None:
+    if len(data) < 5 or data[0] not in (0, 1):
+        return None
+    size = int.from_bytes(data[1:5], "big")
+    rest = len(data) - 5 - size
+    if data[0] == 0 and size in _REQUEST_SEARCH_SIZES and rest in _REQUEST_TAILS:
+        return "lan-browse-request"
+    if data[0] == 1 and size >= 0x100 and rest in _REPLY_TAILS:
+        return "lan-browse-reply"
+    return None
+
+
+def _lan_candidates(data: bytes, kind: str) -> list[VersionProfile]:
+    """LAN profiles to try: one per (system communication version, challenge version) pair."""
+    seen: dict[tuple[Any, ...], VersionProfile] = {}
+    for v in DOCUMENTED_VERSIONS:
+        p = profile_for(v)
+        if p.lan_system_version is None and not (5, 2) <= v <= (5, 45):
+            continue
+        seen[(p.lan_system_version, p.lan_challenge_version, v >= (6, 0), v >= (5, 10), v >= (5, 3))] = p
+    ordered = sorted(seen.values(), key=lambda p: p.version)
+    size = int.from_bytes(data[1:5], "big")
+    # The challenge (request or reply) starts with its version right after the block (spec §6.4).
+    chal_ver = data[5 + size] if len(data) > 5 + size else None
+    sys_ver = data[5 + 0x26] if kind == "lan-browse-reply" and len(data) > 5 + 0x27 else None
+    # LanSessionInfo 5.3+: system communication version at 0x26 (spec §6.3).
+    ordered.sort(
+        key=lambda p: (p.lan_challenge_version != chal_ver, sys_ver is not None and p.lan_system_version != sys_ver)
+    )
+    return ordered
+
+
+
+# --------------------------------------------------------------------------
+# Flows: connection and packet id progression per direction (spec §1.3, §1.4)
+
+
+@attrs.define
+class _Run:
+    connection_id: int
+    first_frame: int | None
+    count: int
+    first_packet_id: int
+    last_packet_id: int
+    plus_one_steps: int = 0
+    other_steps: list[list[int]] = attrs.Factory(list)
+
+
+@attrs.define
+class _Flow:
+    src: str | None
+    dst: str | None
+    packets: int = 0
+    encrypted: int = 0
+    plain: int = 0
+    first: dict[str, Any] | None = None
+    last: dict[str, Any] | None = None
+    connection_ids_in_order: list[int] = attrs.Factory(list)
+    ids: dict[int, list[int]] = attrs.Factory(dict)
+    runs: list[_Run] = attrs.Factory(list)
+
+
+class FlowTracker:
+    """Per-direction summary of Pia headers: connection ids in order, packet id runs and gaps.
+
+    A *run* is a stretch of consecutive packets with the same connection id (or,
+    from H-E on, the same source variable id); inside it every step of the
+    packet id is counted as +1 or listed as ``[previous, next]``.  Packet ids
+    of each non-zero connection id are summarised with the ids missing between
+    their minimum and maximum; packet id 0 (handshake, spec §1.4) is left out.
+    """
+
+    def __init__(self) -> None:
+        self._flows: dict[tuple[str | None, str | None], _Flow] = {}
+
+    def add(self, r: DecodeResult) -> None:
+        if r.kind != "pia" or r.header is None:
+            return
+        h = r.header
+        conn = h.get("connection_id", h.get("source_variable_id"))
+        if conn is None:
+            return
+        pid = h["packet_id"]
+        flow = self._flows.setdefault((r.src, r.dst), _Flow(r.src, r.dst))
+        flow.packets += 1
+        if h["encrypted"]:
+            flow.encrypted += 1
+        else:
+            flow.plain += 1
+        point = {"frame": r.frame if r.frame is not None else r.index, "connection_id": conn, "packet_id": pid}
+        flow.first = flow.first or point
+        flow.last = point
+        if conn not in flow.connection_ids_in_order:
+            flow.connection_ids_in_order.append(conn)
+        if conn != 0 and pid != 0:
+            flow.ids.setdefault(conn, []).append(pid)
+        run = flow.runs[-1] if flow.runs else None
+        if run is None or run.connection_id != conn:
+            flow.runs.append(_Run(conn, point["frame"], 1, pid, pid))
+            return
+        if pid == (run.last_packet_id + 1) & 0xFFFF or (run.last_packet_id == 0xFFFF and pid == 1):
+            run.plus_one_steps += 1
+        elif not (pid == 0 and run.last_packet_id == 0):
+            run.other_steps.append([run.last_packet_id, pid])
+        run.count += 1
+        run.last_packet_id = pid
+
+    def flows(self) -> list[dict[str, Any]]:
+        out = []
+        for n, f in enumerate(self._flows.values()):
+            ids = {}
+            for conn, pids in f.ids.items():
+                lo, hi = min(pids), max(pids)
+                seen = set(pids)
+                ids[str(conn)] = {
+                    "count": len(pids), "min": lo, "max": hi,
+                    "missing": [p for p in range(lo, hi + 1) if p not in seen],
+                }
+            out.append({
+                "flow": n, "src": f.src, "dst": f.dst, "packets": f.packets, "encrypted": f.encrypted,
+                "plain": f.plain, "first": f.first, "last": f.last,
+                "connection_ids_in_order": f.connection_ids_in_order,
+                "nonzero_connection_id_packet_ids": ids,
+                "runs": [attrs.asdict(run) for run in f.runs],
+            })
+        return out

@@ -1,0 +1,297 @@
+"""``pianode decode``: read a capture and print every datagram decoded ("Wireshark for Pia").
+
+Input: pcap, pcapng, JSON Lines or hex lines (``-`` for stdin), see
+:mod:`pianode.capture.pcap`.  Session context: ``--session FILE.json`` and/or the
+flags of the same names, see :mod:`pianode.capture.session_file`.  Output: ``--format
+table`` (the default on a terminal) or ``--format jsonl`` (the default when
+piped), one record per datagram from :mod:`pianode.capture.decode`.
+
+Exit status 0 whenever the input could be read, whatever individual datagrams
+hold; 2 with a one-line message when the capture or the session settings
+cannot be used at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, NoReturn, TextIO
+
+from pianode.capture.pcap import Capture, CaptureError, open_capture
+from pianode.cli.common import CliError
+from pianode.capture.decode import Decoder, DecodeResult, FlowTracker
+from pianode.capture.session_file import DecodeContext, load_session
+from protocols.errors import ConfigError
+
+__all__ = ["add_parser", "render_flow", "render_row", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "decode",
+        help="decode Pia/PRUDP datagrams from a capture (pcap, pcapng, JSON Lines, hex)",
+        description=(
+            "Decode every UDP datagram of a capture as Pia (or PRUDP when the session says so). "
+            "Settings come from --session FILE.json; each flag below overrides the setting of the same name."
+        ),
+    )
+    p.add_argument("capture", help="pcap, pcapng, JSON Lines or hex-lines file; - for standard input")
+    p.add_argument("--session", metavar="FILE", help="session settings (JSON object)")
+    p.add_argument("--format", choices=("table", "jsonl"), default=None,
+                   help="output format (default: table on a terminal, jsonl otherwise)")
+    p.add_argument("--flows", action="store_true",
+                   help="print one summary per Pia flow (connection and packet id progression) instead of datagrams")
+    g = p.add_argument_group("session settings (override --session)")
+    g.add_argument("--version", metavar="X.Y", help='Pia version, e.g. 5.18 (default: detect per datagram)')
+    g.add_argument("--allow-nearest-version", action="store_true", default=None,
+                   help="use the nearest documented version for an undocumented one")
+    g.add_argument("--network", metavar="TYPE", help="lan, ldn, nex or npln (needed for 5.7+ nonces)")
+    g.add_argument("--session-key", metavar="HEX", help="16-byte session key (hex)")
+    g.add_argument("--hmac-key", metavar="KEY",
+                   help="<= 5.6 HMAC-MD5 key when it is not the session key (hex, or text; hex:/ascii: prefix)")
+    g.add_argument("--game-key", metavar="KEY", help="game key: 32 hex digits or 16 characters")
+    g.add_argument("--session-param", metavar="PARAM", help="LAN: 64 hex digits; LDN 5.9+: an integer")
+    g.add_argument("--application-data", metavar="HEX",
+                   help="hex of the LDN advertisement's Pia application data")
+    g.add_argument("--ssid", metavar="HEX", help="LDN 6.x: the 16 SSID bytes (hex)")
+    g.add_argument("--network-id", metavar="N", help="network id (integer, decimal or 0x hex)")
+    g.add_argument("--gathering-id", metavar="N", help="NEX gathering id (integer)")
+    g.add_argument("--mac", action="append", metavar="IP=MAC", help="LDN 5.x: a station's MAC (repeatable)")
+    g.add_argument("--prudp-variant", metavar="NAME",
+                   help="decode PRUDP of this variant instead of Pia (e.g. quazal-v0)")
+    g.add_argument("--access-key", metavar="KEY", help="PRUDP access key (text; hex: prefix for hex)")
+    g.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None,
+                   help="AES-GCM backend (default: fastest installed)")
+    p.set_defaults(handler=run)
+
+    def one_line_error(message: str) -> NoReturn:
+        # A bad flag value is a user error like any other: one line, status 2 (no usage dump).
+        print(f"pianode decode: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    p.error = one_line_error  # type: ignore[method-assign]
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "version": args.version,
+        "allow_nearest": args.allow_nearest_version,
+        "network": args.network,
+        "session_key": args.session_key,
+        "hmac_key": args.hmac_key,
+        "game_key": args.game_key,
+        "session_param": args.session_param,
+        "application_data": args.application_data,
+        "ssid": args.ssid,
+        "network_id": args.network_id,
+        "gathering_id": args.gathering_id,
+    }
+    if args.mac:
+        macs: dict[str, str] = {}
+        for item in args.mac:
+            ip, sep, mac = item.partition("=")
+            if not sep:
+                raise CliError(f"--mac takes IP=MAC, got {item!r}")
+            macs[ip.strip()] = mac.strip()
+        out["macs"] = macs
+    prudp: dict[str, Any] = {}
+    if args.prudp_variant is not None:
+        prudp["variant"] = args.prudp_variant
+    if args.access_key is not None:
+        prudp["access_key"] = args.access_key
+    if prudp:
+        out["prudp"] = prudp
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        ctx = load_session(args.session, _overrides(args))
+    except ConfigError as exc:
+        raise CliError(" ".join(str(exc).split())) from None
+    for warning in ctx.warnings:
+        print(f"pianode decode: {warning}", file=sys.stderr)
+    try:
+        cap = open_capture(args.capture)
+    except CaptureError as exc:
+        raise CliError(str(exc)) from None
+    fmt = args.format or ("table" if sys.stdout.isatty() else "jsonl")
+    decoder = Decoder(ctx, backend=args.backend)
+    try:
+        with cap:
+            if args.flows:
+                _emit_flows(cap, decoder, fmt, sys.stdout)
+            else:
+                _emit(cap, decoder, ctx, fmt, sys.stdout)
+    except CaptureError as exc:
+        raise CliError(str(exc)) from None
+    except BrokenPipeError:
+        # The reader went away (| head): stop quietly, and keep Python from
+        # complaining when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    if cap.stats.problem is not None:
+        print(f"pianode decode: {cap.name}: {cap.stats.problem}", file=sys.stderr)
+    return 0
+
+
+def _emit(cap: Capture, decoder: Decoder, ctx: DecodeContext, fmt: str, out: TextIO) -> None:
+    if fmt == "jsonl":
+        for d in cap:
+            out.write(json.dumps(decoder.decode(d).to_json()) + "\n")
+        out.flush()
+        return
+    t0: float | None = None
+    for d in cap:
+        r = decoder.decode(d)
+        if t0 is None and r.time is not None:
+            t0 = r.time
+        out.write(render_row(r, t0) + "\n")
+    out.write(_summary(cap, decoder, ctx) + "\n")
+    out.flush()
+
+
+def _emit_flows(cap: Capture, decoder: Decoder, fmt: str, out: TextIO) -> None:
+    tracker = FlowTracker()
+    for d in cap:
+        tracker.add(decoder.decode(d))
+    for flow in tracker.flows():
+        out.write((json.dumps(flow) if fmt == "jsonl" else render_flow(flow)) + "\n")
+    out.flush()
+
+
+def render_flow(f: dict[str, Any]) -> str:
+    """One flow as text: totals, then one line per run of a connection id."""
+    lines = [
+        f"flow {f['flow']}: {f['src'] or '?'} → {f['dst'] or '?'}  {f['packets']} packets"
+        f" ({f['encrypted']} encrypted, {f['plain']} plain); connection ids {f['connection_ids_in_order']}"
+    ]
+    for conn, s in f["nonzero_connection_id_packet_ids"].items():
+        missing = f", missing {s['missing']}" if s["missing"] else ", no gaps"
+        lines.append(f"{'':>4}connection {conn}: packet ids {s['min']}-{s['max']} ({s['count']}){missing}")
+    for run in f["runs"]:
+        steps = f", other steps {run['other_steps']}" if run["other_steps"] else ""
+        lines.append(
+            f"{'':>4}run from frame {run['first_frame']}: connection {run['connection_id']} x{run['count']},"
+            f" ids {run['first_packet_id']}..{run['last_packet_id']}{steps}"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# Table rendering
+
+
+def _short_hex(hx: str, limit: int = 48) -> str:
+    return hx if len(hx) <= limit else hx[:limit] + "…"
+
+
+def _auth(value: bool | None) -> str:
+    return {True: "auth ok", False: "AUTH FAILED", None: "auth ?"}[value]
+
+
+def _fields(d: dict[str, Any], skip: tuple[str, ...] = ()) -> str:
+    parts = []
+    for k, v in d.items():
+        if k in skip or v is None:
+            continue
+        if isinstance(v, dict):
+            v = "{" + _fields(v) + "}"
+        elif isinstance(v, list):
+            v = "[" + ", ".join(("{" + _fields(x) + "}") if isinstance(x, dict) else str(x) for x in v[:8])
+            v += (", …" if len(v) > 8 else "") + "]"
+        elif isinstance(v, str) and len(v) > 40:
+            v = _short_hex(v, 40)
+        parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+def render_row(r: DecodeResult, t0: float | None = None) -> str:
+    """One datagram as readable text: a summary line, then one line per message/packet."""
+    when = "" if r.time is None else f"{r.time - (t0 or 0.0):+.6f}"
+    route = f"{r.src or '?'} → {r.dst or '?'}" if (r.src or r.dst) else (r.name or "")
+    head = f"{r.index:>5} {when:>12} {route}  {r.kind}"
+    lines: list[str] = []
+    if r.kind == "pia":
+        h = r.header or {}
+        assumed = "?" if r.profile_assumed else ""
+        parts = [f"Pia {r.profile}{assumed}" if r.profile else "Pia", h.get("format", "")]
+        if h:
+            parts.append("enc" if h.get("encrypted") else "plain")
+            if "connection_id" in h:
+                parts.append(f"conn={h['connection_id']}")
+            if "source_variable_id" in h:
+                parts.append(f"var={h['source_variable_id']}→{h['destination_variable_id']}")
+            parts.append(f"id={h['packet_id']}")
+            if "source_timer" in h:
+                parts.append(f"timers={h['source_timer']}/{h['destination_timer']}")
+            if h.get("footer"):
+                parts.append(f"footer={h['footer']}")
+        parts.append(_auth(r.authenticated))
+        parts.append(f"{r.size} B")
+        head += "  " + " ".join(p for p in parts if p)
+        for i, m in enumerate(r.messages or []):
+            name = m.get("protocol") or "?"
+            src = m.get("source_constant_id")
+            line = (
+                f"{'':>8}[{i}] {name}(0x{m['protocol_type']:x}):{m['protocol_port']} flags=0x{m['flags']:02x}"
+                f" dst=0x{m['destination']:x}"
+            )
+            if src is not None:
+                line += f" src=0x{src:x}"
+            if "source_station_index" in m:
+                line += f" sta={m['source_station_index']}"
+            line += f" {len(m['payload']) // 2} B {_short_hex(m['payload'])}"
+            lines.append(line)
+            if "decoded" in m:
+                dec = m["decoded"]
+                text = f"{dec.get('type', '')}: {_fields(dec, skip=('type',))}"
+                lines.append(f"{'':>12}{text if len(text) <= 200 else text[:199] + '…'}")
+            elif "decoded_error" in m:
+                lines.append(f"{'':>12}(not decoded: {m['decoded_error']})")
+    elif r.kind == "prudp":
+        head += f"  {_auth(r.authenticated).replace('auth', 'checksum')} {r.size} B"
+        for p in r.prudp or []:
+            flags = "|".join(p.get("flags") or []) or "-"
+            body = p.get("plaintext") if p.get("plaintext") is not None else p.get("payload", "")
+            lines.append(
+                f"{'':>8}{p['type']} {flags} 0x{p['source']:02x}→0x{p['destination']:02x} seq={p['sequence_id']}"
+                f" session={p['session_id']} {len(p.get('payload', '')) // 2} B {_short_hex(body or '')}"
+            )
+    elif r.kind.startswith("lan-"):
+        profile = f" {r.profile}{'?' if r.profile_assumed else ''}" if r.profile else ""
+        head += f"  LAN{profile} {_auth(r.authenticated).replace('auth', 'challenge')} {r.size} B"
+        if r.lan:
+            for part in ("search", "session"):
+                if isinstance(r.lan.get(part), dict):
+                    body = _fields(r.lan[part], skip=("attributes", "stations", "application_data_padding"))
+                    lines.append(f"{'':>8}{part}: {body}")
+            chal = r.lan.get("challenge")
+            if isinstance(chal, dict):
+                lines.append(f"{'':>8}challenge: version={chal.get('version')} enabled={chal.get('enabled')}"
+                             f" counter={chal.get('counter')} key={chal.get('key')}")
+    else:
+        head += f"  {r.size} B {_short_hex(r.data or '')}"
+    if r.note is not None:
+        lines.append(f"{'':>8}note: {r.note}")
+    if r.error is not None:
+        lines.append(f"{'':>8}! {r.error}")
+    return "\n".join([head, *lines])
+
+
+def _summary(cap: Capture, decoder: Decoder, ctx: DecodeContext) -> str:
+    kinds = ", ".join(f"{n} {k}" for k, n in decoder.kinds.most_common())
+    auth = decoder.auth
+    text = (
+        f"-- {cap.stats.udp} datagrams ({kinds or 'none'}); authenticated: {auth['true']} yes, {auth['false']} no,"
+        f" {auth['null']} not checked; {decoder.errors} with errors"
+    )
+    if cap.stats.skipped:
+        skipped = ", ".join(f"{k} {n}" for k, n in cap.stats.skipped.most_common())
+        text += f"\n-- {sum(cap.stats.skipped.values())} frames without UDP skipped ({skipped})"
+    if not ctx.has_key_material and ctx.prudp is None:
+        text += "\n-- no key given: encrypted bodies are not shown (see --session)"
+    return text

@@ -1,0 +1,554 @@
+"""``pianode lan host``, ``lan browse`` and ``lan join``: LAN mode as consoles do it (spec §6).
+
+``lan host`` runs a mesh node on ``--address`` (port: first free of
+49152-49155 unless ``--port``) that creates a mesh, and answers browse
+requests on ``0.0.0.0:30000`` (35000 for 6.x) with a LanSessionInfo for it
+whose participant list follows the mesh (``pianode.lan.session``).  Outside
+Pia 5.7-5.45 (the node's versions), or with ``--discovery-only``, it answers
+for a one-station session with no node behind it.  ``lan browse`` broadcasts
+one request to ``127.255.255.255`` and prints every session whose challenge
+verified, as a table or as JSON Lines (one object per session with the
+LanSessionInfo fields and the derived session key).  ``lan join`` follows the
+console join flow (spec §6.6): browse until a session answers (``--session``
+picks a network id), take the session key from its published param, join
+the host's mesh.  Host and joiners print their node's events (stations
+joining and leaving, data received) and broadcast a numbered message every
+``--send-every`` seconds, then a summary when ``--duration`` ends or at the
+first SIGINT/SIGTERM (Ctrl-C), before leaving the mesh.  All of it
+defaults to loopback, so it works on one machine with no setup.
+
+Exit status: 0 on success (``browse``: at least one session found; ``join``:
+joined), 1 when a browse found nothing or a join failed, 2 with a one-line
+message for a bad flag or setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import signal
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TextIO, TypeVar
+
+import trio
+
+if sys.version_info < (3, 11):  # pragma: no cover - trio pulls the backport in
+    from exceptiongroup import BaseExceptionGroup
+
+from pianode.cli.common import CliError
+from pianode.cli.common import parse_hostport
+from pianode.mesh.config import NodeConfig
+from pianode.mesh.events import DataReceived, Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
+from pianode.lan.discovery import (
+    DEFAULT_BROADCAST,
+    BrowseClient,
+    FoundSession,
+    LanHost,
+    browse,
+    make_network_property,
+    make_session_info,
+)
+from pianode.lan.session import start_lan_host, start_lan_join
+from pianode.mesh.node import JoinError, Node
+from protocols.errors import ConfigError
+from protocols.pia.keys import parse_game_key
+from protocols.pia.lan import LanNetworkProperty, LanSessionInfo, browse_port
+from protocols.pia.versions import VersionProfile, profile_for
+
+__all__ = ["add_parser", "run_browse", "run_host", "run_join", "session_record"]
+
+T = TypeVar("T")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("lan", help="LAN mode: host a session or browse for sessions (UDP broadcast)")
+    lan_sub = p.add_subparsers(dest="lan_command", metavar="SUBCOMMAND")
+
+    def mesh_flags(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--format", default="table", help="table (default) or jsonl: one object per event")
+        q.add_argument("--send-every", default="0.5", metavar="S",
+                       help="broadcast a numbered reliable message to the mesh every S seconds (0: never; default 0.5)")
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--game-key", required=True, help="game key: 32 hex digits or 16 ASCII characters")
+        q.add_argument("--version", default="5.18", help="Pia version (default 5.18)")
+        q.add_argument("--allow-nearest-version", action="store_true", help="use the nearest documented version")
+        q.add_argument("--broadcast", default=None, metavar="ADDR[:PORT]",
+                       help=f"broadcast address (default {DEFAULT_BROADCAST}; port 30000, or 35000 for 6.x); "
+                            "its IPv4 also goes into the challenge nonce")  # fmt: skip
+
+    h = lan_sub.add_parser("host", help="host a session: a mesh node that answers LAN browse requests")
+    common(h)
+    h.add_argument("--max", default="4", metavar="N", help="maximum participants (default 4)")
+    h.add_argument("--name", default="pianode", help="host player name (default pianode)")
+    h.add_argument("--duration", default=None, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
+    h.add_argument("--address", default="127.0.0.1", help="IPv4 of the host's Pia socket (default 127.0.0.1)")
+    h.add_argument("--port", default=None, help="port of the host's Pia socket (default: first free of 49152-49155)")
+    h.add_argument("--bind", default=None, metavar="ADDR[:PORT]", help="listen address (default 0.0.0.0:30000/35000)")
+    h.add_argument("--game-mode", default="0", help="game mode (default 0; 5.x only)")
+    h.add_argument("--app-version", default="0", help="application communication version (default 0)")
+    h.add_argument("--host-address-size", default="18", help="5.10 only: 18 (KW) or 6 (NintendoClients)")
+    h.add_argument("--discovery-only", action="store_true",
+                   help="answer browse requests without running a mesh node (always so outside Pia 5.7-5.45)")
+    mesh_flags(h)
+    h.set_defaults(handler=run_host)
+
+    b = lan_sub.add_parser("browse", help="broadcast a browse request and list the sessions that answer")
+    common(b)
+    b.add_argument("--timeout", default="1.0", metavar="S", help="seconds to collect replies (default 1)")
+    b.add_argument("--format", default="table", help="table (default) or jsonl")
+    b.add_argument("--bind", default="127.0.0.1:0", metavar="ADDR[:PORT]", help="browser socket (default 127.0.0.1:0)")
+    b.add_argument("--app-version", default=None, help="only sessions with this application communication version")
+    b.set_defaults(handler=run_browse)
+
+    j = lan_sub.add_parser("join", help="browse, take the session key from the session found, join its mesh")
+    common(j)
+    j.add_argument("--session", default=None, metavar="ID", help="network id to join (default: the first found)")
+    j.add_argument("--duration", default=None, metavar="S",
+                   help="stop S seconds after starting, browse included (default: until Ctrl-C)")
+    j.add_argument("--timeout", default="10", metavar="S", help="give up browsing after S seconds (default 10)")
+    j.add_argument("--bind", default="127.0.0.1", metavar="ADDR[:PORT]",
+                   help="the node's Pia socket; the browse goes out from ADDR too (default 127.0.0.1, port: "
+                        "first free of 49152-49155)")  # fmt: skip
+    j.add_argument("--name", default="pianode", help="player name (default pianode)")
+    j.add_argument("--app-version", default=None, help="only sessions with this application communication version")
+    mesh_flags(j)
+    j.set_defaults(handler=run_join)
+
+    p.set_defaults(handler=lambda args: _no_subcommand(p))
+
+
+def _no_subcommand(p: argparse.ArgumentParser) -> int:
+    p.print_help(sys.stderr)
+    return 2
+
+
+def _number(text: str, what: str, *, lo: float = 0, hi: float = 2**32 - 1, integer: bool = True) -> Any:
+    try:
+        value: float = int(text, 0) if integer else float(text)
+    except ValueError:
+        raise CliError(f"--{what} must be {'an integer' if integer else 'a number'}, got {text!r}") from None
+    if not lo <= value <= hi:
+        raise CliError(f"--{what} must be between {lo} and {hi}, got {text}")
+    return value
+
+
+def _profile(args: argparse.Namespace) -> VersionProfile:
+    try:
+        return profile_for(args.version, allow_nearest=args.allow_nearest_version)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _game_key(args: argparse.Namespace) -> bytes:
+    try:
+        return parse_game_key(args.game_key)
+    except ConfigError as exc:
+        raise CliError(f"--game-key: {exc}") from None
+
+
+def _bind_address(text: str) -> tuple[str, int]:
+    """ADDR[:PORT] where port 0 (any free port) is allowed."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        return text, 0
+    port_n = _number(port, "bind", hi=0xFFFF)
+    return host, port_n
+
+
+def _broadcast(args: argparse.Namespace, profile: VersionProfile) -> tuple[str, int]:
+    return parse_hostport(args.broadcast or DEFAULT_BROADCAST, browse_port(profile))
+
+
+def _node_speaks(profile: VersionProfile) -> bool:
+    return (5, 7) <= profile.version <= (5, 45)
+
+
+def _format(args: argparse.Namespace) -> str:
+    if args.format not in ("table", "jsonl"):
+        raise CliError(f"--format must be table or jsonl, got {args.format!r}")
+    return str(args.format)
+
+
+def _duration(args: argparse.Namespace) -> float:
+    return math.inf if args.duration is None else _number(args.duration, "duration", hi=1e9, integer=False)
+
+
+def run_host(args: argparse.Namespace) -> int:
+    profile = _profile(args)
+    if args.discovery_only or not _node_speaks(profile):
+        return _run_discovery_host(args, profile)
+    key = _game_key(args)
+    fmt = _format(args)
+    max_n = _number(args.max, "max", lo=2, hi=16)
+    port = 0 if args.port is None else _number(args.port, "port", lo=1, hi=0xFFFF)
+    duration = _duration(args)
+    send_every = _number(args.send_every, "send-every", hi=3600, integer=False)
+    size = _number(args.host_address_size, "host-address-size", lo=6, hi=18)
+    if size not in (6, 18):
+        raise CliError("--host-address-size must be 6 or 18")
+    bind = parse_hostport(args.bind, browse_port(profile)) if args.bind else ("0.0.0.0", browse_port(profile))
+    broadcast_ip, _ = _broadcast(args, profile)
+    game_mode = _number(args.game_mode, "game-mode")
+    app_version = _number(args.app_version, "app-version", hi=255)
+    try:
+        config = NodeConfig(version=profile.name, bind=(args.address, port), name=args.name)
+    except (ConfigError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    report = _Report(fmt)
+
+    async def main() -> None:
+        stop = _Stop(trio.current_time() + duration)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop.watch)
+            session = await start_lan_host(
+                nursery, config, key, max_participants=max_n, name=args.name, game_mode=game_mode,
+                application_version=app_version, host_address_size=size, browse_bind=bind, broadcast_ip=broadcast_ip,
+            )  # fmt: skip
+            node = session.node
+            ip, pia_port = node.address
+            where = session.browse_address
+            report.emit(
+                {"event": "hosting", "network_id": session.network_id, "version": profile.name,
+                 "address": f"{ip}:{pia_port}", "browse_address": f"{where[0]}:{where[1]}",
+                 "max_participants": max_n, "session_key_param": session.session_key_param.hex(),
+                 "session_key": session.session_key.hex()},
+                f"hosting network id 0x{session.network_id:08x} (Pia {profile.name}, host {ip}:{pia_port}, "
+                f"max {max_n}) on {where[0]}:{where[1]}",
+            )  # fmt: skip
+            with stop.phase():
+                await report.participate(node, send_every, args.name)
+            session.cancel_scope.cancel()  # stop answering browse requests first
+            s = session.lan_host.statistics()
+            report.summary(node, session.network_id, browse={"answered": s.answered, "dropped": s.dropped})
+            await node.leave(timeout=1.0)
+            nursery.cancel_scope.cancel()
+
+    _trio_run(main)
+    return 0
+
+
+def _trio_run(main: Callable[[], Awaitable[T]]) -> T:
+    """``trio.run`` that turns a lone setting or socket error from inside a nursery into one CLI line."""
+    try:
+        return trio.run(main)
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        if len(leaves) == 1 and isinstance(leaves[0], (ValueError, OSError)):
+            raise CliError(str(leaves[0])) from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+def run_join(args: argparse.Namespace) -> int:
+    profile = _profile(args)
+    if not _node_speaks(profile):
+        raise CliError(f"joining needs Pia 5.7-5.45 (the node's versions), not {profile.name}")
+    key = _game_key(args)
+    fmt = _format(args)
+    duration = _duration(args)
+    timeout = _number(args.timeout, "timeout", hi=3600, integer=False)
+    send_every = _number(args.send_every, "send-every", hi=3600, integer=False)
+    network_id = None if args.session is None else _number(args.session, "session")
+    app_version = None if args.app_version is None else _number(args.app_version, "app-version", hi=255)
+    broadcast = _broadcast(args, profile)
+    try:
+        config = NodeConfig(version=profile.name, bind=_bind_address(args.bind), name=args.name)
+    except (ConfigError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    report = _Report(fmt)
+
+    async def main() -> int:
+        stop = _Stop(trio.current_time() + duration)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop.watch)
+            join = None
+            with stop.phase():
+                try:
+                    join = await start_lan_join(
+                        nursery, config, key, network_id=network_id, broadcast=broadcast, browse_timeout=timeout,
+                        application_version=app_version,
+                    )  # fmt: skip
+                except JoinError as exc:
+                    print(f"pianode lan: {exc}", file=sys.stderr, flush=True)
+                    nursery.cancel_scope.cancel()
+                    return 1
+            if join is None:
+                why = "interrupted" if stop.signalled else f"--duration {args.duration} ended"
+                print(f"pianode lan: {why} before the join completed", file=sys.stderr)
+                nursery.cancel_scope.cancel()
+                return 1
+            node = join.node
+            info = join.info
+            ip, port = node.address
+            report.emit(
+                {"event": "joined", "network_id": info.network_id, "version": profile.name,
+                 "host": f"{info.host_ip}:{info.host_port}", "address": f"{ip}:{port}",
+                 "station_index": join.station_index, "session_key_param": (info.session_key_param or b"").hex(),
+                 "session_key": (join.found.session_key or b"").hex()},
+                f"joined network id 0x{info.network_id:08x} (Pia {profile.name}, host {info.host_ip}:"
+                f"{info.host_port}) as station {join.station_index} from {ip}:{port}",
+            )  # fmt: skip
+            with stop.phase():
+                await report.participate(node, send_every, args.name)
+            report.summary(node, info.network_id)
+            await node.leave(timeout=1.0)
+            nursery.cancel_scope.cancel()
+        return 0
+
+    return _trio_run(main)
+
+
+class _Stop:
+    """Ends a command's phases at its deadline or at the first SIGINT/SIGTERM; the command then still
+    prints its summary and leaves the mesh."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.signalled = False
+        self._scope: trio.CancelScope | None = None
+
+    @contextlib.contextmanager
+    def phase(self) -> Iterator[None]:
+        with trio.CancelScope(deadline=self.deadline) as scope:
+            self._scope = scope
+            if self.signalled:
+                scope.cancel()
+            yield
+        self._scope = None
+
+    async def watch(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                self.signalled = True
+                if self._scope is not None:
+                    self._scope.cancel()
+
+
+class _Report:
+    """Prints a node's events (table: one line each; jsonl: one object each) and tallies them."""
+
+    def __init__(self, fmt: str, out: TextIO | None = None) -> None:
+        self.fmt = fmt
+        self.out = out if out is not None else sys.stdout
+        self.seen: set[int] = set()
+        self.received: Counter[int] = Counter()
+        self.sent = 0
+
+    def emit(self, record: dict[str, Any], text: str) -> None:
+        self.out.write((json.dumps(record) if self.fmt == "jsonl" else text) + "\n")
+        self.out.flush()
+
+    async def participate(self, node: Node, send_every: float, name: str) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._consume, node)
+            if send_every > 0:
+                nursery.start_soon(self._send, node, send_every, name)
+
+    async def _send(self, node: Node, every: float, name: str) -> None:
+        number = 0
+        while True:
+            await trio.sleep(every)
+            if node.station_index is None:
+                continue
+            self.sent += await node.broadcast(f"{name} #{number} from station {node.station_index}".encode())
+            number += 1
+
+    async def _consume(self, node: Node) -> None:
+        async for event in node.events():
+            self.emit(*self._describe(event))
+
+    def _describe(self, event: Event) -> tuple[dict[str, Any], str]:
+        if isinstance(event, MeshJoined):
+            return ({"event": "mesh_joined", "station_index": event.station_index, "host_index": event.host_index},
+                    f"in the mesh as station {event.station_index} (host: station {event.host_index})")  # fmt: skip
+        if isinstance(event, StationJoined):
+            self.seen.add(event.station_index)
+            where = f"{event.address[0]}:{event.address[1]}"
+            return ({"event": "station_joined", "station_index": event.station_index,
+                     "constant_id": event.constant_id, "address": where},
+                    f"station {event.station_index} joined from {where} (constant id 0x{event.constant_id:016x})")
+        if isinstance(event, StationLeft):
+            return ({"event": "station_left", "station_index": event.station_index, "reason": event.reason},
+                    f"station {event.station_index} left ({event.reason})")  # fmt: skip
+        if isinstance(event, HostChanged):
+            return ({"event": "host_changed", "old_host_index": event.old_host_index,
+                     "new_host_index": event.new_host_index},
+                    f"host moved from station {event.old_host_index} to {event.new_host_index}")  # fmt: skip
+        if isinstance(event, DataReceived):
+            self.received[event.source_index] += 1
+            text = event.data.decode("utf-8", "replace")[:80]
+            kind = ", reliable" if event.reliable else ""
+            return ({"event": "data", "source_index": event.source_index, "reliable": event.reliable,
+                     "size": len(event.data), "text": text},
+                    f"data from station {event.source_index} ({len(event.data)} bytes{kind}): {text!r}")  # fmt: skip
+        assert isinstance(event, MeshDestroyed)
+        return {"event": "mesh_destroyed", "reason": event.reason}, f"mesh ended ({event.reason})"
+
+    def summary(self, node: Node, network_id: int, **extra: Any) -> None:
+        connected = sorted(
+            s.index for s in node.stations() if s.index is not None and not s.is_self and s.state == "connected"
+        )
+        record = {
+            "event": "summary", "network_id": network_id, "station_index": node.station_index,
+            "host_index": node.host_index, "stations_seen": sorted(self.seen), "connected": connected,
+            "received": {str(k): v for k, v in sorted(self.received.items())}, "sent": self.sent, **extra,
+        }  # fmt: skip
+        received = ", ".join(f"{v} from station {k}" for k, v in sorted(self.received.items())) or "nothing"
+        text = (
+            f"station {node.station_index} of network 0x{network_id:08x}: saw stations {sorted(self.seen)}, "
+            f"connected to {connected}; received {received}; sent {self.sent}"
+        )
+        if "browse" in extra:
+            text += f"; answered {extra['browse']['answered']} browse requests"
+        self.emit(record, text)
+
+
+def _run_discovery_host(args: argparse.Namespace, profile: VersionProfile) -> int:
+    """Answer browse requests for a one-station session with no node behind it (any LAN version)."""
+    key = _game_key(args)
+    max_n = _number(args.max, "max", lo=1, hi=0xFFFF)
+    port = _number(args.port or "49152", "port", lo=1, hi=0xFFFF)
+    duration = _duration(args)
+    size = _number(args.host_address_size, "host-address-size", lo=6, hi=18)
+    if size not in (6, 18):
+        raise CliError("--host-address-size must be 6 or 18")
+    bind = parse_hostport(args.bind, browse_port(profile)) if args.bind else ("0.0.0.0", browse_port(profile))
+    broadcast_ip, _ = _broadcast(args, profile)
+    app_version = _number(args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)
+    info: LanSessionInfo | LanNetworkProperty
+    try:
+        if profile.version >= (6, 0):
+            info = make_network_property(
+                profile, ip=args.address, port=port, max_stations=max_n, name=args.name,
+                application_version=app_version,
+            )  # fmt: skip
+        else:
+            info = make_session_info(
+                profile, ip=args.address, port=port, max_participants=max_n, name=args.name,
+                game_mode=_number(args.game_mode, "game-mode"), application_version=app_version,
+                host_address_size=size,
+            )  # fmt: skip
+        host = LanHost(profile, key, info, bind=bind, broadcast_ip=broadcast_ip)
+    except (ConfigError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+
+    async def main() -> None:
+        with trio.move_on_after(duration):
+            async with trio.open_nursery() as nursery:
+                where = await nursery.start(host.run)
+                print(
+                    f"hosting network id 0x{info.network_id:08x} (Pia {profile.name}, host {args.address}:{port}, "
+                    f"max {max_n}) on {where[0]}:{where[1]}",
+                    flush=True,
+                )
+
+    trio.run(main)
+    s = host.statistics()
+    print(f"answered {s.answered} browse requests, dropped {sum(s.dropped.values())} {s.dropped or ''}".rstrip())
+    return 0
+
+
+def session_record(found: FoundSession) -> dict[str, Any]:
+    """One JSON object for a found session: its LanSessionInfo fields plus where and key."""
+    info = found.info
+    out: dict[str, Any] = {"reply_from": f"{found.address[0]}:{found.address[1]}"}
+    if isinstance(info, LanSessionInfo):
+        out.update(
+            game_mode=info.game_mode,
+            network_id=info.network_id,
+            attributes=list(info.attributes),
+            current_participants=info.current_participants,
+            min_participants=info.min_participants,
+            max_participants=info.max_participants,
+            system_communication_version=info.system_communication_version,
+            application_communication_version=info.application_communication_version,
+            session_type=info.session_type,
+            application_data=info.application_data.hex(),
+            is_opened=info.is_opened,
+            host_address=info.host_ip,
+            host_port=info.host_port,
+            host_constant_id=info.host_constant_id,
+            host_variable_id=info.host_variable_id,
+            host_service_variable_id=info.host_service_variable_id,
+            stations=[
+                {"role": s.role, "encoding": s.encoding, "username": s.username, "constant_id": s.constant_id}
+                for s in info.stations
+                if s.role != 0
+            ],
+            session_key_param=None if info.session_key_param is None else info.session_key_param.hex(),
+        )
+    else:
+        assert isinstance(info, LanNetworkProperty)
+        out.update(
+            network_id=info.network_id,
+            system_communication_version=info.system_communication_version,
+            application_communication_version=info.application_communication_version,
+            host_name=info.host_name,
+            matchmake_key=info.matchmake_key,
+            current_stations=info.current_stations,
+            max_stations=info.max_stations,
+            is_opened=info.is_opened,
+            host_address=info.host_ip,
+            host_port=info.host_port,
+            has_player_limit=info.has_player_limit,
+            current_players=info.current_players,
+            application_data=info.application_data.hex(),
+            session_key_param=None if info.session_key_param is None else info.session_key_param.hex(),
+        )
+    out["session_key"] = None if found.session_key is None else found.session_key.hex()
+    return out
+
+
+def _print_table(found: list[FoundSession], out: TextIO) -> None:
+    rows = [("HOST", "NETWORK ID", "PLAYERS", "MAX", "SYS VER", "APP VER")]
+    for f in found:
+        rec = session_record(f)
+        players = rec.get("current_participants", rec.get("current_stations"))
+        maximum = rec.get("max_participants", rec.get("max_stations"))
+        rows.append((
+            f"{rec['host_address']}:{rec['host_port']}", f"0x{rec['network_id']:08x}", str(players), str(maximum),
+            str(rec.get("system_communication_version", "-")), str(rec.get("application_communication_version", "-")),
+        ))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+    out.write(f"{len(found)} session(s) found\n")
+
+
+def run_browse(args: argparse.Namespace) -> int:
+    profile = _profile(args)
+    key = _game_key(args)
+    timeout = _number(args.timeout, "timeout", hi=3600, integer=False)
+    if args.format not in ("table", "jsonl"):
+        raise CliError(f"--format must be table or jsonl, got {args.format!r}")
+    app_version = None if args.app_version is None else _number(args.app_version, "app-version", hi=255)
+    broadcast = _broadcast(args, profile)
+    bind = _bind_address(args.bind)
+    try:
+        client = BrowseClient(profile, key, broadcast_ip=broadcast[0], application_version=app_version)
+    except (ConfigError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+
+    async def main() -> list[FoundSession]:
+        return await browse(profile, key, broadcast=broadcast, bind=bind, timeout=timeout, client=client)
+
+    found = trio.run(main)
+    if args.format == "jsonl":
+        for f in found:
+            sys.stdout.write(json.dumps(session_record(f)) + "\n")
+    else:
+        _print_table(found, sys.stdout)
+    sys.stdout.flush()
+    return 0 if found else 1

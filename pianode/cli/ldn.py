@@ -1,0 +1,487 @@
+"""``pianode ldn host | scan | join``: simulated LDN networks on one machine (spec §7, :mod:`pianode.ldn.network`).
+
+``ldn host`` creates an LDN network (169.254.X.0/24, on loopback 127.254.X.0/24),
+starts its Pia host node and advertises the network on the discovery channel
+(UDP broadcast to 127.255.255.255:30400) until ``--duration`` passes or Ctrl-C.
+``ldn scan`` lists the networks it hears.  ``ldn join`` scans, connects, derives
+the session key and network id from the game key and the advertisement as a
+console does, and joins the host's mesh.
+
+With ``--stations N`` every process waits until the mesh has N stations, sends
+``--messages M`` numbered reliable messages to every other station, waits for
+the M of every other station, then leaves (the host waits for the others to
+go first).  Exit status 0 when that exchange completed (or, without
+``--stations``, when the run ended normally), 1 when it did not, 2 with a
+one-line message for a bad flag or setting.
+
+Output: ``--format table`` (default) or ``jsonl``: one JSON object per line,
+``{"event": "network" | "joined" | "station-joined" | "station-left" |
+"summary", ...}`` for host/join, one object per network for scan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import ipaddress
+import json
+import struct
+import sys
+from typing import Any
+
+import attrs
+import trio
+
+from pianode.cli.common import CliError
+from pianode.mesh.config import NodeConfig
+from pianode.mesh.events import DataReceived, StationJoined, StationLeft
+from pianode.ldn.network import (
+    DEFAULT_BROADCAST,
+    DISCOVERY_PORT,
+    PIA_PORT,
+    FoundNetwork,
+    JoinRefused,
+    LdnHostConfig,
+    LdnRecorder,
+    derive_session,
+    open_ldn_host,
+    open_ldn_station,
+    scan,
+)
+from pianode.mesh.node import JoinError, Node
+from protocols.errors import ConfigError, DecodeError
+from protocols.pia.keys import parse_game_key
+from protocols.pia.ldn import LdnApplicationData, decode_application_data
+from protocols.pia.versions import profile_for
+
+__all__ = ["add_parser"]
+
+_DATA = struct.Struct(">4sBI")  # b"LDNX", source station index, sequence
+_TAG = b"LDNX"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("ldn", help="LDN mode, simulated on loopback: host, scan for and join networks")
+    ldn_sub = p.add_subparsers(dest="ldn_command", metavar="SUBCOMMAND")
+
+    def common(q: argparse.ArgumentParser, *, key_required: bool) -> None:
+        q.add_argument("--game-key", required=key_required, help="game key: 32 hex digits or 16 ASCII characters")
+        q.add_argument("--version", default="5.18", help="Pia version (default 5.18)")
+        q.add_argument("--allow-nearest-version", action="store_true", help="use the nearest documented version")
+        q.add_argument("--discovery-port", type=int, default=DISCOVERY_PORT,
+                       help=f"UDP port of the advertisement channel (default {DISCOVERY_PORT})")
+        q.add_argument("--local-id", default=None, metavar="HEX",
+                       help="local communication id (title id) to use or match")
+        q.add_argument("--format", choices=("table", "jsonl"), default="table", help="output format (default table)")
+
+    def station(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--name", default="pianode", help="player name in the participant list (default pianode)")
+        q.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
+        q.add_argument("--stations", type=int, default=None, metavar="N",
+                       help="exchange numbered messages once the mesh has N stations, then leave")
+        q.add_argument("--messages", type=int, default=10, metavar="M",
+                       help="reliable messages per station (default 10)")
+        q.add_argument("--session-key", default=None, metavar="HEX",
+                       help="Pia 5.7/5.8 only: the game-supplied session key")
+        q.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None, help="AEAD backend")
+        q.add_argument("--seed", type=int, default=None, help="seed for ids, keys and addresses (reproducible runs)")
+        q.add_argument("--record", metavar="FILE.pcap",
+                       help="record the datagrams this station sends, and FILE.session.json with what a capture "
+                            "offers (game key, application data, MACs)")  # fmt: skip
+
+    h = ldn_sub.add_parser("host", help="create an LDN network, host its Pia mesh and advertise it")
+    common(h, key_required=True)
+    station(h)
+    h.add_argument("--max", type=int, default=4, metavar="N", help="maximum participants, 2..8 (default 4)")
+    h.add_argument("--port", type=int, default=PIA_PORT, help=f"Pia UDP port inside the network (default {PIA_PORT})")
+    h.add_argument("--subnet", type=int, default=None, metavar="X", help="use 169.254.X.0/24 (default random)")
+    h.add_argument("--address", default=None, metavar="169.254.X.1",
+                   help="real link: bind this LDN address itself (default: loopback 127.254.X.1)")
+    h.add_argument("--game-mode", type=int, default=0, help="game mode in the session info (default 0)")
+    h.add_argument("--broadcast", default=DEFAULT_BROADCAST,
+                   help=f"advertisement destination (default {DEFAULT_BROADCAST})")
+    h.add_argument("--interval", type=float, default=0.1, metavar="S",
+                   help="seconds between advertisements (default 0.1)")
+    h.set_defaults(handler=run_host)
+
+    s = ldn_sub.add_parser("scan", help="list the LDN networks advertised on the discovery channel")
+    common(s, key_required=False)
+    s.add_argument("--timeout", type=float, default=1.0, metavar="S", help="seconds to listen (default 1)")
+    s.set_defaults(handler=run_scan)
+
+    j = ldn_sub.add_parser("join", help="scan, connect to an LDN network and join its Pia mesh")
+    common(j, key_required=True)
+    station(j)
+    j.add_argument("--ssid", default=None, metavar="HEX",
+                   help="join the network with this SSID (default: the first heard)")
+    j.add_argument("--address", default=None, metavar="169.254.X.Y",
+                   help="real link: request and bind this LDN address (default: assigned, on loopback 127.254.X.Y)")
+    j.add_argument("--timeout", type=float, default=3.0, metavar="S",
+                   help="seconds to scan for the network (default 3)")
+    j.set_defaults(handler=run_join)
+
+    p.set_defaults(handler=lambda args: _no_subcommand(p))
+
+
+def _no_subcommand(p: argparse.ArgumentParser) -> int:
+    p.print_help(sys.stderr)
+    return 2
+
+
+# ---------------------------------------------------------------------- argument checks
+
+
+def _game_key(text: str) -> bytes:
+    try:
+        return parse_game_key(text)
+    except ConfigError as exc:
+        raise CliError(f"--game-key: {exc}") from None
+
+
+def _local_id(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text, 16)
+    except ValueError:
+        raise CliError(f"--local-id must be hex, got {text!r}") from None
+    if not 0 <= value < 1 << 64:
+        raise CliError("--local-id must fit in 64 bits")
+    return value
+
+
+def _session_key(text: str | None) -> bytes | None:
+    if text is None:
+        return None
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        raise CliError("--session-key must be 32 hex digits") from None
+    if len(key) != 16:
+        raise CliError("--session-key must be 16 bytes (32 hex digits)")
+    return key
+
+
+def _ldn_address(text: str | None, *, host: bool) -> str | None:
+    if text is None:
+        return None
+    try:
+        packed = ipaddress.IPv4Address(text).packed
+    except ValueError:
+        raise CliError(f"--address must be an IPv4 address, got {text!r}") from None
+    if packed[:2] != b"\xa9\xfe" or not 1 <= packed[2] <= 254 or (packed[3] == 1) != host or packed[3] in (0, 255):
+        raise CliError(f"--address must be 169.254.X.{'1' if host else 'Y (Y 2..254)'}, got {text}")
+    return text
+
+
+def _check_station_args(args: argparse.Namespace) -> None:
+    if args.duration is not None and not 0 < args.duration <= 86400:
+        raise CliError("--duration must be between 0 and 86400 seconds")
+    if args.stations is not None and not 2 <= args.stations <= 8:
+        raise CliError("--stations must be 2..8 (an LDN network has at most 8 participants)")
+    if not 0 <= args.messages <= 100000:
+        raise CliError("--messages must be 0..100000")
+    if not 0 < args.discovery_port < 65536:
+        raise CliError("--discovery-port must be 1..65535")
+
+
+def _node_config(args: argparse.Namespace) -> NodeConfig:
+    return NodeConfig(
+        version=args.version,
+        network="ldn",
+        allow_nearest_version=args.allow_nearest_version,
+        aead_backend=args.backend,
+        seed=args.seed,
+        name=args.name,
+    )
+
+
+class _Out:
+    def __init__(self, fmt: str) -> None:
+        self.jsonl = fmt == "jsonl"
+
+    def emit(self, record: dict[str, Any], text: str) -> None:
+        print(json.dumps(record, sort_keys=True) if self.jsonl else text, flush=True)
+
+
+# ---------------------------------------------------------------------- the exchange
+
+
+@attrs.define
+class _Exchange:
+    """Numbered reliable messages between every pair of stations (``--stations``/``--messages``)."""
+
+    node: Node
+    out: _Out
+    stations: int | None
+    messages: int
+    received: collections.Counter[int] = attrs.field(factory=collections.Counter)
+    sent: int = 0
+    complete: bool = False
+    started: float = attrs.field(factory=trio.current_time)
+    #: Seconds from start until the mesh had ``stations`` members and until every message arrived.
+    timings: dict[str, float] = attrs.field(factory=dict)
+    _changed: trio.Event = attrs.field(factory=trio.Event)
+
+    async def consume(self) -> None:
+        async for event in self.node.events():
+            if isinstance(event, DataReceived):
+                tag, src, _seq = _DATA.unpack(event.data) if len(event.data) == _DATA.size else (b"", 0, 0)
+                if tag == _TAG:
+                    self.received[src] += 1
+            elif isinstance(event, StationJoined):
+                where = f"{event.address[0]}:{event.address[1]}"
+                self.out.emit({"event": "station-joined", "index": event.station_index, "address": where},
+                              f"station {event.station_index} joined from {where}")  # fmt: skip
+            elif isinstance(event, StationLeft):
+                self.out.emit({"event": "station-left", "index": event.station_index, "reason": event.reason},
+                              f"station {event.station_index} left ({event.reason})")  # fmt: skip
+            self._changed.set()
+            self._changed = trio.Event()
+
+    def _connected(self) -> int:
+        return sum(1 for s in self.node.stations() if s.state == "connected")
+
+    async def _until(self, predicate: Any) -> None:
+        while not predicate():
+            with trio.move_on_after(0.05):
+                await self._changed.wait()
+
+    async def run(self, *, host: bool) -> None:
+        if self.stations is None:
+            await trio.sleep_forever()
+        want = self.stations - 1
+        await self._until(lambda: self._connected() >= want)
+        self.timings["formed"] = round(trio.current_time() - self.started, 3)
+        me = self.node.station_index or 0
+        for seq in range(self.messages):
+            await self.node.broadcast(_DATA.pack(_TAG, me, seq), reliable=True)
+            self.sent += 1
+        await self._until(lambda: sum(1 for n in self.received.values() if n >= self.messages) >= want)
+        self.complete = True
+        self.timings["complete"] = round(trio.current_time() - self.started, 3)
+        if host:  # the others leave first, so the host's departure triggers no migration
+            with trio.move_on_after(5.0):
+                await self._until(lambda: self._connected() == 0)
+        else:
+            await trio.sleep(1.0)  # let our last retransmissions and acks land
+
+
+async def _leave(node: Node, ex: _Exchange) -> None:
+    with trio.move_on_after(3.0):
+        await node.leave()
+    ex.timings["left"] = round(trio.current_time() - ex.started, 3)
+
+
+def _summary(role: str, node: Node, ex: _Exchange, extra: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    ok = ex.complete if ex.stations is not None else True
+    record = {
+        "event": "summary",
+        "role": role,
+        "station_index": node.station_index,
+        "address": f"{node.address[0]}:{node.address[1]}",
+        "sent": ex.sent,
+        "received": {str(k): v for k, v in sorted(ex.received.items())},
+        "stations": ex.stations,
+        "messages": ex.messages,
+        "ok": ok,
+        "timings": ex.timings,
+        **extra,
+    }
+    return record, ok
+
+
+def _summary_text(record: dict[str, Any]) -> str:
+    got = ", ".join(f"{n} from {k}" for k, n in record["received"].items()) or "nothing"
+    return (f"{record['role']} (station index {record['station_index']}) at {record['address']}: "
+            f"sent {record['sent']}, received {got}; result {'OK' if record['ok'] else 'INCOMPLETE'}")  # fmt: skip
+
+
+# ---------------------------------------------------------------------- host
+
+
+def run_host(args: argparse.Namespace) -> int:
+    _check_station_args(args)
+    if not 2 <= args.max <= 8:
+        raise CliError("--max must be 2..8 (an LDN network has at most 8 participants)")
+    if args.stations is not None and args.stations > args.max:
+        raise CliError("--stations cannot exceed --max")
+    if args.subnet is not None and not 1 <= args.subnet <= 254:
+        raise CliError("--subnet must be 1..254")
+    if not 0 <= args.port < 65536:
+        raise CliError("--port must be 0..65535")
+    if not 0.01 <= args.interval <= 10:
+        raise CliError("--interval must be 0.01..10 seconds")
+    game_key = _game_key(args.game_key)
+    config = LdnHostConfig(
+        node=_node_config(args),
+        game_key=game_key,
+        max_participants=args.max,
+        name=args.name,
+        pia_port=args.port,
+        discovery=(args.broadcast, args.discovery_port),
+        advertise_interval=args.interval,
+        local_communication_id=_local_id(args.local_id) or 0x0100_0000_0000_1000,
+        game_mode=args.game_mode,
+        subnet=args.subnet,
+        session_key=_session_key(args.session_key),
+        address=_ldn_address(args.address, host=True),
+    )
+    return trio.run(_host, args, config)
+
+
+async def _host(args: argparse.Namespace, config: LdnHostConfig) -> int:
+    out = _Out(args.format)
+    recorder = LdnRecorder() if args.record else None
+    async with open_ldn_host(config, tap=recorder.tap if recorder else None) as host:
+        st = host.state
+        out.emit(
+            {
+                "event": "network",
+                "host": st.host.ip,
+                "socket": host.node.address[0],
+                "pia_port": host.node.address[1],
+                "mac": st.host.mac.hex(":"),
+                "ssid": st.ssid.hex(),
+                "network_id": st.session.network_id,
+                "application_data": st.application_data.hex(),
+                "version": config.node.profile.name,
+            },
+            f"LDN network 169.254.{st.x}.0/24 (sockets on {host.node.address[0]}), host {st.host.ip} "
+            f"Pia port {host.node.address[1]}, SSID {st.ssid.hex()}, network id 0x{st.session.network_id:08x}",
+        )
+        ex = _Exchange(host.node, out, args.stations, args.messages)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ex.consume)
+            with trio.move_on_after(args.duration if args.duration is not None else float("inf")):
+                await ex.run(host=True)
+            record, ok = _summary("host", host.node, ex, {"participants_seen": sorted(st.history)})
+            await _leave(host.node, ex)
+            nursery.cancel_scope.cancel()
+        if recorder is not None:
+            session_path = recorder.write(args.record, host.session_file(args.game_key))
+            record["record"] = {"pcap": args.record, "session": session_path, "datagrams": len(recorder.records)}
+    out.emit(record, _summary_text(record))
+    return 0 if ok else 1
+
+
+# ---------------------------------------------------------------------- scan
+
+
+def run_scan(args: argparse.Namespace) -> int:
+    if not 0 < args.timeout <= 3600:
+        raise CliError("--timeout must be between 0 and 3600 seconds")
+    if not 0 < args.discovery_port < 65536:
+        raise CliError("--discovery-port must be 1..65535")
+    profile = profile_for(args.version, allow_nearest=args.allow_nearest_version)
+    game_key = _game_key(args.game_key) if args.game_key else None
+    local_id = _local_id(args.local_id)
+    found = trio.run(lambda: scan(args.timeout, port=args.discovery_port, local_communication_id=local_id))
+    out = _Out(args.format)
+    if not out.jsonl:
+        print(f"{'host':<16} {'socket':<16} {'port':>5} {'players':>7} {'sys':>3} {'network id':>10}  ssid")
+    for net in sorted(found, key=lambda n: n.advertisement.host.ip):
+        record = network_record(net, profile, game_key)
+        text = (f"{record['host']:<16} {record['socket']:<16} {record['pia_port']:>5} "
+                f"{len(record['participants']):>3}/{record['max_participants']:<3} "
+                f"{record.get('system_communication_version', '-'):>3} "
+                f"{record.get('network_id', 0):>#10x}  {record['ssid']}")  # fmt: skip
+        out.emit(record, text)
+    if not found:
+        print("no LDN network found", file=sys.stderr)
+        return 1
+    return 0
+
+
+def network_record(net: FoundNetwork, profile: Any, game_key: bytes | None) -> dict[str, Any]:
+    """One scanned network as JSON-ready fields (the Pia ones decoded for *profile*)."""
+    adv = net.advertisement
+    record: dict[str, Any] = {
+        "host": adv.host.ip,
+        "socket": net.host_address[0],
+        "pia_port": net.pia_port,
+        "ssid": adv.ssid.hex(),
+        "local_communication_id": f"{adv.local_communication_id:016x}",
+        "game_mode": adv.game_mode,
+        "max_participants": adv.max_participants,
+        "participants": [{"ip": p.ip, "mac": p.mac.hex(":"), "name": p.name, "connected": p.connected}
+                         for p in adv.participants],  # fmt: skip
+        "application_data": adv.application_data.hex(),
+    }
+    try:
+        pia = decode_application_data(adv.application_data, profile)
+    except (DecodeError, ConfigError) as exc:
+        record["error"] = f"application data: {exc}"
+        return record
+    record["system_communication_version"] = pia.system_communication_version
+    if isinstance(pia, LdnApplicationData):
+        record["network_id"] = pia.network_id
+        record["session_param"] = pia.session_param
+    if game_key is not None:
+        try:
+            session = derive_session(profile, game_key, adv)
+        except (DecodeError, ConfigError) as exc:
+            record["error"] = str(exc)
+        else:
+            record["network_id"] = session.network_id
+            record["session_key"] = session.session_key.hex()
+    return record
+
+
+# ---------------------------------------------------------------------- join
+
+
+def run_join(args: argparse.Namespace) -> int:
+    _check_station_args(args)
+    if not 0 < args.timeout <= 3600:
+        raise CliError("--timeout must be between 0 and 3600 seconds")
+    ssid = None
+    if args.ssid is not None:
+        try:
+            ssid = bytes.fromhex(args.ssid)
+        except ValueError:
+            raise CliError("--ssid must be 32 hex digits") from None
+        if len(ssid) != 16:
+            raise CliError("--ssid must be 16 bytes (32 hex digits)")
+    game_key = _game_key(args.game_key)
+    _ldn_address(args.address, host=False)
+    node_config = _node_config(args)
+    return trio.run(_join, args, node_config, game_key, ssid)
+
+
+async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: bytes, ssid: bytes | None) -> int:
+    out = _Out(args.format)
+    recorder = LdnRecorder() if args.record else None
+    found = await scan(args.timeout, port=args.discovery_port, local_communication_id=_local_id(args.local_id),
+                       ssid=ssid, first=True)  # fmt: skip
+    if not found:
+        print("pianode ldn: no LDN network found", file=sys.stderr)
+        return 1
+    net = found[0]
+    try:
+        async with open_ldn_station(net, node_config, game_key, name=args.name, address=args.address,
+                                    session_key=_session_key(args.session_key),
+                                    tap=recorder.tap if recorder else None) as st:  # fmt: skip
+            node = st.node
+            out.emit(
+                {"event": "joined", "ip": st.ip, "mac": st.mac.hex(":"), "socket": node.address[0],
+                 "station_index": node.station_index, "host": net.advertisement.host.ip,
+                 "network_id": st.session.network_id},
+                f"joined {net.advertisement.host.ip}'s network as {st.ip} ({st.mac.hex(':')}, socket "
+                f"{node.address[0]}), station index {node.station_index}",
+            )  # fmt: skip
+            ex = _Exchange(node, out, args.stations, args.messages)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ex.consume)
+                with trio.move_on_after(args.duration if args.duration is not None else float("inf")):
+                    await ex.run(host=False)
+                record, ok = _summary("station", node, ex, {"ip": st.ip, "mac": st.mac.hex(":")})
+                await _leave(node, ex)
+                nursery.cancel_scope.cancel()
+            if recorder is not None:
+                session_path = recorder.write(args.record, st.session_file(args.game_key))
+                record["record"] = {"pcap": args.record, "session": session_path, "datagrams": len(recorder.records)}
+    except (JoinRefused, JoinError) as exc:
+        raise CliError(str(exc)) from None
+    out.emit(record, _summary_text(record))
+    return 0 if ok else 1

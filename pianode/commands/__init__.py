@@ -1,1 +1,0 @@
-"""One module per ``pianode`` subcommand; each defines ``add_parser(subparsers)``."""

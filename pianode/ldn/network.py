@@ -1,0 +1,740 @@
+"""Simulated LDN networks on one machine: host, scanner and joining station above a pretend 802.11 (spec §7).
+
+Theory of operation
+-------------------
+A real LDN host is the access point of a hidden 802.11 network; it hands out
+``169.254.X.Y`` addresses and announces the network in advertisement action
+frames that carry Pia's application data and the participant list (spec
+§7.1).  Without a radio, this module simulates that layer and runs unmodified
+Pia above it (spec §7.4):
+
+* **Address plan.**  An LDN network is ``169.254.X.0/24`` with the host at
+  ``.1`` (§7.1).  On one machine LDN address ``169.254.X.Y`` *is* loopback
+  address ``127.254.X.Y`` (:func:`ldn_to_loopback`, :func:`loopback_to_ldn`):
+  every station's Pia socket is bound there.  The host draws X (1..254) per
+  network, so several networks coexist; it assigns Y = 2, 3, ... to stations.
+  On a real link (separate machines, or network namespaces joined by a
+  bridge) the *direct* plan binds the LDN addresses themselves: the host is
+  given its ``169.254.X.1`` and each station asks for the address its
+  interface already has (the connect request's requested address).
+* **MACs.**  A station's MAC is ``02:00`` (locally administered) followed by
+  its loopback IPv4 bytes (:func:`pianode.mesh.wire.mac_for`), e.g.
+  ``02:00:7f:fe:X:Y``.  The node derives its LDN constant id, service variable
+  id and nonces from the same rule, and :class:`pianode.capture.pcap.PcapWriter`
+  writes the same MACs in a recording's link layer.
+* **Discovery channel and advertisement** (:mod:`pianode.ldn.frames`).  The
+  host broadcasts an advert (the plaintext §7.1 advertisement payload: session
+  info with the SSID, participant list, Pia application data) to
+  ``127.255.255.255:30400`` every 100 ms.  Scanners bind ``0.0.0.0:30400``
+  with SO_REUSEADDR (and SO_REUSEPORT), so every scanner on the machine hears
+  every advert.  A station sends a connect request to the host's control
+  socket (its own address, port in the advert) and gets an address and MAC
+  back, retrying three times 0.7 s apart like the §7.1 authentication
+  request; it sends a leave notice when it goes.  Joined stations keep
+  listening and learn every participant's MAC from later adverts (§7.1).
+* **Keys.**  The host draws the network id and session param (5.9+) and the
+  SSID; a joining station derives the session key and network id from the
+  advertisement exactly as a console does (:func:`derive_session`, §7.3,
+  §11), then joins the host's mesh with :meth:`pianode.mesh.node.Node.join`.
+
+The codecs and :class:`LdnHostState` are pure (bytes and ``now`` in, values
+out); :class:`LdnHost`, :func:`scan` and :func:`open_ldn_station` drive them on
+Trio sockets, so everything also runs on :mod:`pianode.sim.netsim` under
+``MockClock``.  The Pia port inside an LDN network is undocumented (§7.3); ours
+defaults to :data:`PIA_PORT` and travels in the advert frame.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import json
+import logging
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from pianode.mesh.config import NodeConfig
+from pianode.ldn.frames import (
+    DISCOVERY_PORT,
+    MAX_PARTICIPANTS,
+    REJECTED,
+    AdvertFrame,
+    Advertisement,
+    ConnectReply,
+    ConnectRequest,
+    Frame,
+    LdnParticipant,
+    LeaveNotice,
+    decode_frame,
+    encode_frame,
+    is_ldn_address,
+    ldn_to_loopback,
+    loopback_to_ldn,
+    mac_text,
+)
+from pianode.ldn.local import HostIdentity, UpdateSessionAnnouncer, answer_update_session
+from pianode.mesh.wire import mac_for
+from pianode.mesh.node import Node, open_node
+from protocols.errors import ConfigError, DecodeError
+from protocols.pia.keys import ldn_session_key_for
+from protocols.pia.ldn import LdnApplicationData, LdnSystemProperty, decode_application_data
+from protocols.pia.local import UpdateSession
+from protocols.pia.versions import Cipher, NetworkType, Proto, VersionProfile
+
+__all__ = [
+    "DEFAULT_BROADCAST",
+    "DISCOVERY_PORT",
+    "MAX_PARTICIPANTS",
+    "PIA_PORT",
+    "REJECTED",
+    "AdvertFrame",
+    "Advertisement",
+    "ConnectReply",
+    "ConnectRequest",
+    "FoundNetwork",
+    "Frame",
+    "JoinRefused",
+    "LdnHost",
+    "LdnHostConfig",
+    "LdnHostState",
+    "LdnParticipant",
+    "LdnRecorder",
+    "LdnSession",
+    "LdnStation",
+    "LeaveNotice",
+    "decode_frame",
+    "derive_session",
+    "encode_frame",
+    "ldn_to_loopback",
+    "loopback_to_ldn",
+    "open_ldn_host",
+    "open_ldn_station",
+    "scan",
+]
+
+log = logging.getLogger(__name__)
+
+PIA_PORT = 49152
+DEFAULT_BROADCAST = "127.255.255.255"
+ADVERTISE_INTERVAL = 0.1  # advertisement frames every 100 ms (spec §7.1)
+CONNECT_TIMEOUT = 0.7  # authentication response awaited 700 ms, 3 attempts (spec §7.1)
+CONNECT_ATTEMPTS = 3
+_MAX_DATAGRAM = 2048
+
+Address = tuple[str, int]
+Tap = Callable[[bytes, Address, Address, float], None]
+
+
+# ---------------------------------------------------------------------- keys as a console derives them
+
+
+@attrs.frozen
+class LdnSession:
+    """What a console derives from an advertisement (spec §7.3, §11)."""
+
+    network_id: int
+    session_key: bytes = attrs.field(repr=False)
+    pia: LdnApplicationData | LdnSystemProperty
+
+
+def derive_session(
+    profile: VersionProfile, game_key: bytes, advertisement: Advertisement, *, session_key: bytes | None = None
+) -> LdnSession:
+    """Network id and session key of an LDN network, from the game key and the advertisement.
+
+    * 5.9-5.45: network id = the little-endian u32 at 0x0 of the application
+      data, session key = SEAD(session param at 0xC) → AES-ECB(game key) (§11);
+    * 5.7-5.8: the game supplies the key (*session_key*), the network id is
+      still the application data's (§3.3);
+    * 6.x: network id = CRC-32(``ssid[1:16]``), key = AES-ECB(game key, SSID) (§11).
+
+    Raises:
+        ConfigError: Pia <= 5.6 (LDN unencrypted), a 5.7/5.8 network without
+            *session_key*, or an application data system communication version
+            that is not the one *profile* speaks.
+        DecodeError: the application data does not decode for *profile*.
+    """
+    if profile.cipher is Cipher.ECB_HMAC:
+        raise ConfigError(f"Pia {profile.name} does not encrypt LDN traffic (spec §3.3)")
+    pia = decode_application_data(advertisement.application_data, profile)
+    want = profile.ldn_system_version
+    if want is not None and pia.system_communication_version != want:
+        raise ConfigError(
+            f"the network speaks LDN system communication version {pia.system_communication_version}; "
+            f"Pia {profile.name} uses {want}"
+        )
+    if isinstance(pia, LdnSystemProperty):
+        key = ldn_session_key_for(profile, game_key, ssid=advertisement.ssid)
+        return LdnSession(LdnSystemProperty.network_id_for(advertisement.ssid), key, pia)
+    if pia.session_param is None or profile.version < (5, 9):
+        if session_key is None:
+            raise ConfigError(f"Pia {profile.name} LDN keys are supplied by the game: give the session key")
+        return LdnSession(pia.network_id, session_key, pia)
+    return LdnSession(pia.network_id, pia.session_key(game_key), pia)
+
+
+# ---------------------------------------------------------------------- host state (sans-IO)
+
+
+@attrs.define
+class _Slot:
+    participant: LdnParticipant
+    token: bytes
+    assigned_at: float
+    seen_in_mesh: bool = False
+
+
+class LdnHostState:
+    """The host's LDN network: identity, keys, address assignment and the advertisement.
+
+    Pure: the driver passes ``now`` and the loopback addresses currently in the
+    Pia mesh (:meth:`prune`).
+    """
+
+    def __init__(
+        self,
+        profile: VersionProfile,
+        game_key: bytes,
+        *,
+        rng: random.Random,
+        max_participants: int = MAX_PARTICIPANTS,
+        name: str = "pianode",
+        local_communication_id: int = 0x0100_0000_0000_1000,
+        game_mode: int = 0,
+        subnet: int | None = None,
+        session_key: bytes | None = None,
+        app_version: int = 0,
+        game_data: bytes = b"",
+        join_grace: float = 15.0,
+        direct: bool = False,
+    ) -> None:
+        if not 2 <= max_participants <= MAX_PARTICIPANTS:
+            raise ConfigError(f"an LDN network has 2..{MAX_PARTICIPANTS} participants, not {max_participants}")
+        self.profile = profile
+        self.x = subnet if subnet is not None else rng.randrange(1, 255)
+        if not 1 <= self.x <= 254:
+            raise ConfigError(f"subnet octet must be 1..254, got {self.x}")
+        self.max_participants = max_participants
+        self.local_communication_id = local_communication_id
+        self.game_mode = game_mode
+        self.join_grace = join_grace
+        #: Direct plan: sockets use the LDN addresses themselves (a real link), not 127.254.X.Y.
+        self.direct = direct
+        self.ssid = rng.randbytes(16)  # 16 random bytes (spec §7.1)
+        self.network_key = rng.randbytes(16)
+        self.auth_token = rng.getrandbits(64)
+        app: LdnApplicationData | LdnSystemProperty
+        if profile.version >= (6, 0):
+            app = LdnSystemProperty(
+                profile.ldn_system_version or 0, app_version, player_count=1,
+                player_name_size=len(name.encode()[:64]), encoding=1,
+                player_name_raw=name.encode()[:64].ljust(64, b"\0"), game_data=game_data,
+            )  # fmt: skip
+        else:
+            param = rng.getrandbits(32) if profile.version >= (5, 9) else None
+            app = LdnApplicationData.build(
+                profile, network_id=rng.getrandbits(32), session_param=param, game_data=game_data
+            )
+        self.application_data = app.encode(profile)
+        host_ip = f"169.254.{self.x}.1"
+        host = LdnParticipant(host_ip, mac_for(self.socket_ip(host_ip)), name, app_version=app_version)
+        self._slots: dict[int, _Slot] = {1: _Slot(host, b"", 0.0, True)}
+        #: Every participant that ever held an address (LDN IP → MAC), for a recording's session file.
+        self.history: dict[str, bytes] = {host.ip: host.mac}
+        self.session = derive_session(profile, game_key, self.advertisement(), session_key=session_key)
+
+    @property
+    def host(self) -> LdnParticipant:
+        return self._slots[1].participant
+
+    def socket_ip(self, ldn_ip: str) -> str:
+        """Where a participant's sockets are: its LDN address (direct plan) or 127.254.X.Y (loopback plan)."""
+        return ldn_ip if self.direct else ldn_to_loopback(ldn_ip)
+
+    @property
+    def participants(self) -> tuple[LdnParticipant, ...]:
+        return tuple(self._slots[y].participant for y in sorted(self._slots))
+
+    def advertisement(self) -> Advertisement:
+        return Advertisement(
+            local_communication_id=self.local_communication_id,
+            ssid=self.ssid,
+            application_data=self.application_data,
+            max_participants=self.max_participants,
+            participants=self.participants,
+            game_mode=self.game_mode,
+            network_key=self.network_key,
+            auth_token=self.auth_token,
+        )
+
+    def connect(self, request: ConnectRequest, now: float) -> ConnectReply:
+        """Assign the next free ``169.254.X.Y`` (a repeated request gets the same answer)."""
+        for slot in self._slots.values():
+            if slot.token == request.token and request.token:
+                return ConnectReply(request.token, 0, slot.participant.ip, slot.participant.mac)
+        if len(self._slots) >= self.max_participants:
+            return ConnectReply(request.token, REJECTED)
+        if request.requested_ip != "0.0.0.0":
+            wanted = self._y(request.requested_ip)
+            if wanted is None or not 2 <= wanted <= 254 or wanted in self._slots:
+                return ConnectReply(request.token, REJECTED)
+            y = wanted
+        else:
+            y = next(y for y in range(2, 255) if y not in self._slots)
+        ip = f"169.254.{self.x}.{y}"
+        p = LdnParticipant(ip, mac_for(self.socket_ip(ip)), request.name, True, request.platform, request.app_version)
+        self._slots[y] = _Slot(p, request.token, now)
+        self.history[ip] = p.mac
+        return ConnectReply(request.token, 0, ip, p.mac)
+
+    def leave(self, ip: str) -> bool:
+        y = self._y(ip)
+        return y is not None and y != 1 and self._slots.pop(y, None) is not None
+
+    def prune(self, now: float, mesh_ips: set[str]) -> list[str]:
+        """Drop stations that left the Pia mesh or never joined within the grace period."""
+        gone = []
+        for y, slot in list(self._slots.items()):
+            if y == 1:
+                continue
+            in_mesh = self.socket_ip(slot.participant.ip) in mesh_ips
+            if in_mesh:
+                slot.seen_in_mesh = True
+            elif slot.seen_in_mesh or now - slot.assigned_at > self.join_grace:
+                del self._slots[y]
+                gone.append(slot.participant.ip)
+        return gone
+
+    def _y(self, ip: str) -> int | None:
+        try:
+            a = ipaddress.IPv4Address(ip).packed
+        except ValueError:
+            return None
+        return a[3] if a[:3] == bytes((169, 254, self.x)) else None
+
+    def session_file(self, version: str, game_key_text: str) -> dict[str, Any]:
+        """What a capture of this network lets a decoder use: game key, application data, MACs.
+
+        ``macs`` is keyed by the addresses a recording shows (the sockets' ones).
+        """
+        return {
+            "version": version,
+            "network": "ldn",
+            "game_key": game_key_text,
+            "application_data": self.application_data.hex(),
+            "macs": {self.socket_ip(ip): mac_text(mac) for ip, mac in sorted(self.history.items())},
+        }
+
+
+# ---------------------------------------------------------------------- sockets
+
+
+async def _udp_socket(bind: Address, *, reuse: bool = False, broadcast: bool = False) -> trio.socket.SocketType:
+    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+    try:
+        if reuse:
+            sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
+            if hasattr(trio.socket, "SO_REUSEPORT"):
+                sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEPORT, 1)
+        if broadcast:
+            sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_BROADCAST, 1)
+        await sock.bind(bind)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+# ---------------------------------------------------------------------- host driver
+
+
+@attrs.frozen(kw_only=True)
+class LdnHostConfig:
+    """Settings of :func:`open_ldn_host` (the node settings come from *node*)."""
+
+    node: NodeConfig
+    game_key: bytes = attrs.field(repr=False)
+    max_participants: int = 4
+    name: str = "pianode"
+    pia_port: int = PIA_PORT
+    discovery: Address = (DEFAULT_BROADCAST, DISCOVERY_PORT)
+    advertise_interval: float = ADVERTISE_INTERVAL
+    local_communication_id: int = 0x0100_0000_0000_1000
+    game_mode: int = 0
+    subnet: int | None = None
+    session_key: bytes | None = None
+    #: Direct plan: the host's own ``169.254.X.1`` on a real link (its interface has it); None = loopback plan.
+    address: str | None = None
+
+
+class LdnHost:
+    """A running LDN host: the network state, its Pia node (``node``) and the control socket."""
+
+    def __init__(self, config: LdnHostConfig, state: LdnHostState, node: Node, control: trio.socket.SocketType) -> None:
+        self.config = config
+        self.state = state
+        self.node = node
+        self._control = control
+        self.adverts_sent = 0
+        self.dropped = 0
+        s = node.session
+        assert s is not None
+        #: The Local protocol's update session (spec §5.10), sent to every station until acked.
+        self.local = UpdateSessionAnnouncer(
+            config.node.profile,
+            HostIdentity(s.variable_id, s.location.service_variable_id, s.constant_id),
+            rng=random.Random(config.node.seed),
+        )
+        node.set_protocol_handler(Proto.LOCAL, self._on_local)
+
+    @property
+    def control_address(self) -> Address:
+        host, port = self._control.getsockname()[:2]
+        return (str(host), int(port))
+
+    def session_file(self, game_key_text: str) -> dict[str, Any]:
+        return self.state.session_file(self.config.node.profile.name, game_key_text)
+
+    def _mesh_ips(self) -> set[str]:
+        return {s.address[0] for s in self.node.stations()}
+
+    async def _advertise(self) -> None:
+        while True:
+            self.state.prune(trio.current_time(), self._mesh_ips())
+            frame = AdvertFrame(self.node.address[1], self.control_address[1], self.state.advertisement())
+            try:
+                await self._control.sendto(encode_frame(frame), self.config.discovery)
+                self.adverts_sent += 1
+            except OSError as exc:  # e.g. no route in a namespace being torn down
+                log.debug("advertisement not sent: %s", exc)
+            await trio.sleep(self.config.advertise_interval)
+
+    def _on_local(self, index: int, port: int, payload: bytes) -> None:
+        for row in self.node.stations():
+            if row.index == index:
+                try:
+                    self.local.receive(row.address, payload)
+                except DecodeError:
+                    self.dropped += 1
+                return
+
+    async def _announce(self) -> None:
+        while True:
+            rows = sorted((r for r in self.node.stations() if r.index is not None), key=lambda r: r.index or 0)
+            members = [r.address for r in rows if r.is_self] + [r.address for r in rows if not r.is_self and r.state == "connected"]
+            now = trio.current_time()
+            self.local.set_members(members, now)
+            index = {r.address: r.index for r in rows}
+            for address, payload in self.local.due(now):
+                station = index.get(address)
+                if station is not None:
+                    self.node.send_protocol(station, Proto.LOCAL, 0, payload)
+            await trio.sleep(0.02)
+
+    async def _serve(self) -> None:
+        while True:
+            data, addr = await self._control.recvfrom(_MAX_DATAGRAM)
+            try:
+                frame = decode_frame(data)
+            except DecodeError:
+                self.dropped += 1
+                continue
+            if isinstance(frame, ConnectRequest):
+                reply = self.state.connect(frame, trio.current_time())
+                await self._control.sendto(encode_frame(reply), addr[:2])
+            elif isinstance(frame, LeaveNotice):
+                self.state.leave(frame.ip)
+            else:
+                self.dropped += 1
+
+
+@asynccontextmanager
+async def open_ldn_host(
+    config: LdnHostConfig, *, tap: Tap | None = None, rng: random.Random | None = None
+) -> AsyncIterator[LdnHost]:
+    """Create an LDN network, its host node and the advertisement, for the ``async with`` block.
+
+    Tries up to 20 subnets (X) when the chosen loopback address is taken
+    (``config.pia_port`` 0 lets the system pick the Pia port).
+    """
+    rng = rng or random.Random(config.node.seed)
+    state, control = await _claim_subnet(config, rng)
+    with control:
+        node_config = attrs.evolve(
+            config.node, network=NetworkType.LDN, session_key=state.session.session_key,
+            bind=(state.socket_ip(state.host.ip), config.pia_port), max_stations=config.max_participants,
+            name=config.name,
+        )  # fmt: skip
+        async with open_node(node_config, tap=tap) as node:
+            await node.create_mesh(network_id=state.session.network_id)
+            host = LdnHost(config, state, node, control)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(host._advertise)
+                nursery.start_soon(host._serve)
+                nursery.start_soon(host._announce)
+                yield host
+                nursery.cancel_scope.cancel()
+
+
+async def _claim_subnet(config: LdnHostConfig, rng: random.Random) -> tuple[LdnHostState, trio.socket.SocketType]:
+    """A network state whose host loopback address is free: control socket bound, Pia port probed."""
+    last: OSError | None = None
+    subnet = config.subnet
+    if config.address is not None:
+        packed = ipaddress.IPv4Address(config.address).packed
+        if packed[:2] != b"\xa9\xfe" or packed[3] != 1:
+            raise ConfigError(f"an LDN host address is 169.254.X.1, not {config.address}")
+        subnet = packed[2]
+    for _ in range(1 if subnet is not None else 20):
+        state = LdnHostState(
+            config.node.profile, config.game_key, rng=rng, max_participants=config.max_participants,
+            name=config.name, local_communication_id=config.local_communication_id, game_mode=config.game_mode,
+            subnet=subnet, session_key=config.session_key, direct=config.address is not None,
+        )  # fmt: skip
+        loopback = state.socket_ip(state.host.ip)
+        try:
+            probe = await _udp_socket((loopback, config.pia_port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            last = exc
+            continue
+        probe.close()
+        return state, await _udp_socket((loopback, 0), broadcast=True)
+    raise OSError(errno.EADDRINUSE, f"no free simulated LDN subnet on loopback ({last})")
+
+
+# ---------------------------------------------------------------------- scanner
+
+
+@attrs.frozen
+class FoundNetwork:
+    """An advertisement heard on the discovery channel."""
+
+    advertisement: Advertisement
+    pia_port: int
+    control: Address
+    last_seen: float
+    #: The discovery-channel port it was heard on.
+    discovery_port: int = DISCOVERY_PORT
+
+    @property
+    def host_address(self) -> Address:
+        """The host's Pia socket: on the address its advertisements came from."""
+        return (self.control[0], self.pia_port)
+
+
+async def scan(
+    timeout: float,
+    *,
+    port: int = DISCOVERY_PORT,
+    bind_ip: str = "0.0.0.0",
+    local_communication_id: int | None = None,
+    ssid: bytes | None = None,
+    first: bool = False,
+) -> list[FoundNetwork]:
+    """Listen for advertisements for *timeout* seconds; one entry per SSID, newest advert kept.
+
+    *first*: return as soon as one matching network is heard.
+    """
+    found: dict[bytes, FoundNetwork] = {}
+    with await _udp_socket((bind_ip, port), reuse=True) as sock:
+        with trio.move_on_after(timeout):
+            while True:
+                data, addr = await sock.recvfrom(_MAX_DATAGRAM)
+                try:
+                    frame = decode_frame(data)
+                except DecodeError:
+                    continue
+                if not isinstance(frame, AdvertFrame):
+                    continue
+                adv = frame.advertisement
+                if local_communication_id is not None and adv.local_communication_id != local_communication_id:
+                    continue
+                if ssid is not None and adv.ssid != ssid:
+                    continue
+                if not adv.participants or not is_ldn_address(adv.host.ip):
+                    continue
+                control = (str(addr[0]), frame.control_port)
+                found[adv.ssid] = FoundNetwork(adv, frame.pia_port, control, trio.current_time(), port)
+                if first:
+                    break
+    return list(found.values())
+
+
+# ---------------------------------------------------------------------- station
+
+
+class LdnStation:
+    """A station inside a simulated LDN network: its address, MAC, derived keys and Pia node.
+
+    Like a console it keeps listening to the network's advertisements and
+    learns every participant's address and MAC from them (spec §7.1):
+    ``advertisement`` is the newest one heard, ``seen`` every participant
+    (LDN address → MAC) any advertisement listed.
+    """
+
+    def __init__(
+        self, network: FoundNetwork, ip: str, mac: bytes, session: LdnSession, node: Node, *, direct: bool
+    ) -> None:
+        self.network = network
+        self.advertisement = network.advertisement
+        self.ip = ip
+        self.mac = mac
+        self.session = session
+        self.node = node
+        self.direct = direct
+        #: The newest Local protocol update session from the host (spec §5.10).
+        self.update_session: UpdateSession | None = None
+        node.set_protocol_handler(Proto.LOCAL, self._on_local)
+        self.seen: dict[str, bytes] = {}
+        self._learn(network.advertisement)
+
+    def _on_local(self, index: int, port: int, payload: bytes) -> None:
+        try:
+            update, ack = answer_update_session(self.node.config.profile, payload)
+        except DecodeError:
+            return
+        self.update_session = update
+        self.node.send_protocol(index, Proto.LOCAL, port, ack)
+
+    def _learn(self, advertisement: Advertisement) -> None:
+        self.advertisement = advertisement
+        self.seen.update((p.ip, p.mac) for p in advertisement.participants if is_ldn_address(p.ip))
+
+    def macs(self) -> dict[str, bytes]:
+        """Socket address → MAC of every participant any advertisement listed."""
+        return {(ip if self.direct else ldn_to_loopback(ip)): mac for ip, mac in self.seen.items()}
+
+    def session_file(self, game_key_text: str) -> dict[str, Any]:
+        """Decode inputs as this station knows them (see :meth:`LdnHostState.session_file`)."""
+        return {
+            "version": self.node.config.profile.name,
+            "network": "ldn",
+            "game_key": game_key_text,
+            "application_data": self.advertisement.application_data.hex(),
+            "macs": {ip: mac_text(mac) for ip, mac in sorted(self.macs().items())},
+        }
+
+    async def _follow(self) -> None:
+        with await _udp_socket(("0.0.0.0", self.network.discovery_port), reuse=True) as sock:
+            while True:
+                data, _addr = await sock.recvfrom(_MAX_DATAGRAM)
+                try:
+                    frame = decode_frame(data)
+                except DecodeError:
+                    continue
+                if isinstance(frame, AdvertFrame) and frame.advertisement.ssid == self.advertisement.ssid:
+                    self._learn(frame.advertisement)
+
+
+class JoinRefused(Exception):
+    """The LDN host did not give this station an address."""
+
+
+async def _associate(network: FoundNetwork, request: ConnectRequest, bind_ip: str) -> ConnectReply:
+    with await _udp_socket((bind_ip, 0)) as sock:
+        for _ in range(CONNECT_ATTEMPTS):
+            await sock.sendto(encode_frame(request), network.control)
+            with trio.move_on_after(CONNECT_TIMEOUT):
+                while True:
+                    data, _addr = await sock.recvfrom(_MAX_DATAGRAM)
+                    try:
+                        frame = decode_frame(data)
+                    except DecodeError:
+                        continue
+                    if isinstance(frame, ConnectReply) and frame.token == request.token:
+                        return frame
+    raise JoinRefused("the LDN host did not answer the connect request")
+
+
+@asynccontextmanager
+async def open_ldn_station(
+    network: FoundNetwork,
+    node_config: NodeConfig,
+    game_key: bytes,
+    *,
+    name: str = "pianode",
+    session_key: bytes | None = None,
+    tap: Tap | None = None,
+    rng: random.Random | None = None,
+    address: str | None = None,
+) -> AsyncIterator[LdnStation]:
+    """Connect to the LDN network, derive its keys as a console does, and join its Pia mesh.
+
+    *address*: the direct plan on a real link: the station's own ``169.254.X.Y``
+    (its interface has it), requested from the host and bound.  None: the
+    loopback plan, the host assigns an address and the station binds
+    ``127.254.X.Y``.
+
+    Raises:
+        ConfigError: the advertisement does not fit this version (see :func:`derive_session`).
+        JoinRefused: no address from the host (full, or no answer).
+        pianode.mesh.node.JoinError: the Pia mesh join failed.
+    """
+    rng = rng or random.Random(node_config.seed)
+    session = derive_session(node_config.profile, game_key, network.advertisement, session_key=session_key)
+    request = ConnectRequest(rng.randbytes(8), name, requested_ip=address or "0.0.0.0")
+    local = address or "127.0.0.1"
+    reply = await _associate(network, request, local)
+    if reply.result != 0:
+        raise JoinRefused(f"the LDN host rejected the connection (reason {reply.result})")
+    if address is not None and reply.ip != address:
+        raise JoinRefused(f"the LDN host assigned {reply.ip}, not the requested {address}")
+    loopback = reply.ip if address is not None else ldn_to_loopback(reply.ip)
+    config = attrs.evolve(
+        node_config,
+        network=NetworkType.LDN,
+        session_key=session.session_key,
+        bind=(loopback, network.pia_port),
+        name=name,
+    )
+    try:
+        async with open_node(config, tap=tap) as node:
+            await node.join(network.host_address, network_id=session.network_id)
+            station = LdnStation(network, reply.ip, reply.mac, session, node, direct=address is not None)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(station._follow)
+                yield station
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            with await _udp_socket((local, 0)) as sock:
+                await sock.sendto(encode_frame(LeaveNotice(reply.ip)), network.control)
+
+
+# ---------------------------------------------------------------------- recording
+
+
+class LdnRecorder:
+    """Collects the datagrams nodes send (their ``tap``) and writes a pcap plus a decode session file.
+
+    The session file holds only what a console capture offers: version,
+    network, game key, the advertisement's application data and the MACs.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes, Address, Address, float]] = []
+
+    def tap(self, data: bytes, src: Address, dst: Address, now: float) -> None:
+        self.records.append((data, src, dst, now))
+
+    def write(self, pcap_path: str, session: dict[str, Any]) -> str:
+        """Write *pcap_path* and ``<stem>.session.json`` beside it; returns the session file's path."""
+        from pianode.capture.pcap import PcapWriter
+
+        stem = pcap_path[:-5] if pcap_path.endswith(".pcap") else pcap_path
+        session_path = stem + ".session.json"
+        with open(pcap_path, "wb") as f:
+            writer = PcapWriter(f)
+            for data, src, dst, now in self.records:
+                writer.write_udp(data, src, dst, now)
+        with open(session_path, "w", encoding="utf-8") as f:
+            json.dump(session, f, indent=2, sort_keys=True)
+            f.write("\n")
+        return session_path

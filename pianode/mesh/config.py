@@ -1,0 +1,123 @@
+"""Node configuration: one frozen value holding every setting of a Pia node."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import attrs
+
+from protocols.errors import ConfigError
+from protocols.pia.versions import NetworkType, VersionProfile, profile_for
+
+__all__ = ["NodeConfig"]
+
+
+def _network(value: str | NetworkType) -> NetworkType:
+    if isinstance(value, NetworkType):
+        return value
+    try:
+        return NetworkType(str(value).lower())
+    except ValueError:
+        names = ", ".join(n.value for n in NetworkType)
+        raise ConfigError(f"unknown network type {value!r}; choose from {names}") from None
+
+
+def _key(value: bytes | str | None) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        key = value
+    else:
+        try:
+            key = bytes.fromhex(value)
+        except ValueError:
+            raise ConfigError(f"session key {value!r} is not hex") from None
+    if key is not None and len(key) != 16:
+        raise ConfigError(f"session key must be 16 bytes (32 hex digits), got {len(key)}")
+    return key
+
+
+def _bind(value: tuple[str, int]) -> tuple[str, int]:
+    host, port = value
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        raise ConfigError(f"bind address {host!r} is not an IPv4 address") from None
+    if not 0 <= int(port) <= 65535:
+        raise ConfigError(f"port {port} out of range")
+    return (host, int(port))
+
+
+@attrs.frozen(kw_only=True)
+class NodeConfig:
+    """Settings of one node.
+
+    Attributes:
+        version: Pia version (``"5.18"``, ``"5.29"``, ...); picks every wire format.
+        network: ``lan``, ``ldn`` or ``nex``: picks identities and the nonce rule.
+        session_key: 16-byte session key; the creator draws one when None.
+        bind: local (IPv4, port); port 0 picks a free one.
+        max_stations: mesh capacity (at most 32).
+        keepalive_interval: seconds between keep-alives to each station (1 Hz).
+        station_timeout: a station silent this long is removed.
+        join_timeout: a join with no answer fails after this long (10 s, spec §5.4).
+        resend_interval: first retransmission delay of acked station/mesh messages (500 ms, spec §5.3).
+        rtt_interval: seconds between RTT probes to each station, stretched in a
+            large mesh so that the node sends at most ``rtt_probe_rate`` probes a
+            second in all (31 stations at 8 a second: each probed every ~4 s).
+        rtt_probe_rate: most RTT probes a second a node sends (all stations together),
+            spaced at least 1 / rate apart.
+        mtu: largest datagram the node builds.
+        gathering_id: NEX gathering id (nonce prefix); random when None.
+        aead_backend: "cryptography", "pycryptodome" or None for the fastest installed.
+        allow_nearest_version: accept an undocumented version by using the nearest documented one.
+        name: player name announced in the handshake.
+        seed: seed of the node's random draws (ids, nonces) for reproducible runs; None = OS entropy.
+        group_broadcast: (broadcast IPv4, port) for packets addressed to several
+            stations (5.27+, receivers in the footer): each goes out once to this
+            address instead of once per station, and the node also listens on
+            ``0.0.0.0:port`` (SO_REUSEADDR), as every station of the session does.
+            A reliable broadcast then goes out as one such packet too, each
+            station's segment under its destination bit.
+            None (default): one unicast copy per station.
+    """
+
+    version: str = "5.18"
+    network: NetworkType = attrs.field(default=NetworkType.LAN, converter=_network)
+    session_key: bytes | None = attrs.field(default=None, converter=_key)
+    bind: tuple[str, int] = attrs.field(default=("127.0.0.1", 0), converter=_bind)
+    max_stations: int = 32
+    keepalive_interval: float = 1.0
+    station_timeout: float = 5.0
+    join_timeout: float = 10.0
+    resend_interval: float = 0.5
+    rtt_interval: float = 1.0
+    rtt_probe_rate: float = 8.0
+    mtu: int = 1364
+    gathering_id: int | None = None
+    aead_backend: str | None = None
+    allow_nearest_version: bool = False
+    name: str = "pianode"
+    seed: int | None = None
+    receive_queue: int = 4096
+    group_broadcast: tuple[str, int] | None = attrs.field(default=None, converter=attrs.converters.optional(_bind))
+
+    def __attrs_post_init__(self) -> None:
+        if not self.rtt_probe_rate > 0:
+            raise ConfigError(f"rtt probe rate must be positive, got {self.rtt_probe_rate}")
+        if not 2 <= self.max_stations <= 32:
+            raise ConfigError(f"max stations must be 2..32, got {self.max_stations}")
+        if not 400 <= self.mtu <= 1472:
+            # 400: room for a join-response fragment with several stations; 1472: the Pia receive buffer (spec §1.8).
+            raise ConfigError(f"mtu must be 400..1472 bytes, got {self.mtu}")
+        if self.network is NetworkType.NPLN:
+            raise ConfigError("npln nodes are not supported (its session key source is undocumented)")
+        prof = self.profile
+        if self.group_broadcast is not None and self.group_broadcast[1] == 0:
+            raise ConfigError("group broadcast needs a fixed port (every station listens on it)")
+        if prof.version < (5, 7) or prof.version > (5, 45):
+            raise ConfigError(
+                f"the node speaks Pia 5.7-5.45 (station and mesh protocols); {prof.name} is decode-only"
+            )
+
+    @property
+    def profile(self) -> VersionProfile:
+        return profile_for(self.version, allow_nearest=self.allow_nearest_version)

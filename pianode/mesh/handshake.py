@@ -1,0 +1,228 @@
+"""The station protocol's handshake (spec §5.3): connecting two stations, acks, disconnects.
+
+Theory of operation
+-------------------
+A peer goes CONNECTING -> CONNECTED through a connection request and a
+response.  Up to 5.26 the answering station first sends an *inverse*
+request, which the initiator answers with its response; from 5.27 one
+request and one response do.  Requests and responses carry an ack id and
+are resent (by the outbox) until acked.
+
+:class:`StationHandshake` holds no per-peer state of its own (that is in the
+:class:`~pianode.mesh.peer.Peer`): it reads each station message and moves
+the peer on.  Two stations that ask each other at once (each learned of the
+other from a different mesh table) are resolved by constant id: the lower
+stays the initiator, the other withdraws its request and answers.  A
+connection request in another Pia version's format gets a denial it can
+read, at most once a second per address (:meth:`StationHandshake.deny_other_version`).
+
+What follows a connection, a refusal or a disconnect is the membership's
+business; the handshake reports it through :class:`HandshakeHost`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pianode.mesh import wire
+from pianode.mesh.config import NodeConfig
+from pianode.mesh.links import Links
+from pianode.mesh.outbox import Outbox
+from pianode.mesh.peer import Peer, Pending, PeerState
+from pianode.mesh.stats import DropReason, Tally
+from protocols.errors import DecodeError
+from protocols.pia.packet_values import Packet
+from protocols.pia.versions import Proto
+
+__all__ = ["HandshakeHost", "StationHandshake"]
+
+MAX_DENIED = 64  # addresses remembered for the once-a-second version denial
+
+
+class HandshakeHost(Protocol):
+    """What the handshake reports to, and asks of, the session that holds it."""
+
+    def accepts_stations(self) -> bool:
+        """Whether a connection request may be answered (in a mesh or joining one, and not leaving)."""
+
+    def station_connected(self, peer: Peer, now: float) -> None:
+        """*peer* completed the handshake."""
+
+    def station_refused(self, peer: Peer, reason: str, now: float) -> None:
+        """*peer* denied our connection request."""
+
+    def peer_lost(self, peer: Peer, reason: str, now: float) -> None:
+        """*peer* refused or ended a connection that had completed."""
+
+
+class StationHandshake:
+    """The station protocol of one session; see the module docstring."""
+
+    def __init__(
+        self, config: NodeConfig, local: wire.Location, links: Links, outbox: Outbox, tally: Tally, host: HandshakeHost
+    ) -> None:
+        self.config = config
+        self.profile = config.profile
+        self.local = local
+        self._links = links
+        self._outbox = outbox
+        self._tally = tally
+        self._host = host
+        self._has_conn_id = self.profile.has_connection_id
+        #: The session's network id, as connection requests and responses carry it (set by :meth:`use_network`).
+        self.network_id = 0
+        self._denied: dict[tuple[str, int], float] = {}
+
+    def use_network(self, network_id: int) -> None:
+        self.network_id = network_id
+
+    # ------------------------------------------------------------------ sending
+    def connect(self, addr: tuple[str, int], now: float) -> Peer:
+        """Start a connection to *addr* (or return the live peer there)."""
+        peer = self._links.peers.get(addr)
+        if peer is not None and peer.state is not PeerState.CLOSED:
+            return peer
+        peer = self._links.new_peer(addr, initiator=True, now=now)
+        self._outbox.queue_acked(
+            peer, Proto.STATION, 0, lambda ack: self._request(peer, inverse=False, ack_id=ack), now, kind="connect"
+        )
+        return peer
+
+    def _request(self, peer: Peer, *, inverse: bool, ack_id: int) -> bytes:
+        return wire.encode_connect_request(self.profile, self.local, self.network_id, peer, inverse=inverse, ack_id=ack_id)
+
+    def _respond(self, peer: Peer, now: float) -> None:
+        peer.sent_response = True
+        self._outbox.queue_acked(
+            peer, Proto.STATION, 0,
+            lambda ack: wire.encode_connect_response(self.profile, self.local, self.network_id, peer, 0, ack), now,
+        )
+
+    def _ack(self, peer: Peer, ack_id: int) -> None:
+        self._outbox.enqueue(peer, Proto.STATION, 0, wire.encode_station_ack(self.profile, ack_id))
+
+    def _connected(self, peer: Peer, now: float) -> None:
+        if self._links.set_connected(peer, now):
+            self._host.station_connected(peer, now)
+
+    # ------------------------------------------------------------------ receiving
+    def on_message(self, peer: Peer, msg: wire.StationMessage, now: float) -> None:
+        """One station protocol message from *peer*."""
+        if isinstance(msg, wire.StationAck):
+            pending = peer.pending.pop(msg.ack_id, None)
+            if pending is not None:
+                self._on_acked(peer, pending, now)
+        elif isinstance(msg, wire.ConnectRequest):
+            self._on_request(peer, msg, now)
+        elif isinstance(msg, wire.ConnectResponse):
+            self._on_response(peer, msg, now)
+        elif isinstance(msg, wire.Disconnect):
+            if not msg.response:
+                self._outbox.enqueue(peer, Proto.STATION, 0, wire.encode_disconnect(self.profile, True))
+            self._host.peer_lost(peer, "left", now)
+
+    def _on_request(self, peer: Peer, msg: wire.ConnectRequest, now: float) -> None:
+        self._ack(peer, msg.ack_id)
+        self._links.learn(peer, msg.location.constant_id, msg.location.variable_id)
+        if msg.inverse:
+            # We initiated; this is the peer's inverse request (<= 5.26).
+            if msg.inverse_conn_id != peer.own_conn_id:
+                self._tally.drop(DropReason.IDENTITY_MISMATCH)
+                return
+            peer.peer_conn_id = msg.conn_id
+            if not peer.sent_response:
+                self._respond(peer, now)
+            return
+        if peer.initiator and not peer.connected:
+            # Both sides asked at once (each learned of the other from a
+            # different mesh table).  The station with the lower constant id
+            # stays the initiator; the other withdraws its request and answers.
+            if (self.local.constant_id, self.local.address) < (msg.location.constant_id, peer.address):
+                self._tally.counters["connect_glare_won"] += 1
+                return
+            self._tally.counters["connect_glare_yielded"] += 1
+            for ack_id in [k for k, p in peer.pending.items() if p.kind == "connect"]:
+                del peer.pending[ack_id]
+            peer.initiator = False
+        if peer.connected:
+            return  # a retransmission whose ack was lost: acked above
+        peer.peer_conn_id = msg.conn_id
+        if not self._host.accepts_stations():
+            deny = wire.encode_connect_deny(self.profile, self.local, 1)
+            self._outbox.enqueue(peer, Proto.STATION, 0, deny)
+            return
+        if self.profile.inverse_handshake:
+            if not any(isinstance(p, Pending) and p.proto is Proto.STATION for p in peer.pending.values()):
+                self._outbox.queue_acked(
+                    peer, Proto.STATION, 0, lambda ack: self._request(peer, inverse=True, ack_id=ack), now
+                )
+        elif not peer.sent_response:
+            self._respond(peer, now)
+            self._connected(peer, now)
+
+    def _on_response(self, peer: Peer, msg: wire.ConnectResponse, now: float) -> None:
+        if msg.result != 0:
+            if msg.ack_id is not None:
+                self._ack(peer, msg.ack_id)
+            if peer.connected:
+                self._host.peer_lost(peer, "refused", now)
+                return
+            why = {2: "our Pia version is too low for it", 3: "our Pia version is too high for it"}.get(
+                msg.result, f"result {msg.result}"
+            )
+            self._host.station_refused(peer, why, now)
+            self._links.close(peer)
+            return
+        if msg.ack_id is not None:  # (a response with result 0 always carries one)
+            self._ack(peer, msg.ack_id)
+        if msg.location is not None:
+            self._links.learn(peer, msg.location.constant_id, msg.location.variable_id)
+        peer.got_response = True
+        if self.profile.inverse_handshake and not peer.initiator and not peer.sent_response:
+            self._respond(peer, now)
+        self._connected(peer, now)
+
+    def _on_acked(self, peer: Peer, pending: Pending, now: float) -> None:
+        if pending.proto is Proto.STATION and self.profile.version >= (5, 27) and not peer.initiator:
+            self._connected(peer, now)
+
+    # ------------------------------------------------------------------ first contact
+    def restarted(self, peer: Peer, packet: Packet) -> bool:
+        """A first-contact connection request from a connected peer that names a new identity."""
+        if not peer.connected or not packet.messages or packet.header.packet_id:
+            return False
+        first = packet.messages[0]
+        if not wire.is_connection_request(self.profile, first):
+            return False
+        try:
+            msg = wire.decode_station(self.profile, first.payload)
+        except DecodeError:
+            return False
+        if not isinstance(msg, wire.ConnectRequest) or msg.inverse:
+            return False
+        if self._has_conn_id:
+            return msg.conn_id != peer.peer_conn_id
+        return msg.location.variable_id != peer.variable_id
+
+    def deny_other_version(self, data: bytes, addr: tuple[str, int], session_key: bytes | None, now: float) -> bool:
+        """A connection request in another Pia version's format: answer it with
+        a denial it can read (result 2 "version too low" / 3 "too high",
+        spec §5.3), at most once a second per address."""
+        other = wire.profile_of_datagram(data, self.profile)
+        if other is None or session_key is None:
+            return False
+        last = self._denied.get(addr)
+        if last is not None and now - last < 1.0:
+            return False
+        result = 2 if other.version < self.profile.version else 3
+        reply = wire.version_denial(
+            self.config, self.local, session_key, self.network_id, other, data, addr, result, self._outbox.next_header_nonce
+        )
+        if reply is None:
+            return False  # not an authentic connection request in that format
+        self._denied[addr] = now
+        if len(self._denied) > MAX_DENIED:
+            self._denied.pop(next(iter(self._denied)))
+        self._outbox.add_ready(reply, addr)
+        self._tally.counters["version_denials"] += 1
+        return True

@@ -1,0 +1,341 @@
+"""The link registry: every peer of a session, their liveness, timers and the checks on what they send.
+
+Theory of operation
+-------------------
+:class:`Links` owns the session's peers (one :class:`~pianode.mesh.peer.Peer`
+per remote address) and what follows from them:
+
+* **Registry.** New peers, closing one (its replay memory is kept a while,
+  so a recorded datagram from a departed station cannot open a new
+  connection), lookup by station index, and the *group view*: the members a
+  broadcast reaches, their destination bits and the footer of a group
+  packet, worked out again only after :meth:`Links.membership_changed`.
+* **Timers.** Each peer has one deadline (the earliest of its
+  retransmissions, window timers, keep-alive, RTT probe and silence
+  timeout) in a heap, and a peer whose output may have changed is
+  *touched*.  So a datagram or a timer costs work for the peers it
+  concerns, not for the whole mesh.  :meth:`Links.on_timer` runs a due
+  peer's timers: silence and failed windows end the link, keep-alives fill
+  silence, RTT probes are spaced so a large mesh never probes in bursts.
+* **Checks** on an authenticated packet from a known peer: it names the
+  peer (connection id or variable id, and a message's constant id), and its
+  GCM nonce was not seen before (spec §3.1: the packet id is not
+  authenticated, the nonce is).
+
+What a link needs from the rest of the session (a message queued to the
+peer, the membership's handling of a lost peer, the RTT clock) comes through
+:class:`LinkHost`, which the session implements.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import math
+import random
+from typing import Protocol
+
+from pianode.mesh import wire
+from pianode.mesh.config import NodeConfig
+from pianode.mesh.peer import Peer, PeerState
+from pianode.mesh.replay import NonceReplayFilter
+from pianode.mesh.rtt import HeaderTimers
+from pianode.mesh.stats import DropReason, Tally
+from protocols.pia.packet_values import Packet
+from protocols.pia.versions import Proto
+
+__all__ = ["GroupView", "LinkHost", "Links"]
+
+RETIRED_REPLAY_LIMIT = 256  # departed peers whose replay memory is kept
+
+#: (members, destination bitmap, footer) of group packets (spec §1.6).
+GroupView = tuple[tuple[Peer, ...], int, tuple[int, ...]]
+
+
+class LinkHost(Protocol):
+    """What the links need from the session that holds them."""
+
+    def enqueue(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> None:
+        """Queue one message for *peer*'s next packet."""
+
+    def peer_lost(self, peer: Peer, reason: str, now: float) -> None:
+        """*peer* fell silent or its window gave up: the membership decides what follows."""
+
+    def rtt_ticks(self, now: float) -> int:
+        """The RTT protocol's clock at *now* (microseconds since the session started)."""
+
+
+class Links:
+    """Every peer of one session; see the module docstring."""
+
+    def __init__(
+        self, config: NodeConfig, rng: random.Random, started: float, tally: Tally, host: LinkHost
+    ) -> None:
+        self.config = config
+        self.profile = config.profile
+        self._rng = rng
+        self._started = started
+        self._tally = tally
+        self._host = host
+        self._has_conn_id = self.profile.has_connection_id
+        self.peers: dict[tuple[str, int], Peer] = {}
+        #: Peers whose output may have changed since the last flush (a dict: ordered, no duplicates).
+        self.touched: dict[Peer, None] = {}
+        self._by_index: dict[int, Peer] = {}
+        self._retired_replay: collections.OrderedDict[tuple[str, int], tuple[NonceReplayFilter, float]] = (
+            collections.OrderedDict()
+        )
+        self._timers: list[tuple[float, int, Peer]] = []
+        self._timer_seq = itertools.count()
+        self._next_rtt_slot = -math.inf  # see rtt_slot
+        #: None = work it out again (see membership_changed, called wherever a peer's membership changes).
+        self.group_view: GroupView | None = None
+
+    # ------------------------------------------------------------------ registry
+    def new_peer(self, addr: tuple[str, int], *, initiator: bool, now: float) -> Peer:
+        peer = Peer(
+            address=addr,
+            own_conn_id=self._rng.randrange(2, 256),
+            initiator=initiator,
+            created=now,
+            last_heard=now,
+            header_timers=HeaderTimers(self._started),
+        )
+        retired = self._retired_replay.pop(addr, None)
+        if retired is not None and now < retired[1]:
+            peer.replay = retired[0]
+        peer.mesh_window = wire.new_window(self.profile, self.config, now)
+        peer.data_window = wire.new_window(self.profile, self.config, now)
+        self.peers[addr] = peer
+        self.membership_changed()
+        return peer
+
+    def close(self, peer: Peer) -> None:
+        peer.state = PeerState.CLOSED
+        peer.connected = False
+        self.membership_changed()
+        peer.pending.clear()
+        if self.peers.pop(peer.address, None) is peer:
+            # Keep its replay memory: a recorded datagram from a departed
+            # station must not open a new connection (bounded).
+            # For two station timeouts: a station restarted at the same
+            # address starts a new counter, which may be lower.
+            self._retired_replay[peer.address] = (peer.replay, peer.last_heard + 2 * self.config.station_timeout)
+            self._retired_replay.move_to_end(peer.address)
+            if len(self._retired_replay) > RETIRED_REPLAY_LIMIT:
+                self._retired_replay.popitem(last=False)
+
+    def retired(self, addr: tuple[str, int], now: float) -> NonceReplayFilter | None:
+        """The replay memory of a departed peer at *addr*, while it is kept."""
+        retired = self._retired_replay.get(addr)
+        if retired is None or now >= retired[1]:
+            return None
+        return retired[0]
+
+    def forget_retired(self, addr: tuple[str, int]) -> None:
+        self._retired_replay.pop(addr, None)
+
+    def provisional(self) -> int:
+        """How many peers have no station index yet (unknown addresses we talk to)."""
+        return sum(1 for p in self.peers.values() if p.index is None)
+
+    def by_index(self, index: int) -> Peer | None:
+        # A remembered answer is used only while it still holds.
+        p = self._by_index.get(index)
+        if p is not None and p.index == index and p.state is not PeerState.CLOSED and self.peers.get(p.address) is p:
+            return p
+        for p in self.peers.values():
+            if p.index == index and p.state is not PeerState.CLOSED:
+                self._by_index[index] = p
+                return p
+        self._by_index.pop(index, None)
+        return None
+
+    def members(self) -> tuple[Peer, ...]:
+        """Connected peers with a station index: whom a broadcast reaches."""
+        view = self.group_view
+        if view is None:
+            view = self.group_view = self.work_out_group_view()
+        return view[0]
+
+    def view(self) -> GroupView:
+        view = self.group_view
+        if view is None:
+            view = self.group_view = self.work_out_group_view()
+        return view
+
+    def work_out_group_view(self) -> GroupView:
+        members = tuple(p for p in self.peers.values() if p.connected and p.index is not None)
+        destination = 0
+        for p in members:
+            assert p.index is not None
+            destination |= 1 << p.index
+        # Group packets name their receivers by the low 16 bits of their variable ids (spec §1.6).
+        footer = tuple(sorted({p.variable_id & 0xFFFF for p in members}))
+        return members, destination, footer
+
+    def membership_changed(self) -> None:
+        """A peer connected, closed, or got an index or identity: the group view is stale."""
+        self.group_view = None
+
+    def learn(self, peer: Peer, constant_id: int, variable_id: int) -> None:
+        peer.constant_id = constant_id
+        peer.variable_id = variable_id
+        self.membership_changed()
+
+    def set_index(self, peer: Peer, index: int | None) -> None:
+        peer.index = index
+        self.membership_changed()
+
+    def set_connected(self, peer: Peer, now: float) -> bool:
+        """Mark *peer* connected and start its keep-alive and RTT timers; False if it already was."""
+        if peer.connected:
+            return False
+        peer.state = PeerState.CONNECTED
+        peer.connected = True
+        self.membership_changed()
+        peer.next_keepalive = now + self.config.keepalive_interval
+        peer.next_rtt = self.rtt_slot(now)
+        self._tally.counters["connections"] += 1
+        return True
+
+    # ------------------------------------------------------------------ checks
+    def same_identity(
+        self, peer: Peer, connection_id: int, source_variable_id: int | None, constant_id: int | None
+    ) -> bool:
+        """Whether a connected peer's packet names the peer (header id, and a message's constant id); counts a drop if not."""
+        if self._has_conn_id:
+            same = connection_id in (0, peer.peer_conn_id)
+        else:
+            same = source_variable_id in (None, peer.variable_id)
+        if same and (constant_id is None or not peer.constant_id or constant_id == peer.constant_id):
+            return True
+        self._tally.drop(DropReason.IDENTITY_MISMATCH)
+        return False
+
+    def fresh(self, peer: Peer, value: int, now: float) -> bool:
+        """An authentic packet that names *peer*: refuse it if its nonce (*value*,
+        see :func:`pianode.mesh.replay.nonce_value`) was seen, else count it as heard."""
+        if not peer.replay.accept_value(value):
+            self._tally.drop(DropReason.REPLAYED)
+            return False
+        peer.last_heard = now
+        peer.packets_received += 1
+        self._tally.counters["packets_received"] += 1
+        return True
+
+    def accept_header(self, peer: Peer, packet: Packet, nonce: bytes) -> bool:
+        """Identity and replay checks on an authenticated packet.
+
+        Identity first: a packet whose header or messages name another
+        station than the one at its source address is refused as such.
+        Replays are judged on the GCM nonce, which the tag authenticates; the
+        packet id is not authenticated (no associated data, spec §3.1), so it
+        only feeds the statistics.
+        """
+        header = packet.header
+        if peer.connected:
+            if not self.same_identity(peer, header.connection_id, header.source_variable_id, None):
+                return False
+        if peer.constant_id:
+            for m in packet.messages:
+                if m.source_constant_id is not None and m.source_constant_id != peer.constant_id:
+                    self._tally.drop(DropReason.IDENTITY_MISMATCH)
+                    return False
+        if not peer.replay.accept(nonce):
+            self._tally.drop(DropReason.REPLAYED)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ timers
+    def deadline(self, peer: Peer) -> float | None:
+        if peer.state is PeerState.CLOSED:
+            return None
+        d = peer.last_heard + self.config.station_timeout
+        for p in peer.pending.values():
+            if p.next_send < d:
+                d = p.next_send
+        if peer.connected:
+            d = min(d, peer.next_keepalive, peer.next_rtt)
+            for w in (peer.mesh_window, peer.data_window):
+                if w is not None and not w.idle():
+                    t = w.get_timer()
+                    if t is not None and t < d:
+                        d = t
+        return d
+
+    def reschedule(self, peer: Peer) -> None:
+        d = self.deadline(peer)
+        if d is not None and (peer.scheduled is None or d < peer.scheduled):
+            peer.scheduled = d
+            heapq.heappush(self._timers, (d, next(self._timer_seq), peer))
+
+    def next_deadline(self) -> float | None:
+        heap = self._timers
+        while heap and heap[0][2].scheduled != heap[0][0]:
+            heapq.heappop(heap)  # stale entry
+        return heap[0][0] if heap else None
+
+    def due(self, now: float) -> list[Peer]:
+        """The peers whose deadline has come, taken off the heap."""
+        heap = self._timers
+        due: list[Peer] = []
+        while heap and heap[0][0] <= now:
+            t, _, peer = heapq.heappop(heap)
+            if peer.scheduled == t:
+                peer.scheduled = None
+                due.append(peer)
+        return due
+
+    def on_timer(self, peer: Peer, now: float) -> None:
+        if peer.state is PeerState.CLOSED:
+            return
+        if now >= peer.last_heard + self.config.station_timeout:  # same sum as the deadline
+            self._host.peer_lost(peer, "timeout", now)
+            return
+        for w in (peer.mesh_window, peer.data_window):
+            if w is not None:
+                w.handle_timer(now)
+                if w.failed:
+                    self._host.peer_lost(peer, "timeout", now)
+                    return
+        if peer.connected and now >= peer.next_keepalive:
+            # A keep-alive only fills silence: any packet sent to the peer
+            # within the interval (a game's group frames, say) already keeps
+            # the link alive at the other end.
+            quiet_since = peer.last_sent + self.config.keepalive_interval
+            if now >= quiet_since:
+                self._host.enqueue(peer, Proto.KEEP_ALIVE, 0, b"")
+                peer.next_keepalive = now + self.config.keepalive_interval
+            else:
+                peer.next_keepalive = quiet_since
+        if peer.connected and now >= peer.next_rtt:
+            self._host.enqueue(peer, Proto.RTT, 1, wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now)))
+            # Each station every rtt_interval, but no more than rtt_probe_rate
+            # probes a second from this node in all: RTT traffic stays bounded
+            # however many stations the mesh has.
+            peer.next_rtt = self.rtt_slot(
+                now + max(self.config.rtt_interval, len(self.peers) / self.config.rtt_probe_rate)
+            )
+
+    def rtt_slot(self, wanted: float) -> float:
+        """The time of a peer's next RTT probe: *wanted*, or later so that this
+        node's probes leave at least 1 / rtt_probe_rate apart.  Without the
+        spacing the probes of peers that connected together stay in step: a
+        32-station mesh would send 31 x 32 probes (and as many answers) in one
+        burst every few seconds, which stalls a real-time session."""
+        slot = max(wanted, self._next_rtt_slot)
+        self._next_rtt_slot = slot + 1.0 / self.config.rtt_probe_rate
+        return slot
+
+    def on_rtt(self, peer: Peer, payload: bytes, now: float) -> None:
+        """An RTT protocol message from *peer*: answer a request, take a sample from a response."""
+        is_response, ticks = wire.decode_rtt(self.profile, payload)
+        if not is_response:
+            self._tally.counters["rtt_requests_received"] += 1
+            self._host.enqueue(peer, Proto.RTT, 1, wire.encode_rtt(self.profile, True, ticks))
+            return
+        sent = self._started + ticks / 1_000_000
+        if sent <= now:
+            peer.rtt.on_sample(now - sent, now)

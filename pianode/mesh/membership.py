@@ -1,0 +1,431 @@
+"""Mesh membership (spec §5.4): creating and joining a mesh, the table, updates, leaving and host migration.
+
+Theory of operation
+-------------------
+:class:`Membership` owns the shared mesh table (:class:`~pianode.mesh.table.MeshTable`)
+and this station's place in it: its station index, whether it has joined,
+is leaving or has closed, and why a join failed.
+
+* **Create.** The creator is host and station index 0.
+* **Join.** The joiner connects to the host (the station handshake), sends
+  a join request, and gets a join response (in fragments) with its index and
+  the table; it then connects to every member.  The host sends every member
+  an update mesh with a higher counter.  An update that overtakes the join
+  response is kept and applied once the station is in.
+* **Updates.** Only the station an update names as host may send it, and
+  only a member (or, before the join completes, the join host).
+* **Leave.** A leave request goes to every member through the mesh window;
+  the session closes once everything owed has been sent.
+* **Migration.** pianode's rule (Nintendo's migration messages are
+  undocumented): when the host leaves or falls silent, every remaining
+  station removes it and the remaining station with the lowest index becomes
+  host; the new host sends an update with a higher counter.  A non-host
+  remembers stations it saw leave until the host's next update, so they are
+  never elected.
+* **Healing.** Every few seconds a member reconnects to table members it
+  has no link to; the higher index asks.
+
+It reaches the peers through the links, sends through the outbox and
+connects through the handshake; events and held data go out through
+:class:`MembershipHost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from pianode.mesh import wire
+from pianode.mesh.config import NodeConfig
+from pianode.mesh.events import Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
+from pianode.mesh.handshake import StationHandshake
+from pianode.mesh.links import Links
+from pianode.mesh.outbox import Outbox
+from pianode.mesh.peer import Peer, PeerState
+from pianode.mesh.stats import DropReason, Tally
+from pianode.mesh.table import MeshFull, MeshTable, StationEntry
+from protocols.pia.versions import Proto
+
+__all__ = ["Membership", "MembershipHost"]
+
+HEAL_INTERVAL = 3.0  # seconds between checks for table members we have no link to
+
+
+class MembershipHost(Protocol):
+    """What the membership hands to the session that holds it."""
+
+    def emit(self, event: Event) -> None:
+        """Queue an event for the application."""
+
+    def deliver(self, peer: Peer, data: bytes, *, reliable: bool) -> None:
+        """Hand data from *peer* to the application (held data, once the peer is announced)."""
+
+
+class Membership:
+    """This station's place in the mesh; see the module docstring."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        local: wire.Location,
+        links: Links,
+        outbox: Outbox,
+        handshake: StationHandshake,
+        tally: Tally,
+        host: MembershipHost,
+    ) -> None:
+        self.config = config
+        self.profile = config.profile
+        self.local = local
+        self.local_address = local.address
+        self._links = links
+        self._outbox = outbox
+        self._handshake = handshake
+        self._tally = tally
+        self._host = host
+        self.table = MeshTable(max_stations=config.max_stations)
+        self.index: int | None = None
+        self.joined = False
+        self.closed = False
+        self.leaving = False
+        self.failure: str | None = None
+        self.join_host: tuple[str, int] | None = None
+        self._join_deadline: float | None = None
+        self._leave_deadline: float | None = None
+        self._next_heal: float | None = None
+        self._early_update: tuple[list[StationEntry], int, int] | None = None
+        #: Indexes this (non-host) station saw leave since the last update it applied.
+        self._departed: set[int] = set()
+
+    def is_host(self) -> bool:
+        return self.index is not None and self.table.host_index == self.index
+
+    def busy(self) -> bool:
+        """Whether this station created or joined (or is joining) a mesh."""
+        return self.joined or self.join_host is not None
+
+    def accepts_stations(self) -> bool:
+        return not (self.leaving or self.index is None and not self.join_host)
+
+    # ------------------------------------------------------------------ lifecycle
+    def create(self, now: float) -> None:
+        entry = self.table.add(self.local.constant_id, self.local.variable_id, self.local_address)
+        self.index = entry.index
+        self.table.host_index = entry.index
+        self.table.update_counter = 1
+        self.joined = True
+        self._next_heal = now + HEAL_INTERVAL
+        self._host.emit(MeshJoined(station_index=entry.index, host_index=entry.index))
+
+    def join(self, host: tuple[str, int], now: float) -> None:
+        self.join_host = host
+        self._join_deadline = now + self.config.join_timeout
+        self._handshake.connect(host, now)
+
+    def leave(self, now: float) -> None:
+        if self.closed or self.leaving:
+            return
+        self.leaving = True
+        self._leave_deadline = now + min(2.0, self.config.station_timeout)
+        if self.index is None:
+            self.close("left", now)
+            return
+        payload = wire.encode_leave(self.profile, self.index, self.local)
+        members = self._links.members()
+        for peer in members:
+            assert peer.mesh_window is not None
+            self._outbox.window_send(peer, peer.mesh_window, payload, now)
+            self._links.touched[peer] = None
+        if not members:
+            self.close("left", now)
+
+    def after_flush(self, now: float) -> None:
+        """A leaving station closes once nothing is owed to any peer any more."""
+        if self.leaving and not any(
+            p.pending
+            or (p.mesh_window is not None and not p.mesh_window.idle())
+            or (p.data_window is not None and not p.data_window.idle())
+            for p in self._links.peers.values()
+            if p.state is not PeerState.CLOSED
+        ):
+            self.close("left", now)
+
+    def deadlines(self) -> tuple[float | None, float | None, float | None]:
+        """The membership's timers: join timeout, leave timeout, next heal."""
+        return self._join_deadline, self._leave_deadline, self._next_heal
+
+    def handle_timer(self, now: float) -> bool:
+        """Run the membership's due timers; False when the session ended (join timeout, leave done)."""
+        if self._join_deadline is not None and now >= self._join_deadline and not self.joined:
+            self.fail_join("no answer from the host within the join timeout", now)
+            return False
+        if self._leave_deadline is not None and now >= self._leave_deadline:
+            self.close("left", now)
+            return False
+        if self._next_heal is not None and now >= self._next_heal:
+            self._heal(now)
+        return True
+
+    def _heal(self, now: float) -> None:
+        """Reconnect to table members we have no link to (a lost handshake, a
+        window that gave up).  The higher index initiates, so two stations
+        never both ask; simultaneous asks are resolved anyway (glare rule)."""
+        self._next_heal = now + HEAL_INTERVAL if self.joined and not self.leaving else None
+        if self._next_heal is None or self.index is None:
+            return
+        for e in self.table.entries():
+            if e.index >= self.index or e.address == self.local_address:
+                continue
+            peer = self._links.peers.get(e.address)
+            if peer is None or peer.state is PeerState.CLOSED:
+                self._tally.counters["reconnects"] += 1
+                self._handshake.connect(e.address, now)
+
+    def fail_join(self, reason: str, now: float) -> None:
+        self.failure = reason
+        self._join_deadline = None
+        self.close("join-failed", now)
+
+    def close(self, reason: str, now: float) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._leave_deadline = None
+        for peer in list(self._links.peers.values()):
+            self._links.close(peer)
+        self._host.emit(MeshDestroyed(reason=reason if self.failure is None else f"{reason}: {self.failure}"))
+
+    # ------------------------------------------------------------------ from the handshake
+    def on_connected(self, peer: Peer, now: float) -> None:
+        """*peer* completed the handshake: join through it, or give it its index."""
+        if peer.address == self.join_host and not self.joined:
+            self._outbox.queue_acked(peer, Proto.MESH, 0, self._join_request, now)
+        entry = self.table.by_address(peer.address)
+        if entry is not None and entry.index != self.index:
+            self._links.set_index(peer, entry.index)
+            self.announce(peer)
+        elif entry is None and self.is_host() and peer.mesh_window is not None:
+            # A station we have no entry for: a joiner (it will ask), or one
+            # our predecessor admitted just before leaving, which learns from
+            # our table that it must join again.
+            for payload in wire.encode_update_mesh(self.profile, self.table, self.config.mtu):
+                self._outbox.window_send(peer, peer.mesh_window, payload, now)
+
+    def on_refused(self, peer: Peer, reason: str, now: float) -> None:
+        if peer.address == self.join_host and not self.joined:
+            self.fail_join(f"the host refused the connection: {reason}", now)
+
+    def _join_request(self, ack_id: int) -> bytes:
+        return wire.encode_join_request(self.profile, self.local_address, ack_id)
+
+    def announce(self, peer: Peer) -> None:
+        if peer.announced or peer.index is None or not peer.connected:
+            return
+        peer.announced = True
+        self._host.emit(StationJoined(station_index=peer.index, constant_id=peer.constant_id, address=peer.address))
+        held, peer.held = peer.held, []
+        for data, reliable in held:
+            self._host.deliver(peer, data, reliable=reliable)
+
+    # ------------------------------------------------------------------ mesh protocol
+    def on_message(self, peer: Peer, msg: wire.MeshMessage, now: float) -> None:
+        """One mesh protocol message from *peer*."""
+        if isinstance(msg, wire.JoinRequest):
+            self._ack(peer, msg.ack_id)
+            self._on_join_request(peer, now)
+        elif isinstance(msg, wire.JoinResponse):
+            self._ack(peer, msg.ack_id)
+            self._on_join_response(peer, msg, now)
+        elif isinstance(msg, wire.JoinDenied):
+            if not self.joined:
+                self.fail_join(f"join denied: {msg.reason_text}", now)
+        elif isinstance(msg, wire.UpdateMesh):
+            self._on_update_mesh(peer, msg, now)
+        elif isinstance(msg, wire.LeaveRequest):
+            # Stay in contact until our ack of the leave has gone out: close
+            # after the window flushed it (the peer's station timeout ends it otherwise).
+            self.peer_lost(peer, "left", now, linger=True)
+        else:
+            self._tally.drop(DropReason.UNEXPECTED)
+
+    def _ack(self, peer: Peer, ack_id: int) -> None:
+        self._outbox.enqueue(peer, Proto.STATION, 0, wire.encode_station_ack(self.profile, ack_id))
+
+    def _on_join_request(self, peer: Peer, now: float) -> None:
+        if not self.is_host():
+            self._outbox.enqueue(peer, Proto.MESH, 0, wire.encode_join_deny(self.profile, wire.DENY_NOT_HOST))
+            return
+        entry = self.table.by_address(peer.address)
+        if entry is not None and any(p.kind == "join-response" for p in peer.pending.values()):
+            return  # a retransmitted request: our response is still on its way
+        if entry is None:
+            try:
+                entry = self.table.add(peer.constant_id, peer.variable_id, peer.address)
+            except MeshFull:
+                self._tally.counters["joins_denied"] += 1
+                self._outbox.enqueue(peer, Proto.MESH, 0, wire.encode_join_deny(self.profile, wire.DENY_MESH_FULL))
+                return
+            self.table.update_counter += 1
+        self._links.set_index(peer, entry.index)
+        for build in wire.encode_join_response(self.profile, self.table, entry.index, self.config.max_stations, self.config.mtu):
+            self._outbox.queue_acked(peer, Proto.MESH, 0, build, now, kind="join-response")
+        self._send_update_mesh(now, exclude={peer.address})
+        self.announce(peer)
+
+    def _send_update_mesh(self, now: float, exclude: Iterable[tuple[str, int]] = ()) -> None:
+        skip = set(exclude)
+        payloads = wire.encode_update_mesh(self.profile, self.table, self.config.mtu)
+        # Connected stations without an index hear it too: one the previous
+        # host admitted just before leaving learns that it must join again.
+        for member in [p for p in self._links.peers.values() if p.connected]:
+            if member.address in skip:
+                continue
+            assert member.mesh_window is not None
+            for payload in payloads:
+                self._outbox.window_send(member, member.mesh_window, payload, now)
+            self._links.touched[member] = None
+
+    def _apply_table(
+        self, entries: list[StationEntry], host_index: int, counter: int, now: float, *, connect_new: bool = False
+    ) -> None:
+        old_host = self.table.host_index
+        old = {e.index: e for e in self.table.entries()}
+        self.table.replace_all(entries, host_index, counter)
+        if old_host is not None and host_index != old_host and self.joined:
+            self._host.emit(HostChanged(old_host_index=old_host, new_host_index=host_index))
+        peers = self._links.peers
+        for idx, e in old.items():
+            if idx not in self.table and idx != self.index:
+                peer = peers.get(e.address)
+                if peer is not None:
+                    self.peer_lost(peer, "removed", now)
+        for e in self.table.entries():
+            if e.address == self.local_address:
+                continue
+            peer = peers.get(e.address)
+            if peer is None:
+                if not connect_new:
+                    continue  # the newcomer connects to us
+                # The newcomer connects to every member (spec §5.4 join sequence).
+                peer = self._handshake.connect(e.address, now)
+            peer.index = e.index
+            if not peer.constant_id:
+                peer.constant_id, peer.variable_id = e.constant_id, e.variable_id
+            self._links.membership_changed()
+            self.announce(peer)
+
+    def _on_join_response(self, peer: Peer, msg: wire.JoinResponse, now: float) -> None:
+        if self.joined or peer.address != self.join_host:
+            return
+        if not wire.valid_table(msg.entries, None, self.config.max_stations, msg.fragment_count) or not (
+            msg.joiner_index < self.config.max_stations and msg.host_index < self.config.max_stations
+        ):
+            self._tally.drop(DropReason.MALFORMED)
+            return
+        peer.join_fragments[msg.fragment_index] = msg
+        if len(peer.join_fragments) < msg.fragment_count:
+            return
+        entries: list[StationEntry] = []
+        for frag in peer.join_fragments.values():
+            entries.extend(frag.entries)
+        peer.join_fragments.clear()
+        self.index = msg.joiner_index
+        self.joined = True
+        self._join_deadline = None
+        self._next_heal = now + HEAL_INTERVAL
+        self._host.emit(MeshJoined(station_index=msg.joiner_index, host_index=msg.host_index))
+        self._apply_table(entries, msg.host_index, msg.update_counter, now, connect_new=True)
+        early, self._early_update = self._early_update, None
+        if early is not None and early[2] > self.table.update_counter:
+            self._apply_table(early[0], early[1], early[2], now, connect_new=True)
+
+    def _on_update_mesh(self, peer: Peer, msg: wire.UpdateMesh, now: float) -> None:
+        # Only the station an update names as host may send it, and only if it
+        # is our host or a station with an index in our table; before our
+        # join completes, only the join host.
+        if self.joined:
+            allowed = peer.index is not None and msg.host_index == peer.index
+        else:
+            allowed = peer.address == self.join_host
+        if not allowed:
+            self._tally.drop(DropReason.NOT_HOST)
+            return
+        if not wire.valid_table(msg.entries, msg.host_index, self.config.max_stations, msg.fragment_count):
+            self._tally.drop(DropReason.MALFORMED)
+            return
+        # Fragments of one update share its counter; collect until complete.
+        key = msg.update_counter
+        frags = peer.update_fragments
+        if any(f.update_counter != key for f in frags.values()):
+            frags.clear()
+        frags[msg.fragment_index] = msg
+        if len(frags) < msg.fragment_count:
+            return
+        got = list(frags.values())
+        frags.clear()
+        if key < self.table.update_counter and msg.host_index == self.table.host_index:
+            return  # older than what we have (an equal counter from the host still wins: a new host's
+            # first update can tie with the last one its predecessor sent to some stations only)
+        entries = [e for f in got for e in f.entries]
+        if not self.joined:
+            # The host's update can overtake our (retransmitted) join response:
+            # keep the newest and apply it once we are in.
+            if self._early_update is None or key > self._early_update[2]:
+                self._early_update = (entries, msg.host_index, key)
+            return
+        self._departed.clear()
+        if self.index is not None and all(e.index != self.index or e.address != self.local_address for e in entries):
+            # The host's table does not list us (we were admitted by a host
+            # that left before telling the others): join again through it.
+            self._rejoin(peer, now)
+            return
+        self._apply_table(entries, msg.host_index, key, now)
+
+    # ------------------------------------------------------------------ departures
+    def peer_lost(self, peer: Peer, reason: str, now: float, *, linger: bool = False) -> None:
+        if peer.state is PeerState.CLOSED:
+            return
+        if linger:
+            # Send what we owe it (the ack of its leave) before forgetting it.
+            self._outbox.drain_now(peer, now)
+        index = peer.index
+        was_joining_host = peer.address == self.join_host and not self.joined
+        self._links.close(peer)
+        if was_joining_host:
+            self.fail_join("lost the host while joining", now)
+            return
+        if index is None or self.index is None:
+            return
+        if peer.announced:
+            self._host.emit(StationLeft(station_index=index, constant_id=peer.constant_id, reason=reason))
+        if index not in self.table:
+            return
+        lost_host = index == self.table.host_index
+        if not lost_host and not self.is_host():
+            # The host owns the table: it removes the station and sends an
+            # update.  Remember it is gone, so it is never elected host.
+            self._departed.add(index)
+            return
+        self.table.remove(index)
+        if lost_host:
+            # The migration rule, over the stations not known to have left.
+            new_host = self.table.elect_host(self._departed)
+            if new_host is None:
+                return
+            self.table.host_index = new_host
+            self._host.emit(HostChanged(old_host_index=index, new_host_index=new_host))
+            if new_host == self.index:
+                self.table.update_counter += 1
+                self._send_update_mesh(now)
+        elif self.is_host():
+            self.table.update_counter += 1
+            self._send_update_mesh(now)
+
+    def _rejoin(self, host: Peer, now: float) -> None:
+        self._tally.counters["rejoins"] += 1
+        self.joined = False
+        self.index = None
+        self.join_host = host.address
+        self._join_deadline = now + self.config.join_timeout
+        self._next_heal = None
+        self._outbox.queue_acked(host, Proto.MESH, 0, self._join_request, now)

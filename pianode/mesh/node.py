@@ -1,0 +1,492 @@
+"""The Trio node: one nursery, one UDP socket, one driver task around a :class:`MeshSession`.
+
+Usage::
+
+    async with open_node(NodeConfig(version="5.18")) as node:
+        await node.create_mesh()                 # or: await node.join(("127.0.0.2", 49152))
+        await node.send(1, b"hello", reliable=True)
+        async for event in node.events():
+            ...
+
+Theory of operation: the driver task drains the socket without a scheduler
+round trip per datagram (``pianode.mesh.udp``), feeds every datagram to the sans-IO
+session with ``trio.current_time()``, runs the session's timers, sends what the
+session queued and forwards its events to a bounded channel.  User calls run
+the session method directly (Trio is single-threaded, the session is sync) and
+then wake the driver so new output and deadlines are picked up at once.  Time
+comes only from Trio, so a whole mesh runs under ``trio.testing.MockClock``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+
+import trio
+
+from pianode.mesh.config import NodeConfig
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+from pianode.mesh.events import Event
+from pianode.mesh.group_listener import GroupListener
+from pianode.mesh.session import MeshSession, StationStats
+from pianode.mesh.udp import UdpEndpoint, open_udp_endpoint
+from protocols.pia.versions import Proto
+
+__all__ = ["JoinError", "Node", "open_node"]
+
+
+#: Datagrams read from the socket per pass of the driver.
+BATCH = 64
+
+
+class JoinError(Exception):
+    """Joining a mesh failed (refused, denied, or no answer in time)."""
+
+
+class Node:
+    """A running Pia node.  Create it with :func:`open_node`."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self._endpoint: UdpEndpoint | None = None
+        self.session: MeshSession | None = None
+        self._event_send, self._event_receive = trio.open_memory_channel[Event](config.receive_queue)
+        #: The driver's cancel scope; it sleeps in it while ``_waiting`` (see :meth:`_drive`).
+        self._scope = trio.CancelScope()
+        self._waiting = False
+        self._event_handler: Callable[[Sequence[Event]], None] | None = None
+        self._data_handler: Callable[[int, bytes, bool], None] | None = None
+        self._woken = False
+        #: Datagrams the kernel refused in a non-blocking flush; the driver sends them first.
+        self._unsent: list[tuple[bytes, tuple[str, int]]] = []
+        self._state_changed = trio.Event()
+        self._state_waiters = 0  # tasks in _wait_for: only they need _state_changed set
+        self.events_dropped = 0
+        self.tap: Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self._endpoint is not None
+        return self._endpoint.address
+
+    async def _run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
+        group = self.config.group_broadcast
+        endpoint = await open_udp_endpoint(self.config.bind, broadcast=group is not None)
+        self._endpoint = endpoint
+        try:
+            listener = None if group is None else await GroupListener.for_port(group[1])
+            self.session = MeshSession(self.config, endpoint.address, now=trio.current_time())
+            self.session.tap = self.tap
+            self.session.data_handler = self._data_handler
+            task_status.started(endpoint.address)
+            if listener is None:
+                await self._drive(endpoint, self.session)
+            else:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(listener.serve, self)
+                    await self._drive(endpoint, self.session)
+        finally:
+            endpoint.close()
+            self._event_send.close()
+
+    def group_feed(self) -> Callable[[bytes, tuple[str, int], float], None] | None:
+        """What the :class:`GroupListener` calls with each datagram heard on the
+        group port: the session's own entry (None before the node runs)."""
+        session = self.session
+        return None if session is None else session.receive_group_datagram
+
+    async def after_group_receive(self, now: float) -> None:
+        """Send and hand over what group datagrams produced, in the listener's task."""
+        await self._flush_here(now)
+
+    async def _flush_here(self, now: float) -> None:
+        """Send and hand over what the session queued, in the calling task.
+
+        Cheaper than waking the driver, which costs a cancellation of its
+        wait; if the session now has an earlier deadline than the one the
+        driver sleeps until, the driver's deadline is moved (see :meth:`_drive`).
+        """
+        session, endpoint = self.session, self._endpoint
+        if session is None or endpoint is None:
+            self._wake()
+            return
+        if self._unsent:
+            unsent, self._unsent = self._unsent, []
+            for data, addr in unsent:
+                await endpoint.send(data, addr)
+        for data, addr in self._hand_over(endpoint, session, now):
+            await endpoint.send(data, addr)
+        self._sooner(session.get_timer())
+
+    def _flush_nowait(self, now: float) -> None:
+        """:meth:`_flush_here` without blocking: what the kernel refuses now
+        waits in ``_unsent`` for the driver, which is woken to send it."""
+        session, endpoint = self.session, self._endpoint
+        if session is None or endpoint is None:
+            self._wake()
+            return
+        if self._unsent:
+            self._unsent.extend(session.datagrams_to_send(now))  # keep the order
+            self._hand_over_events(session)
+        else:
+            self._unsent = self._hand_over(endpoint, session, now)
+        if self._unsent:
+            self._wake()
+        else:
+            self._sooner(session.get_timer())
+
+    async def _drive(self, endpoint: UdpEndpoint, session: MeshSession) -> None:
+        """The node's task: receive, run the session's timers, send.
+
+        It sleeps in ``wait_readable`` inside a cancel scope whose deadline is
+        the session's next timer.  Entering a cancel scope costs about as much
+        as the rest of a datagram's handling, so one scope serves until it is
+        cancelled: its deadline is only ever moved earlier (:meth:`_sooner`,
+        also from other tasks while the driver sleeps), and a timer that moved
+        later costs one early wake-up, not a new scope.  Inside the scope the
+        wait is the only checkpoint, so neither the deadline nor :meth:`_wake`
+        can interrupt the work; whatever needs to yield (datagrams the kernel
+        refused, a checkpoint after a long run of full batches or after a
+        wake-up) is done outside it, and then a new scope is entered.
+        """
+        processed = 0
+        while True:
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                while True:
+                    batch = endpoint.receive_batch(BATCH)
+                    now = trio.current_time()
+                    for data, addr in batch:
+                        session.receive_datagram(data, addr, now)
+                    timer = session.get_timer()
+                    if timer is not None and timer <= now:
+                        session.handle_timer(now)
+                    if self._unsent:
+                        break  # refused earlier: they go first, below
+                    self._unsent = self._hand_over(endpoint, session, now)
+                    if self._unsent:
+                        break
+                    if len(batch) == BATCH:
+                        # The batch stopped at its limit, not at an empty socket: more
+                        # are waiting, and asking the socket again costs one system
+                        # call, less than a pass through the scheduler.  (After a short
+                        # batch the wait below returns at once if more came meanwhile.)
+                        processed += len(batch)
+                        if processed < 4 * BATCH:
+                            continue
+                        processed = 0
+                        break  # let other tasks run
+                    if self._woken or session.has_output():
+                        break  # a user call queued output while we were busy
+                    timer = session.get_timer()
+                    if timer is not None and timer < scope.deadline:
+                        scope.deadline = timer
+                    self._waiting = True
+                    await endpoint.wait_readable()
+                    self._waiting = False
+            # Cancelled by _wake or at the deadline, or left on purpose: work that yields.
+            self._waiting = False
+            self._woken = False
+            if self._unsent:
+                unsent, self._unsent = self._unsent, []
+                for data, addr in unsent:
+                    await endpoint.send(data, addr)
+            else:
+                await trio.lowlevel.checkpoint()
+
+    async def _send_sealed(self, out: list[tuple[bytes, tuple[str, int]]], now: float) -> None:
+        """Send datagrams the session sealed at once.  They moved no timer, so
+        they need no flush, only to go behind what the kernel refused earlier."""
+        endpoint = self._endpoint
+        if self._unsent or endpoint is None:
+            self._unsent.extend(out)
+            await self._flush_here(now)
+        else:
+            for data, addr in out:
+                await endpoint.send(data, addr)
+        await trio.lowlevel.checkpoint()
+
+    def _send_sealed_nowait(self, out: list[tuple[bytes, tuple[str, int]]]) -> None:
+        """:meth:`_send_sealed` without blocking: what the kernel refuses waits for the driver."""
+        endpoint = self._endpoint
+        if not self._unsent and endpoint is not None:
+            out = _send_what_fits(endpoint, out)
+        if out:
+            self._unsent.extend(out)
+            self._wake()
+
+    def _sooner(self, timer: float | None) -> None:
+        """Move the sleeping driver's deadline to *timer* if that is earlier."""
+        if timer is not None and self._waiting and timer < self._scope.deadline:
+            self._scope.deadline = timer
+
+    def _hand_over(
+        self, endpoint: UdpEndpoint, session: MeshSession, now: float
+    ) -> list[tuple[bytes, tuple[str, int]]]:
+        """Send what the session queued as far as the kernel takes it now, and
+        hand its events over; returns the datagrams left to send, in order."""
+        out = _send_what_fits(endpoint, session.datagrams_to_send(now))
+        self._hand_over_events(session)
+        return out
+
+    def _hand_over_events(self, session: MeshSession) -> None:
+        if not session.has_events():
+            return
+        handler = self._event_handler
+        if handler is not None:
+            handler(session.take_events())
+        else:
+            send = self._event_send.send_nowait
+            for event in session.take_events():
+                try:
+                    send(event)
+                except trio.WouldBlock:
+                    self.events_dropped += 1
+        if self._state_waiters:
+            self._state_changed.set()
+            self._state_changed = trio.Event()
+
+    def _wake(self) -> None:
+        """Have the driver run now (a user call queued work it must do)."""
+        self._woken = True
+        if self._waiting:
+            self._scope.cancel()
+
+    def _require_session(self) -> MeshSession:
+        if self.session is None:
+            raise RuntimeError("node is not running")
+        return self.session
+
+    async def _wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        with trio.move_on_after(timeout):
+            while not predicate():
+                self._state_waiters += 1
+                try:
+                    await self._state_changed.wait()
+                finally:
+                    self._state_waiters -= 1
+            return True
+        return False
+
+    # ------------------------------------------------------------------ public API
+    async def create_mesh(self, *, network_id: int | None = None) -> int:
+        """Create a mesh with this node as host; returns its station index (0).
+
+        *network_id*: LDN's advertised random u32 or NEX's gathering id (default:
+        the network type's rule).
+        """
+        session = self._require_session()
+        session.create(trio.current_time(), network_id=network_id)
+        self._wake()
+        await trio.lowlevel.checkpoint()
+        assert session.index is not None
+        return session.index
+
+    async def join(self, host: tuple[str, int], *, network_id: int | None = None) -> int:
+        """Join the mesh hosted at *host*; returns this node's station index.
+
+        Raises:
+            JoinError: the host refused or denied the join, or did not answer
+                within ``config.join_timeout``.
+        """
+        session = self._require_session()
+        session.join(host, trio.current_time(), network_id=network_id)
+        self._wake()
+        await self._wait_for(lambda: session.joined or session.closed, self.config.join_timeout + 1)
+        if not session.joined:
+            raise JoinError(session.failure or "join timed out")
+        assert session.index is not None
+        return session.index
+
+    async def wait_connected(self, count: int, timeout: float = 10.0) -> bool:
+        """Wait until *count* other stations are joined and connected."""
+        session = self._require_session()
+        return await self._wait_for(lambda: sum(1 for s in session.stations() if s.state == "connected") >= count, timeout)
+
+    async def send(self, station_index: int, data: bytes, *, reliable: bool = True) -> None:
+        """Send *data* to one station (reliable: in order, exactly once).
+
+        Raises:
+            KeyError: no connected station has that index.
+            pianode.mesh.reliable.SendBufferFull: the station's reliable window is full (back off and retry).
+            pianode.mesh.reliable.MessageTooLarge: *data* exceeds the window's message size limit.
+        """
+        now = trio.current_time()
+        ready = self._hand_to_session(station_index, data, reliable, now)
+        if ready is not None:
+            await self._send_sealed([ready], now)
+            return
+        await self._flush_here(now)
+        await trio.lowlevel.checkpoint()
+
+    def send_nowait(self, station_index: int, data: bytes, *, reliable: bool = True) -> None:
+        """:meth:`send` without yielding to other tasks (not a checkpoint).
+
+        For code that cannot await: a data handler (:meth:`set_data_handler`)
+        answering the station it heard from, within the node's own task.  What
+        the kernel refuses now is sent by the node's task, in order.  Raises
+        as :meth:`send` does.
+        """
+        now = trio.current_time()
+        ready = self._hand_to_session(station_index, data, reliable, now)
+        if ready is not None:
+            self._send_sealed_nowait([ready])
+            return
+        self._flush_nowait(now)
+
+    def _hand_to_session(
+        self, station_index: int, data: bytes, reliable: bool, now: float
+    ) -> tuple[bytes, tuple[str, int]] | None:
+        """Give *data* to the session: the datagram when it was sealed at once
+        (unreliable, nothing queued), None when it was queued for a flush."""
+        session = self._require_session()
+        if reliable:
+            session.send(station_index, bytes(data), reliable=True, now=now)
+            return None
+        return session.send_unreliable_now(station_index, bytes(data), now)
+
+    def set_protocol_handler(self, proto: Proto, handler: Callable[[int, int, bytes], None] | None) -> None:
+        """Deliver messages of *proto* (one the session does not run itself) to ``handler(index, port, payload)``."""
+        handlers = self._require_session().protocol_handlers
+        if handler is None:
+            handlers.pop(proto, None)
+        else:
+            handlers[proto] = handler
+
+    def send_protocol(self, station_index: int, proto: Proto, port: int, payload: bytes) -> None:
+        """Send one message of an application-run sub-protocol to a station (sync; safe from a handler)."""
+        self._require_session().send_protocol(station_index, proto, port, bytes(payload))
+        self._wake()
+
+    async def broadcast(self, data: bytes, *, reliable: bool = True) -> int:
+        """Send *data* to every connected station; returns how many.
+
+        Unreliable broadcasts on 5.27+ go out as one packet with a footer of
+        receiver variable ids.  A reliable broadcast is all or nothing: it
+        raises ``SendBufferFull`` without queueing if any station's window is full.
+        """
+        session = self._require_session()
+        now = trio.current_time()
+        sealed = None if reliable else session.broadcast_unreliable_now(bytes(data), now)
+        if sealed is not None:
+            await self._send_sealed(sealed[1], now)
+            return sealed[0]
+        n = session.broadcast(bytes(data), reliable=reliable, now=now)
+        await self._flush_here(now)
+        await trio.lowlevel.checkpoint()
+        return n
+
+    def broadcast_nowait(self, data: bytes, *, reliable: bool = True) -> int:
+        """:meth:`broadcast` without yielding to other tasks (not a checkpoint).
+
+        What the kernel takes goes out at once; anything it refuses is sent by
+        the node's own task.  For a loop that sends for many stations in one
+        go (a frame clock shared by every station of a process).
+        """
+        session = self._require_session()
+        now = trio.current_time()
+        sealed = None if reliable else session.broadcast_unreliable_now(bytes(data), now)
+        if sealed is not None:
+            self._send_sealed_nowait(sealed[1])
+            return sealed[0]
+        n = session.broadcast(bytes(data), reliable=reliable, now=now)
+        self._flush_nowait(now)
+        return n
+
+    async def leave(self, timeout: float = 2.0) -> None:
+        """Leave the mesh; waits (bounded) until the other stations acknowledged it."""
+        session = self._require_session()
+        session.leave(trio.current_time())
+        self._wake()
+        await self._wait_for(lambda: session.closed, timeout)
+
+    def events(self) -> trio.MemoryReceiveChannel[Event]:
+        """The node's events (``async for event in node.events()``)."""
+        return self._event_receive
+
+    def set_event_handler(self, handler: Callable[[Sequence[Event]], None] | None) -> None:
+        """Hand events to ``handler(batch)`` as the node produces them, instead of :meth:`events`.
+
+        The handler runs in the node's own tasks, once per batch (every event
+        a burst of datagrams produced, oldest first), so it must neither block
+        nor raise.  It saves a channel hand-over and a task wake-up per batch,
+        which counts for an application with many stations in one process.
+        ``None`` goes back to the channel.
+        """
+        self._event_handler = handler
+
+    def set_data_handler(self, handler: Callable[[int, bytes, bool], None] | None) -> None:
+        """Hand application data to ``handler(source_index, data, reliable)`` as it is decoded.
+
+        Instead of :class:`DataReceived` events: no event object per message,
+        which counts at tens of thousands of messages a second (a game's frame
+        callback).  Other events are unchanged; data reaches the handler before
+        the events of the same burst of datagrams.  The handler runs inside the
+        node's receive path, so it must neither block nor raise.  ``None`` goes
+        back to events.
+        """
+        self._data_handler = handler
+        if self.session is not None:
+            self.session.data_handler = handler
+
+    def stations(self) -> list[StationStats]:
+        """One row per station in the mesh table (including this node)."""
+        return self._require_session().stations()
+
+    def statistics(self) -> dict[str, object]:
+        """Counters, including datagrams dropped by reason."""
+        session = self._require_session()
+        stats = session.statistics()
+        stats["events_dropped"] = self.events_dropped
+        if self._endpoint is not None:
+            stats["send_errors"] = self._endpoint.send_errors
+        return stats
+
+    @property
+    def station_index(self) -> int | None:
+        return self._require_session().index
+
+    @property
+    def host_index(self) -> int | None:
+        return self._require_session().table.host_index
+
+
+def _send_what_fits(endpoint: UdpEndpoint, out: list[tuple[bytes, tuple[str, int]]]) -> list[tuple[bytes, tuple[str, int]]]:
+    """Send *out* in order as far as the kernel takes it now; returns the rest."""
+    send = endpoint.send_nowait
+    for i, (data, addr) in enumerate(out):
+        if not send(data, addr):
+            return out[i:]
+    return []
+
+
+@asynccontextmanager
+async def open_node(
+    config: NodeConfig, *, tap: Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None = None
+) -> AsyncIterator[Node]:
+    """Run a node for the duration of the ``async with`` block.
+
+    The socket is bound when the block starts (``node.address``); leaving the
+    block stops the node (call ``await node.leave()`` first for a graceful exit).
+    """
+    node = Node(config)
+    node.tap = tap
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(node._run)
+            try:
+                yield node
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The body runs inside the node's nursery; give the caller its own
+        # exception back rather than a group of one.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+

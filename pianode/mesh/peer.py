@@ -1,0 +1,116 @@
+"""One remote station as this node knows it: the link state of a :class:`Peer`.
+
+A peer is one remote address.  Everything about the link to it lives here,
+in one record per peer: its handshake progress (``state``, ``initiator``,
+the connection ids), its identity (constant and variable id, station index
+once the mesh table names it), the reliable windows, the RTT estimator and
+header timers, the replay filter, the packet id counter, the queue of
+messages for its next packet, the station/mesh messages awaiting its ack, and
+the per-peer sealer and opener of the codec's fast paths.
+
+Which part changes which field: the station handshake
+(:mod:`pianode.mesh.handshake`) the handshake progress and identity; the
+membership (:mod:`pianode.mesh.membership`) the station index and the
+fragments of join responses and updates; the link registry
+(:mod:`pianode.mesh.links`) the timers, liveness and state changes to
+CLOSED; the outbox (:mod:`pianode.mesh.outbox`) the queues, packet ids and
+sealer; the session's receive path the counters of what was heard and the
+opener.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+import attrs
+
+from pianode.mesh.packet_ids import PacketIdCounter
+from pianode.mesh.reliable import ReliableWindow
+from pianode.mesh.replay import NonceReplayFilter
+from pianode.mesh.rtt import HeaderTimers, RttEstimator
+from pianode.mesh.wire import JoinResponse, UpdateMesh
+from protocols.pia.message import Message
+from protocols.pia.versions import Proto
+
+__all__ = ["Peer", "PeerState", "Pending", "StationStats"]
+
+
+class PeerState(enum.Enum):
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+@attrs.frozen
+class StationStats:
+    """One row of ``node.stations()``."""
+
+    index: int | None
+    constant_id: int
+    variable_id: int
+    address: tuple[str, int]
+    is_host: bool
+    is_self: bool
+    state: str
+    rtt: float | None
+    rtt_variance: float | None
+    packets_sent: int
+    packets_received: int
+    lost: int
+
+
+@attrs.define
+class Pending:
+    """A message carrying an ack id, resent until the peer acks it."""
+
+    proto: Proto
+    port: int
+    payload: bytes
+    next_send: float
+    interval: float
+    tries: int = 0
+    kind: str = ""
+
+
+@attrs.define(eq=False)
+class Peer:
+    address: tuple[str, int]
+    own_conn_id: int
+    initiator: bool
+    created: float
+    state: PeerState = PeerState.CONNECTING
+    constant_id: int = 0
+    variable_id: int = 0
+    peer_conn_id: int = 0
+    index: int | None = None
+    announced: bool = False
+    got_response: bool = False
+    sent_response: bool = False
+    tx_ids: PacketIdCounter = attrs.field(factory=PacketIdCounter)
+    replay: NonceReplayFilter = attrs.field(factory=NonceReplayFilter)
+    outbox: list[Message] = attrs.field(factory=list)
+    pending: dict[int, Pending] = attrs.field(factory=dict)
+    mesh_window: ReliableWindow | None = None
+    data_window: ReliableWindow | None = None
+    rtt: RttEstimator = attrs.field(factory=RttEstimator)
+    header_timers: HeaderTimers = attrs.field(factory=lambda: HeaderTimers(0.0))
+    last_heard: float = 0.0
+    last_sent: float = -1e9
+    next_keepalive: float = 0.0
+    next_rtt: float = 0.0
+    packets_sent: int = 0
+    packets_received: int = 0
+    join_fragments: dict[int, JoinResponse] = attrs.field(factory=dict)
+    update_fragments: dict[int, UpdateMesh] = attrs.field(factory=dict)
+    held: list[tuple[bytes, bool]] = attrs.field(factory=list)
+    #: Time of this peer's live entry in the link registry's timer heap (None: none).
+    scheduled: float | None = None
+    #: ``state is CONNECTED``, kept as a plain flag: it is read several times per datagram.
+    connected: bool = False
+    #: ``(what it was made for, seal or None)``: the codec's sealer of this peer's
+    #: unreliable packets (see :meth:`pianode.mesh.outbox.Outbox.seal_unreliable`).
+    sealer: tuple[tuple[object, ...], Callable[[int, bytes, bytes], bytes] | None] | None = None
+    #: ``(what it was made for, open or None)``: the codec's opener of this peer's
+    #: unreliable packets to us (see :meth:`pianode.mesh.session.MeshSession.receive_datagram`).
+    opener: tuple[tuple[object, ...], Callable[[bytes], object] | None] | None = None

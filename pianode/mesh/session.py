@@ -1,0 +1,662 @@
+"""The sans-IO Pia mesh session: the coordinator of one node's parts.
+
+Theory of operation
+-------------------
+A :class:`MeshSession` is everything one node knows, with no I/O and no clock:
+the driver (``pianode.mesh.node``) feeds it datagrams and the current time, and asks
+it for datagrams to send and for its next timer deadline (the aioquic shape,
+STYLE.md practice 2)::
+
+    session.receive_datagram(data, addr, now)
+    session.handle_timer(now)
+    for data, addr in session.datagrams_to_send(now): ...
+    session.get_timer() -> float | None
+    session.next_event() -> Event | None
+
+The session itself only routes; each concern is a part that owns its state:
+
+* :class:`~pianode.mesh.links.Links`: the peers (one per remote address),
+  their timers, liveness, RTT, and the identity and replay checks;
+* :class:`~pianode.mesh.outbox.Outbox`: queues, retransmissions, packets,
+  group packets, the header nonce counter and the send fast paths;
+* :class:`~pianode.mesh.handshake.StationHandshake`: the station protocol
+  (CONNECTING -> CONNECTED, spec §5.3);
+* :class:`~pianode.mesh.membership.Membership`: the mesh table, joins,
+  updates, leaving and host migration (spec §5.4);
+* :class:`~pianode.mesh.stats.Tally`: counters and drops by reason.
+
+A datagram goes: :meth:`MeshSession.receive_datagram` decodes it with the
+codec (``protocols.pia.packet``; a station's stream of unreliable data
+through its opener), has the links check identity and replay, and hands
+each message to :meth:`MeshSession._dispatch`, which routes it by protocol:
+station messages to the handshake, mesh messages (through the peer's mesh
+window) to the membership, RTT to the links, data (through the peer's data
+window) to the application as events or to its data handler.  A datagram
+that does not decode, authenticate or pass a check is dropped and counted
+by reason, never raised.  Sending is the outbox's; the session implements
+the small protocols through which the parts reach each other
+(:class:`~pianode.mesh.links.LinkHost`, ...).
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import Callable
+
+from pianode.mesh import wire
+from pianode.mesh.config import NodeConfig
+from pianode.mesh.events import DataReceived, Event
+from pianode.mesh.handshake import StationHandshake
+from pianode.mesh.links import Links
+from pianode.mesh.membership import Membership
+from pianode.mesh.outbox import Datagram, Outbox
+from pianode.mesh.peer import Peer, PeerState, StationStats
+from pianode.mesh.replay import nonce_value
+from pianode.mesh.stats import COUNTERS, DropReason, Tally
+from pianode.mesh.table import MeshTable
+from protocols.errors import AuthenticationError, DecodeError
+from protocols.pia.header import PacketHeader
+from protocols.pia.message import Message
+from protocols.pia.packet import PacketCodec
+from protocols.pia.packet_values import LoneMessage, Packet
+from protocols.pia.versions import Proto
+
+__all__ = ["COUNTERS", "DropReason", "MeshSession", "Peer", "PeerState", "StationStats"]
+
+MAX_PROVISIONAL_PEERS = 64  # unknown addresses we talk to before they are members
+EVENT_QUEUE_LIMIT = 65536
+HELD_LIMIT = 1024  # data messages held per peer until its station index is known
+
+
+class MeshSession:
+    """Everything one Pia node knows; see the module docstring."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        local_address: tuple[str, int],
+        *,
+        now: float,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.profile = profile = config.profile
+        self.local_address = local_address
+        self.rng = rng or random.Random(config.seed)
+        self.started = now
+        self.location = wire.local_identity(config, local_address, self.rng)
+        self.constant_id = self.location.constant_id
+        self._footer_id = self.location.variable_id & 0xFFFF  # how group packets name this station (spec §1.6)
+        source_id = self.constant_id if profile.message_format in wire.SOURCE_ID_FORMATS else None
+        self._tally = tally = Tally()
+        self.counters = tally.counters
+        self.drops = tally.drops
+        self.links = Links(config, self.rng, now, tally, self)
+        self.outbox = Outbox(
+            config, local_address, self.location.variable_id, source_id, self.rng, self.links, tally, self
+        )
+        self.handshake = StationHandshake(config, self.location, self.links, self.outbox, tally, self)
+        self.membership = Membership(config, self.location, self.links, self.outbox, self.handshake, tally, self)
+        # Read for every datagram: the links' own dicts, not copies.
+        self.peers = self.links.peers
+        self._touched = self.links.touched
+        self.protocol_ids = self.outbox.protocol_ids
+        self._proto_by_id: dict[int, Proto] = {pid: proto for proto, pid in self.protocol_ids.items()}
+        self._unreliable_id = self.protocol_ids[Proto.UNRELIABLE]
+        self.session_key: bytes | None = config.session_key
+        self.network_id = 0
+        self.codec: PacketCodec | None = None
+        self._nonce_builder: Callable[[PacketHeader, str], bytes] | None = None
+        self._group_offset = wire.footer_size_offset(profile)
+        self._codec_key = 0
+        self._decode_lone: Callable[[bytes, str], Packet | LoneMessage] | None = None
+        self._events: collections.deque[Event] = collections.deque()
+        #: Handlers for sub-protocols the application runs itself (LDN's Local protocol, spec §5.10):
+        #: called with (source station index, protocol port, payload) for each message from a member.
+        self.protocol_handlers: dict[Proto, Callable[[int, int, bytes], None]] = {}
+        #: When set, application data goes to ``data_handler(source index, data,
+        #: reliable)`` as it is decoded, instead of DataReceived events (a game's
+        #: frame callback; no event object per message).  It must not raise.
+        self.data_handler: Callable[[int, bytes, bool], None] | None = None
+
+    # ------------------------------------------------------------------ the parts' state, read here
+    @property
+    def index(self) -> int | None:
+        return self.membership.index
+
+    @property
+    def table(self) -> MeshTable:
+        return self.membership.table
+
+    @property
+    def joined(self) -> bool:
+        return self.membership.joined
+
+    @property
+    def closed(self) -> bool:
+        return self.membership.closed
+
+    @property
+    def leaving(self) -> bool:
+        return self.membership.leaving
+
+    @property
+    def failure(self) -> str | None:
+        return self.membership.failure
+
+    @property
+    def variable_id(self) -> int:
+        return self.outbox.variable_id
+
+    @property
+    def message_source_id(self) -> int | None:
+        """Our constant id where the message format carries a source id (M-B..M-E), else None."""
+        return self.outbox.message_source_id
+
+    @property
+    def tap(self) -> Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None:
+        """Called with every datagram we send: (data, src, dst, now).  For --record."""
+        return self.outbox.tap
+
+    @tap.setter
+    def tap(self, tap: Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None) -> None:
+        self.outbox.tap = tap
+
+    def is_host(self) -> bool:
+        return self.membership.is_host()
+
+    def next_header_nonce(self) -> bytes:
+        return self.outbox.next_header_nonce()
+
+    # ------------------------------------------------------------------ setup
+    def _setup_crypto(self, session_key: bytes, network_id: int) -> None:
+        self.session_key = session_key
+        self.network_id = network_id
+        self.handshake.use_network(network_id)
+        self.codec, self._nonce_builder = wire.packet_codec(self.config, self.profile, session_key, network_id)
+        self.outbox.codec = self.codec
+        self._decode_lone = self.codec.lone_decoder()
+        self._codec_key = wire.codec_key(self.profile.version, self.config.network, session_key, network_id, self.config.aead_backend)
+
+    def create(self, now: float, *, network_id: int | None = None) -> None:
+        """Create a mesh with this node as host and station index 0.
+
+        *network_id* overrides the network type's rule (LDN: the random u32 the
+        host advertises; NEX: the gathering id).
+        """
+        if self.membership.busy():
+            raise RuntimeError("this node already created or joined a mesh")
+        key = self.session_key or self.rng.randbytes(16)
+        if network_id is None:
+            network_id = wire.network_id_for_host(self.config, self.local_address, self.rng)
+        self._setup_crypto(key, network_id)
+        self.membership.create(now)
+
+    def join(self, host: tuple[str, int], now: float, *, network_id: int | None = None) -> None:
+        """Start joining the mesh hosted at *host* (needs the session key in the config)."""
+        if self.membership.busy():
+            raise RuntimeError("this node already created or joined a mesh")
+        if self.config.session_key is None:
+            raise ValueError("joining needs the mesh's session key")
+        if network_id is None:
+            network_id = wire.network_id_for_host(self.config, host, self.rng)
+        self._setup_crypto(self.config.session_key, network_id)
+        self.membership.join(host, now)
+
+    def leave(self, now: float) -> None:
+        """Leave the mesh gracefully (the host's departure triggers migration)."""
+        self.membership.leave(now)
+
+    # ------------------------------------------------------------------ user data
+    def _connected_peer(self, index: int) -> Peer:
+        peer = self.links.by_index(index)
+        if peer is None or not peer.connected:
+            raise KeyError(f"no connected station with index {index}")
+        return peer
+
+    def send(self, index: int, data: bytes, *, reliable: bool, now: float) -> None:
+        self.outbox.send_data(self._connected_peer(index), data, reliable, now)
+
+    def send_unreliable_now(self, index: int, data: bytes, now: float) -> Datagram | None:
+        """:meth:`send` of unreliable *data*, for a caller that sends the result at once (the node).
+
+        With no output queued anywhere, the message would leave as a packet of
+        its own at the next :meth:`datagrams_to_send`; it is sealed now and
+        returned as ``(datagram, address)``, without the queue, the flush and
+        the timer bookkeeping (an unreliable message moves no deadline).
+        Otherwise it is queued as :meth:`send` queues it, behind the output it
+        must not overtake, and None is returned.  The packets go through the
+        peer's sealer (``PacketCodec.lone_sealer``), made at the first send and
+        again whenever what it packs (the codec, the peer's index and ids, our
+        own ids) has changed.
+        """
+        peer = self._connected_peer(index)
+        outbox = self.outbox
+        if peer.outbox or not outbox.idle():
+            outbox.send_data(peer, data, False, now)
+            return None
+        self.counters["unreliable_sent"] += 1
+        return outbox.seal_unreliable(peer, data, now)
+
+    def broadcast_unreliable_now(self, data: bytes, now: float) -> tuple[int, list[Datagram]] | None:
+        """:meth:`broadcast` of unreliable *data*, for a caller that sends the result at once (the node).
+
+        Where the broadcast is a packet per station (a version without a
+        footer, or a single station) and no output is queued, each station's
+        packet is sealed now as :meth:`send_unreliable_now` seals it; returns
+        ``(stations, datagrams)``.  Otherwise it does nothing and returns None:
+        call :meth:`broadcast`.
+        """
+        return self.outbox.broadcast_unreliable_now(data, now)
+
+    def send_protocol(self, index: int, proto: Proto, port: int, payload: bytes) -> None:
+        """Queue one message of an application-run sub-protocol (no retransmission: the protocol does its own)."""
+        self.outbox.enqueue(self._connected_peer(index), proto, port, payload)
+
+    def broadcast(self, data: bytes, *, reliable: bool, now: float) -> int:
+        return self.outbox.broadcast(data, reliable=reliable, now=now)
+
+    # ------------------------------------------------------------------ queries
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    def has_events(self) -> bool:
+        return bool(self._events)
+
+    def take_events(self) -> collections.deque[Event]:
+        """Every queued event at once, oldest first (the session starts a new queue)."""
+        events = self._events
+        self._events = collections.deque()
+        return events
+
+    def stations(self) -> list[StationStats]:
+        rows = []
+        for entry in self.table.entries():
+            is_self = entry.index == self.index
+            peer = None if is_self else self.links.by_index(entry.index)
+            rows.append(
+                StationStats(
+                    index=entry.index,
+                    constant_id=entry.constant_id,
+                    variable_id=entry.variable_id,
+                    address=entry.address,
+                    is_host=entry.index == self.table.host_index,
+                    is_self=is_self,
+                    state="self" if is_self else (peer.state.value if peer else "unknown"),
+                    rtt=peer.rtt.smoothed if peer else None,
+                    rtt_variance=peer.rtt.variance if peer else None,
+                    packets_sent=peer.packets_sent if peer else 0,
+                    packets_received=peer.packets_received if peer else 0,
+                    lost=(peer.data_window.statistics().retransmitted if peer and peer.data_window else 0),
+                )
+            )
+        return rows
+
+    def decode_context(self) -> dict[str, object]:
+        """Session-file fields `pianode decode` needs besides version, network and key."""
+        addresses = [self.local_address, *[e.address for e in self.table.entries()], *self.peers]
+        return wire.decode_context(self.config, self.network_id, addresses)
+
+    def statistics(self) -> dict[str, object]:
+        return {
+            "station_index": self.index,
+            "host_index": self.table.host_index,
+            "stations": len(self.table),
+            "counters": {k: v for k, v in self.counters.items() if v},
+            "drops": dict(self.drops),
+        }
+
+    # ------------------------------------------------------------------ timers and output
+    def get_timer(self) -> float | None:
+        if self.membership.closed:
+            return None
+        t = self.links.next_deadline()
+        for extra in self.membership.deadlines():
+            if extra is not None and (t is None or extra < t):
+                t = extra
+        return t
+
+    def handle_timer(self, now: float) -> None:
+        if self.membership.closed or not self.membership.handle_timer(now):
+            return
+        links = self.links
+        for peer in links.due(now):
+            links.on_timer(peer, now)
+            self._touched[peer] = None
+
+    def has_output(self) -> bool:
+        """Whether :meth:`datagrams_to_send` has something to send right now."""
+        return self.outbox.has_output()
+
+    def datagrams_to_send(self, now: float) -> list[Datagram]:
+        out = self.outbox.datagrams_to_send(now)
+        if self.codec is not None:
+            self.membership.after_flush(now)
+        return out
+
+    # ------------------------------------------------------------------ what the parts ask of the session
+    def enqueue(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> None:
+        self.outbox.enqueue(peer, proto, port, payload)
+
+    def peer_lost(self, peer: Peer, reason: str, now: float) -> None:
+        self.membership.peer_lost(peer, reason, now)
+
+    def rtt_ticks(self, now: float) -> int:
+        return int(round((now - self.started) * 1_000_000)) & 0xFFFFFFFFFFFFFFFF
+
+    def accepts_stations(self) -> bool:
+        return self.membership.accepts_stations()
+
+    def station_connected(self, peer: Peer, now: float) -> None:
+        self.membership.on_connected(peer, now)
+
+    def station_refused(self, peer: Peer, reason: str, now: float) -> None:
+        self.membership.on_refused(peer, reason, now)
+
+    def emit(self, event: Event) -> None:
+        if len(self._events) >= EVENT_QUEUE_LIMIT:
+            self._tally.drop(DropReason.QUEUE_FULL)
+            return
+        self._events.append(event)
+
+    def deliver(self, peer: Peer, data: bytes, *, reliable: bool) -> None:
+        if peer.index is None:
+            # Data from a newcomer can overtake the update mesh that names it:
+            # hold a bounded amount until its index is known.
+            if len(peer.held) >= HELD_LIMIT:
+                self._tally.drop(DropReason.QUEUE_FULL)
+            else:
+                peer.held.append((data, reliable))
+            return
+        self.counters["reliable_delivered" if reliable else "unreliable_delivered"] += 1
+        if self.data_handler is not None:
+            self.data_handler(peer.index, data, reliable)
+        else:
+            self.emit(DataReceived(peer.index, data, reliable))
+
+    # ------------------------------------------------------------------ input
+    def receive_datagram(self, data: bytes, addr: tuple[str, int], now: float) -> None:
+        codec = self.codec
+        if codec is None or self.membership.closed:
+            # After leaving, or before creating/joining a mesh: nothing to talk to.
+            self._tally.drop(DropReason.CLOSED if self.membership.closed else DropReason.NOT_MEMBER)
+            return
+        peer = self.peers.get(addr)
+        offset = self._group_offset
+        footer = offset is not None and len(data) > offset and data[offset] != 0
+        if footer and peer is not None:
+            self._receive_group(peer, data, addr, now)
+            return
+        opener = None
+        frame = b""
+        if peer is not None and peer.opener is not None and peer.connected:
+            # The peer's stream of unreliable data to us (a game's frames): the
+            # codec's opener compares the constant bytes instead of reading the
+            # fields; what it finds the stream's is delivered below, inline.
+            made_for, opener = peer.opener
+            if made_for != (codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id):
+                opener = None
+        try:
+            if footer:
+                # A packet with a footer from an unknown address (dropped below
+                # unless it is a connection request): decoded through the same cache.
+                assert self._nonce_builder is not None
+                packet = wire.shared_decode(
+                    codec, self._codec_key, data, addr[0], self._nonce_builder, self._unreliable_id
+                ).packet
+            else:
+                got = None if opener is None else opener(data)
+                if got is None:
+                    assert self._decode_lone is not None
+                    got = self._decode_lone(data, addr[0])
+                if type(got) is bytes:
+                    frame, packet = got, None  # the peer's unreliable data: below
+                elif type(got) is not LoneMessage:
+                    assert isinstance(got, Packet)
+                    packet = got
+                elif peer is not None and peer.connected and got.packet_id:
+                    self._receive_lone(peer, got, now)
+                    return
+                else:
+                    packet = codec.packet_of(got)
+        except AuthenticationError:
+            self._tally.drop(DropReason.BAD_TAG)
+            return
+        except DecodeError:
+            if peer is None and self.handshake.deny_other_version(data, addr, self.session_key, now):
+                self._tally.drop(DropReason.OTHER_VERSION)
+            else:
+                self._tally.drop(DropReason.MALFORMED)
+            return
+        if packet is None:
+            # The opener's: _receive_lone's steps for unreliable data but those its
+            # constant bytes (the peer's identity) and made_for took.
+            assert peer is not None and peer.index is not None
+            if not peer.replay.accept_value(int.from_bytes(codec.last_nonce[-7:], "big")):
+                self._tally.drop(DropReason.REPLAYED)
+                return
+            peer.last_heard = now
+            peer.packets_received += 1
+            counters = self.counters
+            counters["packets_received"] += 1
+            counters["unreliable_delivered"] += 1  # deliver, inline
+            handler = self.data_handler
+            if handler is not None:
+                handler(peer.index, frame, False)
+            elif len(self._events) < EVENT_QUEUE_LIMIT:
+                self._events.append(DataReceived(peer.index, frame, False))
+            else:
+                self._tally.drop(DropReason.QUEUE_FULL)
+            return
+        self._receive_packet(codec, peer, packet, addr, now)
+
+    def _receive_packet(
+        self, codec: PacketCodec, peer: Peer | None, packet: Packet, addr: tuple[str, int], now: float
+    ) -> None:
+        """A decoded packet that is not a connected peer's lone message: first contact, handshake, bundles."""
+        header = packet.header
+        if not header.encrypted:
+            # The codec accepts plaintext 5.7+ packets (captures have them); a
+            # node with a session key never does: they carry no tag.
+            self._tally.drop(DropReason.UNENCRYPTED)
+            return
+        links = self.links
+        if peer is None:
+            # Only a connection request may come from an unknown address.
+            if not packet.messages or not wire.is_connection_request(self.profile, packet.messages[0]):
+                self._tally.drop(DropReason.NOT_MEMBER)
+                return
+            if links.provisional() >= MAX_PROVISIONAL_PEERS:
+                self._tally.drop(DropReason.QUEUE_FULL)
+                return
+        elif not header.packet_id and self.handshake.restarted(peer, packet):
+            # The station at this address started afresh (a new connection id
+            # or variable id in a new connection request): forget the old one.
+            self.counters["restarts"] += 1
+            self.membership.peer_lost(peer, "restarted", now)
+            peer = None
+            links.forget_retired(addr)
+        elif not links.accept_header(peer, packet, codec.last_nonce):  # (footer packets: _receive_group)
+            return
+        if peer is None:
+            assert self._nonce_builder is not None
+            nonce = self._nonce_builder(header, addr[0])
+            retired = links.retired(addr, now)
+            if retired is not None and not retired.accept(nonce):
+                self._tally.drop(DropReason.REPLAYED)
+                return
+            peer = links.new_peer(addr, initiator=False, now=now)
+            if retired is None:
+                peer.replay.accept(nonce)
+        peer.last_heard = now
+        if header.source_timer is not None and header.destination_timer is not None:
+            sample = peer.header_timers.on_receive(header.source_timer, header.destination_timer, now)
+            if sample is not None:
+                peer.rtt.on_sample(sample, now)
+        peer.packets_received += 1
+        self.counters["packets_received"] += 1
+        membership = self.membership
+        for message in packet.messages:
+            self._dispatch(peer, message.protocol_type, message.protocol_port, message.payload, now)
+            if peer.state is PeerState.CLOSED or membership.closed:
+                break
+        if not peer.connected:
+            self._touched[peer] = None  # handshake state changed
+
+    def _receive_lone(self, peer: Peer, lone: LoneMessage, now: float) -> None:
+        """A packet of one message from a connected peer, as ``codec.decode_lone`` read it.
+
+        The checks and steps of :meth:`receive_datagram` for a connected peer
+        (identity, replay, dispatch), on the named tuple's fields: no header,
+        message or packet value is built.  Unreliable data, a game's frames,
+        is delivered inline.
+        """
+        links = self.links
+        if not links.same_identity(peer, lone.connection_id, lone.source_variable_id, lone.source_constant_id):
+            return
+        codec = self.codec
+        assert codec is not None
+        if not links.fresh(peer, nonce_value(codec.last_nonce), now):
+            return
+        # (No header timers: only H-B headers carry them, and their M-B messages
+        # never come as a LoneMessage; tests/protocols/pia/test_codec_fast_path.py.)
+        if lone.protocol_type == self._unreliable_id:
+            self.deliver(peer, lone.payload, reliable=False)  # a game's frame: no dispatch
+            if peer.index is not None:
+                made_for = (codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id)
+                if peer.opener is None or peer.opener[0] != made_for:
+                    peer.opener = (made_for, codec.lone_opener(lone, peer.address[0]))
+            return
+        self._dispatch(peer, lone.protocol_type, lone.protocol_port, lone.payload, now)
+        if not peer.connected:
+            self._touched[peer] = None  # handshake state changed
+
+    def receive_group_datagram(self, data: bytes, addr: tuple[str, int], now: float) -> None:
+        """A datagram heard on the group port (spec §1.6; see :mod:`pianode.mesh.group_listener`).
+
+        A known peer's group packet takes the shortest path; anything else is
+        judged as :meth:`receive_datagram` judges it.  A session that has left
+        stops listening: others' group packets are not counted as its drops.
+        """
+        if self.membership.closed:
+            return
+        peer = self.peers.get(addr)
+        offset = self._group_offset
+        if peer is not None and offset is not None and len(data) > offset and data[offset]:
+            self._receive_group(peer, data, addr, now)
+        else:
+            self.receive_datagram(data, addr, now)
+
+    def _receive_group(self, peer: Peer, data: bytes, addr: tuple[str, int], now: float) -> None:
+        """A packet with a footer (5.27+, for several stations) from a known peer.
+
+        It went to several stations, likely several of this process: it is
+        decoded once for all of them (:func:`pianode.mesh.wire.shared_decode`).
+        Checks: addressed to us, sent by the peer's identity, not a replay.
+        Unreliable data, what games send this way every frame, is delivered
+        inline; anything else goes through :meth:`_dispatch`.
+        """
+        assert self.codec is not None and self._nonce_builder is not None
+        try:
+            group = wire.shared_decode(
+                self.codec, self._codec_key, data, addr[0], self._nonce_builder, self._unreliable_id
+            )
+        except AuthenticationError:
+            self._tally.drop(DropReason.BAD_TAG)
+            return
+        except DecodeError:
+            self._tally.drop(DropReason.MALFORMED)
+            return
+        packet = group.packet
+        header = packet.header
+        if not header.encrypted:
+            self._tally.drop(DropReason.UNENCRYPTED)
+            return
+        if self._footer_id not in group.receivers:
+            self._tally.drop(DropReason.NOT_ADDRESSED)
+            return
+        if header.source_variable_id != peer.variable_id:
+            self._tally.drop(DropReason.IDENTITY_MISMATCH)
+            return
+        if not self.links.fresh(peer, group.nonce_value, now):
+            return
+        counters = self.counters
+        index = peer.index
+        own = self.membership.index
+        messages: tuple[Message, ...] | None = None
+        if index is not None and peer.connected and own is not None and group.common_destination >> own & 1:
+            # Every unreliable message (a game's frame) is for us: straight to the
+            # application, then the other messages (those addressed to us).
+            payloads = group.unreliable
+            handler = self.data_handler
+            if handler is not None:
+                counters["unreliable_delivered"] += len(payloads)
+                for payload in payloads:
+                    handler(index, payload, False)
+                messages = group.others
+            elif len(self._events) + len(payloads) <= EVENT_QUEUE_LIMIT:
+                counters["unreliable_delivered"] += len(payloads)
+                events = self._events
+                for payload in payloads:
+                    events.append(DataReceived(index, payload, False))
+                messages = group.others
+        if messages is None:
+            messages = packet.messages  # message by message
+        if messages:
+            self._group_messages(peer, messages, now)
+        if not peer.connected:
+            self._touched[peer] = None  # handshake state changed
+
+    def _group_messages(self, peer: Peer, messages: tuple[Message, ...], now: float) -> None:
+        """The messages of a group packet, one by one: those addressed to others
+        are skipped (a reliable broadcast carries one segment per station, each
+        under its station's destination bit)."""
+        membership, counters = self.membership, self.counters
+        own = membership.index
+        for message in messages:
+            destination = message.destination
+            if destination and own is not None and not destination >> own & 1:
+                counters["group_messages_for_others"] += 1
+                continue
+            self._dispatch(peer, message.protocol_type, message.protocol_port, message.payload, now)
+            if peer.state is PeerState.CLOSED or membership.closed:
+                break
+
+    def _dispatch(self, peer: Peer, protocol_type: int, port: int, payload: bytes, now: float) -> None:
+        """One message (its protocol type, port and payload) from *peer*, routed to the part that reads it."""
+        try:
+            proto = self._proto_by_id.get(protocol_type)
+            if proto is Proto.UNRELIABLE:
+                # The common case first (a game's frames).
+                if peer.connected:
+                    self.deliver(peer, payload, reliable=False)
+                else:
+                    self._tally.drop(DropReason.UNEXPECTED)
+            elif proto is Proto.STATION:
+                self.handshake.on_message(peer, wire.decode_station(self.profile, payload), now)
+            elif not peer.connected:
+                self._tally.drop(DropReason.UNEXPECTED)
+            elif proto is Proto.MESH:
+                if port == 1:
+                    assert peer.mesh_window is not None
+                    self._touched[peer] = None  # an ack is due
+                    for segment in peer.mesh_window.receive_message(payload, now):
+                        self.membership.on_message(peer, wire.decode_mesh(self.profile, segment), now)
+                else:
+                    self.membership.on_message(peer, wire.decode_mesh(self.profile, payload), now)
+            elif proto is Proto.KEEP_ALIVE:
+                self.counters["keepalives_received"] += 1
+            elif proto is Proto.RTT:
+                self.links.on_rtt(peer, payload, now)
+            elif proto is Proto.RELIABLE:
+                assert peer.data_window is not None
+                self._touched[peer] = None  # an ack is due
+                for segment in peer.data_window.receive_message(payload, now):
+                    self.deliver(peer, segment, reliable=True)
+            elif proto in self.protocol_handlers and peer.index is not None:
+                self.protocol_handlers[proto](peer.index, port, payload)
+            else:
+                self._tally.drop(DropReason.UNEXPECTED)
+        except DecodeError:
+            self._tally.drop(DropReason.MALFORMED)

@@ -1,0 +1,617 @@
+"""A scripted multi-node run on loopback: the engine behind ``pianode mesh`` and the benchmarks.
+
+:class:`MeshRun` starts N nodes in one Trio run (node *i* on ``base_address + i``),
+forms a mesh, exchanges numbered reliable and unreliable messages (or, with
+``rate``, one game-state frame per station per tick), optionally makes the host
+leave to exercise migration, and returns a :class:`MeshRunResult` whose
+``summary()`` is what the CLI prints.  It checks the delivery guarantees it
+reports: every reliable message exactly once and in order per sender.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import gc
+import ipaddress
+import json
+import os
+import random
+import socket as stdlib_socket
+import struct
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from pianode.mesh.config import NodeConfig
+from pianode.mesh.events import DataReceived, HostChanged
+from pianode.sim.faults import LinkFaults
+from pianode.mesh.node import JoinError, Node
+
+__all__ = ["LanMeshRun", "MeshRun", "MeshRunResult"]
+
+_RELIABLE = struct.Struct(">cBI")  # b"R", source index, sequence
+_FRAME = struct.Struct(">cBId")  # b"F", source index, frame number, send time
+
+
+LOOPBACK_BROADCAST = "127.255.255.255"
+
+
+@contextlib.contextmanager
+def _frozen_heap(enabled: bool) -> Iterator[None]:
+    """Keep the objects alive now (nodes, sessions, tables) out of the cyclic collector's scans.
+
+    A real-time session allocates steadily, which triggers full collections;
+    each scans every tracked object of 32 formed stations (tens of ms here),
+    and a pause that long makes the frames of several ticks late.  Frozen
+    objects are skipped by those scans.  For the process that owns the run
+    (``pianode mesh``, ``pianode bench``); undone when the session ends.
+    """
+    if not enabled:
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _free_broadcast_port() -> int:
+    """A UDP port free on 0.0.0.0 for the session's group broadcasts (every station binds it with SO_REUSEADDR)."""
+    probe = stdlib_socket.socket(stdlib_socket.AF_INET, stdlib_socket.SOCK_DGRAM)
+    try:
+        probe.setsockopt(stdlib_socket.SOL_SOCKET, stdlib_socket.SO_REUSEADDR, 1)
+        probe.bind(("0.0.0.0", 0))
+        return int(probe.getsockname()[1])
+    finally:
+        probe.close()
+
+
+@attrs.define
+class _Receiver:
+    expected: dict[int, int] = attrs.field(factory=dict)
+    delivered: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    unreliable: int = 0
+    frames: int = 0
+    latencies: list[float] = attrs.field(factory=list)
+    #: Scheduled times of the frames that arrived late (for the timeline of late frames).
+    late_due: list[float] = attrs.field(factory=list)
+
+
+@attrs.define
+class MeshRunResult:
+    version: str
+    network: str
+    nodes: int
+    formation_time: float | None = None
+    #: How joiners found the host: "matchmaking hand-off", "LAN discovery" or "LDN discovery".
+    formation: str = "matchmaking hand-off"
+    host_index: int | None = None
+    stations: list[dict[str, Any]] = attrs.field(factory=list)
+    reliable_expected: int = 0
+    reliable_delivered: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    unreliable_sent: int = 0
+    unreliable_delivered: int = 0
+    frames_expected: int = 0
+    frames_delivered: int = 0
+    latencies: list[float] = attrs.field(factory=list)
+    late_threshold: float = 0.050
+    #: Real-time session: when the frame clock started, and the scheduled times of late frames.
+    session_start: float | None = None
+    late_due: list[float] = attrs.field(factory=list)
+    #: Real-time session: process CPU time / wall time while frames were sent (None otherwise).
+    cpu_load: float | None = None
+    host_changes: list[str] = attrs.field(factory=list)
+    drops: dict[str, int] = attrs.field(factory=dict)
+    faults: dict[str, int] = attrs.field(factory=dict)
+    problems: list[str] = attrs.field(factory=list)
+    record: dict[str, Any] | None = None
+    wall_time: float = 0.0
+    indexes: dict[int, int] = attrs.field(factory=dict)
+    host_views: list[int | None] = attrs.field(factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def late_by_second(self) -> dict[int, int]:
+        """Late frames by the second of the session they were scheduled in (only seconds with any):
+        a few seconds with many tell a stall of the process or machine from load spread over the run."""
+        if self.session_start is None:
+            return {}
+        counts = collections.Counter(int(due - self.session_start) for due in self.late_due)
+        return dict(sorted(counts.items()))
+
+    def summary(self) -> dict[str, Any]:
+        lat = sorted(self.latencies)
+
+        def pct(p: float) -> float:
+            if not lat:
+                return 0.0
+            return lat[min(len(lat) - 1, int(p / 100 * len(lat)))] * 1000
+
+        late = sum(1 for x in lat if x > self.late_threshold)
+        out: dict[str, Any] = {
+            "version": self.version,
+            "network": self.network,
+            "nodes": self.nodes,
+            "formation_time": self.formation_time,
+            "formation": self.formation,
+            "host_index": self.host_index,
+            "stations": self.stations,
+            "reliable": {
+                "expected": self.reliable_expected,
+                "delivered": self.reliable_delivered,
+                "duplicates": self.duplicates,
+                "out_of_order": self.out_of_order,
+            },
+            "unreliable": {"sent": self.unreliable_sent, "delivered": self.unreliable_delivered},
+            "host_changes": self.host_changes,
+            "drops": self.drops,
+            "faults": self.faults,
+            "problems": self.problems,
+            "ok": self.ok,
+            "wall_time": self.wall_time,
+        }
+        if self.frames_expected:
+            on_time = self.frames_delivered - late
+            out["frames"] = {
+                "expected": self.frames_expected,
+                "delivered": self.frames_delivered,
+                "p50_ms": pct(50),
+                "p90_ms": pct(90),
+                "p99_ms": pct(99),
+                "max_ms": lat[-1] * 1000 if lat else 0.0,
+                "late": late,
+                "late_threshold_ms": self.late_threshold * 1000,
+                "within_threshold_pct": 100.0 * on_time / self.frames_expected,
+                "late_by_second": self.late_by_second(),
+                "cpu_load_pct": None if self.cpu_load is None else 100.0 * self.cpu_load,
+            }
+        if self.record is not None:
+            out["record"] = self.record
+        return out
+
+
+class MeshRun:
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        nodes: int = 4,
+        base_address: str = "127.0.0.1",
+        port: int = 0,
+        duration: float = 2.0,
+        rate: float | None = None,
+        messages: int = 20,
+        record: str | None = None,
+        faults: LinkFaults | None = None,
+        leave_host: bool = False,
+        live: Callable[[list[dict[str, Any]]], None] | None = None,
+        live_interval: float = 0.5,
+        formation_timeout: float | None = None,
+        group_fanout: str = "unicast",
+        freeze_gc: bool = False,
+    ) -> None:
+        self.config = config
+        self.n = nodes
+        base = ipaddress.IPv4Address(base_address)
+        self.addresses = [str(base + i) for i in range(nodes)]
+        self.port = port
+        self.duration = duration
+        self.rate = rate
+        self.messages = messages
+        self.record = record
+        self.faults = faults
+        self.leave_host = leave_host
+        self.live = live
+        self.live_interval = live_interval
+        self.formation_timeout = formation_timeout or (10.0 + 0.25 * nodes)
+        if group_fanout not in ("unicast", "broadcast"):
+            raise ValueError(f"group fanout must be unicast or broadcast, got {group_fanout!r}")
+        if group_fanout == "broadcast" and not ipaddress.IPv4Address(self.addresses[0]).is_loopback:
+            raise ValueError("group broadcast is only used on loopback (127.255.255.255)")
+        self.group_fanout = group_fanout
+        self.freeze_gc = freeze_gc
+        self._group_port = 0
+        self.result = MeshRunResult(version=config.profile.name, network=config.network.value, nodes=nodes)
+        self.receivers: dict[int, _Receiver] = {}
+        self._clock: Callable[[], float] = trio.current_time  # the run's clock, once it runs
+        self._late = self.result.late_threshold  # frames later than this go on the timeline of late frames
+        self._records: list[tuple[bytes, tuple[str, int], tuple[str, int], float]] = []
+
+    # ------------------------------------------------------------------ helpers
+    def _tap(self, data: bytes, src: tuple[str, int], dst: tuple[str, int], now: float) -> None:
+        self._records.append((data, src, dst, now))
+
+    async def run(self) -> MeshRunResult:
+        if self.group_fanout == "broadcast":
+            self._group_port = _free_broadcast_port()
+        factory = None
+        if self.faults is not None:
+            from pianode.sim.faults import FaultInjectingSocketFactory
+
+            factory = FaultInjectingSocketFactory(self.faults)
+        try:
+            if factory is not None:
+                async with factory:
+                    factory.install()
+                    await self._run()
+                self.result.faults = factory.statistics().as_dict()
+            else:
+                await self._run()
+        finally:
+            if self.record:
+                self._write_record()
+        return self.result
+
+    async def _run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            t0 = trio.current_time()
+            nodes = await self._form(nursery)
+            self.nodes = nodes
+            self.all_nodes = list(nodes)
+            formed = len(nodes) == self.n and await self._wait_formed(nodes, self.formation_timeout)
+            if formed:
+                self.result.formation_time = trio.current_time() - t0
+            else:
+                self.result.problems.append("the mesh did not form: not every station saw every other one")
+            # The run's clock read directly (what trio.current_time() reads,
+            # without two calls in between): once per frame received.
+            self._clock = trio.lowlevel.current_clock().current_time
+            for node in nodes:
+                rec = self.receivers[id(node)] = _Receiver()
+                node.set_event_handler(functools.partial(self._on_events, node, rec))
+                node.set_data_handler(functools.partial(self._on_data, node, rec))
+            if self.live is not None:
+                nursery.start_soon(self._show_live, nodes)
+            if formed:
+                self._check_table(nodes)
+                if self.rate:
+                    with _frozen_heap(self.freeze_gc):
+                        await self._realtime(nodes)
+                else:
+                    await self._exchange(nodes)
+                if self.leave_host:
+                    await self._migrate(nodes)
+            self._collect(nodes)
+            nursery.cancel_scope.cancel()
+
+    def _node_configs(self) -> list[NodeConfig]:
+        """One configuration per station: its own loopback address and seed, the shared session key."""
+        rng = random.Random(self.config.seed)
+        key = self.config.session_key or (rng.randbytes(16) if self.config.seed is not None else os.urandom(16))
+        group = (LOOPBACK_BROADCAST, self._group_port) if self.group_fanout == "broadcast" else None
+        return [
+            attrs.evolve(
+                self.config,
+                bind=(ip, self.port),
+                session_key=key,
+                group_broadcast=group,
+                seed=None if self.config.seed is None else self.config.seed * 1000 + i,
+            )
+            for i, ip in enumerate(self.addresses)
+        ]
+
+    async def _form(self, nursery: trio.Nursery) -> list[Node]:
+        """Start the stations and form the mesh; returns the nodes that are in it.
+
+        Here the launcher hands every joiner the host address and session key,
+        as a matchmaking server would; subclasses discover the host instead
+        (:class:`pianode.sim.ldn_run.LdnMeshRun`, :class:`LanMeshRun`).
+        """
+        tap = self._tap if self.record else None
+        nodes: list[Node] = []
+        for cfg in self._node_configs():
+            node = Node(cfg)
+            node.tap = tap
+            await nursery.start(node._run)
+            nodes.append(node)
+        await nodes[0].create_mesh()
+        try:
+            async with trio.open_nursery() as joins:
+                for node in nodes[1:]:
+                    joins.start_soon(self._join, node, nodes[0].address)
+        except* JoinError as eg:
+            for exc in eg.exceptions:
+                self.result.problems.append(f"join failed: {exc}")
+        return nodes
+
+    async def _join(self, node: Node, host: tuple[str, int]) -> None:
+        await node.join(host)
+
+    async def _wait_formed(self, nodes: list[Node], timeout: float) -> bool:
+        want = len(nodes) - 1
+        with trio.move_on_after(timeout):
+            while True:
+                if all(
+                    n.session is not None
+                    and n.session.joined
+                    and sum(1 for s in n.stations() if s.state == "connected") >= want
+                    for n in nodes
+                ):
+                    return True
+                await trio.sleep(0.01)
+        return False
+
+    def _check_table(self, nodes: list[Node]) -> None:
+        indexes = [n.station_index for n in nodes]
+        if len(set(indexes)) != len(indexes) or None in indexes:
+            self.result.problems.append(f"station indexes are not distinct: {indexes}")
+        hosts = {n.host_index for n in nodes}
+        if len(hosts) != 1:
+            self.result.problems.append(f"stations disagree on the host: {sorted(map(str, hosts))}")
+
+    def _on_events(self, node: Node, rec: _Receiver, events: Sequence[object]) -> None:
+        # Called by the node itself (Node.set_event_handler) once per batch:
+        # no channel hand-over or consumer task per station.
+        for event in events:
+            self._handle(node, rec, event)
+
+    def _on_data(self, node: Node, rec: _Receiver, source_index: int, data: bytes, reliable: bool) -> None:
+        # Application data as the node decodes it (Node.set_data_handler): no
+        # event object per message.  Frames, the bulk of a real-time session,
+        # are counted here; the rest in _handle.
+        if data[:1] == b"F" and len(data) >= _FRAME.size:
+            rec.frames += 1
+            due = _FRAME.unpack_from(data)[3]
+            latency = self._clock() - due
+            rec.latencies.append(latency)
+            if latency > self._late:
+                rec.late_due.append(due)
+            return
+        self._handle(node, rec, DataReceived(source_index, data, reliable))
+
+    def _handle(self, node: Node, rec: _Receiver, event: object) -> None:
+        if isinstance(event, DataReceived):
+            data = event.data
+            kind = data[:1]
+            if kind == b"R" and len(data) >= _RELIABLE.size:
+                _, src, seq = _RELIABLE.unpack_from(data)
+                want = rec.expected.get(src, 0)
+                if seq == want:
+                    rec.delivered += 1
+                    rec.expected[src] = want + 1
+                elif seq < want:
+                    rec.duplicates += 1
+                else:
+                    rec.out_of_order += 1
+                    rec.expected[src] = seq + 1
+            elif kind == b"U":
+                rec.unreliable += 1
+        elif isinstance(event, HostChanged):
+            idx = node.station_index
+            self.result.host_changes.append(f"station {idx}: {event.old_host_index} -> {event.new_host_index}")
+
+    async def _send_batch(self, nodes: list[Node], count: int, spread: float) -> None:
+        async def sender(node: Node) -> None:
+            src = node.station_index
+            assert src is not None
+            targets = [s.index for s in node.stations() if s.state == "connected" and s.index is not None]
+            seq = self._seq.setdefault(src, 0)
+            for k in range(count):
+                await node.broadcast(_RELIABLE.pack(b"R", src, seq + k), reliable=True)
+                await node.broadcast(b"U" + bytes([src]) + bytes(32), reliable=False)
+                self.result.unreliable_sent += len(targets)
+                if spread:
+                    await trio.sleep(spread / count)
+            self._seq[src] = seq + count
+            self.result.reliable_expected += count * len(targets)
+
+        async with trio.open_nursery() as n:
+            for node in nodes:
+                n.start_soon(sender, node)
+
+    async def _wait_delivered(self, nodes: list[Node], timeout: float) -> None:
+        with trio.move_on_after(timeout):
+            while sum(r.delivered for r in self.receivers.values()) < self.result.reliable_expected:
+                await trio.sleep(0.02)
+
+    async def _exchange(self, nodes: list[Node]) -> None:
+        self._seq: dict[int, int] = {}
+        await self._send_batch(nodes, self.messages, self.duration)
+        await self._wait_delivered(nodes, 10.0 + self.duration)
+
+    async def _realtime(self, nodes: list[Node]) -> None:
+        assert self.rate
+        self._seq = {}
+        period = 1.0 / self.rate
+        frames = max(1, int(self.duration * self.rate))
+        payload_pad = bytes(48)
+
+        start = trio.current_time()
+        cpu_start = time.process_time()
+        self.result.session_start = start
+
+        every = max(1, int(self.rate))
+
+        # The stations share one frame clock (as a clock-synchronised game
+        # session does): every station sends frame k at start + k * period.
+        # One task runs the clock for all of them and hands each station's
+        # frame over without yielding in between, so the frame's packets are
+        # received as one batch; a task per station would add a scheduler
+        # round trip and a timer per station per frame.
+        first = 0.05
+        stations = []
+        for position, node in enumerate(nodes):
+            src = node.station_index
+            assert src is not None
+            # One reliable message a second per station, the stations' phases
+            # spread over the second (a burst of every station's at once
+            # would be a load spike no game produces).
+            phase = (position * every) // len(nodes)
+            peers = sum(1 for s in node.stations() if s.state == "connected")
+            stations.append((node, src, phase, peers))
+        sequence = [0] * len(stations)
+        for frame in range(frames):
+            due = start + first + frame * period
+            await trio.sleep_until(due)
+            tick = frame % every
+            for k, (node, src, phase, peers) in enumerate(stations):
+                # Stamp the scheduled time: a station that falls behind real
+                # time shows up as latency, not as a slower but "on time" game.
+                node.broadcast_nowait(_FRAME.pack(b"F", src, frame, due) + payload_pad, reliable=False)
+                self.result.frames_expected += peers
+                if tick == phase:
+                    node.broadcast_nowait(_RELIABLE.pack(b"R", src, sequence[k]), reliable=True)
+                    sequence[k] += 1
+                    self.result.reliable_expected += peers
+        # The process's CPU time over the session's wall time: near 100 % the
+        # process cannot keep up and frames queue (one core; Trio runs on one thread).
+        self.result.cpu_load = (time.process_time() - cpu_start) / max(1e-9, trio.current_time() - start)
+        await self._wait_delivered(nodes, 10.0)
+        await trio.sleep(0.2)  # let the last frames land
+
+    async def _migrate(self, nodes: list[Node]) -> None:
+        host = next(n for n in nodes if n.station_index == n.host_index)
+        rest = [n for n in nodes if n is not host]
+        old_host = host.station_index
+        await host.leave()
+        with trio.move_on_after(self.config.station_timeout + 5):
+            while True:
+                views = {n.host_index for n in rest}
+                if len(views) == 1 and old_host not in views and all(
+                    sum(1 for s in n.stations() if s.state == "connected") >= len(rest) - 1 for n in rest
+                ):
+                    break
+                await trio.sleep(0.02)
+        views = {n.host_index for n in rest}
+        if len(views) != 1 or old_host in views:
+            self.result.problems.append(f"host migration did not settle: views {sorted(map(str, views))}")
+            return
+        # Keep exchanging data among the remaining stations.
+        self.nodes = rest
+        await self._send_batch(rest, max(1, self.messages // 2), 0.2)
+        await self._wait_delivered(rest, 10.0)
+
+    @staticmethod
+    def station_rows(nodes: list[Node]) -> list[dict[str, Any]]:
+        """One row per station as it sees itself: index, host mark, address, mean RTT, packets, losses."""
+        rows = []
+        for n in nodes:
+            if n.session is None or n.session.closed:
+                continue
+            stations = n.stations()
+            me = next((s for s in stations if s.is_self), None)
+            if me is None:
+                continue
+            rtts = [x.rtt for x in stations if x.rtt is not None]
+            rows.append(
+                {
+                    "index": me.index,
+                    "host": me.is_host,
+                    "address": f"{me.address[0]}:{me.address[1]}",
+                    "rtt_ms": (sum(rtts) / len(rtts) * 1000) if rtts else None,
+                    "sent": sum(x.packets_sent for x in stations),
+                    "received": sum(x.packets_received for x in stations),
+                    "lost": sum(x.lost for x in stations),
+                    "constant_id": me.constant_id,
+                }
+            )
+        rows.sort(key=lambda row: (row["index"] is None, row["index"]))
+        return rows
+
+    async def _show_live(self, nodes: list[Node]) -> None:
+        assert self.live is not None
+        while True:
+            self.live(self.station_rows(nodes))
+            await trio.sleep(self.live_interval)
+
+    def _collect(self, nodes: list[Node]) -> None:
+        r = self.result
+        all_nodes = nodes
+        r.reliable_delivered = sum(self.receivers[id(n)].delivered for n in all_nodes if id(n) in self.receivers)
+        r.duplicates = sum(self.receivers[id(n)].duplicates for n in all_nodes if id(n) in self.receivers)
+        r.out_of_order = sum(self.receivers[id(n)].out_of_order for n in all_nodes if id(n) in self.receivers)
+        r.unreliable_delivered = sum(self.receivers[id(n)].unreliable for n in all_nodes if id(n) in self.receivers)
+        r.frames_delivered = sum(self.receivers[id(n)].frames for n in all_nodes if id(n) in self.receivers)
+        for n in all_nodes:
+            if id(n) in self.receivers:
+                r.latencies.extend(self.receivers[id(n)].latencies)
+                r.late_due.extend(self.receivers[id(n)].late_due)
+        live = [n for n in all_nodes if n.session is not None and not n.session.closed]
+        r.host_index = live[0].host_index if live else None
+        drops: dict[str, int] = {}
+        for n in all_nodes:
+            if n.session is None:
+                continue
+            for k, v in n.session.drops.items():
+                drops[k] = drops.get(k, 0) + v
+        r.drops = drops
+        r.stations = self.station_rows(live)
+        if r.reliable_delivered != r.reliable_expected:
+            r.problems.append(f"reliable messages delivered {r.reliable_delivered} of {r.reliable_expected}")
+        if r.duplicates:
+            r.problems.append(f"{r.duplicates} reliable messages delivered twice")
+        if r.out_of_order:
+            r.problems.append(f"{r.out_of_order} reliable messages out of order")
+
+    def _write_record(self) -> None:
+        from pianode.capture.pcap import PcapWriter
+
+        assert self.record is not None
+        path = self.record
+        session_path = (path[:-5] if path.endswith(".pcap") else path) + ".session.json"
+        with open(path, "wb") as f:
+            writer = PcapWriter(f)
+            for data, src, dst, now in self._records:
+                writer.write_udp(data, src, dst, now)
+        context = self._session_context()
+        with open(session_path, "w") as f:
+            json.dump(context, f, indent=2, sort_keys=True)
+            f.write("\n")
+        self.result.record = {"pcap": path, "session": session_path, "datagrams": len(self._records)}
+
+    def _session_context(self) -> dict[str, Any]:
+        nodes = getattr(self, "all_nodes", [])
+        host = nodes[0].session if nodes else None
+        ctx: dict[str, Any] = {"version": self.result.version, "network": self.result.network}
+        if host is not None and host.session_key is not None:
+            ctx["session_key"] = host.session_key.hex()
+            ctx.update(host.decode_context())
+        return ctx
+
+
+class LanMeshRun(MeshRun):
+    """A MeshRun whose stations find the host by LAN discovery (spec §6.6).
+
+    Station 0 hosts the mesh and answers browse requests; every other station
+    broadcasts a browse request, verifies the challenge, derives the session
+    key from the published session key param and joins
+    (:func:`pianode.lan.session.form_lan_mesh`).  A LanSessionInfo lists at
+    most 16 stations, so a LAN run has at most 16.
+    """
+
+    def __init__(self, *args: Any, game_key: bytes, game_key_text: str, browse_port: int | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.game_key = game_key
+        self.game_key_text = game_key_text
+        self.browse_port = browse_port
+
+    async def _form(self, nursery: trio.Nursery) -> list[Node]:
+        from pianode.lan.session import form_lan_mesh
+
+        self.result.formation = "LAN discovery"
+        rng = random.Random(self.config.seed)
+        tap = self._tap if self.record else None
+        mesh = await form_lan_mesh(
+            nursery,
+            self._node_configs(),
+            self.game_key,
+            tap=tap,
+            browse_port_number=self.browse_port,
+            session_key_param=None if self.config.seed is None else rng.randbytes(32),
+        )
+        for i, exc in mesh.failures:
+            self.result.problems.append(f"join failed: station {i}: {exc}")
+        return mesh.nodes

@@ -1,0 +1,124 @@
+"""Smoke test of ``pianode bench``: every section runs on tiny budgets and reports its figures.
+
+Structure only: the figures' values depend on the machine, so no test here
+asserts a timing or a PASS.  What must hold is that each section measured
+something, labelled it with its target where the issue sets one, and that the
+table and the JSON agree.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from pianode.bench.figures import QUICK, SECTIONS, Budget
+from pianode.bench.run import add_arguments, budget_from_args, run_benchmark
+from pianode.cli.main import main
+
+TINY = [
+    "--repeats", "1", "--cell-seconds", "0.002", "--sizes", "1024",
+    "--rounds", "2", "--receive-seconds", "0.05", "--datagrams", "4000",
+    "--formation-sizes", "2,3", "--stations", "3", "--rtt-pings", "10",
+    "--session-seconds", "0.5", "--rate", "10",
+]  # fmt: skip
+
+
+def test_every_section_reports_through_the_cli(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_json = tmp_path / "bench.json"
+    status = main(["bench", *TINY, "--json", str(out_json)])
+    table = capsys.readouterr().out
+    report = json.loads(out_json.read_text())
+
+    assert report["errors"] == []
+    figures = report["figures"]
+    assert {f["section"] for f in figures} == set(SECTIONS)
+    # Exit status follows the verdicts: 0 only when no targeted figure failed.
+    assert status == (0 if report["summary"]["failed"] == 0 else 1)
+    assert report["summary"]["passed"] + report["summary"]["failed"] + report["summary"]["informational"] == len(figures)
+
+    # codec: both directions for each GCM profile and backend plus ECB+HMAC; seal+encode is targeted at 1024 B.
+    codec = [f for f in figures if f["section"] == "codec"]
+    names = {f["name"] for f in codec}
+    assert "5.3 ecb+hmac 1024 B seal+encode" in names
+    assert "5.18 pycryptodome 1024 B decode+open" in names
+    assert "5.29 pycryptodome 1024 B seal+encode" in names
+    for f in codec:
+        assert f["unit"] == "%" and f["value"] > 0
+        if f["name"].endswith("seal+encode"):
+            assert f["target"] == "≥ 50 %" and isinstance(f["passed"], bool)
+        else:
+            assert f["target"] == "" and f["passed"] is None
+
+    receive = [f for f in figures if f["section"] == "receive"]
+    assert [f["target"] for f in receive] == ["≥ 25 %", "≥ 100k/s", "", ""]
+    stages, prefilled = receive[2], receive[3]
+    assert stages["unit"] == prefilled["unit"] == "µs"
+    assert stages["detail"]["accepted"] == stages["detail"]["datagrams"] > 0  # fresh nonces: none refused
+    assert 0 < stages["detail"]["decode_us"] and 0 < stages["value"] and 0 < prefilled["value"]
+    assert stages["detail"]["decode_path"] == "the station's opener"  # the node opened the stream's packets
+    node_stats = receive[0]["detail"]["node_statistics"]
+    assert receive[0]["value"] > 0, "the node delivered none of the forged datagrams"
+    rates = receive[0]["detail"]["node_rates"]
+    assert len(rates) == 2 and min(rates) > 0  # the second round's ids follow on from the first's
+    assert node_stats["drops"].get("replayed", 0) == 0  # forged ids follow on from the peer's counter
+
+    formation = [f for f in figures if f["section"] == "formation"]
+    assert [f["name"].split()[0] for f in formation] == ["2", "3"]
+    assert all(f["value"] is not None and f["value"] > 0 for f in formation)
+    assert all(f["passed"] is None for f in formation)  # the target is set at 32 stations only
+
+    (memory,) = [f for f in figures if f["section"] == "memory"]
+    assert memory["unit"] == "KiB" and memory["value"] > 0 and memory["target"] == "< 1024 KiB"
+
+    (rtt,) = [f for f in figures if f["section"] == "rtt"]
+    assert rtt["unit"] == "µs" and rtt["target"] == "< 100 µs"
+    assert len(rtt["detail"]["node_medians_us"]) == 2  # one median per round
+
+    session = [f for f in figures if f["section"] == "session"]
+    assert len(session) == 4
+    assert session[3]["unit"] == "×" and session[3]["value"] > 0
+    assert session[1]["passed"] is True, session[1]["note"]  # every reliable message arrives
+    assert session[2]["value"] == 3.0
+
+    # The table shows each figure with its verdict.
+    lines = table.splitlines()
+    assert lines[0].split()[:5] == ["section", "measurement", "value", "target", "verdict"]
+    for f in figures:
+        row = next(line for line in lines if f["name"] in line)
+        verdict = "-" if f["passed"] is None else ("PASS" if f["passed"] else "FAIL")
+        assert f" {verdict} " in row + " "
+
+
+def test_quick_budget_and_overrides() -> None:
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    budget = budget_from_args(p.parse_args(["--quick", "--sizes", "64,1400", "--backend", "pycryptodome"]))
+    assert budget.repeats == QUICK.repeats and budget.sizes == (64, 1400)
+    assert budget.backends == ("pycryptodome",) and budget.node_backend == "pycryptodome"
+    assert budget_from_args(p.parse_args([])) == Budget()
+    for bad in (["--sections", "codec,warp"], ["--stations", "40"], ["--repeats", "0"], ["--datagrams", "50"]):
+        with pytest.raises(ValueError):
+            budget_from_args(p.parse_args(bad))
+
+
+def test_a_failing_section_is_reported_not_raised() -> None:
+    budget = Budget(formation_sizes=(2,), formation_repeats=1, version="5.3")  # 5.3 nodes are refused
+    report = run_benchmark(budget, ["formation"])
+    assert report.figures == []
+    assert len(report.errors) == 1 and report.errors[0].startswith("formation: ConfigError")
+    assert not report.ok
+
+
+def test_script_wrapper_rejects_bad_budgets() -> None:
+    script = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "bench.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--sections", "nope"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert "unknown section" in proc.stderr

@@ -1,0 +1,164 @@
+"""``pianode lan host`` and ``lan join`` as separate processes: discovery, key from the param, mesh, data.
+
+Each test puts its processes on its own random 127.a.b.0/24 block and the
+browse responder on a free port (``--bind 0.0.0.0:P``, ``--broadcast
+127.255.255.255:P``), so nothing here meets another test's session.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+import trio
+
+from protocols.pia.keys import lan_constant_id
+from protocols.pia.lan import lan_session_key
+
+from cli_processes import CliProcess, run_mesh
+from loopback_addresses import free_port, loopback_block
+
+KEY = "ee182a63e216cdb1f51ad4bed8cf6508"  # Splatoon 2 (spec §3.6)
+
+
+def _lan(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "pianode", "lan", *argv]
+
+
+async def test_host_and_three_joiners_form_a_four_station_mesh_and_exchange_data() -> None:
+    port, net = free_port(), loopback_block()
+    bc = f"127.255.255.255:{port}"
+    # --duration only bounds each process; the test ends them with SIGTERM once data has flowed.
+    host = CliProcess(_lan("host", "--game-key", KEY, "--address", net + "2", "--bind", f"0.0.0.0:{port}",
+                           "--broadcast", bc, "--duration", "60", "--format", "jsonl", "--send-every", "0.2",
+                           "--name", "lead"))  # fmt: skip
+    joiners = [
+        CliProcess(_lan("join", "--game-key", KEY, "--bind", net + str(3 + i), "--broadcast", bc, "--duration", "60",
+                        "--format", "jsonl", "--send-every", "0.2", "--name", f"guest{i}"))
+        for i in range(3)
+    ]
+
+    def enough(p: CliProcess) -> bool:  # three messages from each of the three other stations
+        got = p.received_from()
+        return len(got) == 3 and min(got.values()) >= 3
+
+    with trio.fail_after(60):
+        await run_mesh(host, joiners, enough)
+    assert host.returncode == 0, host.stderr
+    hrec = host.records()
+    hosting, hsummary = hrec[0], hrec[-1]
+    assert hosting["event"] == "hosting" and hsummary["event"] == "summary"
+    assert hosting["address"] == f"{net}2:49152"  # first free console port (spec §6.1)
+    key = hosting["session_key"]
+    assert key == lan_session_key(bytes.fromhex(KEY), bytes.fromhex(hosting["session_key_param"])).hex()
+    assert hsummary["stations_seen"] == [1, 2, 3]
+    assert sorted(hsummary["received"]) == ["1", "2", "3"]
+    assert hsummary["browse"]["answered"] >= 3
+    joined_from = {r["address"] for r in hrec if r["event"] == "station_joined"}
+    assert joined_from == {f"{net}{3 + i}:49152" for i in range(3)}
+    indexes = set()
+    for i, j in enumerate(joiners):
+        assert j.returncode == 0, j.stderr
+        recs = j.records()
+        joined, summary = recs[0], recs[-1]
+        assert joined["event"] == "joined" and summary["event"] == "summary"
+        # The console join flow: the host address and the key come from the browse reply (spec §6.6).
+        assert joined["host"] == hosting["address"] and joined["network_id"] == hosting["network_id"]
+        assert joined["session_key"] == key
+        me = summary["station_index"]
+        indexes.add(me)
+        others = sorted({0, 1, 2, 3} - {me})
+        assert summary["stations_seen"] == others, recs
+        assert sorted(int(k) for k in summary["received"]) == others
+        assert all(n >= 3 for n in summary["received"].values())
+        texts = " ".join(r["text"] for r in recs if r["event"] == "data")
+        assert "lead #" in texts
+        assert all(f"guest{k} #" in texts for k in range(3) if k != i)
+    assert indexes == {1, 2, 3}
+    # Every station's constant id follows its LAN address (spec §4).
+    consts = {r["constant_id"] for r in hrec if r["event"] == "station_joined"}
+    assert consts == {lan_constant_id(f"{net}{3 + i}", 49152) for i in range(3)}
+
+
+async def test_table_output_and_joining_by_network_id() -> None:
+    port, net = free_port(), loopback_block()
+    bc = f"127.255.255.255:{port}"
+    host = CliProcess(_lan("host", "--game-key", KEY, "--address", net + "2", "--port", "49153", "--bind",
+                           f"0.0.0.0:{port}", "--broadcast", bc, "--duration", "60", "--send-every", "0.2"))  # fmt: skip
+    nid = (int(net.split(".")[2]) << 24) | (2 << 16) | 49153  # (ip & 0xFFFF) << 16 | port (spec §4)
+    join = CliProcess(_lan("join", "--game-key", KEY, "--bind", net + "3", "--broadcast", bc, "--duration", "60",
+                           "--session", hex(nid), "--send-every", "0.2"))  # fmt: skip
+
+    def enough(p: CliProcess) -> bool:
+        return any(line.startswith("data from station ") for line in p.lines)
+
+    with trio.fail_after(60):
+        await run_mesh(host, [join], enough)
+    assert host.lines[0].startswith(f"hosting network id 0x{nid:08x} (Pia 5.18, host {net}2:49153, max 4)")
+    assert join.returncode == 0 and host.returncode == 0
+    jlines = join.lines
+    assert jlines[0] == f"joined network id 0x{nid:08x} (Pia 5.18, host {net}2:49153) as station 1 from {net}3:49152"
+    assert "in the mesh as station 1 (host: station 0)" in jlines
+    data = re.compile(r"data from station 0 \((\d+) bytes, reliable\): '(pianode #\d+ from station 0)'")
+    assert any((m := data.fullmatch(line)) and int(m[1]) == len(m[2]) for line in jlines)
+    assert jlines[-1].startswith(f"station 1 of network 0x{nid:08x}: saw stations [0], connected to [0]; received ")
+    hlines = host.lines
+    assert any(line.startswith(f"station 1 joined from {net}3:49152 ") for line in hlines)
+    assert hlines[-1].startswith(f"station 0 of network 0x{nid:08x}: saw stations [1], ")
+    assert hlines[-1].endswith(" browse requests") and "; answered 0 " not in hlines[-1]
+
+
+async def test_duration_ends_a_join_that_never_completes() -> None:
+    """--duration bounds the browse too: with no host and a long --timeout, the join still ends on time."""
+    port = free_port()
+    argv = _lan("join", "--game-key", KEY, "--bind", loopback_block() + "3", "--broadcast", f"127.255.255.255:{port}",
+                "--timeout", "60", "--duration", "0.5")  # fmt: skip
+    with trio.fail_after(20):
+        result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == ["pianode lan: --duration 0.5 ended before the join completed"]
+
+
+async def test_join_with_no_session_exits_1_with_one_line() -> None:
+    port = free_port()
+    argv = _lan("join", "--game-key", KEY, "--bind", loopback_block() + "3", "--broadcast", f"127.255.255.255:{port}",
+                "--timeout", "0.5")  # fmt: skip
+    with trio.fail_after(20):
+        result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == ["pianode lan: no answer from a LAN session within 0.5 s of browsing"]
+    assert result.stdout == b""
+
+
+async def test_discovery_only_host_outside_the_node_versions() -> None:
+    """6.x sessions are published without a node (the node speaks 5.7-5.45)."""
+    port = free_port()
+    argv = _lan("host", "--game-key", KEY, "--version", "6.30", "--address", loopback_block() + "2",
+                "--bind", f"0.0.0.0:{port}", "--duration", "0.3")  # fmt: skip
+    with trio.fail_after(20):
+        result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    assert result.returncode == 0
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].startswith("hosting network id ") and lines[-1] == "answered 0 browse requests, dropped 0"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("join", "--game-key", KEY, "--format", "xml"), "--format must be table or jsonl"),
+        (("join", "--game-key", KEY, "--version", "6.30"), "joining needs Pia 5.7-5.45"),
+        (("join", "--game-key", KEY, "--session", "host"), "--session must be an integer"),
+        (("join", "--game-key", KEY, "--bind", "nowhere"), "not an IPv4 address"),
+        (("host", "--game-key", KEY, "--max", "1"), "--max must be between 2 and 16"),
+        (("host", "--game-key", KEY, "--address", "0.0.0.0", "--duration", "1"), "specific IPv4"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(
+    argv: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pianode.cli.main import main
+
+    assert main(["lan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("pianode lan: ") and message in err

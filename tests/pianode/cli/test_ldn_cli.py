@@ -1,0 +1,228 @@
+"""``pianode ldn host | scan | join`` as separate processes on loopback (issue 4 acceptance).
+
+Every run uses its own discovery and Pia ports so parallel test runs do not
+hear each other; every process has a bounded ``--duration`` and every wait a
+timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pianode.cli.main import main as cli_main
+
+from cli_processes import kill_leftovers
+
+SMM2 = "667c18475889faab61f93ef1da180971"
+PIANODE = [sys.executable, "-m", "pianode"]
+
+
+def _ports() -> tuple[str, str]:
+    rng = random.Random()
+    return str(rng.randrange(40000, 45000)), str(rng.randrange(45000, 50000))
+
+
+def _jsonl(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def _wait_for_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line:
+            return line
+        if proc.poll() is not None:
+            break
+    raise AssertionError(f"no output from {proc.args}")
+
+
+@pytest.mark.parametrize("version", ["5.18"])  # 5.29 runs in the namespace test below
+def test_host_and_three_joiners_form_a_mesh_exchange_data_and_the_host_recording_decodes(
+    version: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    discovery, pia = _ports()
+    common = ["--game-key", SMM2, "--version", version, "--discovery-port", discovery, "--format", "jsonl",
+              "--stations", "4", "--messages", "8", "--duration", "25"]
+    pcap = tmp_path / "host.pcap"
+    host = subprocess.Popen(PIANODE + ["ldn", "host", *common, "--port", pia, "--record", str(pcap)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    joiners: list[subprocess.Popen[str]] = []
+    try:
+        network = json.loads(_wait_for_line(host, 15))
+        assert network["event"] == "network" and network["pia_port"] == int(pia)
+        joiners = [
+            subprocess.Popen(PIANODE + ["ldn", "join", *common, "--name", f"player{i}"]
+                             + (["--record", str(tmp_path / "joiner.pcap")] if i == 0 else []),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i in range(3)
+        ]
+        outs = [p.communicate(timeout=40) for p in joiners]
+        host_out, host_err = host.communicate(timeout=40)
+    finally:
+        kill_leftovers([host, *joiners])
+    assert host.returncode == 0, host_err
+    for p, (_out, err) in zip(joiners, outs, strict=True):
+        assert p.returncode == 0, err
+    summaries = [_jsonl(out)[-1] for out, _ in outs] + [_jsonl(host_out)[-1]]
+    joined = [_jsonl(out)[0] for out, _ in outs]
+    assert all(s["event"] == "summary" and s["ok"] is True for s in summaries)
+    assert sorted(s["station_index"] for s in summaries) == [0, 1, 2, 3]
+    for s in summaries:  # 8 messages from each of the three other stations
+        assert sorted(s["received"].items()) == sorted((str(i), 8) for i in {0, 1, 2, 3} - {s["station_index"]})
+    # Each process on its own loopback address, inside the host's 127.254.X.0/24 (= 169.254.X.0/24).
+    prefix = network["socket"].rsplit(".", 1)[0]
+    addresses = {s["address"].rsplit(":", 1)[0] for s in summaries}
+    assert len(addresses) == 4 and all(a.startswith(prefix + ".") for a in addresses)
+    assert {j["network_id"] for j in joined} == {network["network_id"]}
+    assert {j["ip"] for j in joined} == {f"169.254.{prefix.split('.')[2]}.{y}" for y in (2, 3, 4)}
+    # The host's recording decodes with only game key, application data and MACs.
+    record = summaries[-1]["record"]
+    session = json.loads(pathlib.Path(record["session"]).read_text())
+    assert set(session) == {"version", "network", "game_key", "application_data", "macs"}
+    assert session["application_data"] == network["application_data"]
+    assert len(session["macs"]) == 4
+    # So does a joiner's: it learned every MAC from the advertisements, as a console does.
+    for rec in (record, summaries[0]["record"]):
+        capsys.readouterr()
+        assert cli_main(["decode", rec["pcap"], "--session", rec["session"], "--format", "jsonl"]) == 0
+        rows = _jsonl(capsys.readouterr().out)
+        assert len(rows) == rec["datagrams"] > 20
+        assert all(r["kind"] == "pia" and r["authenticated"] is True for r in rows)
+    joiner_session = json.loads(pathlib.Path(summaries[0]["record"]["session"]).read_text())
+    assert joiner_session == session
+
+
+def test_scan_lists_a_hosted_network_as_jsonl_and_table() -> None:
+    discovery, pia = _ports()
+    host = subprocess.Popen(
+        PIANODE + ["ldn", "host", "--game-key", SMM2, "--version", "5.29", "--discovery-port", discovery, "--port", pia,
+                   "--max", "3", "--name", "hoster", "--duration", "10", "--format", "jsonl"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        network = json.loads(_wait_for_line(host, 15))
+        scan = [*PIANODE, "ldn", "scan", "--discovery-port", discovery, "--timeout", "0.6", "--version", "5.29"]
+        res = subprocess.run([*scan, "--format", "jsonl", "--game-key", SMM2],
+                             capture_output=True, text=True, timeout=30)  # fmt: skip
+        table = subprocess.run(scan, capture_output=True, text=True, timeout=30)
+    finally:
+        host.kill()
+        host.communicate(timeout=5)
+    assert res.returncode == 0, res.stderr
+    (found,) = _jsonl(res.stdout)
+    assert found["ssid"] == network["ssid"] and found["host"] == network["host"]
+    assert found["max_participants"] == 3 and found["participants"][0]["name"] == "hoster"
+    assert found["participants"][0]["mac"] == network["mac"]
+    assert found["network_id"] == network["network_id"] and found["system_communication_version"] == 8
+    assert len(found["session_key"]) == 32
+    assert table.returncode == 0 and network["ssid"] in table.stdout and network["host"] in table.stdout
+
+
+def test_scan_without_networks_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    discovery, _ = _ports()
+    assert cli_main(["ldn", "scan", "--discovery-port", discovery, "--timeout", "0.2"]) == 1
+    assert "no LDN network found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("ldn", "host", "--game-key", "short"),
+        ("ldn", "host", "--game-key", SMM2, "--max", "9"),
+        ("ldn", "host", "--game-key", SMM2, "--stations", "5", "--max", "4"),
+        ("ldn", "host", "--game-key", SMM2, "--version", "9.99"),
+        ("ldn", "host", "--game-key", SMM2, "--version", "6.16"),  # the node speaks 5.7-5.45
+        ("ldn", "host", "--game-key", SMM2, "--address", "169.254.3.2"),  # a host is .1
+        ("ldn", "join", "--game-key", SMM2, "--address", "10.0.0.2"),
+        ("ldn", "join", "--game-key", SMM2, "--ssid", "zz"),
+        ("ldn", "join", "--game-key", SMM2, "--stations", "1"),
+        ("ldn", "scan", "--timeout", "-1"),
+    ],
+)
+def test_bad_flags_are_one_line_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(list(argv)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pianode ldn:") and "\n" not in err
+
+
+# ---------------------------------------------------------------- separate hosts, for real (network namespaces)
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+
+@pytest.mark.netns
+def test_four_namespaces_on_a_bridge_discover_by_real_broadcast_and_form_a_mesh(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Four network namespaces joined by veth pairs to a bridge in a fifth, on 169.254.55.0/24.
+
+    The same code path as separate machines: advertisements are real
+    broadcasts to 169.254.55.255, every process binds its own LDN address.
+    Nothing leaves these namespaces (the bridge lives in its own namespace).
+    """
+    tag = f"pnl{random.randrange(16**5):05x}"
+    switch = f"{tag}sw"
+    spaces = [f"{tag}n{i}" for i in range(1, 5)]
+    try:
+        _ip("netns", "add", switch)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"NETWORK NAMESPACES UNAVAILABLE ({exc}): the separate-hosts LDN test did not run")
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", switch, "link", "set", "br0", "up")
+        for i, ns in enumerate(spaces, start=1):
+            _ip("netns", "add", ns)
+            _ip("-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", f"p{i}", "netns", switch)
+            _ip("-n", switch, "link", "set", f"p{i}", "master", "br0")
+            _ip("-n", switch, "link", "set", f"p{i}", "up")
+            _ip("-n", ns, "addr", "add", f"169.254.55.{i}/24", "broadcast", "169.254.55.255", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        common = ["--game-key", SMM2, "--version", "5.29", "--format", "jsonl", "--stations", "4",
+                  "--messages", "5", "--duration", "25"]
+        pcap = tmp_path / "netns.pcap"
+        host = subprocess.Popen(
+            ["ip", "netns", "exec", spaces[0], *PIANODE, "ldn", "host", *common, "--address", "169.254.55.1",
+             "--broadcast", "169.254.55.255", "--record", str(pcap)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        procs.append(host)
+        network = json.loads(_wait_for_line(host, 15))
+        assert network["socket"] == "169.254.55.1"
+        for i, ns in enumerate(spaces[1:], start=2):
+            procs.append(subprocess.Popen(
+                ["ip", "netns", "exec", ns, *PIANODE, "ldn", "join", *common, "--address", f"169.254.55.{i}",
+                 "--timeout", "5"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            ))  # fmt: skip
+        outs = [p.communicate(timeout=45) for p in procs[1:]]
+        host_out, host_err = host.communicate(timeout=45)
+    finally:
+        kill_leftovers(procs)
+        for ns in [*spaces, switch]:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+    assert host.returncode == 0, host_err
+    for p, (_out, err) in zip(procs[1:], outs, strict=True):
+        assert p.returncode == 0, err
+    summaries = [_jsonl(out)[-1] for out, _ in outs] + [_jsonl(host_out)[-1]]
+    assert all(s["ok"] is True for s in summaries)
+    assert {s["address"] for s in summaries} == {f"169.254.55.{i}:49152" for i in range(1, 5)}
+    for s in summaries:
+        assert sorted(s["received"].items()) == sorted((str(i), 5) for i in {0, 1, 2, 3} - {s["station_index"]})
+    record = summaries[-1]["record"]
+    capsys.readouterr()
+    assert cli_main(["decode", str(pcap), "--session", record["session"], "--format", "jsonl"]) == 0
+    rows = _jsonl(capsys.readouterr().out)
+    assert len(rows) == record["datagrams"] > 20 and all(r["authenticated"] is True for r in rows)

@@ -1,0 +1,120 @@
+"""Links, on their own: the peer registry, the group view, timers, keep-alive, RTT spacing and the packet checks."""
+
+from __future__ import annotations
+
+import pytest
+from mesh_parts import build
+
+from pianode.mesh import wire
+from pianode.mesh.peer import PeerState
+from protocols.pia.header import PacketHeader
+from protocols.pia.message import Message
+from protocols.pia.packet_values import Packet
+from protocols.pia.versions import Proto
+
+A = ("127.0.0.3", 40001)
+B = ("127.0.0.4", 40002)
+
+
+def test_a_closed_peer_keeps_its_replay_memory_for_two_station_timeouts() -> None:
+    p = build()
+    links = p.links
+    peer = links.new_peer(A, initiator=False, now=0.0)
+    assert peer.replay.accept(b"\x00" * 11 + b"\x05")
+    links.close(peer)
+    assert peer.state is PeerState.CLOSED and A not in links.peers
+    retired = links.retired(A, now=1.0)
+    assert retired is not None and not retired.accept(b"\x00" * 11 + b"\x05")  # the old nonce stays refused
+    assert links.retired(A, now=2 * p.config.station_timeout + 0.1) is None
+    again = links.new_peer(A, initiator=True, now=1.0)
+    assert not again.replay.accept(b"\x00" * 11 + b"\x05"), "a new peer at the address inherits the memory"
+
+
+def test_by_index_forgets_a_closed_peer() -> None:
+    links = build().links
+    peer = links.new_peer(A, initiator=True, now=0.0)
+    links.set_index(peer, 3)
+    assert links.by_index(3) is peer
+    links.close(peer)
+    assert links.by_index(3) is None
+
+
+def test_the_group_view_follows_every_membership_change() -> None:
+    links = build().links
+    a, b = links.new_peer(A, initiator=True, now=0.0), links.new_peer(B, initiator=True, now=0.0)
+    assert links.members() == ()
+    for peer, index, vid in ((a, 1, 0x10005), (b, 4, 0x20007)):
+        links.learn(peer, 100 + index, vid)
+        links.set_index(peer, index)
+        links.set_connected(peer, 0.0)
+    members, destination, footer = links.view()
+    assert set(members) == {a, b} and destination == 0b10010 and footer == (0x0005, 0x0007)
+    links.close(b)
+    assert links.view() == ((a,), 0b10, (0x0005,))
+    assert links.view() == links.work_out_group_view()
+
+
+def test_silence_past_the_station_timeout_loses_the_peer() -> None:
+    p = build()
+    links = p.links
+    peer = links.new_peer(A, initiator=True, now=0.0)
+    links.reschedule(peer)
+    timeout = p.config.station_timeout
+    assert links.next_deadline() == pytest.approx(timeout)
+    assert links.due(timeout - 0.01) == []
+    (due,) = links.due(timeout)
+    links.on_timer(due, timeout)
+    assert ("peer_lost", A, "timeout") in p.host.calls
+
+
+def test_a_keepalive_fills_silence_only() -> None:
+    p = build(membership=False)
+    links = p.links
+    interval = p.config.keepalive_interval
+    peer = links.new_peer(A, initiator=True, now=0.0)
+    links.set_connected(peer, 0.0)
+    peer.next_rtt = 1e9  # (RTT probes are another test's)
+    peer.last_sent = interval - 0.1  # something went to the peer just now
+    links.on_timer(peer, interval)
+    assert ("enqueue", A, Proto.KEEP_ALIVE, 0) not in p.host.calls
+    assert peer.next_keepalive == pytest.approx(2 * interval - 0.1)
+    links.on_timer(peer, 2 * interval)
+    assert p.host.calls.count(("enqueue", A, Proto.KEEP_ALIVE, 0)) == 1
+
+
+def test_rtt_probes_of_peers_that_connected_together_are_spaced() -> None:
+    p = build(membership=False, rtt_probe_rate=4.0)
+    links = p.links
+    peers = [links.new_peer((f"127.0.0.{10 + i}", 40000), initiator=True, now=0.0) for i in range(5)]
+    for peer in peers:
+        links.set_connected(peer, 0.0)
+    slots = sorted(peer.next_rtt for peer in peers)
+    assert [b - a for a, b in zip(slots, slots[1:])] == pytest.approx([0.25] * 4)
+
+
+def test_an_rtt_request_is_answered_and_a_response_sampled() -> None:
+    p = build(membership=False)
+    links = p.links
+    peer = links.new_peer(A, initiator=True, now=0.0)
+    links.on_rtt(peer, wire.encode_rtt(p.config.profile, False, 1234), 0.5)
+    assert ("enqueue", A, Proto.RTT, 1) in p.host.calls and p.tally.counters["rtt_requests_received"] == 1
+    links.on_rtt(peer, wire.encode_rtt(p.config.profile, True, 250_000), 0.3)
+    assert peer.rtt.smoothed == pytest.approx(0.05)
+
+
+def test_identity_and_replay_checks_count_their_drops() -> None:
+    p = build("5.18", membership=False)
+    links = p.links
+    peer = links.new_peer(A, initiator=True, now=0.0)
+    peer.peer_conn_id = 9
+    links.learn(peer, 0xABC, 0)
+    links.set_connected(peer, 0.0)
+    assert links.same_identity(peer, 9, None, None) and links.same_identity(peer, 0, None, 0xABC)
+    assert not links.same_identity(peer, 8, None, None)
+    assert not links.same_identity(peer, 9, None, 0xABD)
+    assert p.tally.drops["identity_mismatch"] == 2
+    assert links.fresh(peer, 77, 1.0) and peer.last_heard == 1.0
+    assert not links.fresh(peer, 77, 2.0) and p.tally.drops["replayed"] == 1 and peer.last_heard == 1.0
+    packet = Packet(PacketHeader(True, 1, 9), (Message(1, 0, b"", source_constant_id=0xABD),))
+    assert not links.accept_header(peer, packet, b"n" * 12)
+    assert p.tally.drops["identity_mismatch"] == 3

@@ -1,0 +1,102 @@
+"""The membership, on its own: creating, admitting, updates, departures and host migration (spec §5.4)."""
+
+from __future__ import annotations
+
+from mesh_parts import build
+
+from pianode.mesh import wire
+from pianode.mesh.events import HostChanged, MeshJoined, StationJoined, StationLeft
+from pianode.mesh.table import StationEntry
+
+HOST = ("127.0.0.2", 40000)
+A = ("127.0.0.3", 40001)
+B = ("127.0.0.4", 40002)
+
+
+def _member(p, addr, constant_id):  # type: ignore[no-untyped-def]
+    peer = p.links.new_peer(addr, initiator=False, now=0.0)
+    p.links.learn(peer, constant_id, constant_id + 1)
+    p.links.set_connected(peer, 0.0)
+    return peer
+
+
+def test_the_creator_is_host_and_index_zero() -> None:
+    p = build()
+    m = p.membership
+    m.create(0.0)
+    assert m.index == 0 and m.is_host() and m.joined and p.host.events == [MeshJoined(station_index=0, host_index=0)]
+
+
+def test_the_host_admits_a_joiner_and_tells_the_others() -> None:
+    p = build()
+    m = p.membership
+    m.create(0.0)
+    a = _member(p, A, 0xA)
+    m.on_message(a, wire.JoinRequest(ack_id=5), 0.0)
+    b = _member(p, B, 0xB)
+    m.on_message(b, wire.JoinRequest(ack_id=6), 0.0)
+    assert (a.index, b.index) == (1, 2) and m.table.update_counter == 3
+    assert [e.index for e in m.table.entries()] == [0, 1, 2]
+    assert any(q.kind == "join-response" for q in b.pending.values())
+    # The update goes to the members through their mesh windows; the joiner gets the join response instead.
+    assert a.mesh_window is not None and not a.mesh_window.idle()
+    assert b.mesh_window is not None and b.mesh_window.idle()
+    assert [e for e in p.host.events if isinstance(e, StationJoined)] == [
+        StationJoined(station_index=1, constant_id=0xA, address=A),
+        StationJoined(station_index=2, constant_id=0xB, address=B),
+    ]
+
+
+def test_a_full_mesh_denies_the_join() -> None:
+    p = build(max_stations=2)
+    m = p.membership
+    m.create(0.0)
+    m.on_message(_member(p, A, 0xA), wire.JoinRequest(ack_id=5), 0.0)
+    late = _member(p, B, 0xB)
+    m.on_message(late, wire.JoinRequest(ack_id=6), 0.0)
+    assert late.index is None and p.tally.counters["joins_denied"] == 1
+    denial = wire.decode_mesh(p.config.profile, late.outbox[-1].payload)
+    assert isinstance(denial, wire.JoinDenied) and denial.reason_text == "mesh full"
+
+
+def _joined_non_host(p):  # type: ignore[no-untyped-def]
+    """This station at index 2 of a mesh hosted by index 0 (at HOST) with a member at index 1 (at A)."""
+    m = p.membership
+    host, other = _member(p, HOST, 0x1), _member(p, A, 0x2)
+    m.join_host = HOST
+    entries = [
+        StationEntry(0, 0x1, 0x2, HOST, 0),
+        StationEntry(1, 0x2, 0x3, A, 1),
+        StationEntry(2, p.local.constant_id, p.local.variable_id, p.local.address, 2),
+    ]
+    m.on_message(host, wire.JoinResponse(0, 2, 1, 0, 4, tuple(entries), ack_id=9), 0.0)
+    assert m.joined and m.index == 2 and host.index == 0 and other.index == 1
+    return m, host, other
+
+
+def test_an_update_from_a_member_that_is_not_the_host_is_refused() -> None:
+    p = build(address=("127.0.0.9", 40009))
+    m, host, other = _joined_non_host(p)
+    forged = wire.UpdateMesh(host_index=0, update_counter=99, fragment_count=1, fragment_index=0, entries=())
+    m.on_message(other, forged, 1.0)
+    assert p.tally.drops["not_host"] == 1 and m.table.update_counter == 4 and len(m.table) == 3
+
+
+def test_when_the_host_is_lost_the_lowest_remaining_index_takes_over() -> None:
+    p = build(address=("127.0.0.9", 40009))
+    m, host, other = _joined_non_host(p)
+    m.peer_lost(host, "timeout", 5.0)
+    assert m.table.host_index == 1 and not m.is_host()
+    assert HostChanged(old_host_index=0, new_host_index=1) in p.host.events
+    assert StationLeft(station_index=0, constant_id=0x1, reason="timeout") in p.host.events
+    m.peer_lost(other, "left", 6.0)
+    assert m.is_host() and m.table.update_counter == 5, "the new host announces its table"
+
+
+def test_a_join_that_gets_no_answer_fails_with_a_reason() -> None:
+    p = build()
+    m = p.membership
+    m.join(HOST, 0.0)
+    assert HOST in p.links.peers
+    assert m.handle_timer(p.config.join_timeout + 0.1) is False
+    assert m.closed and m.failure == "no answer from the host within the join timeout"

@@ -1,0 +1,66 @@
+"""The real-time session of ``pianode mesh --rate``: shared frame clock, reliable
+messages spread over the second, CPU load reported, heap frozen while it runs."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import trio
+
+from loopback_addresses import loopback_block
+
+from pianode.mesh.config import NodeConfig
+from pianode.sim.mesh_run import MeshRun, _frozen_heap
+
+
+def test_frozen_heap_only_while_the_session_runs() -> None:
+    assert gc.get_freeze_count() == 0
+    keep = [[i] for i in range(100)]  # tracked objects alive before the session
+    with _frozen_heap(True):
+        assert gc.get_freeze_count() >= len(keep)
+    assert gc.get_freeze_count() == 0
+    with _frozen_heap(False):
+        assert gc.get_freeze_count() == 0
+
+
+async def test_realtime_session_counts_frames_and_one_reliable_message_a_second() -> None:
+    nodes, rate, duration = 5, 20, 1.0
+    run = MeshRun(NodeConfig(version="5.29", seed=3), nodes=nodes, base_address=loopback_block() + "30",
+                  rate=rate, duration=duration, group_fanout="broadcast", freeze_gc=True)
+    result = await run.run()
+    assert result.ok, result.problems
+    frames = int(duration * rate)
+    assert result.frames_expected == result.frames_delivered == nodes * (nodes - 1) * frames
+    # One reliable message per station per second of frames, each to every other station.
+    assert result.reliable_expected == result.reliable_delivered == nodes * (nodes - 1)
+    summary = result.summary()["frames"]
+    assert summary["cpu_load_pct"] is not None and 0 < summary["cpu_load_pct"] < 100
+    assert gc.get_freeze_count() == 0
+
+
+async def test_late_frames_are_placed_on_the_sessions_timeline() -> None:
+    """A stall of the process 1.3 s into the session makes the frames due during it late,
+    and the summary puts them all in second 1 (a stall, not load spread over the run)."""
+    from pianode.cli.mesh import render_summary
+
+    nodes, rate, duration = 3, 20, 2.5
+    run = MeshRun(NodeConfig(version="5.29", seed=4), nodes=nodes, base_address=loopback_block() + "40",
+                  rate=rate, duration=duration, group_fanout="broadcast")
+
+    async def stall() -> None:
+        with trio.fail_after(30):
+            while run.result.session_start is None:
+                await trio.sleep(0.005)
+        await trio.sleep_until(run.result.session_start + 1.3)
+        time.sleep(0.2)  # blocks the whole Trio run, as a stall of the machine would
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stall)
+        result = await run.run()
+    assert result.frames_delivered == result.frames_expected
+    frames = result.summary()["frames"]
+    assert frames["late"] > 0
+    assert frames["late_by_second"].keys() == {1}
+    assert sum(frames["late_by_second"].values()) == frames["late"]
+    assert "late frames in 1 second(s) of the session; most at 1 s (" in render_summary(result)
