@@ -358,14 +358,26 @@ _PCAP_MAGICS = {
 _PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
 # A frame larger than this is taken as a sign of corruption, not read into memory.
 _MAX_RECORD = 1 << 26
+#: The longest text line a capture may hold: a 65,535-byte datagram in hex within a JSON
+#: record, with room for its other fields.  Longer lines hold no datagram; they are refused
+#: before they are read whole, so a hostile file cannot make the reader hold it in memory.
+MAX_LINE = 2 * 65535 + 16384
+
+
+def _bounded_line(raw: BinaryIO, line_no: int, name: str) -> bytes:
+    line = raw.readline(MAX_LINE + 1)
+    if len(line) > MAX_LINE:
+        raise CaptureError(f"{name}: line {line_no} is longer than {MAX_LINE} bytes, which no datagram needs")
+    return line
 
 
 class _Stream:
     """Exact reads from a binary stream, with a small pushback for sniffing."""
 
-    def __init__(self, raw: BinaryIO, head: bytes = b"") -> None:
+    def __init__(self, raw: BinaryIO, head: bytes = b"", name: str = "<stream>") -> None:
         self._raw = raw
         self._head = head
+        self._name = name
 
     def read(self, n: int) -> bytes:
         out = self._head[:n]
@@ -378,17 +390,28 @@ class _Stream:
         return out
 
     def lines(self) -> Iterator[bytes]:
+        """The text lines, each at most :data:`MAX_LINE` bytes (a longer one is a :class:`CaptureError`)."""
         head, self._head = self._head, b""
+        count = 0
         if head:
             nl = head.find(b"\n")
             while nl >= 0:
+                count += 1
                 yield head[: nl + 1]
                 head = head[nl + 1 :]
                 nl = head.find(b"\n")
             if head:
-                head += self._raw.readline()
+                count += 1
+                head += _bounded_line(self._raw, count, self._name)
+                if len(head) > MAX_LINE:
+                    raise CaptureError(f"{self._name}: line {count} is longer than {MAX_LINE} bytes, which no datagram needs")
                 yield head
-        yield from iter(self._raw.readline, b"")
+        while True:
+            count += 1
+            line = _bounded_line(self._raw, count, self._name)
+            if not line:
+                return
+            yield line
 
 
 class Capture:
@@ -712,19 +735,26 @@ def open_capture(source: str | os.PathLike[str] | BinaryIO) -> Capture:
         if closer:
             closer.close()
         raise CaptureError(f"cannot read {name}: {exc.strerror or exc}") from None
-    stream = _Stream(raw, head)
+    stream = _Stream(raw, head, name)
     if head in _PCAP_MAGICS:
         return Capture(stream, "pcap", name, closer)
     if head == _PCAPNG_SHB:
         return Capture(stream, "pcapng", name, closer)
     # Text: look at the first meaningful line to refuse binary junk up front.
-    probe = last = head + raw.readline()
-    while last.strip() == b"" or last.lstrip().startswith(b"#"):
-        last = raw.readline()
-        if not last:
-            break
-        probe += last
-    stream = _Stream(raw, probe)
+    try:
+        line_no = 1
+        probe = last = head + _bounded_line(raw, line_no, name)
+        while last.strip() == b"" or last.lstrip().startswith(b"#"):
+            line_no += 1
+            last = _bounded_line(raw, line_no, name)
+            if not last:
+                break
+            probe += last
+    except CaptureError:
+        if closer:
+            closer.close()
+        raise
+    stream = _Stream(raw, probe, name)
     first = last.strip()
     if not first or first.startswith(b"{") or _looks_hex(first):
         fmt = "jsonl" if first.startswith(b"{") else "hex"

@@ -75,6 +75,9 @@ SETTINGS = (
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 
+#: The largest session file read: its fields fit in a few kilobytes.
+MAX_SESSION_FILE = 1 << 20
+
 
 # --------------------------------------------------------------------------
 # Value parsers (each raises ConfigError naming the setting)
@@ -377,7 +380,9 @@ def load_session(path: str | os.PathLike[str] | None, overrides: Mapping[str, An
         name = os.fspath(path)
         try:
             with open(name, encoding="utf-8") as f:
-                text = f.read()
+                text = f.read(MAX_SESSION_FILE + 1)
+            if len(text) > MAX_SESSION_FILE:
+                raise ConfigError(f"session file {name} is larger than {MAX_SESSION_FILE} bytes: no session needs that much")
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise ConfigError(f"cannot read session file {name}: {reason}") from None

@@ -37,6 +37,10 @@ from protocols.pia.versions import Proto
 __all__ = ["HandshakeHost", "StationHandshake"]
 
 MAX_DENIED = 64  # addresses remembered for the once-a-second version denial
+#: A connected station's restart is believed once its old identity stayed silent this long after a
+#: probe while fresh connection requests under the new identity kept coming.
+RESTART_CONFIRM = 1.0
+RESTART_NONCES = 16  # distinct nonces of restart requests remembered per peer
 
 
 class HandshakeHost(Protocol):
@@ -53,6 +57,9 @@ class HandshakeHost(Protocol):
 
     def peer_lost(self, peer: Peer, reason: str, now: float) -> None:
         """*peer* refused or ended a connection that had completed."""
+
+    def rtt_ticks(self, now: float) -> int:
+        """The RTT protocol's clock at *now* (a restart probe is an RTT request)."""
 
 
 class StationHandshake:
@@ -203,6 +210,36 @@ class StationHandshake:
         if self._has_conn_id:
             return msg.conn_id != peer.peer_conn_id
         return msg.location.variable_id != peer.variable_id
+
+    def confirm_restart(self, peer: Peer, value: int, now: float) -> bool:
+        """Whether a connection request naming a new identity from connected *peer*'s address
+        (its nonce read as *value*) shows that the station there really restarted.
+
+        Such a request may be a datagram the station sent someone else, replayed from its
+        address: it authenticates, and the station's one nonce counter makes it look fresh.
+        So the old identity is probed (an RTT request) and the restart is believed only if
+        it stays silent for :data:`RESTART_CONFIRM` while fresh requests (nonces not seen in
+        this exchange) keep coming: a restarted station resends its request, a replayer can
+        only repeat what it captured, and a live station answers the probe.
+        """
+        if value in peer.restart_nonces:
+            self._tally.drop(DropReason.REPLAYED)
+            return False
+        if len(peer.restart_nonces) >= RESTART_NONCES:
+            peer.restart_nonces.clear()
+        peer.restart_nonces.add(value)
+        seen = peer.restart_seen
+        if seen is None or peer.last_heard > seen:
+            # First sign, or the old identity spoke since the last one: probe it and wait.
+            peer.restart_seen = now
+            self._outbox.enqueue(peer, Proto.RTT, 1, wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now)))
+            self._tally.counters["restart_probes"] += 1
+            self._tally.drop(DropReason.UNCONFIRMED_RESTART)
+            return False
+        if now - seen < RESTART_CONFIRM:
+            self._tally.drop(DropReason.UNCONFIRMED_RESTART)
+            return False
+        return True
 
     def deny_other_version(self, data: bytes, addr: tuple[str, int], session_key: bytes | None, now: float) -> bool:
         """A connection request in another Pia version's format: answer it with

@@ -38,10 +38,12 @@ from typing import Protocol
 
 from pianode.mesh import wire
 from pianode.mesh.config import NodeConfig
-from pianode.mesh.peer import Peer, PeerState
+from pianode.mesh.peer import Peer, PeerState, StationStats
 from pianode.mesh.replay import NonceReplayFilter
 from pianode.mesh.rtt import HeaderTimers
 from pianode.mesh.stats import DropReason, Tally
+from pianode.mesh.table import MeshTable
+from protocols.pia.message import Message
 from protocols.pia.packet_values import Packet
 from protocols.pia.versions import Proto
 
@@ -200,7 +202,47 @@ class Links:
         self._tally.counters["connections"] += 1
         return True
 
+    def station_rows(self, table: MeshTable, own_index: int | None) -> list[StationStats]:
+        """One row per entry of *table*, with the figures of the link to it."""
+        rows = []
+        for entry in table.entries():
+            is_self = entry.index == own_index
+            peer = None if is_self else self.by_index(entry.index)
+            rows.append(
+                StationStats(
+                    index=entry.index,
+                    constant_id=entry.constant_id,
+                    variable_id=entry.variable_id,
+                    address=entry.address,
+                    is_host=entry.index == table.host_index,
+                    is_self=is_self,
+                    state="self" if is_self else (peer.state.value if peer else "unknown"),
+                    rtt=peer.rtt.smoothed if peer else None,
+                    rtt_variance=peer.rtt.variance if peer else None,
+                    packets_sent=peer.packets_sent if peer else 0,
+                    packets_received=peer.packets_received if peer else 0,
+                    lost=(peer.data_window.statistics().retransmitted if peer and peer.data_window else 0),
+                )
+            )
+        return rows
+
     # ------------------------------------------------------------------ checks
+    def addressed_to_us(self, messages: tuple[Message, ...], own_index: int | None) -> bool:
+        """Whether every message names us among its receivers (or names none); counts a drop if not.
+
+        The destination bits are inside the ciphertext, so they say where the sender meant
+        the datagram to go: one it sealed for another station, replayed to us from its
+        address, is refused here (the header's ids are not authenticated, spec §3.1).
+        """
+        if own_index is None:
+            return True
+        for message in messages:
+            destination = message.destination
+            if destination and not destination >> own_index & 1:
+                self._tally.drop(DropReason.NOT_ADDRESSED)
+                return False
+        return True
+
     def same_identity(
         self, peer: Peer, connection_id: int, source_variable_id: int | None, constant_id: int | None
     ) -> bool:

@@ -49,6 +49,7 @@ from protocols.pia.versions import Proto
 __all__ = ["Membership", "MembershipHost"]
 
 HEAL_INTERVAL = 3.0  # seconds between checks for table members we have no link to
+JOIN_ANSWER_INTERVAL = 2.0  # a member's re-sent join request is answered at most this often
 
 
 class MembershipHost(Protocol):
@@ -94,6 +95,9 @@ class Membership:
         self._leave_deadline: float | None = None
         self._next_heal: float | None = None
         self._early_update: tuple[list[StationEntry], int, int] | None = None
+        #: An update from the station the migration rule would elect, sent before we saw our host
+        #: go: (its index, entries, counter), applied if we do elect it (see peer_lost).
+        self._successor_update: tuple[int, list[StationEntry], int] | None = None
         #: Indexes this (non-host) station saw leave since the last update it applied.
         self._departed: set[int] = set()
 
@@ -256,20 +260,30 @@ class Membership:
             self._outbox.enqueue(peer, Proto.MESH, 0, wire.encode_join_deny(self.profile, wire.DENY_NOT_HOST))
             return
         entry = self.table.by_address(peer.address)
-        if entry is not None and any(p.kind == "join-response" for p in peer.pending.values()):
-            return  # a retransmitted request: our response is still on its way
-        if entry is None:
-            try:
-                entry = self.table.add(peer.constant_id, peer.variable_id, peer.address)
-            except MeshFull:
-                self._tally.counters["joins_denied"] += 1
-                self._outbox.enqueue(peer, Proto.MESH, 0, wire.encode_join_deny(self.profile, wire.DENY_MESH_FULL))
+        if entry is not None:
+            # A re-sent request (its ack or our response was lost), or a member asking again:
+            # the join response alone, at most every JOIN_ANSWER_INTERVAL, and nothing to the
+            # others (their tables already hold it), so repeats cannot be amplified.
+            if any(p.kind == "join-response" for p in peer.pending.values()) or now - peer.join_answered < JOIN_ANSWER_INTERVAL:
+                self._tally.counters["join_requests_repeated"] += 1
                 return
-            self.table.update_counter += 1
-        self._links.set_index(peer, entry.index)
-        for build in wire.encode_join_response(self.profile, self.table, entry.index, self.config.max_stations, self.config.mtu):
-            self._outbox.queue_acked(peer, Proto.MESH, 0, build, now, kind="join-response")
+            self._answer_join(peer, entry.index, now)
+            return
+        try:
+            entry = self.table.add(peer.constant_id, peer.variable_id, peer.address)
+        except MeshFull:
+            self._tally.counters["joins_denied"] += 1
+            self._outbox.enqueue(peer, Proto.MESH, 0, wire.encode_join_deny(self.profile, wire.DENY_MESH_FULL))
+            return
+        self.table.update_counter += 1
+        self._answer_join(peer, entry.index, now)
         self._send_update_mesh(now, exclude={peer.address})
+
+    def _answer_join(self, peer: Peer, index: int, now: float) -> None:
+        self._links.set_index(peer, index)
+        peer.join_answered = now
+        for build in wire.encode_join_response(self.profile, self.table, index, self.config.max_stations, self.config.mtu):
+            self._outbox.queue_acked(peer, Proto.MESH, 0, build, now, kind="join-response")
         self.announce(peer)
 
     def _send_update_mesh(self, now: float, exclude: Iterable[tuple[str, int]] = ()) -> None:
@@ -329,6 +343,10 @@ class Membership:
         for frag in peer.join_fragments.values():
             entries.extend(frag.entries)
         peer.join_fragments.clear()
+        if not any(e.index == msg.joiner_index and e.constant_id == self.local.constant_id for e in entries):
+            # Nothing in it can be trusted to connect to: a host that admits us lists us.
+            self.fail_join(f"the host's join response does not list us at index {msg.joiner_index}", now)
+            return
         self.index = msg.joiner_index
         self.joined = True
         self._join_deadline = None
@@ -340,11 +358,16 @@ class Membership:
             self._apply_table(early[0], early[1], early[2], now, connect_new=True)
 
     def _on_update_mesh(self, peer: Peer, msg: wire.UpdateMesh, now: float) -> None:
-        # Only the station an update names as host may send it, and only if it
-        # is our host or a station with an index in our table; before our
-        # join completes, only the join host.
+        # Only our host may send an update, naming itself host; before our join
+        # completes, only the join host.  The station the migration rule would
+        # elect if our host went may send one too (it saw the host go before we
+        # did): that one is kept until we see the host go and elect it ourselves,
+        # so a member cannot make itself host while the host is there.
+        successor = False
         if self.joined:
             allowed = peer.index is not None and msg.host_index == peer.index
+            if allowed and peer.index != self.table.host_index:
+                allowed = successor = peer.index == self._successor()
         else:
             allowed = peer.address == self.join_host
         if not allowed:
@@ -373,13 +396,24 @@ class Membership:
             if self._early_update is None or key > self._early_update[2]:
                 self._early_update = (entries, msg.host_index, key)
             return
+        if successor:
+            assert peer.index is not None
+            self._successor_update = (peer.index, entries, key)
+            self._tally.counters["successor_updates_held"] += 1
+            return
+        self._take_update(peer, entries, key, now)
+
+    def _take_update(self, host: Peer, entries: list[StationEntry], counter: int, now: float) -> None:
+        """Apply an update from *host*, or join again through it if its table does not list us."""
+        assert host.index is not None
         self._departed.clear()
+        self._successor_update = None
         if self.index is not None and all(e.index != self.index or e.address != self.local_address for e in entries):
             # The host's table does not list us (we were admitted by a host
             # that left before telling the others): join again through it.
-            self._rejoin(peer, now)
+            self._rejoin(host, now)
             return
-        self._apply_table(entries, msg.host_index, key, now)
+        self._apply_table(entries, host.index, counter, now)
 
     # ------------------------------------------------------------------ departures
     def peer_lost(self, peer: Peer, reason: str, now: float, *, linger: bool = False) -> None:
@@ -417,9 +451,21 @@ class Membership:
             if new_host == self.index:
                 self.table.update_counter += 1
                 self._send_update_mesh(now)
+            held, self._successor_update = self._successor_update, None
+            successor = self._links.by_index(new_host)
+            if held is not None and held[0] == new_host and held[2] >= self.table.update_counter and successor is not None:
+                # The new host's update came before we saw the old one go: take it now.
+                self._take_update(successor, held[1], held[2], now)
         elif self.is_host():
             self.table.update_counter += 1
             self._send_update_mesh(now)
+
+    def _successor(self) -> int | None:
+        """The station the migration rule elects if our host goes now."""
+        host = self.table.host_index
+        if host is None:
+            return None
+        return self.table.elect_host(self._departed | {host})
 
     def _rejoin(self, host: Peer, now: float) -> None:
         self._tally.counters["rejoins"] += 1

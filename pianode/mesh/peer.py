@@ -104,6 +104,13 @@ class Peer:
     join_fragments: dict[int, JoinResponse] = attrs.field(factory=dict)
     update_fragments: dict[int, UpdateMesh] = attrs.field(factory=dict)
     held: list[tuple[bytes, bool]] = attrs.field(factory=list)
+    #: When this peer's join request was last answered (a re-sent one gets the response alone, rate-limited).
+    join_answered: float = -1e9
+    #: A connection request naming a new identity came from this peer's address at this time, and
+    #: the old identity was probed (see :meth:`pianode.mesh.handshake.StationHandshake.confirm_restart`).
+    restart_seen: float | None = None
+    #: The nonces (as the replay filter reads them) of those requests: a replayed one proves nothing.
+    restart_nonces: set[int] = attrs.field(factory=set)
     #: Time of this peer's live entry in the link registry's timer heap (None: none).
     scheduled: float | None = None
     #: ``state is CONNECTED``, kept as a plain flag: it is read several times per datagram.

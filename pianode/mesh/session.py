@@ -271,27 +271,8 @@ class MeshSession:
         return events
 
     def stations(self) -> list[StationStats]:
-        rows = []
-        for entry in self.table.entries():
-            is_self = entry.index == self.index
-            peer = None if is_self else self.links.by_index(entry.index)
-            rows.append(
-                StationStats(
-                    index=entry.index,
-                    constant_id=entry.constant_id,
-                    variable_id=entry.variable_id,
-                    address=entry.address,
-                    is_host=entry.index == self.table.host_index,
-                    is_self=is_self,
-                    state="self" if is_self else (peer.state.value if peer else "unknown"),
-                    rtt=peer.rtt.smoothed if peer else None,
-                    rtt_variance=peer.rtt.variance if peer else None,
-                    packets_sent=peer.packets_sent if peer else 0,
-                    packets_received=peer.packets_received if peer else 0,
-                    lost=(peer.data_window.statistics().retransmitted if peer and peer.data_window else 0),
-                )
-            )
-        return rows
+        """One row per station of the mesh table, with the link's figures."""
+        return self.links.station_rows(self.table, self.index)
 
     def decode_context(self) -> dict[str, object]:
         """Session-file fields `pianode decode` needs besides version, network and key."""
@@ -462,6 +443,8 @@ class MeshSession:
             self._tally.drop(DropReason.UNENCRYPTED)
             return
         links = self.links
+        if not links.addressed_to_us(packet.messages, self.membership.index):
+            return
         if peer is None:
             # Only a connection request may come from an unknown address.
             if not packet.messages or not wire.is_connection_request(self.profile, packet.messages[0]):
@@ -471,8 +454,11 @@ class MeshSession:
                 self._tally.drop(DropReason.QUEUE_FULL)
                 return
         elif not header.packet_id and self.handshake.restarted(peer, packet):
-            # The station at this address started afresh (a new connection id
-            # or variable id in a new connection request): forget the old one.
+            # A connection request naming a new identity (connection id or variable id):
+            # the station at this address started afresh, or this is a datagram it sent
+            # someone else, replayed.  Only a confirmed restart forgets the old one.
+            if not self.handshake.confirm_restart(peer, nonce_value(codec.last_nonce), now):
+                return  # (counted by confirm_restart)
             self.counters["restarts"] += 1
             self.membership.peer_lost(peer, "restarted", now)
             peer = None
@@ -515,6 +501,13 @@ class MeshSession:
         links = self.links
         if not links.same_identity(peer, lone.connection_id, lone.source_variable_id, lone.source_constant_id):
             return
+        destination = lone.destination
+        if destination:
+            own = self.membership.index
+            if own is not None and not destination >> own & 1:
+                # Sealed for another station (a datagram the peer sent it, replayed to us).
+                self._tally.drop(DropReason.NOT_ADDRESSED)
+                return
         codec = self.codec
         assert codec is not None
         if not links.fresh(peer, nonce_value(codec.last_nonce), now):

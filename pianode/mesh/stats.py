@@ -19,6 +19,7 @@ COUNTERS = (
     "connections",
     "group_messages_for_others",
     "group_packets_sent",
+    "join_requests_repeated",
     "joins_denied",
     "keepalives_received",
     "packets_received",
@@ -27,9 +28,11 @@ COUNTERS = (
     "rejoins",
     "reliable_delivered",
     "reliable_sent",
+    "restart_probes",
     "restarts",
     "retransmissions",
     "rtt_requests_received",
+    "successor_updates_held",
     "unreliable_delivered",
     "unreliable_sent",
     "version_denials",
@@ -50,6 +53,7 @@ class DropReason(str, enum.Enum):
     CLOSED = "closed"
     NOT_HOST = "not_host"
     OTHER_VERSION = "other_version"
+    UNCONFIRMED_RESTART = "unconfirmed_restart"
 
 
 class Tally:

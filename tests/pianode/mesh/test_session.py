@@ -11,12 +11,11 @@ reordering.  Every expectation comes from the issue and the migration rule in
 
 from __future__ import annotations
 
-import heapq
 
 import attrs
 
 import pytest
-from mesh_harness import Link, MeshHarness
+from mesh_harness import BatchHarness, Link, MeshHarness, all_connected, connected, events_of, form
 
 from pianode.mesh import wire as mw
 from pianode.mesh.config import NodeConfig
@@ -31,80 +30,6 @@ from protocols.pia.versions import Proto
 VERSIONS = ("5.18", "5.29")
 NETWORKS = ("lan", "ldn", "nex")
 TIMEOUT = 5.0  # NodeConfig.station_timeout default
-STALL_LIMIT = 1000  # timer steps at one instant before the harness calls it a livelock
-
-
-class BatchHarness(MeshHarness):
-    """The harness with every datagram due at the same instant delivered in one step.
-
-    The base class hands out one datagram per step and asks every session for
-    output after each, which makes a 32-station formation take tens of seconds.
-    Fates (loss, duplication, reordering) are decided when a datagram is routed,
-    so batching the deliveries changes none of them.
-    """
-
-    _stalled = 0
-
-    def step(self) -> bool:
-        self._send_all()
-        live = [s for s in self.sessions if s.local_address not in self.dead]
-        timers = [t for s in live if (t := s.get_timer()) is not None]
-        next_t = min(timers) if timers else None
-        if self.queue and (next_t is None or self.queue[0][0] <= next_t):
-            due = self.queue[0][0]
-            self.now = max(self.now, due)
-            while self.queue and self.queue[0][0] <= due:
-                _, _, data, src, dst = heapq.heappop(self.queue)
-                if dst in self.dead or src in self.dead:
-                    continue
-                if self.hook is not None:
-                    hooked = self.hook(data, src, dst)
-                    if hooked is None:
-                        continue
-                    data = hooked
-                self.deliver(data, src, dst)
-            return True
-        if next_t is None:
-            return False
-        if next_t <= self.now:
-            self._stalled += 1
-            if self._stalled > STALL_LIMIT:
-                raise AssertionError(f"a session's timer stays due at t={self.now!r} however often it is handled")
-        else:
-            self._stalled = 0
-        self.now = max(self.now, next_t)
-        for s in live:
-            t = s.get_timer()
-            if t is not None and t <= self.now:
-                s.handle_timer(self.now)
-        return True
-
-
-def connected(s: MeshSession) -> int:
-    """Stations this session sees in its table and is connected to."""
-    return sum(1 for row in s.stations() if row.state == "connected")
-
-
-def all_connected(group: list[MeshSession]) -> bool:
-    want = len(group) - 1
-    return all(s.joined and not s.closed and connected(s) == want for s in group)
-
-
-def form(h: MeshHarness, members: list[int] | None = None, timeout: float = 30.0) -> list[MeshSession]:
-    """Session members[0] creates, the others join it at once; returns the group once formed."""
-    idx = members if members is not None else list(range(len(h.sessions)))
-    group = [h.sessions[i] for i in idx]
-    group[0].create(h.now)
-    for s in group[1:]:
-        s.join(group[0].local_address, h.now)
-    assert h.run_until(lambda: all_connected(group), timeout), [connected(s) for s in group]
-    return group
-
-
-def events_of(h: MeshHarness, i: int, kind: type) -> list:
-    return [e for e in h.events[i] if isinstance(e, kind)]
-
-
 def table_rows(s: MeshSession) -> list[tuple[int, int, tuple[str, int]]]:
     return [(e.index, e.constant_id, e.address) for e in s.table.entries()]
 

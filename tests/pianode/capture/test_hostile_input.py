@@ -1,0 +1,64 @@
+"""Hostile input to the capture reader: lines and session files far larger than any datagram or session needs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from pianode.capture.pcap import MAX_LINE, CaptureError, open_capture
+from pianode.capture.session_file import MAX_SESSION_FILE, load_session
+
+import pytest
+
+# The decoder runs under a parent of its own that reports the child's peak RSS.
+_MEASURE = """
+import resource, subprocess, sys
+child = subprocess.Popen([sys.executable, "-m", "pianode", "decode", "-", "--format", "jsonl"],
+                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+chunk = b"ab" * (1 << 19)  # 1 MiB of hex digits, no newline
+sent = 0
+try:
+    while sent < 200 * (1 << 20):
+        child.stdin.write(chunk)
+        sent += len(chunk)
+    child.stdin.write(b"\\n")
+    child.stdin.close()
+except BrokenPipeError:
+    pass
+err = child.stderr.read().decode()
+code = child.wait(timeout=120)
+print(json.dumps({"code": code, "stderr": err, "sent": sent,
+                  "maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
+""".replace("import resource", "import json, resource")
+
+
+def test_a_200_mb_line_is_refused_in_one_line_with_little_memory() -> None:
+    done = subprocess.run([sys.executable, "-c", _MEASURE], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["code"] == 2
+    lines = result["stderr"].strip().splitlines()
+    assert len(lines) == 1 and "longer than" in lines[0] and "Traceback" not in result["stderr"]
+    assert result["maxrss_kib"] < 300 * 1024, result["maxrss_kib"]
+    assert result["sent"] < 200 * (1 << 20), "the reader stopped reading long before the end"
+
+
+def test_a_long_line_after_good_ones_keeps_the_good_ones(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "x.hex"
+    path.write_bytes(b"32ab9864\n" + b"00" * (MAX_LINE // 2 + 10) + b"\n")
+    seen = []
+    with pytest.raises(CaptureError, match="line 2 is longer than"):
+        with open_capture(str(path)) as cap:
+            for d in cap:
+                seen.append(d.data)
+    assert seen == [bytes.fromhex("32ab9864")]
+
+
+def test_a_huge_session_file_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from protocols.errors import ConfigError
+
+    path = tmp_path / "s.json"
+    path.write_text('{"version": "5.18", "pad": "' + "x" * MAX_SESSION_FILE + '"}')
+    with pytest.raises(ConfigError, match="larger than"):
+        load_session(str(path), {})

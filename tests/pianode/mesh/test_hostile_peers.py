@@ -1,0 +1,280 @@
+"""Attacks on a formed mesh, sans-IO: redirected replays, a malicious member, replayed first contacts.
+
+Each test forms a mesh in the in-memory harness, mounts one attack with what
+the attacker has (captured datagrams, or a member's own session and key), and
+asserts the figure the hostile-peers issue asks for: nothing redirected is
+delivered and later data still arrives exactly once, tables unchanged and no
+foreign address contacted, no station dropped, amplification bounded.
+"""
+
+from __future__ import annotations
+
+import pytest
+from mesh_harness import BatchHarness, MeshHarness, all_connected, form
+
+from pianode.mesh import wire
+from pianode.mesh.events import DataReceived
+from pianode.mesh.session import MeshSession
+from pianode.mesh.table import MeshTable, StationEntry
+from protocols.pia.message import Message
+from protocols.pia.packet_values import Packet
+from protocols.pia.versions import Proto
+
+FOREIGN = ("127.0.0.99", 4321)
+
+
+def _received(h: MeshHarness, i: int) -> list[tuple[int, bytes, bool]]:
+    return [(e.source_index, e.data, e.reliable) for e in h.events[i] if isinstance(e, DataReceived)]
+
+
+def _capture(h: MeshHarness, src: MeshSession, dst: MeshSession, seconds: float) -> list[bytes]:
+    """Run *seconds*, keeping a copy of every datagram *src* sends *dst* (they are still delivered)."""
+    captured: list[bytes] = []
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
+        if s == src.local_address and d == dst.local_address:
+            captured.append(data)
+        return data
+
+    h.hook = hook
+    h.run_for(seconds)
+    h.hook = None
+    return captured
+
+
+def _watch_addresses(h: MeshHarness) -> list[tuple[str, int]]:
+    """Every destination a session sends to from now on that is not a session of the harness."""
+    foreign: list[tuple[str, int]] = []
+    known = {s.local_address for s in h.sessions}
+
+    def send_all() -> None:
+        for s in h.sessions:
+            if s.local_address in h.dead:
+                continue
+            out = s.datagrams_to_send(h.now)
+            for data, dst in out:
+                if dst not in known and dst != h.group:
+                    foreign.append(dst)
+                else:
+                    h._route(data, s.local_address, dst)
+            while (ev := s.next_event()) is not None:
+                h.events[h.sessions.index(s)].append(ev)
+
+    h._send_all = send_all  # type: ignore[method-assign]
+    return foreign
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29", "5.45"])
+def test_a_datagram_redirected_to_another_member_is_not_delivered(version: str) -> None:
+    """B's datagrams to C, replayed to A from B's own address (no key needed): A delivers none of
+    them, counts them, and B's next reliable message to A arrives exactly once."""
+    h = BatchHarness(3, version=version)
+    a, b, c = form(h)
+    assert a.index is not None and b.index is not None and c.index is not None
+    b.send(c.index, b"reliable for C", reliable=True, now=h.now)
+    b.send(c.index, b"frame for C", reliable=False, now=h.now)
+    captured = _capture(h, b, c, 0.5)
+    assert captured
+    before = sum(a.drops.values())
+    for data in captured:
+        a.receive_datagram(data, b.local_address, h.now)
+    h._send_all()
+    assert [r for r in _received(h, 0) if r[0] == b.index] == []
+    assert sum(a.drops.values()) - before == len(captured)
+    b.send(a.index, b"genuine", reliable=True, now=h.now)
+    h.run_for(2.0)
+    assert [r for r in _received(h, 0) if r[0] == b.index] == [(b.index, b"genuine", True)]
+
+
+def _forge_update(member: MeshSession, *, host_index: int, entries: list[StationEntry], counter: int) -> list[bytes]:
+    table = MeshTable(max_stations=member.config.max_stations)
+    table.replace_all(entries, host_index, counter)
+    return wire.encode_update_mesh(member.profile, table, member.config.mtu)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_a_member_cannot_make_itself_host(version: str) -> None:
+    """A member (with the key) sends every other station an update that names it host and
+    moves index 0 to a foreign address: every table stays as it was, nobody contacts the address."""
+    h = BatchHarness(4, version=version)
+    group = form(h)
+    host, rogue = group[0], group[2]
+    before = [[(e.index, e.address) for e in s.table.entries()] for s in group]
+    foreign = _watch_addresses(h)
+    entries = [
+        StationEntry(0, 0x1234, 0x5678, FOREIGN, 0),
+        *[StationEntry(e.index, e.constant_id, e.variable_id, e.address, e.join_order) for e in rogue.table.entries() if e.index != 0],
+    ]
+    payloads = _forge_update(rogue, host_index=rogue.index or 0, entries=entries, counter=rogue.table.update_counter + 5)
+    for peer in rogue.links.members():
+        assert peer.mesh_window is not None
+        for payload in payloads:
+            rogue.outbox.window_send(peer, peer.mesh_window, payload, h.now)
+        rogue.links.touched[peer] = None
+    h.run_for(3.0)
+    assert [[(e.index, e.address) for e in s.table.entries()] for s in group if s is not rogue] == [
+        rows for s, rows in zip(group, before) if s is not rogue
+    ]
+    assert all(s.table.host_index == 0 for s in group if s is not rogue) and host.is_host()
+    assert foreign == []
+    assert sum(s.drops["not_host"] for s in group if s is not rogue) >= len(group) - 1
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_the_rightful_successor_still_takes_over(version: str) -> None:
+    """The rule that refuses a member's update keeps migration working: the host leaves, index 1 takes over,
+    and a newcomer joins through it."""
+    h = BatchHarness(5, version=version)
+    group = form(h, [0, 1, 2, 3])
+    group[0].leave(h.now)
+    assert h.run_until(lambda: all(s.table.host_index == 1 and len(s.table) == 3 for s in group[1:]), 20.0)
+    late = h.sessions[4]
+    late.join(group[1].local_address, h.now)
+    assert h.run_until(lambda: all_connected([*group[1:], late]), 20.0)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_a_join_response_that_does_not_list_the_joiner_is_a_failed_join(version: str) -> None:
+    """A host whose join response leaves the joiner out of the table (and lists a foreign address)
+    is not followed: the join fails and the joiner contacts nobody it names."""
+    h = BatchHarness(2, version=version)
+    host, joiner = h.sessions
+    foreign = _watch_addresses(h)
+    host.create(h.now)
+    real = wire.encode_join_response
+
+    def forged(profile, table, joiner_index, max_stations, mtu):  # type: ignore[no-untyped-def]
+        fake = MeshTable(max_stations=max_stations)
+        fake.replace_all([StationEntry(0, 1, 2, host.local_address, 0), StationEntry(1, 3, 4, FOREIGN, 1)], 0, 2)
+        return real(profile, fake, joiner_index, max_stations, mtu)
+
+    wire.encode_join_response = forged  # type: ignore[assignment]
+    try:
+        joiner.join(host.local_address, h.now)
+        assert h.run_until(lambda: joiner.closed, 15.0)
+    finally:
+        wire.encode_join_response = real  # type: ignore[assignment]
+    assert not joiner.joined and joiner.failure is not None and "does not list" in joiner.failure
+    assert foreign == []
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_a_replayed_connection_request_does_not_split_the_mesh(version: str) -> None:
+    """The first datagrams C sent each member (its connection requests among them), replayed to the
+    host from C's address long after: no station is dropped, and data still flows."""
+    h = BatchHarness(4, version=version)
+    host, b, c, d = h.sessions
+    host.create(h.now)
+    captured: list[bytes] = []
+
+    def hook(data: bytes, s: tuple[str, int], dst: tuple[str, int]) -> bytes:
+        if s == c.local_address and len(captured) < 12:
+            captured.append(data)
+        return data
+
+    h.hook = hook
+    b.join(host.local_address, h.now)
+    assert h.run_until(lambda: all_connected([host, b]), 30.0)
+    c.join(host.local_address, h.now)
+    d.join(host.local_address, h.now)
+    assert h.run_until(lambda: all_connected([host, b, c, d]), 30.0)
+    h.hook = None
+    h.run_for(5.0)  # C's counter moves on
+    for target in (host, b, d):
+        for data in captured:
+            target.receive_datagram(data, c.local_address, h.now)
+    h.run_for(2 * host.config.station_timeout)
+    assert all_connected([host, b, c, d])
+    assert [s.counters["restarts"] for s in (host, b, d)] == [0, 0, 0]
+    assert c.index is not None and host.index is not None
+    c.send(host.index, b"still here", reliable=True, now=h.now)
+    h.run_for(1.0)
+    assert (c.index, b"still here", True) in _received(h, 0)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_a_resent_join_request_is_not_amplified(version: str) -> None:
+    """A member that re-sends join requests gets at most its join response again, rate-limited: what the
+    host sends in answer stays within 2x what the member sent, and the others hear nothing of it."""
+    h = BatchHarness(8, version=version)
+    group = form(h)
+    host, member = group[0], group[3]
+    peer = member.links.peers[host.local_address]
+    assert peer.mesh_window is not None
+    counts = {"member": 0, "host": 0}
+    baseline = {s.local_address: s.counters["packets_sent"] for s in group}
+    request = wire.encode_join_request(member.profile, member.local_address, 77)
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
+        if s == member.local_address:
+            counts["member"] += len(data)
+        elif s == host.local_address:
+            counts["host"] += len(data)
+        return data
+
+    h.hook = hook
+    for _ in range(20):
+        member.outbox.window_send(peer, peer.mesh_window, request, h.now)
+        member.links.touched[peer] = None
+        h.run_for(0.2)
+    h.hook = None
+    others = [s for s in group if s not in (host, member)]
+    keepalive_budget = 12  # keep-alives and RTT probes over 4 s
+    assert all(s.counters["packets_sent"] - baseline[s.local_address] <= keepalive_budget * len(group) for s in others)
+    assert counts["host"] <= 2 * counts["member"], counts
+
+
+@pytest.mark.parametrize("version", ["5.29", "5.45"])
+def test_a_group_packet_for_other_stations_is_not_delivered(version: str) -> None:
+    """A group packet whose footer names other stations is dropped as not addressed (the receivers check)."""
+    h = BatchHarness(3, version=version, group_broadcast=("127.255.255.255", 50999))
+    s0, s1, s2 = form(h)
+    assert s0.codec is not None and s2.index is not None
+    header = wire.group_header(s0.profile, s0.variable_id, 77, s0.next_header_nonce())
+    message = Message(s0.protocol_ids[Proto.UNRELIABLE], 0, b"for s2", s0.profile.bitmap_flag, 1 << s2.index)
+    data = s0.codec.encode(Packet(header, (message,), (s2.variable_id & 0xFFFF,)), s0.local_address[0])
+    s1.receive_group_datagram(data, s0.local_address, h.now)
+    h._send_all()
+    assert s1.drops["not_addressed"] == 1 and [r for r in _received(h, 1) if r[1] == b"for s2"] == []
+
+
+@pytest.mark.parametrize("version", ["5.29", "5.45"])
+def test_a_group_packet_under_another_members_identity_is_refused(version: str) -> None:
+    """A group packet sealed with s0's variable id but sent from s2's address is an identity mismatch."""
+    h = BatchHarness(3, version=version, group_broadcast=("127.255.255.255", 50998))
+    s0, s1, s2 = form(h)
+    assert s2.codec is not None and s1.index is not None
+    header = wire.group_header(s2.profile, s0.variable_id, 78, s2.next_header_nonce())
+    message = Message(s2.protocol_ids[Proto.UNRELIABLE], 0, b"posing", s2.profile.bitmap_flag, 1 << s1.index)
+    footer = tuple(sorted({s1.variable_id & 0xFFFF, s0.variable_id & 0xFFFF}))
+    data = s2.codec.encode(Packet(header, (message,), footer), s2.local_address[0])
+    s1.receive_group_datagram(data, s2.local_address, h.now)
+    h._send_all()
+    assert s1.drops["identity_mismatch"] == 1 and [r for r in _received(h, 1) if r[1] == b"posing"] == []
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_a_departed_stations_datagrams_stay_refused(version: str) -> None:
+    """After a member leaves, its recorded connection request replayed from its address opens no new
+    connection (the retired replay memory)."""
+    h = BatchHarness(3, version=version)
+    host, b, c = h.sessions
+    host.create(h.now)
+    captured: list[bytes] = []
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
+        if s == b.local_address and d == host.local_address and len(captured) < 1:
+            captured.append(data)
+        return data
+
+    h.hook = hook
+    b.join(host.local_address, h.now)
+    c.join(host.local_address, h.now)
+    assert h.run_until(lambda: all_connected([host, b, c]), 30.0)
+    h.hook = None
+    assert captured
+    b.leave(h.now)
+    h.dead.add(b.local_address)
+    assert h.run_until(lambda: b.local_address not in host.peers, 10.0)
+    host.receive_datagram(captured[0], b.local_address, h.now)
+    assert b.local_address not in host.peers and host.drops["replayed"] >= 1
