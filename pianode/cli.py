@@ -27,6 +27,7 @@ _COMMANDS = (
     "pianode.commands.ldn",
     "pianode.commands.prudp",
     "pianode.commands.bench",
+    "pianode.commands.wireshark",
 )
 
 

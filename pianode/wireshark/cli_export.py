@@ -1,0 +1,35 @@
+"""The ``--decrypted-pcap`` step of ``pianode decode`` (kept here so the decode command gains three lines)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pianode.capture import Capture
+from pianode.cli import CliError
+from pianode.decode import Decoder
+from pianode.wireshark.export import export_decrypted
+
+__all__ = ["write_export"]
+
+
+def write_export(cap: Capture, decoder: Decoder, path: str) -> None:
+    """Export *cap* to *path* and print one summary line; a file that cannot be written is a CliError."""
+    if os.path.isdir(path):
+        raise CliError(f"--decrypted-pcap {path}: is a folder")
+    tmp = f"{path}.part"
+    try:
+        with open(tmp, "wb") as out:
+            stats = export_decrypted(cap, decoder, out)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise CliError(f"--decrypted-pcap {path}: {exc.strerror or exc}") from None
+    print(
+        f"wrote {stats.datagrams} datagrams to {path}: {stats.decrypted} Pia packets decrypted, {stats.plain} plain,"
+        f" {stats.kept_encrypted} kept encrypted ({stats.auth_failed} failed authentication)",
+        file=sys.stderr,
+    )
