@@ -3250,8 +3250,6 @@ local function dissect_v0(tvb, pinfo, tree, name, packets)
         local tf = pt:add(F.p_type_flags, tfr, (r.tf_len == 2) and tfr:le_uint() or tfr:uint())
         tf:add(F.p_type, tfr, r.type)
         add_flags(tf, tvb, r, tfr, r.flags)
-        pt:add(F.p_type, tfr, r.type):set_hidden()
-        pt:add(F.p_flags, tfr, r.flags):set_hidden()
         pt:add(F.p_session_id, tvb(r.session, 1))
         pt:add(F.p_signature, tvb(r.signature, 4))
         pt:add_le(F.p_sequence_id, tvb(r.seq, 2))
@@ -3264,16 +3262,15 @@ local function dissect_v0(tvb, pinfo, tree, name, packets)
             local ck = pt:add_le(F.p_checksum, cr)
             local comment = export_comment()
             local verdict = comment_value(comment, "checksum")
+            -- Checked here when the access key is given, or when the stream type's checksum uses none (GRO: DO, NAT).
             local key = prudp.prefs.access_key or ""
-            if key ~= "" or (v and #v.keyless_stream_types > 0) then
-                local st = math.floor(tvb(r.pos, 1):uint() / 16)
-                local ks = key_sum()
-                for _, k in ipairs(v and v.keyless_stream_types or {}) do if k == st then ks = 0 end end
-                if ks ~= 0 or key ~= "" or (v and set_of(v.keyless_stream_types)[st]) then
-                    local want = v0_checksum(tvb(r.pos, r.checksum[1] - r.pos):tvb(), r.checksum[1] - r.pos, ks,
-                                             r.checksum[2])
-                    verdict = (want == cr:le_uint()) and "ok" or "failed"
-                end
+            local st = math.floor(tvb(r.pos, 1):uint() / 16)
+            local keyless = v and set_of(v.keyless_stream_types)[st]
+            if key ~= "" or keyless then
+                local ks = keyless and 0 or key_sum()
+                local want = v0_checksum(tvb(r.pos, r.checksum[1] - r.pos):tvb(), r.checksum[1] - r.pos, ks,
+                                         r.checksum[2])
+                verdict = (want == cr:le_uint()) and "ok" or "failed"
             end
             if verdict then
                 ck:add(F.p_checksum_status, verdict):set_generated()
