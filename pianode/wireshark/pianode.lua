@@ -2307,6 +2307,7 @@ field("msg_protocol_port", ProtoField.uint32, "pia.msg.protocol_port", "Protocol
 field("msg_reserved", ProtoField.uint32, "pia.msg.reserved", "Reserved", base.HEX)
 field("msg_extra", ProtoField.uint8, "pia.msg.protocol_specific", "Protocol-specific byte", base.HEX)
 field("msg_payload", ProtoField.bytes, "pia.msg.payload", "Payload")
+field("msg_length", ProtoField.uint32, "pia.msg.length", "Payload length (decompressed)", base.DEC)
 field("msg_wire_payload", ProtoField.bytes, "pia.msg.compressed_payload", "Compressed payload (zlib)")
 field("msg_zlib", ProtoField.bool, "pia.msg.zlib", "Payload zlib-compressed")
 field("msg_align", ProtoField.bytes, "pia.msg.alignment", "Alignment padding")
@@ -2841,15 +2842,16 @@ local function render_message(tvb, tree, m, index, p, start, pinfo)
         end
         if inflated then
             app_tvb = inflated
-            mt:add(F.msg_payload, inflated())
+            mt:add(F.msg_length, inflated:len()):set_generated()
+            if inflated:len() > 0 then mt:add(F.msg_payload, inflated()) end
         else
             mt:add_proto_expert_info(E.zlib)
             app_tvb = nil
         end
-    elseif payload then
-        mt:add(F.msg_payload, payload)
     else
-        mt:add(F.msg_payload, tvb(m.payload_off, 0))
+        -- pia.msg.length is there for every message; pia.msg.payload only when it has bytes.
+        mt:add(F.msg_length, m.payload_len):set_generated()
+        if payload then mt:add(F.msg_payload, payload) end
     end
     if m.align then mt:add(F.msg_align, tvb(m.align[1], m.align[2])) end
     local summary = name or string.format("0x%x", ptype)
@@ -3396,7 +3398,7 @@ local function classify(tvb)
         local packets = parse_v1_lite(tvb)
         if packets then return "v1lite", packets end
     end
-    if prudp.prefs.heuristic_v0 and n >= 15 and plausible_vport(tvb(0, 1):uint()) and plausible_vport(tvb(1, 1):uint()) then
+    if prudp.prefs.heuristic_v0 and n >= 11 and plausible_vport(tvb(0, 1):uint()) and plausible_vport(tvb(1, 1):uint()) then
         local name = v0_variant(tvb)
         local packets = parse_v0_all(tvb, GEN.prudp_variants[name])
         if packets then return "v0", name, packets end

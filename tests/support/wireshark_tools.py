@@ -23,7 +23,7 @@ import pytest
 from pianode.cli import main as cli_main
 from pianode.wireshark import DISSECTOR_PATH
 
-__all__ = ["as_int", "decode_jsonl", "dissect", "pianode", "tshark"]
+__all__ = ["as_int", "decode_jsonl", "dissect", "message_payloads", "pianode", "tshark"]
 
 # Bounds every tshark run: the largest file here is read in about a second.
 TSHARK_TIMEOUT = 120
@@ -71,3 +71,13 @@ def decode_jsonl(*argv: str) -> list[dict[str, Any]]:
     status, out, err = pianode("decode", *argv, "--format", "jsonl")
     assert status == 0, err
     return [json.loads(line) for line in out.splitlines()]
+
+
+def message_payloads(frame: dict[str, list[str]]) -> list[str]:
+    """Each message's payload (hex): ``pia.msg.payload`` is present for the messages whose ``pia.msg.length`` > 0."""
+    lengths = [int(x) for x in frame.get("pia.msg.length", [])]
+    payloads = iter(frame.get("pia.msg.payload", []))
+    out = [next(payloads) if n else "" for n in lengths]
+    assert next(payloads, None) is None, f"frame {frame['frame.number']}: more payloads than non-empty messages"
+    assert [len(p) // 2 for p in out] == lengths
+    return out

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 import pytest
-from wireshark_tools import as_int, decode_jsonl, dissect, pianode
+from wireshark_tools import as_int, decode_jsonl, dissect, message_payloads, pianode
 
 from pianode.capture import PcapWriter, open_capture, parse_endpoint
 from pianode.session_file import load_session
@@ -28,7 +28,7 @@ MSG_FIELDS = (
     "pia.msg.protocol",
     "pia.msg.protocol_port",
     "pia.msg.destination",
-    "pia.msg.payload",
+    "pia.msg.length",
 )
 
 
@@ -36,6 +36,7 @@ def _messages_from_tshark(frame: dict[str, list[str]], with_source: bool, with_s
     n = len(frame.get("pia.msg.protocol_type", []))
     for f in MSG_FIELDS:
         assert len(frame.get(f, [])) == n, f"frame {frame['frame.number']}: {f} {frame.get(f)} for {n} messages"
+    payloads = message_payloads(frame)
     out = []
     for i in range(n):
         m = {
@@ -44,7 +45,7 @@ def _messages_from_tshark(frame: dict[str, list[str]], with_source: bool, with_s
             "protocol": frame["pia.msg.protocol"][i],
             "protocol_port": as_int(frame["pia.msg.protocol_port"][i]),
             "destination": as_int(frame["pia.msg.destination"][i]),
-            "payload": frame["pia.msg.payload"][i],
+            "payload": payloads[i],
         }
         if with_source:
             m["source_constant_id"] = as_int(frame["pia.msg.source_constant_id"][i])
@@ -75,7 +76,7 @@ def _messages_from_decode(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _compare_messages(export: Path, rows: list[dict[str, Any]]) -> int:
     """Every message of every datagram: the dissector's fields equal pianode decode's; returns the message count."""
-    fields = (*MSG_FIELDS, "pia.msg.source_constant_id", "pia.msg.source_station_index", "pia.lib_version")
+    fields = (*MSG_FIELDS, "pia.msg.payload", "pia.msg.source_constant_id", "pia.msg.source_station_index", "pia.lib_version")
     frames = dissect(export, *fields)
     assert len(frames) == len(rows)
     total = 0
@@ -128,7 +129,7 @@ def test_ndpi_plain_packets_messages_equal_the_expected_file(captures: Path) -> 
     expected = json.loads((captures / "nDPI-nintendo.expected.json").read_text())
     plain = {p["frame"]: p for p in expected["plain_packets"]}
     frames = dissect(
-        captures / "nDPI-nintendo.pcap", *MSG_FIELDS, "pia.msg.source_constant_id", "pia.msg.source_station_index",
+        captures / "nDPI-nintendo.pcap", *MSG_FIELDS, "pia.msg.payload", "pia.msg.source_constant_id", "pia.msg.source_station_index",
         "pia.msg.reserved", "pia.hmac", "pia.body", display_filter="pia.encryption == 1",
     )
     assert sorted(as_int(f["frame.number"][0]) for f in frames) == sorted(plain)
