@@ -13,6 +13,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from wireshark_tools import as_int, decode_jsonl, dissect, message_payloads, pianode
 
@@ -322,3 +323,45 @@ def test_truncated_prudp_magic_is_not_claimed(tmp_path: Path, data: bytes) -> No
         PcapWriter(f).write_udp(data, "10.0.0.2:40000", "10.0.0.1:40000", 0.0)
     (frame,) = dissect(path, "prudp.type", "pia.magic")
     assert "prudp.type" not in frame and "pia.magic" not in frame
+
+
+# --------------------------------------------------------------------------
+# Encrypted packets of every header format through the decrypted export
+
+
+@pytest.mark.parametrize("version", ["5.4", "5.9", "5.18", "5.23", "5.29", "6.20", "6.33", "7.2"])
+def test_decrypted_export_of_every_header_format(tmp_path: Path, version: str) -> None:
+    from pianode.session_file import load_session
+
+    key = bytes(range(16, 32))
+    network = "nex" if profile_for(version).version < (6, 0) else "lan"
+    settings = {"version": version, "network": network, "session_key": key.hex(), "gathering_id": 1234}
+    ctx = load_session(None, settings)
+    p = profile_for(version)
+    keys = ctx.keys_for(p)
+    assert keys.problem is None
+    codec = PacketCodec(p, keys.session_key, keys.nonce_builder)
+    path = tmp_path / "enc.pcap"
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        for n in range(3):
+            plain = PacketCodec(p, hmac_key=b"k" if p.header_format is HeaderFormat.A else None)
+            packet = plain.decode(_plain_packet(p, n), "10.0.0.1", verify=False)
+            nonce = b"" if p.header_format is HeaderFormat.A else (n + 1).to_bytes(8, "big")
+            header = attrs.evolve(packet.header, encrypted=True, nonce=nonce, tag=b"")
+            data = codec.encode(Packet(header, packet.messages, packet.footer), "10.0.0.1")
+            w.write_udp(data, SRC, DST, n * 0.01)
+    args = ("--version", version, "--network", network, "--session-key", key.hex(), "--gathering-id", "1234")
+    rows = decode_jsonl(str(path), *args)
+    assert [r["authenticated"] for r in rows] == [True] * 3
+    out = tmp_path / "dec.pcapng"
+    status, _, err = pianode("decode", str(path), *args, "--decrypted-pcap", str(out))
+    assert status == 0 and "3 Pia packets decrypted" in err, err
+    frames = dissect(out, *FIELDS, "pia.body_state", "pia.encrypted")
+    for n, frame in enumerate(frames):
+        assert frame["pia.body_state"] == ["decrypted"] and frame["pia.encrypted"] == ["1"]
+        assert frame["pia.lib_version"] == [version]
+        _check(frame, p, n)
+    # The same capture without the export: headers only, the body flagged as encrypted.
+    for frame in dissect(path, "pia.msg.payload", "pia.body", "pia.packet_id"):
+        assert "pia.msg.payload" not in frame and len(frame["pia.body"]) == 1
