@@ -2315,6 +2315,12 @@ field("msg_align", ProtoField.bytes, "pia.msg.alignment", "Alignment padding")
 -- Sub-protocols (§5)
 field("station_type", ProtoField.uint8, "pia.station.type", "Station message type", base.DEC)
 field("mesh_type", ProtoField.uint8, "pia.mesh.type", "Mesh message type", base.HEX)
+field("station_ack_id", ProtoField.uint32, "pia.station.ack_id", "Ack id", base.DEC)
+field("mesh_ack_id", ProtoField.uint32, "pia.mesh.ack_id", "Ack id", base.DEC)
+field("mesh_station_index", ProtoField.uint8, "pia.mesh.station_index", "Station index", base.DEC)
+field("mesh_station_count", ProtoField.uint8, "pia.mesh.station_count", "Stations (joiner included)", base.DEC)
+field("mesh_host_index", ProtoField.uint8, "pia.mesh.host_index", "Host index", base.DEC)
+field("mesh_joiner_index", ProtoField.uint8, "pia.mesh.joiner_index", "Joiner index", base.DEC)
 field("rtt_kind", ProtoField.uint32, "pia.rtt.kind", "RTT kind", base.DEC, {[0] = "request", [1] = "response"})
 field("rtt_reserved", ProtoField.uint32, "pia.rtt.reserved", "Reserved", base.HEX)
 field("rtt_time", ProtoField.uint64, "pia.rtt.time", "Time", base.DEC)
@@ -2691,28 +2697,42 @@ local function dissect_segment(tvb, tree, p, pinfo)
     return flags, (n > pos) and tvb(pos):tvb() or nil
 end
 
+-- Mesh messages whose first bytes are the same in every version (§5.4): join request and join response.
+local function dissect_mesh_message(tvb, tree)
+    local n = tvb:len()
+    local t = tvb(0, 1):uint()
+    local it = tree:add(F.mesh_type, tvb(0, 1))
+    it:append_text(" (" .. (GEN.mesh_types[t] or "unknown") .. ")")
+    if t == 0x01 and n >= 6 then
+        tree:add(F.mesh_station_index, tvb(1, 1))
+        tree:add(F.mesh_ack_id, tvb(n - 4, 4))
+    elseif t == 0x02 and n >= 12 then
+        tree:add(F.mesh_station_count, tvb(1, 1)); tree:add(F.mesh_host_index, tvb(2, 1))
+        tree:add(F.mesh_joiner_index, tvb(3, 1))
+        tree:add(F.mesh_ack_id, tvb(n - 4, 4))
+    end
+    return "mesh " .. (GEN.mesh_types[t] or hexstr(t))
+end
+
 local function dissect_subprotocol(name, port, tvb, tree, p, pinfo)
     local n = tvb:len()
     if name == "station" and port == 0 and n >= 1 then
         local t = tvb(0, 1):uint()
         local it = tree:add(F.station_type, tvb(0, 1))
         it:append_text(" (" .. (GEN.station_types[t] or "unknown") .. ")")
+        -- §5.3: an ack carries its id at offset 4; a connection request ends with the id it wants acked.
+        if t == 5 and n == 8 then tree:add(F.station_ack_id, tvb(4, 4)) end
+        if t == 1 and n >= 8 then tree:add(F.station_ack_id, tvb(n - 4, 4)) end
         return "station " .. (GEN.station_types[t] or tostring(t))
     elseif name == "mesh" and n >= 1 then
         if port == 1 then
             local flags, inner = dissect_segment(tvb, tree, p, pinfo)
             if inner and flags and has(flags, 1) and not has(flags, 16) then
-                local t = inner(0, 1):uint()
-                local it = tree:add(F.mesh_type, inner(0, 1))
-                it:append_text(" (" .. (GEN.mesh_types[t] or "unknown") .. ")")
-                return "mesh " .. (GEN.mesh_types[t] or hexstr(t)) .. " (reliable)"
+                return dissect_mesh_message(inner, tree) .. " (reliable)"
             end
             return "mesh segment"
         end
-        local t = tvb(0, 1):uint()
-        local it = tree:add(F.mesh_type, tvb(0, 1))
-        it:append_text(" (" .. (GEN.mesh_types[t] or "unknown") .. ")")
-        return "mesh " .. (GEN.mesh_types[t] or hexstr(t))
+        return dissect_mesh_message(tvb, tree)
     elseif name == "keep-alive" then
         local it = tree:add(F.keep_alive, n == 0 and "empty" or string.format("%d bytes", n))
         it:set_generated()

@@ -74,9 +74,32 @@ def _messages_from_decode(row: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _decoded_values(row: dict[str, Any]) -> dict[str, list[int]]:
+    """Sub-protocol values pianode decode found, in message order, as the dissector names them."""
+    out: dict[str, list[int]] = {"pia.station.ack_id": [], "pia.mesh.ack_id": [], "pia.mesh.joiner_index": [],
+                                 "pia.rtt.time": [], "pia.mesh.type": []}
+    for m in row.get("messages") or []:
+        d = m.get("decoded") or {}
+        kind = d.get("type")
+        if kind in ("Ack", "ConnectionRequest"):
+            out["pia.station.ack_id"].append(d["ack_id"])
+        if kind in ("JoinRequest", "JoinResponse"):
+            out["pia.mesh.ack_id"].append(d["ack_id"])
+        if kind == "JoinResponse":
+            out["pia.mesh.joiner_index"].append(d["joiner_index"])
+        if kind == "WindowedMesh" and isinstance(d.get("message"), dict) and "joiner_index" in d["message"]:
+            out["pia.mesh.ack_id"].append(d["message"]["ack_id"])
+            out["pia.mesh.joiner_index"].append(d["message"]["joiner_index"])
+        if kind == "RttMessage":
+            out["pia.rtt.time"].append(d["time"])
+    return out
+
+
 def _compare_messages(export: Path, rows: list[dict[str, Any]]) -> int:
     """Every message of every datagram: the dissector's fields equal pianode decode's; returns the message count."""
-    fields = (*MSG_FIELDS, "pia.msg.payload", "pia.msg.source_constant_id", "pia.msg.source_station_index", "pia.lib_version")
+    sub = ("pia.station.ack_id", "pia.mesh.ack_id", "pia.mesh.joiner_index", "pia.rtt.time")
+    fields = (*MSG_FIELDS, "pia.msg.payload", "pia.msg.source_constant_id", "pia.msg.source_station_index",
+              "pia.lib_version", *sub)
     frames = dissect(export, *fields)
     assert len(frames) == len(rows)
     total = 0
@@ -89,6 +112,9 @@ def _compare_messages(export: Path, rows: list[dict[str, Any]]) -> int:
         assert got == want, f"datagram {row['index']}"
         if row["kind"] == "pia" and row.get("profile"):
             assert frame["pia.lib_version"] == [row["profile"]]
+        decoded = _decoded_values(row)
+        for f in sub:
+            assert [as_int(x) for x in frame.get(f, [])] == decoded[f], f"datagram {row['index']}: {f}"
         total += len(want)
     return total
 
@@ -123,6 +149,8 @@ def test_ndpi_every_pia_header_equals_the_expected_file(captures: Path) -> None:
     want = [[row[0], row[2], row[3], row[4], row[5], row[6], row[7]] for row in expected["packets"]]
     assert len(want) == expected["counts"]["pia"] == 842
     assert got == want
+    # The 27 other UDP datagrams (DNS, NNCS, zero probes) are not taken for PRUDP, LAN or LDN.
+    assert dissect(captures / "nDPI-nintendo.pcap", display_filter="prudp || pia.lan.browse.type || pia.ldn.kind") == []
 
 
 def test_ndpi_plain_packets_messages_equal_the_expected_file(captures: Path) -> None:
