@@ -2857,8 +2857,11 @@ local function render_message(tvb, tree, m, index, p, start, pinfo)
         if payload then mt:add(F.msg_wire_payload, payload) end
         local inflated = nil
         if payload then
-            local ok, res = pcall(function() return payload:uncompress("Inflated Pia payload") end)
-            if ok then inflated = res end
+            -- uncompress_zlib from Wireshark 4.4 on, uncompress before (kept there as a deprecated alias).
+            for _, method in ipairs({"uncompress_zlib", "uncompress"}) do
+                local ok, res = pcall(function() return payload[method](payload, "Inflated Pia payload") end)
+                if ok and res then inflated = res; break end
+            end
         end
         if inflated then
             app_tvb = inflated

@@ -176,6 +176,23 @@ def test_malformed_pia_gets_expert_info(tmp_path: Path) -> None:
         assert f.get("_ws.expert.message"), f
 
 
+def test_zlib_flag_on_a_payload_that_does_not_inflate(tmp_path: Path) -> None:
+    p = profile_for("5.29")
+    assert p.zlib_flag is not None
+    m = Message(p.protocol_ids[next(iter(p.protocol_ids))], 0, b"not zlib at all", p.zlib_flag, 0)
+    data = PacketCodec(p).encode(Packet(PacketHeader(False, 5, destination_variable_id=1, source_variable_id=2), (m,)),
+                                 "10.0.0.1")
+    path = tmp_path / "zlib.pcap"
+    with path.open("wb") as f:
+        PcapWriter(f).write_udp(data, SRC, DST, 0.0)
+    (row,) = decode_jsonl(str(path), "--version", "5.29")
+    assert "inflate" in row["error"]
+    (frame,) = dissect(path, "pia.msg.payload", "pia.msg.compressed_payload", "_ws.expert.message")
+    assert "pia.msg.payload" not in frame
+    assert frame["pia.msg.compressed_payload"] == [b"not zlib at all".hex()]
+    assert any("does not inflate" in x for x in frame["_ws.expert.message"])
+
+
 # --------------------------------------------------------------------------
 # LAN browse, LDN discovery
 
