@@ -3016,17 +3016,23 @@ local function lan_kind(tvb)
     return nil
 end
 
-local function dissect_session_info(tvb, tree)
-    -- LanSessionInfo, 5.2-5.45 (1266, 1297 or 1298 bytes), or LanNetworkProperty (6.29-6.30, §6.3).
+local function dissect_session_info(tvb, tree, version)
+    -- LanSessionInfo, 5.2-5.45 (1266, 1297 or 1298 bytes), or LanNetworkProperty (6.x, 0x22D bytes, §6.3).
     local n = tvb:len()
     if n >= 0x22D and n < 1266 then
         local st = tree:add(pia, tvb(), "LanNetworkProperty")
         st:add(F.lan_network_id64, tvb(0, 8))
+        local psize = tvb(0x208, 4):uint()
+        if psize >= 0x7C and psize <= 0x200 then
+            st:add(F.lan_sys_version, tvb(0x8 + 2, 1))
+            st:add(F.lan_key_param, tvb(0x8 + 0x5C, 32))
+            if psize > 0x7C then st:add(F.lan_app_data, tvb(0x8 + 0x7C, psize - 0x7C)) end
+        end
         st:add(F.lan_matchmake_key, tvb(0x20C, 8))
         st:add(F.lan_current, tvb(0x214, 2)); st:add(F.lan_max, tvb(0x216, 2))
         st:add(F.lan_opened, tvb(0x218, 1))
         st:add(F.lan_host, tvb(0x21B, math.min(0x12, n - 0x21B)))
-        return string.format("network id 0x%x", tvb(0, 8):uint64():tonumber())
+        return string.format("network id 0x%s", tostring(tvb(0, 8):uint64():tohex()))
     end
     if n < 0x1D1 + 16 * 50 then
         tree:add_proto_expert_info(E.lan, string.format("session info of %d bytes is too short", n))
@@ -3036,8 +3042,9 @@ local function dissect_session_info(tvb, tree)
     st:add(F.lan_game_mode, tvb(0, 4)); st:add(F.lan_network_id, tvb(4, 4))
     for i = 0, 5 do st:add(F.lan_attribute, tvb(8 + 4 * i, 4)) end
     st:add(F.lan_current, tvb(0x20, 2)); st:add(F.lan_min, tvb(0x22, 2)); st:add(F.lan_max, tvb(0x24, 2))
-    if n == 1266 and tvb(0x26, 1):uint() == 0 and tvb(0x27, 1):uint() == 0 then
-        st:add(F.lan_session_type, tvb(0x26, 4))
+    local vk = version_key(version)
+    if vk and vk <= 5002 then
+        st:add(F.lan_session_type, tvb(0x26, 4))  -- up to 5.2: a u32 session type
     else
         st:add(F.lan_sys_version, tvb(0x26, 1)); st:add(F.lan_app_version, tvb(0x27, 1))
         st:add(F.lan_session_type, tvb(0x28, 2))
@@ -3078,7 +3085,8 @@ local function dissect_lan(tvb, pinfo, tree, kind, size)
     root:add(F.lan_block, block)
     local text = "LAN browse " .. kind
     if kind == "reply" then
-        local ok, res = pcall(dissect_session_info, block:tvb(), root)
+        local version = comment_value(export_comment(), "version") or pia.prefs.version
+        local ok, res = pcall(dissect_session_info, block:tvb(), root, version)
         if ok and res then text = text .. ", " .. res end
         if not ok then root:add_proto_expert_info(E.lan, tostring(res)) end
     end

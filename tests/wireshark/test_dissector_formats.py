@@ -25,7 +25,9 @@ from protocols.pia.header import PacketHeader
 from protocols.pia.lan import (
     BrowseReply,
     BrowseRequest,
+    ChallengeReply,
     LanHostAddress,
+    LanNetworkProperty,
     LanSessionInfo,
     LanStationInfo,
     seal_challenge_reply,
@@ -33,6 +35,7 @@ from protocols.pia.lan import (
 )
 from protocols.pia.lan_criteria import LanSessionSearchCriteria
 from protocols.pia.message import Message, deflate_payload
+from protocols.pia.types import InetAddress, StationLocation
 from protocols.pia.packet import Packet, PacketCodec
 from protocols.pia.versions import DOCUMENTED_VERSIONS, HeaderFormat, MessageFormat, VersionProfile, profile_for
 from protocols.prudp.codec import PacketCodec as PrudpCodec
@@ -249,6 +252,67 @@ def test_lan_browse_request_and_reply_with_session_info(tmp_path: Path) -> None:
     assert r["pia.lan.session.key_param"] == [bytes(range(32)).hex()]
     assert r["pia.lan.session.system_version"] == ["7"]
     assert frames[0]["pia.lan.browse.challenge.version"] == ["2"]
+
+
+def _reply_for(version: str) -> tuple[BrowseReply, dict[str, Any]]:
+    """A browse reply of *version* and the values the dissector must show for it."""
+    p = profile_for(version)
+    if p.version >= (6, 0):
+        sysprop = bytearray(0x7C)
+        sysprop[2] = 10
+        sysprop[0x5C:0x7C] = bytes(range(32))
+        prop = LanNetworkProperty(0x1122334455667788, bytes(sysprop) + b"app", 9, 2, 8, True, True, 2, "10.0.0.5", 35000)
+        chal = ChallengeReply(3, True, 2, b"\x22" * 16, bytes(16), bytes(16))
+        return BrowseReply(prop, chal), {"pia.lan.session.network_id64": [0x1122334455667788],
+                                          "pia.lan.session.matchmake_key": [9], "pia.lan.session.max_participants": [8],
+                                          "pia.lan.session.key_param": bytes(range(32)).hex(),
+                                          "pia.lan.session.application_data": b"app".hex()}
+    host: StationLocation | LanHostAddress
+    if p.version <= (5, 9):
+        host = StationLocation(public=InetAddress.from_ip("10.0.0.1", 49154), constant_id=0x0A00000100000001,
+                               variable_id=0x12, service_variable_id=0x34, url_type=1, nat_location=3)
+    else:
+        host = LanHostAddress("10.0.0.1", 49152, 0x0A00000100000001, 0x12, 0x34)
+    info = LanSessionInfo(
+        game_mode=7, network_id=0xABCD, host=host, attributes=(1, 2, 3, 4, 5, 6), current_participants=2,
+        min_participants=1, max_participants=8,
+        system_communication_version=None if p.version <= (5, 2) else p.lan_system_version or 0,
+        application_communication_version=None if p.version <= (5, 2) else 3, session_type=1,
+        application_data=b"hello pia", is_opened=True,
+        stations=(LanStationInfo.make(1, "host", 0x0A00000100000001),),
+        session_key_param=bytes(range(32)) if p.version >= (5, 7) else None,
+    )
+    chal = None
+    if p.lan_challenge_version is not None:
+        chal = ChallengeReply(p.lan_challenge_version, True, 2, b"\x22" * 16, bytes(16), bytes(16))
+    want: dict[str, Any] = {"pia.lan.session.game_mode": [7], "pia.lan.session.network_id": [0xABCD],
+                            "pia.lan.session.max_participants": [8],
+                            "pia.lan.session.station.constant_id": [0x0A00000100000001],
+                            "pia.lan.session.application_data": b"hello pia".hex()}
+    if p.version >= (5, 7):
+        want["pia.lan.session.key_param"] = bytes(range(32)).hex()
+    return BrowseReply(info, chal), want
+
+
+@pytest.mark.parametrize("version", ["5.3", "5.9", "5.18", "5.29", "6.30"])
+def test_lan_browse_reply_of_each_session_info_layout(tmp_path: Path, version: str) -> None:
+    reply, want = _reply_for(version)
+    path = tmp_path / "reply.pcap"
+    with path.open("wb") as f:
+        PcapWriter(f).write_udp(reply.encode(profile_for(version)), "10.0.0.1:30000", "10.0.0.2:49153", 0.0)
+    (row,) = decode_jsonl(str(path), "--version", version)
+    assert row["kind"] == "lan-browse-reply" and row["error"] is None
+    export = tmp_path / "reply.pcapng"
+    assert pianode("decode", str(path), "--version", version, "--decrypted-pcap", str(export))[0] == 0
+    (frame,) = dissect(export, "pia.lan.browse.type", "pia.lan.browse.challenge.version", "_ws.expert.message", *want)
+    assert frame["pia.lan.browse.type"] == ["1"]
+    # The only expert item is the packet comment itself (Wireshark lists comments there).
+    assert [m for m in frame["_ws.expert.message"] if not m.startswith("pianode: ")] == []
+    for name, value in want.items():
+        got = frame[name][0] if isinstance(value, str) else [as_int(x) for x in frame[name]]
+        assert got == value, name
+    chal = profile_for(version).lan_challenge_version
+    assert frame.get("pia.lan.browse.challenge.version") == (None if chal is None else [str(chal)])
 
 
 def test_ldn_advertisement(tmp_path: Path) -> None:
