@@ -449,3 +449,45 @@ def test_decrypted_export_of_every_header_format(tmp_path: Path, version: str) -
     # The same capture without the export: headers only, the body flagged as encrypted.
     for frame in dissect(path, "pia.msg.payload", "pia.body", "pia.packet_id"):
         assert "pia.msg.payload" not in frame and len(frame["pia.body"]) == 1
+
+
+# --------------------------------------------------------------------------
+# Damaged input: expert info, never a Lua error
+
+
+def test_damaged_datagrams_never_raise_lua_errors(tmp_path: Path, captures: Path) -> None:
+    import json
+    import random
+
+    rng = random.Random(19)
+    seeds = [_plain_packet(profile_for(v), i) for i, v in enumerate(DOCUMENTED_VERSIONS)]
+    seeds += [_reply_for(v)[0].encode(profile_for(v)) for v in ("5.3", "5.18", "6.30")]
+    with (captures / "gro-prudp" / "GRO_DedicatedServer_packetLog.jsonl").open() as f:
+        seeds += [bytes.fromhex(json.loads(line)["hex"]) for line in f][:20]
+    seeds += [bytes.fromhex("ead001") + bytes(40), b"\x80\x02\x03\x00" + bytes(20)]
+    path = tmp_path / "damaged.pcap"
+    count = 2000
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        for i in range(count):
+            d = bytearray(rng.choice(seeds))
+            k = rng.random()
+            if k < 0.3:
+                d = d[: rng.randrange(0, len(d) + 1)]
+            elif k < 0.7:
+                for _ in range(rng.randrange(1, 4)):
+                    d[rng.randrange(len(d))] = rng.randrange(256)
+            else:
+                d[rng.randrange(4, min(len(d), 60))] = rng.randrange(256)
+            w.write_udp(bytes(d), SRC, DST, i * 0.001)
+    frames = dissect(path, "_ws.expert.message", "pia.magic", "udp.payload")
+    assert len(frames) == count
+    flagged = 0
+    for frame in frames:
+        messages = frame.get("_ws.expert.message", [])
+        # (_ws.malformed also matches our own expert items of the Malformed group, so it is not a crash sign.)
+        assert not any("Lua Error" in m or "Malformed Packet" in m for m in messages), messages
+        if frame.get("udp.payload", [""])[0].startswith("32ab9864"):
+            assert frame["pia.magic"] == ["0x32ab9864"]
+        flagged += bool(messages)
+    assert flagged > count // 4  # damage is reported, not silently read
