@@ -491,3 +491,36 @@ def test_damaged_datagrams_never_raise_lua_errors(tmp_path: Path, captures: Path
             assert frame["pia.magic"] == ["0x32ab9864"]
         flagged += bool(messages)
     assert flagged > count // 4  # damage is reported, not silently read
+
+
+def test_lan_protocol_messages_and_sync_clock(tmp_path: Path) -> None:
+    from protocols.pia.lan import HostRequest, KeepAlive, SessionMessage, SessionRequest, encode_lan_message
+    from protocols.pia.versions import Proto
+
+    p = profile_for("5.18")
+    lan, clock = p.protocol_id(Proto.LAN), p.protocol_id(Proto.SYNC_CLOCK)
+    payloads = [
+        encode_lan_message(HostRequest(0x01020304), p),
+        encode_lan_message(SessionRequest(0x0A0B0C0D), p),
+        encode_lan_message(SessionMessage(0xCAFE, 3, 1, 2, b"fragment"), p),
+        encode_lan_message(KeepAlive(), p),
+    ]
+    msgs = tuple(Message(lan, 0, pl, 0, 0, source_constant_id=1) for pl in payloads)
+    msgs += (Message(clock, 0, (123456789).to_bytes(8, "big") + bytes(8), 0, 1, source_constant_id=1),)
+    data = PacketCodec(p).encode(Packet(PacketHeader(False, 1, connection_id=2), msgs), "10.0.0.1")
+    path = tmp_path / "lan-msgs.pcap"
+    with path.open("wb") as f:
+        PcapWriter(f).write_udp(data, SRC, DST, 0.0)
+    (row,) = decode_jsonl(str(path), "--version", "5.18")
+    decoded = [m["decoded"] for m in row["messages"][:4]]
+    assert [d["type"] for d in decoded] == ["HostRequest", "SessionRequest", "SessionMessage", "KeepAlive"]
+    (frame,) = dissect(path, "pia.lan.message.type", "pia.lan.message.network_id", "pia.lan.message.tag",
+                       "pia.lan.message.sequence_id", "pia.lan.message.fragment_index",
+                       "pia.lan.message.fragment_count", "pia.sync_clock.tick", "pia.msg.protocol")
+    assert [int(t) for t in frame["pia.lan.message.type"]] == [3, 5, 6, 7]
+    assert [as_int(x) for x in frame["pia.lan.message.network_id"]] == [0x01020304, 0x0A0B0C0D]
+    assert [as_int(frame[f][0]) for f in ("pia.lan.message.tag", "pia.lan.message.sequence_id",
+                                          "pia.lan.message.fragment_index", "pia.lan.message.fragment_count")] == [
+        decoded[2]["tag"], decoded[2]["sequence_id"], decoded[2]["fragment_index"], decoded[2]["fragment_count"]]
+    assert frame["pia.sync_clock.tick"] == ["123456789"]
+    assert frame["pia.msg.protocol"] == ["lan"] * 4 + ["sync-clock"]
