@@ -36,7 +36,9 @@ def tshark() -> str:
     return path
 
 
-def dissect(path: Path, *fields: str, prefs: tuple[str, ...] = (), display_filter: str | None = None) -> list[dict[str, list[str]]]:
+def dissect(
+    path: Path, *fields: str, prefs: tuple[str, ...] = (), display_filter: str | None = None
+) -> list[dict[str, list[str]]]:
     """Per frame, the values of *fields* as tshark prints them with pianode's dissector loaded."""
     cmd = [tshark(), "-n", "-r", str(path), "-X", f"lua_script:{DISSECTOR_PATH}", "-T", "json"]
     for p in prefs:

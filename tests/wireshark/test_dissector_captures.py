@@ -157,7 +157,8 @@ def test_ndpi_plain_packets_messages_equal_the_expected_file(captures: Path) -> 
     expected = json.loads((captures / "nDPI-nintendo.expected.json").read_text())
     plain = {p["frame"]: p for p in expected["plain_packets"]}
     frames = dissect(
-        captures / "nDPI-nintendo.pcap", *MSG_FIELDS, "pia.msg.payload", "pia.msg.source_constant_id", "pia.msg.source_station_index",
+        captures / "nDPI-nintendo.pcap", *MSG_FIELDS, "pia.msg.payload", "pia.msg.source_constant_id",
+        "pia.msg.source_station_index",
         "pia.msg.reserved", "pia.hmac", "pia.body", display_filter="pia.encryption == 1",
     )
     assert sorted(as_int(f["frame.number"][0]) for f in frames) == sorted(plain)
@@ -225,7 +226,7 @@ def _record(tmp_path: Path, version: str) -> tuple[Path, Path]:
 
 
 def _with_zlib_messages(pcap: Path, session: Path, out: Path) -> int:
-    """The recording plus packets whose messages are zlib-compressed, sealed with the session's key; returns how many."""
+    """The recording plus packets with zlib-compressed messages, sealed with the session's key; returns how many."""
     ctx = load_session(str(session), {})
     profile = ctx.profile
     assert profile is not None and profile.zlib_flag is not None

@@ -35,8 +35,8 @@ from protocols.pia.lan import (
 )
 from protocols.pia.lan_criteria import LanSessionSearchCriteria
 from protocols.pia.message import Message, deflate_payload
-from protocols.pia.types import InetAddress, StationLocation
 from protocols.pia.packet import Packet, PacketCodec
+from protocols.pia.types import InetAddress, StationLocation
 from protocols.pia.versions import DOCUMENTED_VERSIONS, HeaderFormat, MessageFormat, VersionProfile, profile_for
 from protocols.prudp.codec import PacketCodec as PrudpCodec
 from protocols.prudp.packet import Flag, PacketType, PrudpPacket
@@ -111,7 +111,8 @@ def _expected(p: VersionProfile, n: int) -> list[tuple[int, int, int, str]]:
 
 
 FIELDS = ("pia.lib_version", "pia.format", "pia.packet_id", "pia.version", "pia.msg.flags", "pia.msg.protocol_type",
-          "pia.msg.protocol_port", "pia.msg.payload", "pia.msg.length", "pia.footer.variable_id", "pia.msg.zlib", "pia.source_timer",
+          "pia.msg.protocol_port", "pia.msg.payload", "pia.msg.length", "pia.footer.variable_id", "pia.msg.zlib",
+          "pia.source_timer",
           "pia.connection_id", "pia.source_variable_id", "_ws.expert.message")
 
 
@@ -141,7 +142,8 @@ def test_every_documented_version_with_its_export_comment(tmp_path: Path) -> Non
         w = PcapngWriter(f)
         for n, v in enumerate(DOCUMENTED_VERSIONS):
             p = profile_for(v)
-            w.write_udp(_plain_packet(p, n), SRC, DST, n * 0.001, [f"pianode: pia version={p.name} body=plain auth=unchecked"])
+            comment = f"pianode: pia version={p.name} body=plain auth=unchecked"
+            w.write_udp(_plain_packet(p, n), SRC, DST, n * 0.001, [comment])
     frames = dissect(path, *FIELDS)
     assert len(frames) == len(DOCUMENTED_VERSIONS)
     for n, (frame, v) in enumerate(zip(frames, DOCUMENTED_VERSIONS, strict=True)):
@@ -237,9 +239,10 @@ def test_lan_browse_request_and_reply_with_session_info(tmp_path: Path) -> None:
     status, _, err = pianode("decode", str(path), *keys, "--decrypted-pcap", str(export))
     assert status == 0, err
     assert [f["pia.auth"] for f in dissect(export, "pia.auth")] == [["ok"], ["ok"]]
-    frames = dissect(path, "pia.lan.browse.challenge.version", "pia.lan.browse.type", "pia.lan.browse.size", "pia.lan.session.game_mode",
-                     "pia.lan.session.network_id", "pia.lan.session.max_participants", "pia.lan.session.application_data",
-                     "pia.lan.session.station.constant_id", "pia.lan.session.key_param", "pia.lan.session.system_version")
+    frames = dissect(path, "pia.lan.browse.challenge.version", "pia.lan.browse.type", "pia.lan.browse.size",
+                     "pia.lan.session.game_mode", "pia.lan.session.network_id", "pia.lan.session.max_participants",
+                     "pia.lan.session.application_data", "pia.lan.session.station.constant_id",
+                     "pia.lan.session.key_param", "pia.lan.session.system_version")
     assert frames[0]["pia.lan.browse.type"] == ["0"] and frames[0]["pia.lan.browse.size"] == [str(0x23A)]
     r = frames[1]
     assert r["pia.lan.browse.type"] == ["1"]
@@ -261,7 +264,8 @@ def _reply_for(version: str) -> tuple[BrowseReply, dict[str, Any]]:
         sysprop = bytearray(0x7C)
         sysprop[2] = 10
         sysprop[0x5C:0x7C] = bytes(range(32))
-        prop = LanNetworkProperty(0x1122334455667788, bytes(sysprop) + b"app", 9, 2, 8, True, True, 2, "10.0.0.5", 35000)
+        prop = LanNetworkProperty(0x1122334455667788, bytes(sysprop) + b"app", 9, 2, 8, True, True, 2, "10.0.0.5",
+                                  35000)
         chal = ChallengeReply(3, True, 2, b"\x22" * 16, bytes(16), bytes(16))
         return BrowseReply(prop, chal), {"pia.lan.session.network_id64": [0x1122334455667788],
                                           "pia.lan.session.matchmake_key": [9], "pia.lan.session.max_participants": [8],
@@ -375,7 +379,8 @@ def test_prudp_v0_nintendo_and_v1(tmp_path: Path) -> None:
     v1f = frames[3]
     assert v1f["prudp.version"] == ["v1", "v1"]
     assert [int(t) for t in v1f["prudp.type"]] == [0, 2]
-    assert [as_int(t) for t in v1f["prudp.flags"]] == [int(Flag.NEED_ACK), int(Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE)]
+    data_flags = Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE
+    assert [as_int(t) for t in v1f["prudp.flags"]] == [int(Flag.NEED_ACK), int(data_flags)]
     assert [int(s) for s in v1f["prudp.sequence_id"]] == [0, 7]
     assert v1f["prudp.payload"] == [b"hello".hex()]
     assert v1f["prudp.signature"][1] == bytes(range(16)).hex()

@@ -33,7 +33,8 @@ def test_install_copies_where_wireshark_loads_lua_plugins(tmp_path: Path, monkey
     env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     folders = subprocess.run([tshark(), "-G", "folders"], capture_output=True, text=True, env=env,
                              timeout=TSHARK_TIMEOUT, check=True).stdout
-    lua_dirs = [line.split("\t")[-1].strip() for line in folders.splitlines() if line.startswith("Personal Lua Plugins")]
+    lua_dirs = [line.split("\t")[-1].strip() for line in folders.splitlines()
+                if line.startswith("Personal Lua Plugins")]
     assert lua_dirs == [str(plugin_dir())]
     # Without -X: Wireshark finds the installed plugin on its own.
     proc = subprocess.run([tshark(), "-n", "-r", str(captures / "nDPI-nintendo.pcap"), "-Y", "frame.number == 1",
