@@ -44,7 +44,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--flows", action="store_true",
                    help="print one summary per Pia flow (connection and packet id progression) instead of datagrams")
     p.add_argument("--decrypted-pcap", metavar="OUT.pcapng",
-                   help="also write every datagram, Pia bodies decrypted, for Wireshark with pianode's dissector")
+                   help="instead of printing, write every datagram with Pia bodies decrypted, for Wireshark with"
+                        " pianode's dissector (pianode wireshark path)")
     g = p.add_argument_group("session settings (override --session)")
     g.add_argument("--version", metavar="X.Y", help='Pia version, e.g. 5.18 (default: detect per datagram)')
     g.add_argument("--allow-nearest-version", action="store_true", default=None,

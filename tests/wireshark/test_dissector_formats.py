@@ -169,6 +169,17 @@ def test_without_a_comment_the_version_is_guessed_as_pianode_decode_guesses(tmp_
         _check(frame, profile_for(v), n)
 
 
+def test_version_preference_overrides_the_guess(tmp_path: Path) -> None:
+    path = tmp_path / "pref.pcap"
+    with path.open("wb") as f:
+        PcapWriter(f).write_udp(_plain_packet(profile_for("5.11"), 0), SRC, DST, 0.0)
+    (guessed,) = dissect(path, "pia.lib_version", "pia.lib_version_source")
+    assert guessed["pia.lib_version_source"] == ["guess"] and guessed["pia.lib_version"] != ["5.11"]
+    (frame,) = dissect(path, *FIELDS, "pia.lib_version_source", prefs=("pia.version:5.11",))
+    assert frame["pia.lib_version"] == ["5.11"] and frame["pia.lib_version_source"] == ["preference"]
+    _check(frame, profile_for("5.11"), 0)
+
+
 def test_malformed_pia_gets_expert_info(tmp_path: Path) -> None:
     p = profile_for("5.29")
     good = _plain_packet(p, 1)
