@@ -32,7 +32,10 @@ END = "-- END GENERATED TABLES"
 
 
 def _lua(value: Any, indent: str = "") -> str:
-    """A Lua literal for str, bool, int, None, list/tuple or dict (keys sorted for a stable file)."""
+    """A Lua literal for str, bool, int, None, list/tuple or dict (keys sorted for a stable file).
+
+    A top-level dict has one entry a line; dicts inside it are written on one line.
+    """
     if value is None:
         return "nil"
     if isinstance(value, bool):
@@ -42,14 +45,15 @@ def _lua(value: Any, indent: str = "") -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, (list, tuple)):
-        return "{" + ", ".join(_lua(v) for v in value) + "}"
+        return "{" + ", ".join(_lua(v, indent + "  ") for v in value) + "}"
     if isinstance(value, dict):
-        inner = indent + "  "
         items = []
         for k in sorted(value, key=lambda k: (isinstance(k, str), k)):
             key = f"[{_lua(k)}]" if not (isinstance(k, str) and k.isidentifier()) else k
-            items.append(f"{inner}{key} = {_lua(value[k], inner)},")
-        return "{\n" + "\n".join(items) + "\n" + indent + "}"
+            items.append(f"{key} = {_lua(value[k], indent + '  ')}")
+        if indent:
+            return "{" + ", ".join(items) + "}"
+        return "{\n" + "".join(f"  {item},\n" for item in items) + "}"
     raise TypeError(f"no Lua literal for {type(value).__name__}")
 
 
@@ -66,8 +70,13 @@ def _tables() -> dict[str, Any]:
     from protocols.prudp.variants import VARIANTS
 
     versions: dict[str, Any] = {}
+    # Protocol id tables, each written once; a version names its table by number.
+    protocol_ids: list[dict[int, str]] = []
     for v in DOCUMENTED_VERSIONS:
         p = profile_for(v)
+        ids = {pid: proto.value for proto, pid in p.protocol_ids.items()}
+        if ids not in protocol_ids:
+            protocol_ids.append(ids)
         versions[p.name] = {
             "hf": p.header_format.value,
             "hv": p.header_version,
@@ -80,7 +89,7 @@ def _tables() -> dict[str, Any]:
             "tag": p.tag_length,
             "cipher": p.cipher.value,
             "window": layout_for(p).value,
-            "protos": {pid: proto.value for proto, pid in p.protocol_ids.items()},
+            "protos": protocol_ids.index(ids) + 1,
         }
     # pianode decode's order of guesses per (layout, header version), as names.
     guesses: dict[str, list[str]] = {}
@@ -89,6 +98,7 @@ def _tables() -> dict[str, Any]:
         guesses[key] = [p.name for p in profiles]
     return {
         "magic": MAGIC.hex(),
+        "protocol_ids": {n + 1: ids for n, ids in enumerate(protocol_ids)},
         "versions": versions,
         "header_versions": {hv: fmt.value for fmt, hvs in HEADER_VERSIONS.items() for hv in sorted(hvs)},
         "header_sizes": {fmt.value: size for fmt, size in HEADER_SIZES.items()},
