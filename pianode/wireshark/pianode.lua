@@ -266,7 +266,11 @@ local function set_of(list)
 end
 
 -- Each version's protocol id table (the generated block names it by number).
-for _, p in pairs(GEN.versions) do p.protos = GEN.protocol_ids[p.protos] end
+for name, p in pairs(GEN.versions) do
+    p.protos = GEN.protocol_ids[p.protos]
+    p.name = name
+    p.key = version_key(name)
+end
 
 local LAN_SEARCH_SIZES = set_of(GEN.lan_request_search_sizes)
 local LAN_REQUEST_TAILS = set_of(GEN.lan_request_tails)
@@ -337,6 +341,16 @@ field("msg_align", ProtoField.bytes, "pia.msg.alignment", "Alignment padding")
 field("station_type", ProtoField.uint8, "pia.station.type", "Station message type", base.DEC)
 field("mesh_type", ProtoField.uint8, "pia.mesh.type", "Mesh message type", base.HEX)
 field("station_ack_id", ProtoField.uint32, "pia.station.ack_id", "Ack id", base.DEC)
+field("station_connection_id", ProtoField.uint8, "pia.station.connection_id", "Connection id", base.DEC)
+field("station_version", ProtoField.uint8, "pia.station.version", "Station protocol version", base.DEC)
+field("station_is_inverse", ProtoField.uint8, "pia.station.is_inverse", "Inverse request", base.DEC)
+field("station_target_cid", ProtoField.uint64, "pia.station.target_constant_id", "Target constant id", base.HEX)
+field("station_target_vid", ProtoField.uint32, "pia.station.target_variable_id", "Target variable id", base.HEX)
+field("station_inverse_cid", ProtoField.uint8, "pia.station.inverse_connection_id", "Inverse connection id", base.DEC)
+field("station_result", ProtoField.uint8, "pia.station.result", "Result", base.DEC)
+field("station_platform", ProtoField.uint8, "pia.station.platform", "Platform", base.DEC,
+      {[2] = "3DS", [3] = "Wii U", [4] = "Switch"})
+field("station_protocols", ProtoField.uint8, "pia.station.protocol_count", "Protocols listed", base.DEC)
 field("mesh_ack_id", ProtoField.uint32, "pia.mesh.ack_id", "Ack id", base.DEC)
 field("mesh_station_index", ProtoField.uint8, "pia.mesh.station_index", "Station index", base.DEC)
 field("mesh_station_count", ProtoField.uint8, "pia.mesh.station_count", "Stations (joiner included)", base.DEC)
@@ -743,7 +757,32 @@ local function dissect_subprotocol(name, port, tvb, tree, p, pinfo)
         it:append_text(" (" .. (GEN.station_types[t] or "unknown") .. ")")
         -- §5.3: an ack carries its id at offset 4; a connection request ends with the id it wants acked.
         if t == 5 and n == 8 then tree:add(F.station_ack_id, tvb(4, 4)) end
-        if t == 1 and n >= 8 then tree:add(F.station_ack_id, tvb(n - 4, 4)) end
+        if t == 1 and n >= 8 then
+            -- The connection request's fixed fields, per version (§5.3).
+            local k = p.key
+            if k <= 5018 and n >= 8 then
+                tree:add(F.station_connection_id, tvb(1, 1)); tree:add(F.station_version, tvb(2, 1))
+                tree:add(F.station_is_inverse, tvb(3, 1))
+                if k >= 5002 and n >= 16 then tree:add(F.station_target_cid, tvb(4, 8)) end
+                if k >= 5007 and n >= 21 then
+                    tree:add(F.station_target_vid, tvb(12, 4)); tree:add(F.station_inverse_cid, tvb(16, 1))
+                end
+            elseif k <= 5026 then
+                local count = tvb(1, 1):uint()
+                local q = 2 + 2 * count
+                tree:add(F.station_protocols, tvb(1, 1))
+                if n >= q + 19 then
+                    tree:add(F.station_connection_id, tvb(q, 1)); tree:add(F.station_is_inverse, tvb(q + 1, 1))
+                    tree:add(F.station_target_cid, tvb(q + 2, 8)); tree:add(F.station_target_vid, tvb(q + 10, 4))
+                    tree:add(F.station_inverse_cid, tvb(q + 14, 1))
+                end
+            elseif n >= 20 then
+                tree:add(F.station_result, tvb(1, 1)); tree:add(F.station_platform, tvb(2, 1))
+                tree:add(F.station_target_cid, tvb(3, 8)); tree:add(F.station_target_vid, tvb(11, 4))
+                tree:add(F.station_protocols, tvb(15, 1))
+            end
+            tree:add(F.station_ack_id, tvb(n - 4, 4))
+        end
         return "station " .. (GEN.station_types[t] or tostring(t))
     elseif name == "mesh" and n >= 1 then
         if port == 1 then

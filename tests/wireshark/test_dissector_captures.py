@@ -74,15 +74,32 @@ def _messages_from_decode(row: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+SUB_FIELDS = (
+    "pia.station.ack_id", "pia.station.connection_id", "pia.station.is_inverse", "pia.station.platform",
+    "pia.station.target_constant_id", "pia.station.target_variable_id",
+    "pia.mesh.ack_id", "pia.mesh.joiner_index", "pia.rtt.time",
+)
+
+
 def _decoded_values(row: dict[str, Any]) -> dict[str, list[int]]:
     """Sub-protocol values pianode decode found, in message order, as the dissector names them."""
-    out: dict[str, list[int]] = {"pia.station.ack_id": [], "pia.mesh.ack_id": [], "pia.mesh.joiner_index": [],
-                                 "pia.rtt.time": [], "pia.mesh.type": []}
+    out: dict[str, list[int]] = {f: [] for f in SUB_FIELDS}
+    version = tuple(int(x) for x in (row.get("profile") or "0.0").split("."))
     for m in row.get("messages") or []:
         d = m.get("decoded") or {}
         kind = d.get("type")
         if kind in ("Ack", "ConnectionRequest"):
             out["pia.station.ack_id"].append(d["ack_id"])
+        if kind == "ConnectionRequest":
+            if version <= (5, 26):
+                out["pia.station.connection_id"].append(d["connection_id"])
+                out["pia.station.is_inverse"].append(int(d["is_inverse"]))
+            else:
+                out["pia.station.platform"].append(d["platform"])
+            if version >= (5, 2):
+                out["pia.station.target_constant_id"].append(d["target_constant_id"])
+            if version >= (5, 7):
+                out["pia.station.target_variable_id"].append(d["target_variable_id"])
         if kind in ("JoinRequest", "JoinResponse"):
             out["pia.mesh.ack_id"].append(d["ack_id"])
         if kind == "JoinResponse":
@@ -97,7 +114,7 @@ def _decoded_values(row: dict[str, Any]) -> dict[str, list[int]]:
 
 def _compare_messages(export: Path, rows: list[dict[str, Any]]) -> int:
     """Every message of every datagram: the dissector's fields equal pianode decode's; returns the message count."""
-    sub = ("pia.station.ack_id", "pia.mesh.ack_id", "pia.mesh.joiner_index", "pia.rtt.time")
+    sub = SUB_FIELDS
     fields = (*MSG_FIELDS, "pia.msg.payload", "pia.msg.source_constant_id", "pia.msg.source_station_index",
               "pia.lib_version", *sub)
     frames = dissect(export, *fields)
