@@ -463,6 +463,12 @@ field("p_option_id", ProtoField.uint8, "prudp.option.id", "Option id", base.HEX,
        [3] = "initial unreliable sequence id", [4] = "maximum substream id", [0x80] = "Lite signature"})
 field("p_option_size", ProtoField.uint8, "prudp.option.size", "Option size", base.DEC)
 field("p_option_value", ProtoField.bytes, "prudp.option.value", "Option value")
+field("p_supported_functions", ProtoField.uint32, "prudp.supported_functions", "Supported functions", base.HEX)
+field("p_minor_version", ProtoField.uint8, "prudp.minor_version", "Minor version", base.DEC)
+field("p_initial_unreliable", ProtoField.uint16, "prudp.initial_unreliable_sequence_id",
+      "Initial unreliable sequence id", base.DEC)
+field("p_max_substream", ProtoField.uint8, "prudp.max_substream_id", "Maximum substream id", base.DEC)
+field("p_lite_signature", ProtoField.bytes, "prudp.lite_signature", "Lite signature")
 field("p_stream_types", ProtoField.uint8, "prudp.stream_types", "Stream types (source << 4 | destination)", base.HEX)
 
 local pia_fields, prudp_fields = {}, {}
@@ -1390,8 +1396,22 @@ local function dissect_options(tree, tvb, start, len)
         local ot = tree:add(F.p_option, tvb(pos, 2 + size))
         ot:add(F.p_option_id, tvb(pos, 1)); ot:add(F.p_option_size, tvb(pos + 1, 1))
         if size > 0 then ot:add(F.p_option_value, tvb(pos + 2, size)) end
-        if id == 2 and size == 1 then tree:add(F.p_fragment_id, tvb(pos + 2, 1)) end
-        if id == 1 and size == 16 then tree:add(F.p_connection_signature, tvb(pos + 2, 16)) end
+        -- Option values (prudp.md §2.3): all little-endian.
+        local v = (size > 0) and tvb(pos + 2, size) or nil
+        if id == 0 and size == 4 then
+            ot:add_le(F.p_supported_functions, v)
+            tree:add(F.p_minor_version, tvb(pos + 2, 1))
+        elseif id == 1 and size == 16 then
+            tree:add(F.p_connection_signature, v)
+        elseif id == 2 and size == 1 then
+            tree:add(F.p_fragment_id, v)
+        elseif id == 3 and size == 2 then
+            tree:add_le(F.p_initial_unreliable, v)
+        elseif id == 4 and size == 1 then
+            tree:add(F.p_max_substream, v)
+        elseif id == 0x80 and size == 16 then
+            tree:add(F.p_lite_signature, v)
+        end
         pos = pos + 2 + size
     end
     if pos ~= stop then tree:add_proto_expert_info(PE.malformed, "trailing bytes in the options block") end

@@ -389,6 +389,11 @@ def test_prudp_v0_nintendo_and_v1(tmp_path: Path) -> None:
         assert frame["prudp.checksum.status"] == ["ok"]
     assert frames[1]["prudp.payload"] == [b"hello".hex()] and frames[1]["prudp.signature"] == ["01020304"]
     v1f = frames[3]
+    options = dissect(path, "prudp.supported_functions", "prudp.minor_version", "prudp.max_substream_id",
+                      "prudp.fragment_id", display_filter="frame.number == 4")[0]
+    assert [as_int(x) for x in options["prudp.supported_functions"]] == [4]
+    assert options["prudp.minor_version"] == ["4"] and options["prudp.max_substream_id"] == ["0"]
+    assert options["prudp.fragment_id"] == ["0"]
     assert v1f["prudp.version"] == ["v1", "v1"]
     assert [int(t) for t in v1f["prudp.type"]] == [0, 2]
     data_flags = Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE
