@@ -20,7 +20,7 @@ from pianode.capture import PcapWriter, open_capture, parse_endpoint
 from pianode.session_file import load_session
 from protocols.pia.message import deflate_payload
 from protocols.pia.packet import Packet, PacketCodec
-from protocols.pia.versions import Proto
+from protocols.pia.versions import Proto, profile_for
 
 MSG_FIELDS = (
     "pia.msg.flags",
@@ -246,7 +246,8 @@ def _with_zlib_messages(pcap: Path, session: Path, out: Path) -> int:
     """The recording plus packets with zlib-compressed messages, sealed with the session's key; returns how many."""
     ctx = load_session(str(session), {})
     profile = ctx.profile
-    assert profile is not None and profile.zlib_flag is not None
+    assert profile is not None
+    zlib_flag = profile.zlib_flag or 0  # no zlib flag up to 5.12: the messages are added uncompressed
     keys = ctx.keys_for(profile)
     codec = PacketCodec(profile, keys.session_key, keys.nonce_builder)
     with open_capture(str(pcap)) as cap:
@@ -263,8 +264,9 @@ def _with_zlib_messages(pcap: Path, session: Path, out: Path) -> int:
             packet = codec.decode(d.data, ip)
             m = packet.messages[0]
             big = bytes(range(256)) * (n + 2)
-            zm = attrs.evolve(m, protocol_type=unreliable, protocol_port=n, payload=deflate_payload(big),
-                              flags=m.flags | profile.zlib_flag, presence=None)
+            zm = attrs.evolve(m, protocol_type=unreliable, protocol_port=n,
+                              payload=deflate_payload(big) if zlib_flag else big, flags=m.flags | zlib_flag,
+                              presence=None)
             plain = attrs.evolve(m, protocol_type=unreliable, protocol_port=9, payload=b"after", presence=None)
             header = attrs.evolve(packet.header, packet_id=(packet.header.packet_id + 1000) & 0xFFFF,
                                   nonce=(0x7000 + n).to_bytes(8, "big"))
@@ -275,7 +277,12 @@ def _with_zlib_messages(pcap: Path, session: Path, out: Path) -> int:
     return added
 
 
-@pytest.mark.parametrize("version", ["5.18", "5.29"])
+# The node speaks 5.7-5.45: one version per header and message format among them (5.18 and 5.29 are the
+# tested profiles of the node).
+RECORDED = ["5.9", "5.11", "5.14", "5.18", "5.23", "5.29", "5.45"]
+
+
+@pytest.mark.parametrize("version", RECORDED)
 def test_recording_export_messages_equal_pianode_decode(tmp_path: Path, version: str) -> None:
     pcap, session = _record(tmp_path, version)
     full = tmp_path / "with-zlib.pcap"
@@ -284,15 +291,18 @@ def test_recording_export_messages_equal_pianode_decode(tmp_path: Path, version:
     status, _, err = pianode("decode", str(full), "--session", str(session), "--decrypted-pcap", str(out))
     assert status == 0, err
     rows = decode_jsonl(str(full), "--session", str(session))
-    assert all(r["kind"] == "pia" and r["authenticated"] is True for r in rows)
-    zlib_rows = [m for r in rows for m in r["messages"] if "compressed_size" in m]
-    assert len(zlib_rows) == 2 * added
+    assert all(r["kind"] == "pia" and r["authenticated"] is True and r["error"] is None for r in rows)
+    zlib_messages = 2 * added if profile_for(version).zlib_flag is not None else 0
+    assert len([m for r in rows for m in r["messages"] if "compressed_size" in m]) == zlib_messages
     assert _compare_messages(out, rows) >= len(rows)
-    frames = dissect(out, "pia.body_state", "pia.msg.zlib", "pia.msg.compressed_payload", "pia.version")
+    frames = dissect(out, "pia.body_state", "pia.msg.zlib", "pia.msg.compressed_payload", "pia.version",
+                     "pia.format")
     assert {f["pia.body_state"][0] for f in frames} == {"decrypted"}
-    assert sum(len(f.get("pia.msg.zlib", [])) for f in frames) == 2 * added
-    want_hv = {"5.18": "4", "5.29": "9"}[version]
-    assert {f["pia.version"][0] for f in frames} == {want_hv}
+    assert sum(len(f.get("pia.msg.zlib", [])) for f in frames) == zlib_messages
+    p = profile_for(version)
+    assert {f["pia.format"][0] for f in frames} == {p.header_format.value}
+    assert {f.get("pia.version", [None])[0] for f in frames} == {None if p.header_version is None
+                                                                  else str(p.header_version)}
 
 
 def test_recording_failed_authentication_is_kept_and_marked(tmp_path: Path) -> None:
