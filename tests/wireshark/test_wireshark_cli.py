@@ -36,6 +36,8 @@ def test_install_copies_where_wireshark_loads_lua_plugins(tmp_path: Path, monkey
     lua_dirs = [line.split("\t")[-1].strip() for line in folders.splitlines()
                 if line.startswith("Personal Lua Plugins")]
     assert lua_dirs == [str(plugin_dir())]
+    # Without tshark on PATH the folder is worked out the same way Wireshark does.
+    assert plugin_dir({"HOME": str(home), "PATH": ""}) == Path(lua_dirs[0])
     # Without -X: Wireshark finds the installed plugin on its own.
     proc = subprocess.run([tshark(), "-n", "-r", str(captures / "nDPI-nintendo.pcap"), "-Y", "frame.number == 1",
                            "-T", "fields", "-e", "pia.connection_id"],
