@@ -19,15 +19,22 @@ def write_export(cap: Capture, decoder: Decoder, path: str) -> None:
         raise CliError(f"--decrypted-pcap {path}: is a folder")
     tmp = f"{path}.part"
     try:
-        with open(tmp, "wb") as out:
+        out = open(tmp, "wb")  # noqa: SIM115 (closed below, before the rename)
+    except OSError as exc:
+        raise CliError(f"--decrypted-pcap {path}: {exc.strerror or exc}") from None
+    try:
+        with out:
             stats = export_decrypted(cap, decoder, out)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
+        # Whatever stopped the export (an unreadable capture, a full disk, ^C): no partial file is left.
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise CliError(f"--decrypted-pcap {path}: {exc.strerror or exc}") from None
+        if isinstance(exc, OSError):
+            raise CliError(f"--decrypted-pcap {path}: {exc.strerror or exc}") from None
+        raise
     print(
         f"wrote {stats.datagrams} datagrams to {path}: {stats.decrypted} Pia packets decrypted, {stats.plain} plain,"
         f" {stats.kept_encrypted} kept encrypted ({stats.auth_failed} failed authentication)",

@@ -71,3 +71,12 @@ def test_decrypted_pcap_errors(tmp_path: Path, captures: Path) -> None:
         assert status == 2 and out == "", err
         assert err.count("\n") == 1 and err.startswith("pianode decode: --decrypted-pcap") and "Traceback" not in err
     assert not list(tmp_path.iterdir())  # no partial file left behind
+
+
+def test_decrypted_pcap_of_a_file_that_is_no_capture(tmp_path: Path) -> None:
+    bogus = tmp_path / "not-a-capture.bin"
+    bogus.write_bytes(b"\x00\x01\x02 definitely not pcap" * 10)
+    out = tmp_path / "out.pcapng"
+    status, stdout, err = pianode("decode", str(bogus), "--decrypted-pcap", str(out))
+    assert status == 2 and stdout == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-capture.bin"]
