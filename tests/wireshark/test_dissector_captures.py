@@ -234,10 +234,10 @@ def test_mgba_export_messages_equal_pianode_decode(captures: Path, tmp_path: Pat
 # pianode recordings of each generation the node speaks, exported decrypted, with zlib messages added
 
 
-def _record(tmp_path: Path, version: str) -> tuple[Path, Path]:
+def _record(tmp_path: Path, version: str, network: str = "lan") -> tuple[Path, Path]:
     pcap = tmp_path / f"rec-{version}.pcap"
     status, _, err = pianode("mesh", "-n", "3", "--version", version, "--duration", "0.3", "--messages", "3",
-                             "--record", str(pcap), "--format", "jsonl", "--seed", "7")
+                             "--network", network, "--record", str(pcap), "--format", "jsonl", "--seed", "7")
     assert status == 0, err
     return pcap, tmp_path / f"rec-{version}.session.json"
 
@@ -279,12 +279,14 @@ def _with_zlib_messages(pcap: Path, session: Path, out: Path) -> int:
 
 # The node speaks 5.7-5.45: one version per header and message format among them (5.18 and 5.29 are the
 # tested profiles of the node).
-RECORDED = ["5.9", "5.11", "5.14", "5.18", "5.23", "5.29", "5.45"]
+# LAN for each, and the other networks' nonces (LDN with MACs, NEX with the gathering id) on the tested profiles.
+RECORDED = [(v, "lan") for v in ("5.9", "5.11", "5.14", "5.18", "5.23", "5.29", "5.45")] + [
+    ("5.29", "ldn"), ("5.18", "nex")]
 
 
-@pytest.mark.parametrize("version", RECORDED)
-def test_recording_export_messages_equal_pianode_decode(tmp_path: Path, version: str) -> None:
-    pcap, session = _record(tmp_path, version)
+@pytest.mark.parametrize(("version", "network"), RECORDED)
+def test_recording_export_messages_equal_pianode_decode(tmp_path: Path, version: str, network: str) -> None:
+    pcap, session = _record(tmp_path, version, network)
     full = tmp_path / "with-zlib.pcap"
     added = _with_zlib_messages(pcap, session, full)
     out = tmp_path / "decrypted.pcapng"
