@@ -21,6 +21,7 @@ FLOORS = {
     "pianode.lan": 4,
     "pianode.ldn": 4,
     "pianode.sim": 5,
+    "pianode.wireshark": 5,
     "pianode.bench": 6,
     "pianode.cli": 7,
     "pianode": 8,  # the package itself, __main__ and the 0.1 aliases

@@ -43,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="output format (default: table on a terminal, jsonl otherwise)")
     p.add_argument("--flows", action="store_true",
                    help="print one summary per Pia flow (connection and packet id progression) instead of datagrams")
+    p.add_argument("--decrypted-pcap", metavar="OUT.pcapng",
+                   help="instead of printing, write every datagram with Pia bodies decrypted, for Wireshark with"
+                        " pianode's dissector (pianode wireshark path)")
     g = p.add_argument_group("session settings (override --session)")
     g.add_argument("--version", metavar="X.Y", help='Pia version, e.g. 5.18 (default: detect per datagram)')
     g.add_argument("--allow-nearest-version", action="store_true", default=None,
@@ -121,7 +124,11 @@ def run(args: argparse.Namespace) -> int:
     decoder = Decoder(ctx, backend=args.backend)
     try:
         with cap:
-            if args.flows:
+            if args.decrypted_pcap:
+                from pianode.cli.wireshark_export import write_export
+
+                write_export(cap, decoder, args.decrypted_pcap)
+            elif args.flows:
                 _emit_flows(cap, decoder, fmt, sys.stdout)
             else:
                 _emit(cap, decoder, ctx, fmt, sys.stdout)

@@ -29,6 +29,7 @@ _COMMANDS = (
     "pianode.cli.ldn",
     "pianode.cli.prudp",
     "pianode.cli.bench",
+    "pianode.cli.wireshark",
 )
 
 

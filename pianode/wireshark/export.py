@@ -1,0 +1,214 @@
+"""Decrypted exports: a pcapng that Wireshark and pianode's dissector read (``decode --decrypted-pcap``).
+
+Theory of operation
+-------------------
+Wireshark cannot decrypt Pia: the keys come from a matchmaking server, a game
+key and the session's LAN/LDN state.  :func:`export_decrypted` runs the
+capture through :class:`pianode.capture.decode.Decoder` (the same keys and version
+detection as ``pianode decode``) and writes every datagram to a pcapng file:
+
+* A Pia packet that authenticated keeps its header (and tag, footer, HMAC
+  trailer) byte for byte; only the ciphertext between header and tag/footer is
+  replaced by its plaintext (AES-GCM and AES-ECB keep the length), so the
+  packet is still the size it was on the wire.
+* Every packet carries a pcapng comment (``opt_comment``) for the dissector::
+
+      pianode: pia version=5.18 body=decrypted auth=ok
+
+  ``version`` is the Pia version the messages were read with (``assumed``
+  follows it when it was detected rather than given), ``body`` is
+  ``decrypted``, ``plain`` (never encrypted) or ``encrypted`` (left as
+  captured), ``auth`` is ``ok``, ``failed`` or ``unchecked``.  Other kinds:
+  ``pianode: lan-browse-request version=5.18 challenge=ok``,
+  ``pianode: prudp variant=quazal-v0 checksum=ok``, ``pianode: unknown``.
+  A second comment says in words what went wrong, when something did.
+* A datagram that fails authentication, or that cannot be decrypted, is written
+  as captured and marked ``body=encrypted auth=failed``.
+* The frames are Ethernet + IPv4/IPv6 + UDP with correct lengths and
+  checksums (:class:`pianode.capture.pcap.PcapWriter` builds them).  Inputs without
+  addresses (JSON Lines, hex lines) get the placeholder endpoints
+  :data:`PLACEHOLDER_SRC` → :data:`PLACEHOLDER_DST` (RFC 5737 documentation
+  addresses) and ``addresses=placeholder`` in the comment.
+
+Format: pcapng, draft-ietf-opsawg-pcapng (SHB, one IDB of LINKTYPE_ETHERNET,
+one EPB per datagram with ``opt_comment``).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Iterable
+from typing import BinaryIO
+
+import attrs
+
+from pianode.capture.pcap import Datagram, PcapWriter, parse_endpoint
+from pianode.capture.decode import Decoder, DecodeResult
+from protocols.errors import DecodeError
+from protocols.pia.header import HMAC_TRAILER_SIZE, decode_header
+from protocols.pia.versions import Cipher, HeaderFormat, VersionProfile, profile_for
+
+__all__ = ["PLACEHOLDER_DST", "PLACEHOLDER_SRC", "ExportStats", "PcapngWriter", "decrypted_body", "export_decrypted"]
+
+#: Endpoints written for datagrams whose input names none (RFC 5737 TEST-NET-1).
+PLACEHOLDER_SRC = "192.0.2.1:49152"
+PLACEHOLDER_DST = "192.0.2.2:49152"
+
+_LINKTYPE_ETHERNET = 1
+_SHB, _IDB, _EPB = 0x0A0D0D0A, 0x00000001, 0x00000006
+_OPT_COMMENT, _OPT_END = 1, 0
+
+
+def _block(kind: int, body: bytes) -> bytes:
+    body += bytes(-len(body) & 3)
+    size = len(body) + 12
+    return struct.pack("<II", kind, size) + body + struct.pack("<I", size)
+
+
+def _option(code: int, value: bytes) -> bytes:
+    return struct.pack("<HH", code, len(value)) + value + bytes(-len(value) & 3)
+
+
+class PcapngWriter:
+    """Ethernet/IP/UDP frames with per-packet comments into a pcapng stream (microsecond timestamps)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._out = stream
+        # Frames come from PcapWriter (lengths, checksums, MACs); its pcap framing is dropped.
+        self._frames = io.BytesIO()
+        self._pcap = PcapWriter(self._frames)
+        shb = struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1) + _option(_OPT_END, b"")
+        idb = struct.pack("<HHI", _LINKTYPE_ETHERNET, 0, PcapWriter.SNAPLEN) + _option(_OPT_END, b"")
+        stream.write(_block(_SHB, shb) + _block(_IDB, idb))
+
+    def write_udp(self, payload: bytes, src: str, dst: str, time: float | None, comments: Iterable[str]) -> None:
+        """Append one datagram with its comments.
+
+        Raises:
+            ValueError: bad addresses or a payload too large (from PcapWriter).
+        """
+        self._frames.seek(0)
+        self._frames.truncate()
+        self._pcap.write_udp(payload, src, dst, time)
+        record = self._frames.getvalue()
+        sec, usec, caplen, _ = struct.unpack_from("<IIII", record)
+        frame = record[16:]
+        ts = sec * 1_000_000 + usec
+        opts = b"".join(_option(_OPT_COMMENT, c.encode("utf-8")) for c in comments)
+        if opts:
+            opts += _option(_OPT_END, b"")
+        body = struct.pack("<IIIII", 0, ts >> 32, ts & 0xFFFFFFFF, caplen, caplen) + frame + bytes(-caplen & 3) + opts
+        self._out.write(_block(_EPB, body))
+
+
+@attrs.define
+class ExportStats:
+    """What an export wrote: datagrams in total, Pia packets by body state, and the failures."""
+
+    datagrams: int = 0
+    decrypted: int = 0
+    plain: int = 0
+    kept_encrypted: int = 0
+    auth_failed: int = 0
+
+
+def _source_ip(src: str | None) -> str:
+    if src is None:
+        return "0.0.0.0"
+    try:
+        return parse_endpoint(src)[0]
+    except ValueError:
+        return "0.0.0.0"
+
+
+def decrypted_body(decoder: Decoder, data: bytes, profile: VersionProfile, source: str) -> bytes | None:
+    """*data* with the ciphertext replaced by its plaintext, or None when the keys cannot open it.
+
+    Only called for a datagram the decoder authenticated under *profile*; the
+    same keys and nonce rule are used (``decoder.ctx.keys_for``).
+    """
+    keys = decoder.ctx.keys_for(profile)
+    if keys.session_key is None:
+        return None
+    try:
+        header, off = decode_header(data, profile)
+    except DecodeError:
+        return None
+    if profile.header_format is HeaderFormat.A:
+        end = len(data) - HMAC_TRAILER_SIZE
+        body = data[off:end]
+        if profile.cipher is not Cipher.ECB_HMAC or len(body) & 15:
+            return None
+        from Crypto.Cipher import AES
+
+        plain = AES.new(keys.session_key, AES.MODE_ECB).decrypt(body)
+        return data[:off] + plain + data[end:]
+    if keys.nonce_builder is None:
+        return None
+    end = len(data)
+    if profile.footer == "plain" and header.footer_size:
+        end -= header.footer_size
+        if end < off:
+            return None
+    from protocols.crypto.aead import gcm
+
+    try:
+        plain = gcm(keys.session_key).open(keys.nonce_builder(header, source), data[off:end], header.tag)
+    except DecodeError:
+        return None
+    return data[:off] + plain + data[end:]
+
+
+def _pia_comment(r: DecodeResult, body: str) -> str:
+    auth = {True: "ok", False: "failed", None: "unchecked"}[r.authenticated]
+    assumed = " assumed" if r.profile_assumed else ""
+    return f"pianode: pia version={r.profile}{assumed} body={body} auth={auth}"
+
+
+def export_decrypted(datagrams: Iterable[Datagram], decoder: Decoder, out: BinaryIO) -> ExportStats:
+    """Write every datagram to *out* as pcapng, Pia bodies decrypted where the keys allow (module doc)."""
+    writer = PcapngWriter(out)
+    stats = ExportStats()
+    for d in datagrams:
+        r = decoder.decode(d)
+        data = d.data
+        comments: list[str] = []
+        if r.kind == "pia" and r.profile is not None and r.header is not None:
+            encrypted = bool(r.header.get("encrypted"))
+            body = "plain"
+            if encrypted:
+                body = "encrypted"
+                if r.authenticated:
+                    opened = decrypted_body(decoder, data, profile_for(r.profile), _source_ip(d.src))
+                    if opened is not None:
+                        data, body = opened, "decrypted"
+            comments.append(_pia_comment(r, body))
+            if body == "decrypted":
+                stats.decrypted += 1
+            elif body == "plain":
+                stats.plain += 1
+            else:
+                stats.kept_encrypted += 1
+            if r.authenticated is False:
+                stats.auth_failed += 1
+        elif r.kind.startswith("lan-") and r.profile is not None:
+            chal = {True: "ok", False: "failed", None: "unchecked"}[r.authenticated]
+            comments.append(f"pianode: {r.kind} version={r.profile} challenge={chal}")
+        elif r.kind == "prudp" and decoder.ctx.prudp is not None:
+            check = {True: "ok", False: "failed", None: "unchecked"}[r.authenticated]
+            comments.append(f"pianode: prudp variant={decoder.ctx.prudp.variant} checksum={check}")
+        else:
+            comments.append(f"pianode: {r.kind}")
+        src, dst = d.src, d.dst
+        if src is None or dst is None or parse_endpoint(src)[1] is None or parse_endpoint(dst)[1] is None:
+            src, dst = PLACEHOLDER_SRC, PLACEHOLDER_DST
+            comments[0] += " addresses=placeholder"
+        if r.error is not None:
+            kept = " (bytes kept as captured)" if r.kind == "pia" and r.authenticated is False else ""
+            comments.append(f"pianode decode: {r.error}{kept}")
+        if r.name is not None:
+            comments.append(f"name: {r.name}")
+        writer.write_udp(data, src, dst, d.time, comments)
+        stats.datagrams += 1
+    return stats
