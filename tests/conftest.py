@@ -15,3 +15,4 @@ def captures() -> pathlib.Path:
     if not CAPTURES.is_dir():
         pytest.fail(f"shared captures not found at {CAPTURES}: CI clones the repo beside ../shared")
     return CAPTURES
+

@@ -50,6 +50,10 @@ from protocols.pia.versions import Proto
 __all__ = ["GroupView", "LinkHost", "Links"]
 
 RETIRED_REPLAY_LIMIT = 256  # departed peers whose replay memory is kept
+#: First-contact nonces remembered per source IP: the nonce binds the sender's IP but not its
+#: port, so one captured connection request authenticates from every port of that IP.
+FIRST_CONTACTS_LIMIT = 4096
+PROVISIONAL_PER_IP = 8  # peers without a station index from one IP
 
 #: (members, destination bitmap, footer) of group packets (spec §1.6).
 GroupView = tuple[tuple[Peer, ...], int, tuple[int, ...]]
@@ -81,6 +85,7 @@ class Links:
         self._tally = tally
         self._host = host
         self._has_conn_id = self.profile.has_connection_id
+        self._never_joined = config.join_timeout + config.station_timeout
         self.peers: dict[tuple[str, int], Peer] = {}
         #: Peers whose output may have changed since the last flush (a dict: ordered, no duplicates).
         self.touched: dict[Peer, None] = {}
@@ -91,6 +96,7 @@ class Links:
         self._timers: list[tuple[float, int, Peer]] = []
         self._timer_seq = itertools.count()
         self._next_rtt_slot = -math.inf  # see rtt_slot
+        self._first_contacts: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
         #: None = work it out again (see membership_changed, called wherever a peer's membership changes).
         self.group_view: GroupView | None = None
 
@@ -138,9 +144,21 @@ class Links:
     def forget_retired(self, addr: tuple[str, int]) -> None:
         self._retired_replay.pop(addr, None)
 
-    def provisional(self) -> int:
-        """How many peers have no station index yet (unknown addresses we talk to)."""
-        return sum(1 for p in self.peers.values() if p.index is None)
+    def provisional(self, ip: str | None = None) -> int:
+        """How many peers (from *ip*, or from anywhere) have no station index yet."""
+        return sum(1 for p in self.peers.values() if p.index is None and (ip is None or p.address[0] == ip))
+
+    def first_contact(self, ip: str, value: int) -> bool:
+        """Record the nonce (*value*) of a first contact from *ip*; False if one from that IP,
+        on any port, carried it before (a replay: counts a drop)."""
+        key = (ip, value)
+        if key in self._first_contacts:
+            self._tally.drop(DropReason.REPLAYED)
+            return False
+        self._first_contacts[key] = None
+        if len(self._first_contacts) > FIRST_CONTACTS_LIMIT:
+            self._first_contacts.popitem(last=False)
+        return True
 
     def by_index(self, index: int) -> Peer | None:
         # A remembered answer is used only while it still holds.
@@ -295,6 +313,8 @@ class Links:
         if peer.state is PeerState.CLOSED:
             return None
         d = peer.last_heard + self.config.station_timeout
+        if peer.index is None and not peer.initiator:
+            d = min(d, peer.created + self._never_joined)
         for p in peer.pending.values():
             if p.next_send < d:
                 d = p.next_send
@@ -335,6 +355,11 @@ class Links:
             return
         if now >= peer.last_heard + self.config.station_timeout:  # same sum as the deadline
             self._host.peer_lost(peer, "timeout", now)
+            return
+        if peer.index is None and not peer.initiator and now >= peer.created + self._never_joined:
+            # It contacted us, and in a join timeout and a station timeout it never got
+            # an index: keep-alives alone do not hold a place.
+            self._host.peer_lost(peer, "never joined", now)
             return
         for w in (peer.mesh_window, peer.data_window):
             if w is not None:

@@ -48,7 +48,7 @@ from pianode.mesh import wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, Event
 from pianode.mesh.handshake import StationHandshake
-from pianode.mesh.links import Links
+from pianode.mesh.links import PROVISIONAL_PER_IP, Links
 from pianode.mesh.membership import Membership
 from pianode.mesh.outbox import Datagram, Outbox
 from pianode.mesh.peer import Peer, PeerState, StationStats
@@ -450,7 +450,7 @@ class MeshSession:
             if not packet.messages or not wire.is_connection_request(self.profile, packet.messages[0]):
                 self._tally.drop(DropReason.NOT_MEMBER)
                 return
-            if links.provisional() >= MAX_PROVISIONAL_PEERS:
+            if links.provisional() >= MAX_PROVISIONAL_PEERS or links.provisional(addr[0]) >= PROVISIONAL_PER_IP:
                 self._tally.drop(DropReason.QUEUE_FULL)
                 return
         elif not header.packet_id and self.handshake.restarted(peer, packet):
@@ -468,6 +468,8 @@ class MeshSession:
         if peer is None:
             assert self._nonce_builder is not None
             nonce = self._nonce_builder(header, addr[0])
+            if not links.first_contact(addr[0], nonce_value(nonce)):
+                return  # the same request from another port of its IP (counted)
             retired = links.retired(addr, now)
             if retired is not None and not retired.accept(nonce):
                 self._tally.drop(DropReason.REPLAYED)

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 
 import pytest
+from peers import peer_unavailable
 import trio
 
 from pianode.prudp import Settings
@@ -47,7 +48,7 @@ def nc_python(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         (exe for c in PY312 if usable(exe := shutil.which(c) or (c if pathlib.Path(c).exists() else None))), None
     )
     if base is None:
-        pytest.skip("INTEROP NOT RUN: no Python 3.12 found for nintendoclients (needs >= 3.12)")
+        peer_unavailable("INTEROP NOT RUN: no Python 3.12 found for nintendoclients (needs >= 3.12)")
     cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
     home = cache.mkdir("nintendoclients-5.0.0") if cache is not None else tmp_path_factory.mktemp("nintendoclients")
     venv = pathlib.Path(home) / "venv"
@@ -61,7 +62,7 @@ def nc_python(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         for step in steps:
             done = subprocess.run(step, capture_output=True, text=True, timeout=600)
             if done.returncode != 0:
-                pytest.skip(f"INTEROP NOT RUN: cannot install nintendoclients 5.0.0: {done.stderr.strip()[-500:]}")
+                peer_unavailable(f"INTEROP NOT RUN: cannot install nintendoclients 5.0.0: {done.stderr.strip()[-500:]}")
     return str(py)
 
 

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from peers import peer_unavailable
 import trio
 
 from protocols.pia.keys import lan_constant_id, lan_network_id
@@ -57,11 +58,11 @@ def lan_segment() -> Iterator[Any]:
     """The harness's segment, or a loud skip naming the command that cannot run here."""
     why = seg.netns_unavailable()
     if why:
-        pytest.skip(f"NETNS TEST SKIPPED: {why}")
+        peer_unavailable(f"NETNS TEST NOT RUN: {why}")
     try:
         segment = seg.build(4, SUBNET)
     except seg.SegmentError as exc:
-        pytest.skip(f"NETNS TEST SKIPPED: namespaces work but the virtual LAN cannot be built: {exc}")
+        peer_unavailable(f"NETNS TEST NOT RUN: namespaces work but the virtual LAN cannot be built: {exc}")
     try:
         yield segment
     finally:

@@ -278,3 +278,60 @@ def test_a_departed_stations_datagrams_stay_refused(version: str) -> None:
     assert h.run_until(lambda: b.local_address not in host.peers, 10.0)
     host.receive_datagram(captured[0], b.local_address, h.now)
     assert b.local_address not in host.peers and host.drops["replayed"] >= 1
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_a_legitimate_joiner_joins_during_a_replay_flood_from_many_ports(version: str) -> None:
+    """One captured connection request, replayed from 64 ports of its IP every second (the nonce binds the IP,
+    not the port): a real joiner from elsewhere still joins, and the flood holds at most one provisional peer."""
+    h = BatchHarness(3, version=version)
+    host, victim, joiner = h.sessions
+    host.create(h.now)
+    victim.join(host.local_address, h.now)
+    (request, dst), *_ = victim.datagrams_to_send(h.now)
+    assert dst == host.local_address
+    victim_ip = victim.local_address[0]
+    h.dead.add(victim.local_address)  # the victim's own request is only the attacker's now
+
+    def flood() -> None:
+        for port in range(20000, 20064):
+            host.receive_datagram(request, (victim_ip, port), h.now)
+
+    flood()
+    joiner.join(host.local_address, h.now)
+    for _ in range(10):
+        h.run_for(1.0)
+        flood()
+    assert joiner.joined and all_connected([host, joiner])
+    assert sum(1 for addr in host.peers if addr[0] == victim_ip) <= 1
+    assert host.drops["replayed"] >= 63 * 11
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_a_station_that_connects_but_never_joins_is_dropped(version: str) -> None:
+    """A keyholder that completes the handshake and keeps the link alive but never asks to join is forgotten
+    after the join timeout and a station timeout."""
+    h = BatchHarness(2, version=version)
+    host, idler = h.sessions
+    host.create(h.now)
+    idler.join(host.local_address, h.now)
+    joined_request = idler.links.peers[host.local_address]
+
+    def no_join_request(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes | None:
+        if s == idler.local_address and idler.codec is not None:
+            packet = idler.codec.decode(data, s[0])
+            mesh = idler.protocol_ids[Proto.MESH]
+            if any(m.protocol_type == mesh and m.protocol_port == 0 for m in packet.messages):
+                return None  # it never asks to join (its mesh window's acks still go)
+        return data
+
+    h.hook = no_join_request
+    idler.membership._join_deadline = None  # and never gives up (a hostile idler)
+    limit = host.config.join_timeout + host.config.station_timeout
+    end = h.now + limit + 2.0
+    while h.now < end:
+        h.run_for(0.25)
+        for ack_id in [k for k, p in joined_request.pending.items() if p.proto is Proto.MESH]:
+            del joined_request.pending[ack_id]  # its join request never leaves, so nothing times out here
+    assert not idler.closed, "the idler kept its link alive all along"
+    assert idler.local_address not in host.peers
