@@ -98,11 +98,17 @@ class NodeConfig:
     name: str = "pianode"
     seed: int | None = None
     receive_queue: int = 4096
+    #: The largest reliable message (after inflating) the node takes or sends: bigger ones are
+    #: dropped and counted (``oversized``).  64 KiB is far above what a game sends in one
+    #: message, and keeps a member from making the node hold megabytes per message.
+    max_message_size: int = 64 * 1024
     group_broadcast: tuple[str, int] | None = attrs.field(default=None, converter=attrs.converters.optional(_bind))
 
     def __attrs_post_init__(self) -> None:
         if not self.rtt_probe_rate > 0:
             raise ConfigError(f"rtt probe rate must be positive, got {self.rtt_probe_rate}")
+        if not 1024 <= self.max_message_size <= 1 << 24:
+            raise ConfigError(f"max message size must be 1024..16777216 bytes, got {self.max_message_size}")
         if not 2 <= self.max_stations <= 32:
             raise ConfigError(f"max stations must be 2..32, got {self.max_stations}")
         if not 400 <= self.mtu <= 1472:

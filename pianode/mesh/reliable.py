@@ -221,6 +221,7 @@ class WindowStatistics:
     acks_sent: int
     bad_acks: int  # ack payloads that were malformed or acknowledged unsent ids
     malformed: int  # fragment sequences that broke the rules, wrong stream, bad zlib
+    oversized: int  # messages (reassembled or inflated) larger than max_message_size, dropped
     rtt_samples: int
 
 
@@ -284,6 +285,9 @@ class ReliableWindow:
         self._ack_due: float | None = None
         self.failure: str | None = None
         self._stats = dict.fromkeys(attrs.fields_dict(WindowStatistics), 0)
+        #: Messages dropped for their size (``statistics().oversized``), as a plain attribute the
+        #: session reads after each segment.
+        self.oversized = 0
 
     @property
     def config(self) -> WindowConfig:
@@ -646,7 +650,7 @@ class ReliableWindow:
                     self._skipping = False
                     self._partial_flags = self._partial_size = 0
                     if len(payload) > self._max_message:
-                        self._stats["malformed"] += 1
+                        self._oversized()
                         return
                     self._deliver(flags, payload, delivered)
                     return
@@ -664,7 +668,7 @@ class ReliableWindow:
         self._partial.append(payload)
         self._partial_size += len(payload)
         if self._partial_size > self._max_message:
-            self._stats["malformed"] += 1
+            self._oversized()
             self._partial, self._partial_open, self._skipping = [], False, not ends
             return
         if not ends:
@@ -684,11 +688,18 @@ class ReliableWindow:
             except zlib.error:
                 self._stats["malformed"] += 1
                 return
-            if inflater.unconsumed_tail or not inflater.eof:
+            if inflater.unconsumed_tail:
+                self._oversized()  # it inflates beyond the bound (a zlib bomb stops here)
+                return
+            if not inflater.eof:
                 self._stats["malformed"] += 1
                 return
         self._stats["delivered"] += 1
         delivered.append(message)
+
+    def _oversized(self) -> None:
+        self._stats["oversized"] += 1
+        self.oversized += 1
 
     def _on_ack(self, payload: bytes, now: float) -> None:
         try:

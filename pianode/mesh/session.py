@@ -41,6 +41,7 @@ the small protocols through which the parts reach each other
 from __future__ import annotations
 
 import collections
+import logging
 import random
 from collections.abc import Callable
 
@@ -67,6 +68,8 @@ __all__ = ["COUNTERS", "DropReason", "MeshSession", "Peer", "PeerState", "Statio
 MAX_PROVISIONAL_PEERS = 64  # unknown addresses we talk to before they are members
 EVENT_QUEUE_LIMIT = 65536
 HELD_LIMIT = 1024  # data messages held per peer until its station index is known
+
+_log = logging.getLogger("pianode.mesh")
 
 
 class MeshSession:
@@ -121,38 +124,16 @@ class MeshSession:
         self.data_handler: Callable[[int, bytes, bool], None] | None = None
 
     # ------------------------------------------------------------------ the parts' state, read here
-    @property
-    def index(self) -> int | None:
-        return self.membership.index
-
-    @property
-    def table(self) -> MeshTable:
-        return self.membership.table
-
-    @property
-    def joined(self) -> bool:
-        return self.membership.joined
-
-    @property
-    def closed(self) -> bool:
-        return self.membership.closed
-
-    @property
-    def leaving(self) -> bool:
-        return self.membership.leaving
-
-    @property
-    def failure(self) -> str | None:
-        return self.membership.failure
-
-    @property
-    def variable_id(self) -> int:
-        return self.outbox.variable_id
-
-    @property
-    def message_source_id(self) -> int | None:
-        """Our constant id where the message format carries a source id (M-B..M-E), else None."""
-        return self.outbox.message_source_id
+    index = property(lambda self: self.membership.index, doc="This station's index (None: not in a mesh).")
+    table = property(lambda self: self.membership.table, doc="The mesh table (the membership's).")
+    joined = property(lambda self: self.membership.joined)
+    closed = property(lambda self: self.membership.closed)
+    leaving = property(lambda self: self.membership.leaving)
+    failure = property(lambda self: self.membership.failure, doc="Why the join failed, if it did.")
+    variable_id = property(lambda self: self.outbox.variable_id, doc="The variable id sealed into our packets.")
+    message_source_id = property(
+        lambda self: self.outbox.message_source_id, doc="Our constant id as messages carry it (M-B..M-E), else None."
+    )
 
     @property
     def tap(self) -> Callable[[bytes, tuple[str, int], tuple[str, int], float], None] | None:
@@ -618,6 +599,12 @@ class MeshSession:
             if peer.state is PeerState.CLOSED or membership.closed:
                 break
 
+    def _oversized(self, peer: Peer, count: int) -> None:
+        """Reliable messages from *peer* over ``max_message_size`` were dropped: count them, say so once."""
+        if not self.drops[DropReason.OVERSIZED.value]:
+            _log.info("dropping reliable messages from %s over %d bytes", peer.address, self.config.max_message_size)
+        self.drops[DropReason.OVERSIZED.value] += count
+
     def _dispatch(self, peer: Peer, protocol_type: int, port: int, payload: bytes, now: float) -> None:
         """One message (its protocol type, port and payload) from *peer*, routed to the part that reads it."""
         try:
@@ -645,10 +632,14 @@ class MeshSession:
             elif proto is Proto.RTT:
                 self.links.on_rtt(peer, payload, now)
             elif proto is Proto.RELIABLE:
-                assert peer.data_window is not None
+                window = peer.data_window
+                assert window is not None
                 self._touched[peer] = None  # an ack is due
-                for segment in peer.data_window.receive_message(payload, now):
+                oversized = window.oversized
+                for segment in window.receive_message(payload, now):
                     self.deliver(peer, segment, reliable=True)
+                if window.oversized != oversized:
+                    self._oversized(peer, window.oversized - oversized)
             elif proto in self.protocol_handlers and peer.index is not None:
                 self.protocol_handlers[proto](peer.index, port, payload)
             else:

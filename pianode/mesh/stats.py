@@ -54,6 +54,7 @@ class DropReason(str, enum.Enum):
     NOT_HOST = "not_host"
     OTHER_VERSION = "other_version"
     UNCONFIRMED_RESTART = "unconfirmed_restart"
+    OVERSIZED = "oversized"
 
 
 class Tally:

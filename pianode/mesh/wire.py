@@ -826,5 +826,6 @@ def new_window(profile: VersionProfile, config: NodeConfig, now: float) -> Relia
             max_payload=max(256, config.mtu - 160),
             initial_rto=config.resend_interval,
             give_up_after=config.station_timeout * 3,
+            max_message_size=config.max_message_size,
         )
     )

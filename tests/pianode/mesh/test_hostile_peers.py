@@ -335,3 +335,39 @@ def test_a_station_that_connects_but_never_joins_is_dropped(version: str) -> Non
             del joined_request.pending[ack_id]  # its join request never leaves, so nothing times out here
     assert not idler.closed, "the idler kept its link alive all along"
     assert idler.local_address not in host.peers
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_zlib_bombs_in_reliable_data_are_refused_and_counted(version: str) -> None:
+    """A member sends reliable messages flagged zlib that inflate to 1 MiB each (about 1 KiB on the wire):
+    none is delivered, each is counted, and the receiver holds a few MiB at most, not hundreds."""
+    import tracemalloc
+    import zlib
+
+    from pianode.mesh import reliable as rel
+
+    h = BatchHarness(2, version=version)
+    a, b = form(h)
+    assert a.index is not None
+    window = b.links.peers[a.local_address].data_window
+    assert window is not None
+    bomb = zlib.compress(bytes(1 << 20), 9)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for _ in range(100):
+            window.send(bomb, h.now)
+            last = window._out[window._next - 1]
+            window._out[window._next - 1] = rel._Out(last.flags | rel._ZLIB, last.payload)  # a hostile sender's flag
+            b.links.touched[b.links.peers[a.local_address]] = None
+            h.run_for(0.05)
+        h.run_for(1.0)
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert not [r for r in _received(h, 0) if r[2]]
+    assert a.drops["oversized"] == 100
+    assert held < 8 << 20, f"{held / (1 << 20):.0f} MiB held"
+    b.send(a.index, b"small and fine", reliable=True, now=h.now)
+    h.run_for(1.0)
+    assert (b.index, b"small and fine", True) in _received(h, 0)
