@@ -12,7 +12,9 @@ Theory of operation (spec §6.1-§6.4):
 * :class:`LanHost` and :func:`browse` drive them on Trio UDP sockets.  The host
   listens on ``0.0.0.0:30000`` (35000 for 6.x) with SO_REUSEADDR, SO_REUSEPORT
   and SO_BROADCAST, so several hosts on one machine each receive a browse
-  broadcast; it sends every reply three times to the requester (KW).  The
+  broadcast; it sends every reply once to the requester (consoles send three
+  copies, KW; see REPLY_COPIES), refuses a challenge request it has seen, and
+  answers one source IP at most REPLIES_PER_SECOND times a second.  The
   browser broadcasts one request to ``127.255.255.255`` by default and collects
   replies until its timeout.  Every address and port is a parameter.
 
@@ -23,6 +25,7 @@ same broadcast address.  Time comes only from Trio.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import secrets
@@ -70,7 +73,13 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BROADCAST = "127.255.255.255"
 MAX_DATAGRAM = 2048  # browse packets are at most 1364 bytes (spec §6.1)
-REPLY_COPIES = 3  # spec §6.1 (KW): each browse reply is sent three times
+#: Consoles send each browse reply three times (spec §6.1, KW).  pianode sends it once: the
+#: requester's address is unverified (UDP), and three copies of a reply larger than the request
+#: would reflect several times its bytes toward whoever a spoofed request names.
+REPLY_COPIES = 1
+#: Replies a second to one source IP, and challenge requests remembered (a replayed one is refused).
+REPLIES_PER_SECOND = 4
+SEEN_CHALLENGES = 4096
 PIA_PORT = 49152  # first of the LAN Pia ports 49152-49155 (spec §6.1)
 
 Address = tuple[str, int]
@@ -236,17 +245,23 @@ class BrowseResponder:
         else:
             self._param_pending = session.session_key_param == bytes(32)
         self.counters = _Counters()
+        self._seen: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._answered: dict[str, tuple[float, int]] = {}  # source IP -> (second it started, replies in it)
 
     def statistics(self) -> LanStatistics:
         return self.counters.snapshot()
 
-    def receive(self, data: bytes, addr: Address) -> list[tuple[bytes, Address]]:
+    def receive(self, data: bytes, addr: Address, now: float | None = None) -> list[tuple[bytes, Address]]:
+        """The datagrams to send for one browse request from *addr* at *now* (None: no rate limit)."""
         c = self.counters
         c.received += 1
         try:
             request = BrowseRequest.decode(data, self.profile)
         except DecodeError as exc:
             c.drop("malformed", addr, exc)
+            return []
+        if now is not None and not self._within_rate(addr[0], now):
+            c.drop("rate_limited", addr)
             return []
         reply_challenge = None
         chal = request.challenge
@@ -260,6 +275,13 @@ class BrowseResponder:
             except AuthenticationError as exc:
                 c.drop("bad_challenge", addr, exc)
                 return []
+            if chal.tag in self._seen:
+                # The same authenticated request again: a capture replayed (from any source).
+                c.drop("replayed", addr)
+                return []
+            self._seen[chal.tag] = None
+            if len(self._seen) > SEEN_CHALLENGES:
+                self._seen.popitem(last=False)
             self._counter = (self._counter + 1) & 0xFFFFFFFFFFFFFFFF
             reply_challenge, param = seal_challenge_reply(
                 self.game_key,
@@ -284,6 +306,17 @@ class BrowseResponder:
         c.answered += 1
         c.sent += self.copies
         return [(reply, addr)] * self.copies
+
+    def _within_rate(self, ip: str, now: float) -> bool:
+        start, count = self._answered.get(ip, (now, 0))
+        if now - start >= 1.0:
+            start, count = now, 0
+        if count >= REPLIES_PER_SECOND:
+            return False
+        self._answered[ip] = (start, count + 1)
+        if len(self._answered) > SEEN_CHALLENGES:
+            self._answered.pop(next(iter(self._answered)))
+        return True
 
     def _matches(self, request: BrowseRequest) -> bool:
         search = request.search
@@ -465,7 +498,7 @@ class LanHost:
             task_status.started(sock.getsockname())
             while True:
                 data, addr = await sock.recvfrom(MAX_DATAGRAM)
-                for out, dest in self.responder.receive(data, addr[:2]):
+                for out, dest in self.responder.receive(data, addr[:2], trio.current_time()):
                     with contextlib.suppress(OSError):
                         await sock.sendto(out, dest)
 

@@ -1,0 +1,52 @@
+"""LAN browse under abuse: spoofed sources, replayed challenge requests, floods (sans-IO, explicit time)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pianode.lan.discovery import BrowseClient, BrowseResponder, make_network_property, make_session_info
+from protocols.pia.versions import profile_for
+
+KEY = bytes(range(16))
+VICTIM = ("127.0.0.77", 4242)  # the spoofed source the replies would hit
+
+
+def _host(version: str) -> BrowseResponder:
+    prof = profile_for(version)
+    hosted = make_network_property(prof, ip="127.0.0.2") if prof.version >= (6, 0) else make_session_info(prof, ip="127.0.0.2")
+    return BrowseResponder(prof, KEY, hosted)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29", "6.30"])
+def test_a_replayed_request_from_a_spoofed_source_is_not_reflected(version: str) -> None:
+    """One captured request, replayed once a second, 100 times, as if from a victim: bytes toward the victim stay
+    within 1.5x what was sent (the first request's answer, not one per copy)."""
+    host = _host(version)
+    request = BrowseClient(profile_for(version), KEY).request()
+    out = sum(len(data) for i in range(100) for data, _ in host.receive(request, VICTIM, now=float(i)))
+    assert out <= 1.5 * 100 * len(request), (out, len(request))
+    assert host.statistics().dropped.get("replayed", 0) == 99
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_a_flood_of_fresh_requests_from_one_source_is_rate_limited(version: str) -> None:
+    """A key holder sending fresh requests from one spoofed source as fast as it can: the host answers at most
+    a few a second, one copy each, so it reflects at most 1.5x."""
+    host = _host(version)
+    prof = profile_for(version)
+    sent = out = 0
+    for i in range(400):
+        request = BrowseClient(prof, KEY).request()
+        sent += len(request)
+        out += sum(len(data) for data, _ in host.receive(request, VICTIM, now=i * 0.005))  # 200 a second
+    assert out <= 1.5 * sent, (out, sent)
+    assert host.statistics().dropped.get("rate_limited", 0) > 300
+
+
+def test_a_real_browser_still_finds_the_session() -> None:
+    host = _host("5.18")
+    client = BrowseClient(profile_for("5.18"), KEY)
+    out = host.receive(client.request(), ("127.0.0.9", 5000), now=0.0)
+    assert len(out) == 1
+    found = client.receive(out[0][0], ("127.0.0.2", 30000))
+    assert found is not None and found.session_key is not None
