@@ -642,3 +642,16 @@ def test_timer_with_nothing_in_flight_is_the_earlier_of_ack_and_queued_data() ->
     b.send(b"y", 1.01)
     assert b.get_timer() == 1.01  # new data is due first, and the ack rides with it
     assert len(b.messages_to_send(1.01)) == 2 and b.statistics().acks_sent == 1
+
+
+def test_fragments_past_the_message_bound_are_dropped_while_reassembling() -> None:
+    """A message whose fragments add up past max_message_size is dropped as soon as it passes the
+    bound (the reassembly buffer never grows further); the next message is delivered."""
+    w = ReliableWindow(WindowConfig(max_message_size=100))
+    first = int(DATA | WindowFlag.FIRST_FRAGMENT)
+    last = int(DATA | WindowFlag.LAST_FRAGMENT)
+    assert w.receive(_seg(0x100, b"a" * 60, flags=first).header, b"a" * 60, 0) == []
+    assert w.receive(_seg(0x101, b"b" * 60, flags=int(DATA)).header, b"b" * 60, 0) == []
+    assert w.receive(_seg(0x102, b"c" * 10, flags=last).header, b"c" * 10, 0) == []
+    assert w.statistics().oversized == 1 and w.oversized == 1
+    assert w.receive(_seg(0x103, b"ok", flags=WHOLE).header, b"ok", 0) == [b"ok"]

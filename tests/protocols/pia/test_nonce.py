@@ -255,3 +255,18 @@ def test_d9_from_derived_key_and_built_nonce(backend: str) -> None:
         "503f31be9b808ca45ea7bf5527172f0c2705d0a93c1e471662a4ac5f28f7f43d0fa6d089d1fcdf45dee4c2d7912791f7"
     )
     assert tag.hex() == "778afaef4997d7fd9055bb15b24438d4"
+
+
+def test_the_per_source_prefix_cache_stays_bounded() -> None:
+    """A flood of datagrams from ever new source addresses cannot grow a builder's prefix cache past its bound."""
+    from protocols.pia.nonce import CACHE_LIMIT, nonce_builder, nonce_parts
+    from protocols.pia.versions import NetworkType, profile_for
+
+    parts = nonce_parts(nonce_builder(profile_for("5.29"), NetworkType.LAN))
+    assert parts is not None and parts.lookup is not None and parts.learn is not None
+    cache = parts.lookup.__self__  # the dict whose get the builders call
+    assert isinstance(cache, dict)
+    for i in range(CACHE_LIMIT + 500):
+        ip = f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"
+        assert (parts.lookup(ip) or parts.learn(ip)) == parts.learn(ip)
+        assert len(cache) <= CACHE_LIMIT
