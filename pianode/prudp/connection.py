@@ -127,6 +127,8 @@ class Connection:
         nsub = settings.max_substream + 1
         self._next_seq = [1] * nsub
         self._queues: list[deque[_Outgoing]] = [deque() for _ in range(nsub)]
+        #: Payload bytes queued to send, not yet in the window (Settings.send_queue_bytes bounds it).
+        self.queued_bytes = 0
         self._expected = [1] * nsub
         self._held: list[dict[int, PrudpPacket]] = [{} for _ in range(nsub)]
         self._fragments = [bytearray() for _ in range(nsub)]
@@ -346,8 +348,11 @@ class Connection:
             raise ConnectionError(f"PRUDP connection {self.id} is {self.state.value}")
         if not 0 <= substream <= self._max_sub:
             raise ValueError(f"substream {substream} out of range 0..{self._max_sub}")
+        if len(data) > self.settings.max_message_size:
+            raise ValueError(f"message of {len(data)} bytes is larger than max_message_size")
         size = self.settings.frag_size
         chunks = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
+        self.queued_bytes += len(data)
         for n, chunk in enumerate(chunks, start=1):
             # ids run 1, 2, …, 0 (spec §6.8); a u8 id wraps 255 → 1, never to 0 mid-message [A]
             limit = 0xFF if self.variant.fragment_id_bytes == 1 else 0xFFFFFFFF
@@ -356,6 +361,10 @@ class Connection:
             self._queues[substream].append(_Outgoing(PacketType.DATA, flags, substream, frag, chunk))
         if self.state == State.CONNECTED:
             self._pump(now)
+
+    def can_send(self, size: int) -> bool:
+        """Whether a message of *size* bytes fits the send queue now (an empty queue takes any message)."""
+        return self.queued_bytes == 0 or self.queued_bytes + size <= self.settings.send_queue_bytes
 
     def send_unreliable(self, data: bytes, now: float) -> None:
         """One unreliable DATA packet (NEED_ACK, not ordered, not retransmitted; spec §6.2)."""
@@ -441,6 +450,7 @@ class Connection:
             room = self.settings.send_window - self._reliable_in_flight(sub)
             while queue and room > 0:
                 item = queue.popleft()
+                self.queued_bytes -= len(item.plain)
                 seq = self._take_seq(sub)
                 p = self._packet(
                     item.type, item.flags, sequence_id=seq, substream_id=sub, fragment_id=item.fragment_id

@@ -93,6 +93,16 @@ class EndpointCore:
         conn.send(data, substream, now)
         self._collect(conn)
 
+    def can_send(self, cid: ConnectionId, size: int) -> bool:
+        """Whether connection *cid*'s send queue takes *size* more bytes now (True when it is gone:
+        the send then reports why)."""
+        conn = self.connections.get(cid)
+        return conn is None or conn.state == State.CLOSED or conn.can_send(size)
+
+    def stats_note(self, what: str) -> None:
+        """Count something the endpoint's driver did to a connection (shown in statistics)."""
+        self._stats[what] += 1
+
     def send_unreliable(self, cid: ConnectionId, data: bytes, now: float) -> None:
         conn = self._get(cid)
         conn.send_unreliable(data, now)
@@ -157,6 +167,11 @@ class EndpointCore:
         if p.type == PacketType.SYN:
             self._answer_syn(p, address)
         elif p.type == PacketType.CONNECT:
+            same_source = sum(1 for c in self.connections.values() if c.id.address[0] == address[0])
+            if same_source >= self.settings.max_connections_per_source:
+                self._stats["refused_connect"] += 1
+                self._stats["refused: too many connections from one source"] += 1
+                return
             try:
                 conn = Connection.accept(
                     self.settings, self.codec, cid, p, self._host_signature(address, p), now, random_bytes=self._random

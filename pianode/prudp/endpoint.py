@@ -41,6 +41,7 @@ from pianode.prudp.events import (
 __all__ = ["PrudpConnection", "PrudpEndpoint"]
 
 MAX_DATAGRAM = 65536
+SEND_QUEUE_POLL = 0.01  # seconds between looks at a full send queue
 
 
 class PrudpConnection:
@@ -58,8 +59,14 @@ class PrudpConnection:
         self._lot.unpark_all()
 
     async def send(self, data: bytes, substream: int = 0) -> None:
-        """Queue a message (reliable, ordered); returns once it is handed to the endpoint."""
+        """Queue a message (reliable, ordered); returns once it is handed to the endpoint.
+
+        When the connection's send queue is full (Settings.send_queue_bytes), it waits
+        for the peer to take what is queued: back-pressure, not unbounded memory.
+        """
         await trio.lowlevel.checkpoint()
+        while self.closed_reason is None and not self._endpoint.core.can_send(self.id, len(data)):
+            await trio.sleep(SEND_QUEUE_POLL)
         if self.closed_reason is not None:
             raise trio.ClosedResourceError(f"PRUDP connection closed: {self.closed_reason}")
         try:
@@ -177,6 +184,12 @@ class PrudpEndpoint:
                     except trio.WouldBlock:
                         self.core.abort(event.connection, trio.current_time())
             elif isinstance(event, MessageReceived):
+                unread = sum(len(m) for m in handle._messages)
+                if unread + len(event.data) > self.core.settings.receive_queue_bytes:
+                    # The application is not reading: end the connection rather than hold it all.
+                    self.core.abort(event.connection, trio.current_time())
+                    self.core.stats_note("aborted: receive queue full")
+                    continue
                 handle._messages.append(event.data)
             elif isinstance(event, (Disconnected, ConnectionFailed)):
                 handle.closed_reason = event.reason

@@ -115,8 +115,16 @@ class Settings:
     adaptive_rto: bool = True
     min_rto: float = 0.2
     certificate: Any = None
-    max_message_size: int = 16 << 20
+    #: The largest message taken or sent (reassembled and inflated); a peer's bigger one ends the
+    #: connection.  1 MiB is above what a NEX RMC call carries.
+    max_message_size: int = 1 << 20
     stream_type: int | None = None
+    #: Bytes queued to send on one connection before ``send`` waits (back-pressure).
+    send_queue_bytes: int = 4 << 20
+    #: Bytes received but not read by the application before the connection is ended.
+    receive_queue_bytes: int = 4 << 20
+    #: Connections a host keeps from one source IP; more are refused.
+    max_connections_per_source: int = 16
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.receive_window < 32768:
