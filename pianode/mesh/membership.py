@@ -227,7 +227,7 @@ class Membership:
             return
         peer.announced = True
         self._host.emit(StationJoined(station_index=peer.index, constant_id=peer.constant_id, address=peer.address))
-        held, peer.held = peer.held, []
+        held, peer.held, peer.held_bytes = peer.held, [], 0
         for data, reliable in held:
             self._host.deliver(peer, data, reliable=reliable)
 

@@ -104,6 +104,7 @@ class Peer:
     join_fragments: dict[int, JoinResponse] = attrs.field(factory=dict)
     update_fragments: dict[int, UpdateMesh] = attrs.field(factory=dict)
     held: list[tuple[bytes, bool]] = attrs.field(factory=list)
+    held_bytes: int = 0
     #: When this peer's join request was last answered (a re-sent one gets the response alone, rate-limited).
     join_answered: float = -1e9
     #: A connection request naming a new identity came from this peer's address at this time, and

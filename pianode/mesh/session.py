@@ -68,6 +68,7 @@ __all__ = ["COUNTERS", "DropReason", "MeshSession", "Peer", "PeerState", "Statio
 MAX_PROVISIONAL_PEERS = 64  # unknown addresses we talk to before they are members
 EVENT_QUEUE_LIMIT = 65536
 HELD_LIMIT = 1024  # data messages held per peer until its station index is known
+HELD_BYTES = 256 * 1024  # and their bytes
 
 _log = logging.getLogger("pianode.mesh")
 
@@ -326,10 +327,11 @@ class MeshSession:
         if peer.index is None:
             # Data from a newcomer can overtake the update mesh that names it:
             # hold a bounded amount until its index is known.
-            if len(peer.held) >= HELD_LIMIT:
+            if len(peer.held) >= HELD_LIMIT or peer.held_bytes + len(data) > HELD_BYTES:
                 self._tally.drop(DropReason.QUEUE_FULL)
             else:
                 peer.held.append((data, reliable))
+                peer.held_bytes += len(data)
             return
         self.counters["reliable_delivered" if reliable else "unreliable_delivered"] += 1
         if self.data_handler is not None:

@@ -371,3 +371,18 @@ def test_zlib_bombs_in_reliable_data_are_refused_and_counted(version: str) -> No
     b.send(a.index, b"small and fine", reliable=True, now=h.now)
     h.run_for(1.0)
     assert (b.index, b"small and fine", True) in _received(h, 0)
+
+
+def test_data_held_for_a_station_without_an_index_is_bounded_in_bytes() -> None:
+    """Data from a connected station the mesh table does not name yet is held, up to a bound in bytes."""
+    from pianode.mesh.session import HELD_BYTES
+
+    h = BatchHarness(2, version="5.29")
+    a, b = h.sessions
+    a.create(h.now)
+    peer = a.links.new_peer(b.local_address, initiator=False, now=h.now)
+    a.links.set_connected(peer, h.now)
+    for _ in range(1000):
+        a.deliver(peer, bytes(60_000), reliable=False)
+    assert peer.held_bytes <= HELD_BYTES and sum(len(d) for d, _ in peer.held) == peer.held_bytes
+    assert a.drops["queue_full"] == 1000 - len(peer.held)
