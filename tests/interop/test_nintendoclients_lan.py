@@ -23,15 +23,18 @@ import sys
 from typing import Any
 
 import pytest
+from loopback_addresses import free_port
 from peers import peer_unavailable
 import trio
 
-from pianode.lan.discovery import BrowseClient, LanHost, browse, make_session_info
+from pianode.lan.discovery import DEFAULT_BROADCAST, BrowseClient, LanHost, browse, make_session_info
 from protocols.pia.lan import LanSessionInfo, lan_session_key
 from protocols.pia.versions import profile_for
 
 pytestmark = pytest.mark.interop
 
+#: The browse port of this run: not 30000, so two suite runs on one machine never hear each other.
+BROWSE_PORT = free_port()
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HARNESS = REPO / "scripts" / "interop" / "nc_lan.py"
 CACHE = pathlib.Path(os.environ.get("PIANODE_INTEROP_CACHE", pathlib.Path.home() / ".cache" / "pianode-interop"))
@@ -116,7 +119,7 @@ def test_our_browser_finds_nintendoclients_host(nc_python: pathlib.Path, version
     network_id = 0x5A000000 + VERSIONS.index(version)
     param = bytes(range(100, 132))
     cmd = [
-        str(nc_python), str(HARNESS), "host", "--version", version, "--game-key", GAME_KEY.hex(),
+        str(nc_python), str(HARNESS), "host", "--browse-port", str(BROWSE_PORT), "--version", version, "--game-key", GAME_KEY.hex(),
         "--address", host_ip, "--network-id", str(network_id), "--system-version", str(prof.lan_system_version),
         "--app-version", "3", "--app-data", b"interop".hex(), "--max", "8", "--name", "nc-host",
         "--session-param", param.hex(), "--duration", "30",
@@ -127,7 +130,7 @@ def test_our_browser_finds_nintendoclients_host(nc_python: pathlib.Path, version
         client = BrowseClient(prof, GAME_KEY, application_version=3)
 
         async def run() -> list[Any]:
-            return await browse(prof, GAME_KEY, bind=(browser_ip, 0), timeout=1.5, client=client)
+            return await browse(prof, GAME_KEY, broadcast=(DEFAULT_BROADCAST, BROWSE_PORT), bind=(browser_ip, 0), timeout=1.5, client=client)
 
         found = [f for f in trio.run(run) if f.network_id == network_id]
     finally:
@@ -165,9 +168,9 @@ async def test_nintendoclients_browser_finds_our_host(nc_python: pathlib.Path, v
         attributes=(9, 8, 7, 6, 5, 4), application_version=3, application_data=b"from pianode",
         host_address_size=6 if version == "5.10" else 18,
     )  # fmt: skip
-    host = LanHost(prof, GAME_KEY, info)
+    host = LanHost(prof, GAME_KEY, info, bind=("0.0.0.0", BROWSE_PORT))
     cmd = [
-        str(nc_python), str(HARNESS), "browse", "--version", version, "--game-key", GAME_KEY.hex(),
+        str(nc_python), str(HARNESS), "browse", "--browse-port", str(BROWSE_PORT), "--version", version, "--game-key", GAME_KEY.hex(),
         "--address", browser_ip, "--app-version", "3", "--timeout", "1.5",
     ]  # fmt: skip
     result = await _their_browse_while_hosting(host, cmd)
@@ -194,7 +197,7 @@ def test_wrong_game_key_is_refused_by_our_browser(nc_python: pathlib.Path) -> No
     prof = profile_for("5.18")
     host_ip, browser_ip = "127.0.0.90", "127.0.0.91"
     cmd = [
-        str(nc_python), str(HARNESS), "host", "--version", "5.18", "--game-key", WRONG_KEY.hex(),
+        str(nc_python), str(HARNESS), "host", "--browse-port", str(BROWSE_PORT), "--version", "5.18", "--game-key", WRONG_KEY.hex(),
         "--address", host_ip, "--network-id", "777", "--system-version", "7", "--duration", "30",
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -203,7 +206,7 @@ def test_wrong_game_key_is_refused_by_our_browser(nc_python: pathlib.Path) -> No
         client = BrowseClient(prof, GAME_KEY)
 
         async def run() -> list[Any]:
-            return await browse(prof, GAME_KEY, bind=(browser_ip, 0), timeout=1.0, client=client)
+            return await browse(prof, GAME_KEY, broadcast=(DEFAULT_BROADCAST, BROWSE_PORT), bind=(browser_ip, 0), timeout=1.0, client=client)
 
         found = [f for f in trio.run(run) if f.network_id == 777]
     finally:
@@ -216,9 +219,9 @@ def test_wrong_game_key_is_refused_by_our_browser(nc_python: pathlib.Path) -> No
 async def test_wrong_game_key_is_refused_by_nintendoclients_browser(nc_python: pathlib.Path) -> None:
     prof = profile_for("5.18")
     info = make_session_info(prof, ip="127.0.0.92", application_version=3)
-    host = LanHost(prof, GAME_KEY, info)
+    host = LanHost(prof, GAME_KEY, info, bind=("0.0.0.0", BROWSE_PORT))
     cmd = [
-        str(nc_python), str(HARNESS), "browse", "--version", "5.18", "--game-key", WRONG_KEY.hex(),
+        str(nc_python), str(HARNESS), "browse", "--browse-port", str(BROWSE_PORT), "--version", "5.18", "--game-key", WRONG_KEY.hex(),
         "--address", "127.0.0.93", "--timeout", "1.0",
     ]  # fmt: skip
     result = await _their_browse_while_hosting(host, cmd)
