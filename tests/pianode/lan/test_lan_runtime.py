@@ -21,7 +21,7 @@ from protocols.pia.lan import BrowseReply, LanNetworkProperty, LanSessionInfo, l
 from protocols.pia.lan_criteria import LanSessionSearchCriteria, Range
 from protocols.pia.versions import VersionProfile, profile_for
 
-from loopback_addresses import free_port
+from loopback_addresses import free_port, loopback_block
 
 KEY = bytes.fromhex("ee182a63e216cdb1f51ad4bed8cf6508")  # Splatoon 2 (spec §3.6)
 OTHER_KEY = bytes(16)
@@ -224,7 +224,9 @@ async def test_cli_host_and_browse_jsonl_and_table() -> None:
 
     port = free_port()
     key = KEY.hex()
-    host_cmd = _cli("host", "--game-key", key, "--address", "127.0.0.6", "--max", "6", "--name", "cli-host",
+    ip = loopback_block() + "6"  # an address of this run's own, so its Pia port is free
+    const, nid = lan_identity(ip, 49152)
+    host_cmd = _cli("host", "--game-key", key, "--address", ip, "--max", "6", "--name", "cli-host",
                     "--duration", "8", "--bind", f"0.0.0.0:{port}")  # fmt: skip
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
@@ -238,21 +240,20 @@ async def test_cli_host_and_browse_jsonl_and_table() -> None:
                 chunk = await host.stdout.receive_some(4096)
                 assert chunk, "host exited before listening"
                 first += chunk
-            assert b"hosting network id 0x0006c000" in first
+            assert f"hosting network id 0x{nid:08x}".encode() in first
             browse_cmd = _cli("browse", "--game-key", key, "--broadcast", f"127.255.255.255:{port}", "--timeout", "1")
             jl = await trio.run_process([*browse_cmd, "--format", "jsonl"], capture_stdout=True, check=False)
             table = await trio.run_process(browse_cmd, capture_stdout=True, check=False)
             host.terminate()
     assert jl.returncode == 0 and table.returncode == 0
     (rec,) = [json.loads(line) for line in jl.stdout.decode().splitlines()]
-    const, nid = lan_identity("127.0.0.6", 49152)
-    assert (rec["network_id"], rec["host_address"], rec["host_port"]) == (nid, "127.0.0.6", 49152)
+    assert (rec["network_id"], rec["host_address"], rec["host_port"]) == (nid, ip, 49152)
     assert (rec["current_participants"], rec["max_participants"], rec["system_communication_version"]) == (1, 6, 7)
     assert rec["stations"] == [{"role": 1, "encoding": 1, "username": "cli-host", "constant_id": const}]
     assert rec["session_key"] == lan_session_key(KEY, bytes.fromhex(rec["session_key_param"])).hex()
     lines = table.stdout.decode().splitlines()
     assert lines[0].split() == ["HOST", "NETWORK", "ID", "PLAYERS", "MAX", "SYS", "VER", "APP", "VER"]
-    assert lines[1].split() == ["127.0.0.6:49152", "0x0006c000", "1", "6", "7", "0"]
+    assert lines[1].split() == [f"{ip}:49152", f"0x{nid:08x}", "1", "6", "7", "0"]
 
 
 @pytest.mark.parametrize(
