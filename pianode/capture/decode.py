@@ -326,7 +326,7 @@ class Decoder:
         return entry
 
     def _pia(self, d: Datagram) -> DecodeResult:
-        source_ip = _source_ip(d.src)
+        source_ip = endpoint_ip(d.src)
         macs = self.ctx.macs
         if d.src_mac is not None and macs is not None and source_ip not in macs:
             # The nonce builder reads the map live (protocols/pia/nonce.py); a MAC
@@ -477,7 +477,7 @@ class Decoder:
         game_key = self.ctx.game_key
         if chal is None or not chal.enabled or game_key is None or d.dst is None:
             return None, None, None
-        broadcast = _source_ip(d.dst)  # the request is sent to the broadcast address (§6.1)
+        broadcast = endpoint_ip(d.dst)  # the request is sent to the broadcast address (§6.1)
         try:
             plaintext = open_challenge_request(chal, game_key, broadcast, backend=self._backend)
         except (DecodeError, ConfigError) as exc:
@@ -555,8 +555,8 @@ def _prudp_json(p: Any) -> dict[str, Any]:
     return out
 
 
-def _source_ip(src: str | None) -> str:
-    """The sender's IP for nonces; captures without addresses use 0.0.0.0 (LAN/LDN 6.x nonces then fail)."""
+def endpoint_ip(src: str | None) -> str:
+    """The IP of a capture's endpoint text (the sender's, for nonces); captures without addresses use 0.0.0.0 (LAN/LDN 6.x nonces then fail)."""
     if src is None:
         return "0.0.0.0"
     try:

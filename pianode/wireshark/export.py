@@ -44,7 +44,7 @@ from typing import BinaryIO
 import attrs
 
 from pianode.capture.pcap import Datagram, PcapWriter, parse_endpoint
-from pianode.capture.decode import Decoder, DecodeResult
+from pianode.capture.decode import Decoder, DecodeResult, endpoint_ip
 from protocols.errors import DecodeError
 from protocols.pia.header import HMAC_TRAILER_SIZE, decode_header
 from protocols.pia.versions import Cipher, HeaderFormat, VersionProfile, profile_for
@@ -113,15 +113,6 @@ class ExportStats:
     auth_failed: int = 0
 
 
-def _source_ip(src: str | None) -> str:
-    if src is None:
-        return "0.0.0.0"
-    try:
-        return parse_endpoint(src)[0]
-    except ValueError:
-        return "0.0.0.0"
-
-
 def decrypted_body(decoder: Decoder, data: bytes, profile: VersionProfile, source: str) -> bytes | None:
     """*data* with the ciphertext replaced by its plaintext, or None when the keys cannot open it.
 
@@ -180,7 +171,7 @@ def export_decrypted(datagrams: Iterable[Datagram], decoder: Decoder, out: Binar
             if encrypted:
                 body = "encrypted"
                 if r.authenticated:
-                    opened = decrypted_body(decoder, data, profile_for(r.profile), _source_ip(d.src))
+                    opened = decrypted_body(decoder, data, profile_for(r.profile), endpoint_ip(d.src))
                     if opened is not None:
                         data, body = opened, "decrypted"
             comments.append(_pia_comment(r, body))
