@@ -419,10 +419,13 @@ def _station_location(profile: VersionProfile, loc: Location) -> StationLocation
     ip, port = loc.address
     inet = InetAddress.from_ip(ip, port)
     ids = dict(constant_id=loc.constant_id, variable_id=loc.variable_id, service_variable_id=loc.service_variable_id)
+    # NAT location 0: a local station's location, as the real 3DS frames carry it
+    # (../shared/captures/mgba-uds-frames.jsonl) and as NintendoClients reads it (it takes
+    # the private address only when the NAT location is 0; spec §5.2 names 2 "public").
     if profile.version <= (5, 9):
         # URL type 3 = "udp" (a local station, no NEX stream); spec §5.2.
-        return StationLocation(public=inet, url_type=3, nat_location=2, **ids)
-    return StationLocation(public=inet, private=inet, nat_location=2, private_available=1, **ids)
+        return StationLocation(public=inet, url_type=3, nat_location=0, **ids)
+    return StationLocation(public=inet, private=inet, nat_location=0, private_available=1, **ids)
 
 
 def _from_station_location(loc: StationLocation | StationConnectionInfo | None) -> Location:
@@ -430,9 +433,14 @@ def _from_station_location(loc: StationLocation | StationConnectionInfo | None) 
         loc = loc.public
     if loc is None:
         raise BadValue("connection request without a location")
-    ip = loc.public.ip
+    # The public address, or the private one where the public is empty (a host that lists
+    # local locations only, as NintendoClients' and the real frames' do).
+    inet = loc.public
+    if (inet.ip is None or inet.ip.is_unspecified) and loc.private.ip is not None and not loc.private.ip.is_unspecified:
+        inet = loc.private
+    ip = inet.ip
     return Location(
-        (str(ip) if ip is not None else "0.0.0.0", loc.public.port),
+        (str(ip) if ip is not None else "0.0.0.0", inet.port),
         loc.constant_id,
         loc.variable_id,
         loc.service_variable_id,

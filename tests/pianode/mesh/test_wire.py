@@ -103,3 +103,20 @@ def test_sessions_with_the_same_settings_share_one_codec() -> None:
     for network_id in range(100):
         mw.packet_codec(cfg, PROFILE, KEY, 1000 + network_id)
     assert len(mw._CODECS.by_settings) <= mw._CODECS_LIMIT
+
+
+def test_locations_are_local_ones_and_a_private_only_location_is_read() -> None:
+    """Our StationLocations carry NAT location 0, as the real 3DS frames do; a location that lists only
+    its private address (NintendoClients', real frames') is read at that address, not 0.0.0.0:0."""
+    from protocols.pia.types import InetAddress, StationLocation
+    from protocols.pia.versions import profile_for
+
+    loc = mw.Location(("127.0.0.5", 49152), 0x1122, 0x33, 0x44)
+    for version in ("5.8", "5.18", "5.29"):
+        assert mw._station_location(profile_for(version), loc).nat_location == 0
+    private_only = StationLocation(private=InetAddress.from_ip("192.168.1.20", 49152), constant_id=7, variable_id=8)
+    assert mw._from_station_location(private_only).address == ("192.168.1.20", 49152)
+    both = StationLocation(
+        public=InetAddress.from_ip("127.0.0.5", 1), private=InetAddress.from_ip("10.0.0.1", 2), constant_id=7
+    )
+    assert mw._from_station_location(both).address == ("127.0.0.5", 1)
