@@ -317,7 +317,10 @@ async def start_lan_join(
         raise LanJoinError(f"Pia {profile.name} sessions cannot be joined (the node speaks 5.7-5.45)")
     assert found.session_key is not None
     node = await _start_node(nursery, attrs.evolve(config, session_key=found.session_key), tap)
-    index = await node.join((info.host_ip, info.host_port), network_id=info.network_id)
+    index = await node.join(
+        (info.host_ip, info.host_port), network_id=info.network_id,
+        host_identity=(info.host_constant_id, info.host_variable_id),
+    )  # fmt: skip
     return LanJoin(node, found, index)
 
 

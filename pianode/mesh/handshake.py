@@ -84,12 +84,19 @@ class StationHandshake:
         self.network_id = network_id
 
     # ------------------------------------------------------------------ sending
-    def connect(self, addr: tuple[str, int], now: float) -> Peer:
-        """Start a connection to *addr* (or return the live peer there)."""
+    def connect(self, addr: tuple[str, int], now: float, identity: tuple[int, int] | None = None) -> Peer:
+        """Start a connection to *addr* (or return the live peer there).
+
+        *identity*, the station's (constant id, variable id) where we know them (a LAN
+        session's host, a mesh table's member), goes in the request's target fields
+        (spec §5.3): a station drops a request that names another.
+        """
         peer = self._links.peers.get(addr)
         if peer is not None and peer.state is not PeerState.CLOSED:
             return peer
         peer = self._links.new_peer(addr, initiator=True, now=now)
+        if identity is not None:
+            self._links.learn(peer, *identity)
         self._outbox.queue_acked(
             peer, Proto.STATION, 0, lambda ack: self._request(peer, inverse=False, ack_id=ack), now, kind="connect"
         )

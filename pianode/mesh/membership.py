@@ -121,10 +121,10 @@ class Membership:
         self._next_heal = now + HEAL_INTERVAL
         self._host.emit(MeshJoined(station_index=entry.index, host_index=entry.index))
 
-    def join(self, host: tuple[str, int], now: float) -> None:
+    def join(self, host: tuple[str, int], now: float, identity: tuple[int, int] | None = None) -> None:
         self.join_host = host
         self._join_deadline = now + self.config.join_timeout
-        self._handshake.connect(host, now)
+        self._handshake.connect(host, now, identity)
 
     def leave(self, now: float) -> None:
         if self.closed or self.leaving:
@@ -320,8 +320,8 @@ class Membership:
             if peer is None:
                 if not connect_new:
                     continue  # the newcomer connects to us
-                # The newcomer connects to every member (spec §5.4 join sequence).
-                peer = self._handshake.connect(e.address, now)
+                # The newcomer connects to every member (spec §5.4 join sequence), naming it.
+                peer = self._handshake.connect(e.address, now, (e.constant_id, e.variable_id))
             peer.index = e.index
             if not peer.constant_id:
                 peer.constant_id, peer.variable_id = e.constant_id, e.variable_id

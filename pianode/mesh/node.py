@@ -286,7 +286,9 @@ class Node:
         assert session.index is not None
         return session.index
 
-    async def join(self, host: tuple[str, int], *, network_id: int | None = None) -> int:
+    async def join(
+        self, host: tuple[str, int], *, network_id: int | None = None, host_identity: tuple[int, int] | None = None
+    ) -> int:
         """Join the mesh hosted at *host*; returns this node's station index.
 
         Raises:
@@ -294,7 +296,7 @@ class Node:
                 within ``config.join_timeout``.
         """
         session = self._require_session()
-        session.join(host, trio.current_time(), network_id=network_id)
+        session.join(host, trio.current_time(), network_id=network_id, host_identity=host_identity)
         self._wake()
         await self._wait_for(lambda: session.joined or session.closed, self.config.join_timeout + 1)
         if not session.joined:

@@ -175,8 +175,11 @@ class MeshSession:
         self._setup_crypto(key, network_id)
         self.membership.create(now)
 
-    def join(self, host: tuple[str, int], now: float, *, network_id: int | None = None) -> None:
-        """Start joining the mesh hosted at *host* (needs the session key in the config)."""
+    def join(
+        self, host: tuple[str, int], now: float, *, network_id: int | None = None, host_identity: tuple[int, int] | None = None
+    ) -> None:
+        """Start joining the mesh hosted at *host* (needs the session key in the config); *host_identity*
+        is the host's (constant id, variable id) where discovery gave them."""
         if self.membership.busy():
             raise RuntimeError("this node already created or joined a mesh")
         if self.config.session_key is None:
@@ -184,7 +187,7 @@ class MeshSession:
         if network_id is None:
             network_id = wire.network_id_for_host(self.config, host, self.rng)
         self._setup_crypto(self.config.session_key, network_id)
-        self.membership.join(host, now)
+        self.membership.join(host, now, host_identity)
 
     def leave(self, now: float) -> None:
         """Leave the mesh gracefully (the host's departure triggers migration)."""

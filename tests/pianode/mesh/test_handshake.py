@@ -85,3 +85,15 @@ def test_a_disconnect_is_answered_and_ends_the_link() -> None:
     p.handshake.on_message(peer, wire.Disconnect(False), 0.0)
     assert _queued(p, peer)[0] == ["Disconnect"] and ("peer_lost", A, "left") in p.host.calls
     assert peer.outbox[0].protocol_type == p.outbox.protocol_ids[Proto.STATION]
+
+
+def test_a_request_names_the_station_it_is_for_where_its_ids_are_known() -> None:
+    """The joiner knows the host's ids from discovery, a newcomer its members' from the table: the request's
+    target fields carry them (spec §5.3), not zeros."""
+    from protocols.pia import station as pstation
+
+    p = build("5.18", membership=False)
+    peer = p.handshake.connect(A, 0.0, (0x1234_5678_9ABC, 0x77))
+    request = pstation.decode_station_message(next(iter(peer.pending.values())).payload, p.config.profile)
+    assert isinstance(request, pstation.ConnectionRequest)
+    assert (request.target_constant_id, request.target_variable_id) == (0x1234_5678_9ABC, 0x77)
