@@ -188,7 +188,11 @@ def decode_context(config: NodeConfig, network_id: int, addresses: Iterable[tupl
 
 
 def make_header(profile: VersionProfile, peer: PeerLink, own_variable_id: int, hn: bytes, now: float) -> PacketHeader:
-    connected = peer.connected
+    # A packet to a station with a station index carries our connection id and a packet id
+    # of 1 and up; one sent to an address (a station not yet in our mesh table: index 253,
+    # spec §2.6) carries connection id 0 and packet id 0 (spec §1.3), which NintendoClients
+    # checks ("unexpected connection id").
+    connected = peer.connected and peer.index is not None
     packet_id = peer.tx_ids.next() if connected else 0
     hf = profile.header_format
     if hf is HeaderFormat.B:

@@ -86,3 +86,22 @@ def test_unreliable_data_is_sealed_at_once_only_when_nothing_is_queued() -> None
     assert p.outbox.idle()
     p.outbox.send_data(peer, b"queued", True, 0.0)
     assert not p.outbox.idle() and p.outbox.broadcast_unreliable_now(b"x", 0.0) is None
+
+
+def test_a_station_not_yet_in_the_mesh_gets_connection_id_0_and_packet_id_0() -> None:
+    """Spec §1.3, §2.6: a packet sent to an address rather than to a station index carries connection id 0
+    and packet id 0; once the station has an index, our connection id and packet ids from 1."""
+    p = build("5.18", membership=False)
+    peer = p.links.new_peer(A, initiator=False, now=0.0)
+    p.links.set_connected(peer, 0.0)
+    codec = p.outbox.codec
+    assert codec is not None
+    p.outbox.send_data(peer, b"before", False, 0.0)
+    (data, _), = p.outbox.datagrams_to_send(0.0)
+    header = codec.decode(data, p.local.address[0]).header
+    assert (header.connection_id, header.packet_id) == (0, 0)
+    p.links.set_index(peer, 1)
+    p.outbox.send_data(peer, b"after", False, 0.0)
+    (data, _), = p.outbox.datagrams_to_send(0.0)
+    header = codec.decode(data, p.local.address[0]).header
+    assert (header.connection_id, header.packet_id) == (peer.own_conn_id, 1)
