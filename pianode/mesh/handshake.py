@@ -109,7 +109,10 @@ class StationHandshake:
         peer.sent_response = True
         self._outbox.queue_acked(
             peer, Proto.STATION, 0,
-            lambda ack: wire.encode_connect_response(self.profile, self.local, self.network_id, peer, 0, ack), now,
+            lambda ack: wire.encode_connect_response(
+                self.profile, self.local, self.network_id, peer, 0, ack, self.config.name, self.config.mtu
+            ),
+            now,
         )
 
     def _ack(self, peer: Peer, ack_id: int) -> None:

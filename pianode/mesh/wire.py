@@ -35,7 +35,7 @@ from protocols.pia.message import Message
 from protocols.pia.nonce import nonce_builder
 from protocols.pia.packet import PacketCodec
 from protocols.pia.packet_values import Packet
-from protocols.pia.types import InetAddress, MeshStationInfo, StationConnectionInfo, StationLocation
+from protocols.pia.types import InetAddress, MeshStationInfo, PlayerInfo, StationConnectionInfo, StationLocation
 from protocols.pia.versions import HeaderFormat, MessageFormat, NetworkType, Proto, VersionProfile
 
 __all__ = [
@@ -494,10 +494,34 @@ def encode_connect_request(
     return pstation.ConnectionRequest(**fields).encode(profile)  # type: ignore[arg-type]
 
 
+#: A connection response's players: fragment 0 holds four PlayerInfo slots, the unused ones zero-filled
+#: (spec §5.3 "PlayerInfo × 2 or 4"; NintendoClients sends and expects exactly this, and fails on none).
+#: Where four do not fit the MTU, two, then our one player alone (still fragment 0: it holds all players).
+PLAYER_SLOTS = (4, 2, 1)
+_PLAYER_INFO_SIZE = 195  # 5.7+ (spec §5.2; 187 before)
+_RESPONSE_ROOM = 200  # the response's other fields, the message header and the packet's, with margin
+_EMPTY_PLAYER = PlayerInfo(name_encoding=0, account_encoding=0)
+
+
 def encode_connect_response(
-    profile: VersionProfile, local: Location, network_id: int, peer: PeerLink, result: int, ack_id: int
+    profile: VersionProfile,
+    local: Location,
+    network_id: int,
+    peer: PeerLink,
+    result: int,
+    ack_id: int,
+    name: str = "",
+    mtu: int = 1364,
 ) -> bytes:
-    fields: dict[str, object] = dict(ack_id=ack_id)
+    """An accepting connection response that names our one player (*name*), in as many slots as *mtu* allows."""
+    slots = next((n for n in PLAYER_SLOTS if n * _PLAYER_INFO_SIZE + _RESPONSE_ROOM <= mtu), 1)
+    fields: dict[str, object] = dict(
+        ack_id=ack_id,
+        player_count=1,
+        participant_count=1,
+        player_info_count=slots,
+        players=(PlayerInfo.from_text(name, profile), *[_EMPTY_PLAYER] * (slots - 1)),
+    )
     if profile.version >= (5, 7):
         fields.update(target_constant_id=peer.constant_id, target_variable_id=peer.variable_id)
     if profile.version >= (5, 24) and profile.version <= (5, 26):

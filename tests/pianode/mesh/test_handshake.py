@@ -97,3 +97,37 @@ def test_a_request_names_the_station_it_is_for_where_its_ids_are_known() -> None
     request = pstation.decode_station_message(next(iter(peer.pending.values())).payload, p.config.profile)
     assert isinstance(request, pstation.ConnectionRequest)
     assert (request.target_constant_id, request.target_variable_id) == (0x1234_5678_9ABC, 0x77)
+
+
+def test_a_connection_response_names_our_player_in_four_slots() -> None:
+    """Spec §5.3: PlayerInfo x 2 or 4 (fragment 0: four slots, the unused ones zero-filled); NintendoClients
+    fails on a response without them.  Ours names the node's player."""
+    from protocols.pia import station as pstation
+
+    for version in ("5.8", "5.18", "5.26", "5.29", "5.45"):
+        p = build(version, membership=False, name="pianode-7")
+        profile = p.config.profile
+        if profile.inverse_handshake:
+            # Up to 5.26 the initiator answers the other side's inverse request with the response.
+            peer = p.handshake.connect(A, 0.0)
+            p.handshake.on_message(peer, _request(inverse=True, inverse_conn_id=peer.own_conn_id), 0.1)
+        else:
+            peer = p.links.new_peer(A, initiator=False, now=0.0)
+            p.handshake.on_message(peer, _request(), 0.0)
+        decoded = [pstation.decode_station_message(q.payload, profile) for q in peer.pending.values()]
+        (response,) = [m for m in decoded if isinstance(m, pstation.ConnectionResponse)]
+        assert (response.player_count, response.participant_count, response.player_info_count) == (1, 1, 4), version
+        assert len(response.players) == 4 and response.players[0].name_text == "pianode-7", version
+
+
+def test_with_a_small_mtu_the_response_carries_fewer_player_slots() -> None:
+    from protocols.pia import station as pstation
+
+    p = build("5.29", membership=False, name="small", mtu=400)
+    peer = p.links.new_peer(A, initiator=False, now=0.0)
+    p.handshake.on_message(peer, _request(), 0.0)
+    (response,) = [
+        m for m in (pstation.decode_station_message(q.payload, p.config.profile) for q in peer.pending.values())
+        if isinstance(m, pstation.ConnectionResponse)
+    ]
+    assert response.player_info_count == 1 and response.players[0].name_text == "small"
