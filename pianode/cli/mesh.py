@@ -10,6 +10,7 @@ when the mesh formed and every reliable message arrived exactly once, in order.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import secrets
 import sys
@@ -18,10 +19,21 @@ from typing import Any
 
 import trio
 
-from pianode.cli.common import add_fault_arguments, add_network_arguments, fault_injector_from_args
+from pianode.cli.common import (
+    CliError,
+    add_fault_arguments,
+    add_network_arguments,
+    check_local_address,
+    check_output_path,
+    check_udp_free,
+    deprecated_alias,
+    fault_injector_from_args,
+    number_arg,
+    parse_hostport,
+    port_arg,
+)
 from pianode.mesh.config import NodeConfig
 from pianode.sim.mesh_run import MeshRun, MeshRunResult
-from pianode.cli.common import CliError
 
 __all__ = ["add_parser"]
 
@@ -39,21 +51,31 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("-n", "--nodes", type=int, default=4, help="number of stations (2..32, default 4)")
+    p.add_argument("-n", "--nodes", type=number_arg("--nodes", 2, 32, integer=True), default=4,
+                   help="number of stations (2..32, default 4)")
     add_network_arguments(
         p,
         default_version=None,
         version_help=f"Pia version (default {DEFAULT_VERSION}; {REALTIME_VERSION} for a real-time session (--rate), "
         "whose frames go out as one group packet per frame with the receivers in its footer)",
     )
-    p.add_argument("--duration", type=float, default=2.0, help="seconds of data exchange after the mesh formed")
-    p.add_argument("--rate", type=float, default=None, help="real-time session: game-state frames per second per station")
-    p.add_argument("--messages", type=int, default=20, help="reliable messages per station pair (default 20)")
-    p.add_argument("--base-address", default="127.0.0.1", help="first node's IPv4 address (others follow)")
-    p.add_argument("--port", type=int, default=0, help="UDP port of every node (0 = any free port)")
+    p.add_argument("--duration", type=number_arg("--duration", 0, 3600), default=2.0, metavar="S",
+                   help="seconds of data exchange after the mesh formed (0..3600, default 2)")
+    p.add_argument("--rate", type=number_arg("--rate", 0, 240, lo_open=True), default=None, metavar="HZ",
+                   help="real-time session: game-state frames per second per station (> 0 and ≤ 240)")
+    p.add_argument("--messages", type=number_arg("--messages", 0, 100000, integer=True), default=20,
+                   help="reliable messages per station pair (0..100000, default 20)")
+    p.add_argument("--bind", dest="base_address", default="127.0.0.1", metavar="IP[:PORT]",
+                   help="first node's IPv4 address (the others follow: 127.0.0.1, .2, ...) and the UDP port of "
+                   "every node (default 127.0.0.1, any free port)")
+    # Old spellings, kept for one release with a deprecation note:
+    p.add_argument("--base-address", dest="base_address", action=deprecated_alias("--bind IP"), help=argparse.SUPPRESS)
+    p.add_argument("--port", type=port_arg("--port"), default=None, action=deprecated_alias("--bind IP:PORT"),
+                   help=argparse.SUPPRESS)
     p.add_argument("--record", metavar="FILE.pcap", help="write every datagram to a pcap and FILE.session.json beside it")
-    p.add_argument("--format", choices=("table", "jsonl"), default=None, help="output format (default: table on a terminal)")
-    p.add_argument("--leave-host", action="store_true", help="make the host leave mid-run to show host migration")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table", help="output format (default table)")
+    p.add_argument("--leave", dest="leave_host", action="store_true", help="make the host leave mid-run to show host migration")
+    p.add_argument("--leave-host", dest="leave_host", nargs=0, action=deprecated_alias("--leave"), help=argparse.SUPPRESS)
     p.add_argument(
         "--discovery",
         choices=("auto", "on", "off"),
@@ -75,14 +97,31 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=run)
 
 
+def _addresses(args: argparse.Namespace) -> tuple[str, int]:
+    """--bind IP[:PORT] (or the old --base-address and --port): every node's address checked now."""
+    text = args.base_address
+    flag = "--bind"
+    host, port = parse_hostport(text, 0, flag=flag) if ":" in text else (text, 0)
+    if args.port is not None:
+        port = args.port
+    base = ipaddress.IPv4Address(check_local_address(host, flag))
+    if int(base) + args.nodes - 1 > int(ipaddress.IPv4Address("127.255.255.254")) and base.is_loopback:
+        raise CliError(f"{flag} {base}: {args.nodes} nodes need {args.nodes} addresses from {base} on, "
+                       "past the end of 127.0.0.0/8")  # fmt: skip
+    if args.nodes > 1 and not base.is_loopback:
+        raise CliError(f"{flag} {base}: the nodes sit on consecutive addresses, which only loopback (127.x) offers")
+    for i in range(args.nodes):
+        ip = str(base + i)
+        if i:
+            check_local_address(ip, f"{flag} {base} (node {i} at {ip})")
+        check_udp_free("--bind" if args.port is None else "--port", ip, port)
+    return str(base), port
+
+
 def run(args: argparse.Namespace) -> int:
-    if not 2 <= args.nodes <= 32:
-        raise CliError(f"--nodes must be 2..32, got {args.nodes}")
-    if args.duration < 0 or args.duration > 3600:
-        raise CliError("--duration must be between 0 and 3600 seconds")
-    if args.rate is not None and not 0 < args.rate <= 240:
-        raise CliError("--rate must be between 0 and 240 frames per second")
-    fmt = args.format or ("table" if sys.stdout.isatty() else "table")
+    base_address, port = _addresses(args)
+    check_output_path("--record", args.record)
+    fmt = args.format
     version = args.version or (REALTIME_VERSION if args.rate else DEFAULT_VERSION)
     config = NodeConfig(
         version=version,
@@ -126,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
             config,
             **extra,
             nodes=args.nodes,
-            base_address=args.base_address,
-            port=args.port,
+            base_address=base_address,
+            port=port,
             duration=args.duration,
             rate=args.rate,
             messages=args.messages,
