@@ -27,7 +27,7 @@ from pianode.sim.faults import LinkFaults
 
 __all__ = [
     "CliError", "CliFailure", "Stop", "add_fault_arguments", "add_network_arguments", "check_local_address",
-    "check_output_path", "check_udp_free", "deprecated_alias", "fault_injector_from_args", "number_arg",
+    "check_output_path", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
     "parse_bind", "parse_hostport", "port_arg", "check_number", "version_arg",
 ]  # fmt: skip
 
@@ -182,6 +182,56 @@ def check_output_path(flag: str, path: str | None) -> None:
         raise CliError(f"{flag} {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise CliError(f"{flag} {path}: not writable")
+
+
+# ---------------------------------------------------------------------- tables
+
+
+def render_table(headers: list[str], rows: list[list[Any]], *, right: set[int] | None = None) -> list[str]:
+    """The one table style of every command: lower-case headers (units in them), columns aligned,
+    numbers right-aligned (columns in *right*), a rule under the header."""
+    right = set() if right is None else right
+    cells = [[str(h).lower() for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    out = [line(cells[0]), "-" * len(line(cells[0]))]
+    out.extend(line(r) for r in cells[1:])
+    return out
+
+
+def hex_key(flag: str, text: str | None, size: int = 16) -> bytes | None:
+    """A key given as hex (*size* bytes)."""
+    if text is None:
+        return None
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        raise CliError(f"{flag} must be {2 * size} hex digits, got {text!r}") from None
+    if len(key) != size:
+        raise CliError(f"{flag} must be {size} bytes ({2 * size} hex digits), got {len(key)} bytes")
+    return key
+
+
+def probe_udp(address: tuple[str, int], timeout: float = 0.3) -> bool | None:
+    """Is anything listening on UDP *address*?  False when the port is closed (ICMP port unreachable,
+    which loopback reports at once), True when something took the empty datagram, None when unsure."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(timeout)
+            s.connect(address)
+            s.send(b"")
+            try:
+                s.recv(1)
+            except ConnectionRefusedError:
+                return False
+            except (TimeoutError, socket.timeout):
+                return True
+            return True
+    except OSError:
+        return None
 
 
 # ---------------------------------------------------------------------- flags
