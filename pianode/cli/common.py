@@ -237,13 +237,20 @@ def probe_udp(address: tuple[str, int], timeout: float = 0.3) -> bool | None:
 # ---------------------------------------------------------------------- flags
 
 
+#: Notes on old flag spellings seen while parsing; ``pianode.cli.main`` says them once the command ends
+#: (on the same line as an error about bad input, so that is still one line).
+DEPRECATIONS: list[str] = []
+
+
 def deprecated_alias(new: str) -> type[argparse.Action]:
-    """An action for an old flag spelling: stores into the new flag's dest and notes the new name once."""
+    """An action for an old flag spelling: stores into the new flag's dest and notes the new name."""
 
     class _Alias(argparse.Action):
         def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                      option_string: str | None = None) -> None:  # fmt: skip
-            print(f"pianode: {option_string} is deprecated, use {new}", file=sys.stderr)
+            note = f"{option_string} is deprecated, use {new}"
+            if note not in DEPRECATIONS:
+                DEPRECATIONS.append(note)
             setattr(namespace, self.dest, True if self.nargs == 0 else values)
 
     return _Alias

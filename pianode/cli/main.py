@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 import trio
 
-from pianode.cli.common import CliError, CliFailure
+from pianode.cli.common import DEPRECATIONS, CliError, CliFailure
 from protocols.errors import ConfigError
 
 __all__ = ["build_parser", "main"]
@@ -124,10 +124,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return 2
+    command = _command_name(args)
     try:
-        return int(handler(args))
+        status = int(handler(args))
     except BaseException as exc:  # noqa: BLE001 - every way out becomes one line and an exit status
-        return report(exc, _command_name(args), verbose=verbose)
+        status = report(exc, command, verbose=verbose)
+    if status not in (2, 130):
+        for note in DEPRECATIONS:
+            print(f"{command}: note: {note}", file=sys.stderr)
+    DEPRECATIONS.clear()
+    return status
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -191,5 +197,7 @@ def report(exc: BaseException, command: str, *, verbose: int = 0) -> int:
             traceback.print_exception(exc)
         message = f"internal error: {type(leaf).__name__}: {leaf} (-vv shows the traceback)"
         status = 1
+    if status == 2 and DEPRECATIONS:
+        message += f" (note: {'; '.join(DEPRECATIONS)})"
     print(f"{command}: {message}", file=sys.stderr)
     return status
