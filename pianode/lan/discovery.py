@@ -195,9 +195,13 @@ class _Counters:
         self.sent = 0
         self.answered = 0
         self.dropped: Counter[str] = Counter()
+        #: The first drops with where they came from and what was wrong (for "why was nothing found").
+        self.ignored: list[tuple[str, Address, object]] = []
 
     def drop(self, reason: str, addr: Address, detail: object = "") -> None:
         self.dropped[reason] += 1
+        if len(self.ignored) < 64:
+            self.ignored.append((reason, addr, detail))
         log.debug("dropped datagram from %s:%d: %s %s", addr[0], addr[1], reason, detail)
 
     def snapshot(self) -> LanStatistics:
