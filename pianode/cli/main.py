@@ -12,10 +12,12 @@ one for an internal error).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import logging
 import os
+import signal
 import socket
 import sys
 import traceback
@@ -113,7 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pianode {_program_version()}")
         return 0
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad flag (argparse printed its one line)
+        DEPRECATIONS.clear()
+        return exc.code if isinstance(exc.code, int) else 0
     verbose = args.verbose + getattr(args, "sub_verbose", 0)
     args.verbose = verbose
     args.quiet = args.quiet or getattr(args, "sub_quiet", False)
@@ -125,6 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     command = _command_name(args)
+    # Ctrl-C (SIGINT) always ends a command the documented way, even when started with SIGINT ignored
+    # (a shell's background job): the command leaves, prints "interrupted" and exits 130.
+    with contextlib.suppress(ValueError):  # not the main thread (a test calling main())
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         status = int(handler(args))
     except BaseException as exc:  # noqa: BLE001 - every way out becomes one line and an exit status
