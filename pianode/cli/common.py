@@ -87,7 +87,7 @@ def number_arg(
         try:
             return check_number(flag, text, lo, hi, lo_open=lo_open, integer=integer)
         except CliError as exc:
-            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{flag} ")) from None
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     convert.__name__ = "integer" if integer else "number"
     return convert
@@ -100,7 +100,7 @@ def port_arg(flag: str, *, allow_zero: bool = True) -> Callable[[str], int]:
 def version_arg(text: str) -> str:
     """``--version``: a Pia version such as 5.18 (checked against the table later); never empty."""
     if not text.strip():
-        raise argparse.ArgumentTypeError("expected a Pia version such as 5.18, got an empty string")
+        raise argparse.ArgumentTypeError("--version must be a Pia version such as 5.18, got an empty string")
     return text.strip()
 
 

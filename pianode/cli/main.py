@@ -17,6 +17,7 @@ import errno
 import importlib
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -47,6 +48,9 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
+        # "argument --rate: --rate must be ..." (our value checks name their flag themselves) → "--rate must be ..."
+        if (m := re.fullmatch(r"argument (\S+): (--\S+) (.*)", message, re.S)) and m[2] in m[1].split("/"):
+            message = f"{m[2]} {m[3]}"
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 

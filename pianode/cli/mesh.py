@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import logging
 import secrets
 import sys
 import time as wallclock
@@ -36,6 +37,8 @@ from pianode.mesh.config import NodeConfig
 from pianode.sim.mesh_run import MeshRun, MeshRunResult
 
 __all__ = ["add_parser"]
+
+log = logging.getLogger("pianode.mesh")
 
 DEFAULT_VERSION = "5.18"
 #: A real-time session models a game sending a frame to every station 60 times a
@@ -175,15 +178,20 @@ def run(args: argparse.Namespace) -> int:
             leave_host=args.leave_host,
             group_fanout=fanout,
             freeze_gc=True,
-            live=_print_live if (fmt == "table" and sys.stdout.isatty()) else None,
+            live=_print_live if (fmt == "table" and sys.stdout.isatty() and not args.quiet) else None,
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
     started = wallclock.perf_counter()
     result = trio.run(mesh.run)
     result.wall_time = wallclock.perf_counter() - started
+    summary = result.summary()
+    for problem in summary["problems"]:
+        log.info("problem: %s", problem)
     if fmt == "jsonl":
-        print(json.dumps(result.summary(), sort_keys=True))
+        print(json.dumps(summary, sort_keys=True))
+    elif args.quiet:
+        print(render_summary(result).splitlines()[-1])
     else:
         print(render_summary(result))
     return 0 if result.ok else 1
