@@ -1,10 +1,17 @@
-"""``pianode mesh``: start N nodes on loopback, form a mesh, exchange data, report.
+"""pianode mesh: start N nodes on loopback, form a mesh, exchange data, report.
 
-Each node sits on its own 127.0.0.x address.  Node 0 creates the mesh, the
-others join it (as a matchmaking server would, the launcher hands them the
-host address and the session key), then every station sends numbered reliable
-messages and unreliable ones to every other station.  The run succeeds (exit 0)
-when the mesh formed and every reliable message arrived exactly once, in order.
+Each node sits on its own 127.0.0.x address (--bind sets the first).  Node 0
+creates the mesh; the others find it as consoles do (LAN browse with the crypto
+challenge, or an LDN scan) or, with --discovery off (and for NEX), are handed
+the host address and the session key.  Then every station sends numbered
+reliable messages and unreliable ones to every other station.  The run
+succeeds (exit 0) when the mesh formed and every reliable message arrived
+exactly once, in order.
+
+The table: rtt ms is each station's mean smoothed round-trip time to its peers;
+pkts sent/recv count its packets; lost (resent msgs) the reliable messages it
+had to send again.  On a terminal the table is redrawn in place during the run;
+elsewhere a progress line goes to stderr every few seconds.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import argparse
 import ipaddress
 import json
 import logging
+import random
 import secrets
 import sys
 import time as wallclock
@@ -45,6 +53,8 @@ DEFAULT_VERSION = "5.18"
 #: second; from 5.27 on Pia sends such a frame as one group packet (receivers in
 #: the footer) instead of one packet per station.
 REALTIME_VERSION = "5.29"
+#: Off a terminal, a progress line on stderr this often (seconds).
+PROGRESS_EVERY = 5.0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,15 +86,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--port", type=port_arg("--port"), default=None, action=deprecated_alias("--bind IP:PORT"),
                    help=argparse.SUPPRESS)
     p.add_argument("--record", metavar="FILE.pcap", help="write every datagram to a pcap and FILE.session.json beside it")
-    p.add_argument("--format", choices=("table", "jsonl"), default="table", help="output format (default table)")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table",
+                   help="output format: table (default) or jsonl (one JSON summary)")
     p.add_argument("--leave", dest="leave_host", action="store_true", help="make the host leave mid-run to show host migration")
     p.add_argument("--leave-host", dest="leave_host", nargs=0, action=deprecated_alias("--leave"), help=argparse.SUPPRESS)
     p.add_argument(
         "--discovery",
         choices=("auto", "on", "off"),
         default="auto",
-        help="find the host as consoles do (LAN browse up to 16 stations, LDN scan up to 8) or hand joiners "
-        "its address and key as a matchmaking server would (off; always for nex). Default: auto",
+        help="how joiners find the host: as consoles do (on: LAN browse up to 16 stations, LDN scan up to 8) "
+        "or handed its address and key, the way a matchmaking server does (off; always for nex). "
+        "Default auto: discovery for lan (up to 16 stations) and ldn",
     )
     p.add_argument(
         "--fanout",
@@ -149,7 +161,12 @@ def run(args: argparse.Namespace) -> int:
     if discover:
         from protocols.pia.keys import parse_game_key
 
-        text = args.game_key or secrets.token_hex(16)
+        if args.game_key:
+            text = args.game_key
+        elif args.seed is not None:  # --seed covers the keys: the game key (hence the session key) too
+            text = random.Random(f"game key {args.seed}").randbytes(16).hex()
+        else:
+            text = secrets.token_hex(16)
         extra = {"game_key": parse_game_key(text), "game_key_text": text}
         if network == "ldn":
             # Station 0 hosts an LDN network and advertises; the others scan and join (pianode.ldn.network).
@@ -163,6 +180,10 @@ def run(args: argparse.Namespace) -> int:
             from pianode.sim.mesh_run import LanMeshRun
 
             run_class = LanMeshRun
+    live = LiveView(tty=fmt == "table" and sys.stdout.isatty())
+    if args.quiet:
+        live = LiveView(tty=False)
+        live.calls = -10**9  # no progress lines either
     try:
         mesh = run_class(
             config,
@@ -178,12 +199,16 @@ def run(args: argparse.Namespace) -> int:
             leave_host=args.leave_host,
             group_fanout=fanout,
             freeze_gc=True,
-            live=_print_live if (fmt == "table" and sys.stdout.isatty() and not args.quiet) else None,
+            live=live,
+            live_interval=0.5 if live.tty else PROGRESS_EVERY,
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
     started = wallclock.perf_counter()
-    result = trio.run(mesh.run)
+    try:
+        result = trio.run(mesh.run)
+    finally:
+        live.clear()
     result.wall_time = wallclock.perf_counter() - started
     summary = result.summary()
     for problem in summary["problems"]:
@@ -241,21 +266,54 @@ def render_summary(result: MeshRunResult) -> str:
     return "\n".join(lines)
 
 
+_COLUMNS = (  # header, width, right-aligned
+    ("idx", 3, True), ("host", 4, False), ("address", 21, False), ("rtt ms (mean to peers)", 22, True),
+    ("pkts sent", 9, True), ("pkts recv", 9, True), ("lost (resent msgs)", 18, True),
+)
+
+
 def render_rows(rows: list[dict[str, Any]]) -> list[str]:
-    """The station table: index, host mark, address, RTT, packets sent/received, losses."""
-    header = f"{'idx':>3} {'host':<4} {'address':<21} {'rtt ms':>8} {'sent':>7} {'recv':>7} {'lost':>5}"
+    """The station table: index, host mark, address, mean smoothed RTT to its peers, packets, losses."""
+    header = " ".join(name.rjust(w) if right else name.ljust(w) for name, w, right in _COLUMNS)
     lines = [header, "-" * len(header)]
     for row in rows:
         rtt = "-" if row["rtt_ms"] is None else f"{row['rtt_ms']:.3f}"
         index = row["index"] if row["index"] is not None else "-"
-        lines.append(
-            f"{index:>3} {'*' if row['host'] else '':<4} "
-            f"{row['address']:<21} {rtt:>8} {row['sent']:>7} {row['received']:>7} {row['lost']:>5}"
-        )
+        cells = (index, "*" if row["host"] else "", row["address"], rtt, row["sent"], row["received"], row["lost"])
+        lines.append(" ".join(str(c).rjust(w) if right else str(c).ljust(w)
+                              for c, (_, w, right) in zip(cells, _COLUMNS)).rstrip())  # fmt: skip
     return lines
 
 
-def _print_live(rows: list[dict[str, Any]]) -> None:
-    # Redraw in place on a terminal: cursor home, clear screen, table.
-    sys.stdout.write("\x1b[H\x1b[2J" + "\n".join(render_rows(rows)) + "\n")
-    sys.stdout.flush()
+class LiveView:
+    """During a run: on a terminal, the station table redrawn in place (the final summary replaces it);
+    elsewhere, one progress line on stderr every few seconds (none in a run shorter than that)."""
+
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+        self.height = 0
+        self.calls = 0
+        self.started = wallclock.monotonic()
+
+    def __call__(self, rows: list[dict[str, Any]]) -> None:
+        self.calls += 1
+        if self.tty:
+            up = f"\x1b[{self.height}F\x1b[J" if self.height else ""
+            table = render_rows(rows)
+            sys.stdout.write(up + "\n".join(table) + "\n")
+            sys.stdout.flush()
+            self.height = len(table)
+        elif self.calls > 1:
+            elapsed = wallclock.monotonic() - self.started
+            sent = sum(r["sent"] for r in rows)
+            received = sum(r["received"] for r in rows)
+            lost = sum(r["lost"] for r in rows)
+            print(f"pianode mesh: {elapsed:.0f} s: {len(rows)} stations running, {sent} packets sent, "
+                  f"{received} received, {lost} messages resent", file=sys.stderr, flush=True)  # fmt: skip
+
+    def clear(self) -> None:
+        """Take the live table off the screen before the final summary (so the table appears once)."""
+        if self.tty and self.height:
+            sys.stdout.write(f"\x1b[{self.height}F\x1b[J")
+            sys.stdout.flush()
+            self.height = 0

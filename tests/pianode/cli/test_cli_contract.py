@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -302,3 +304,71 @@ def test_quiet_prints_only_the_result() -> None:
     out = run("mesh", "-n", "2", "--duration", "0.2", "-q")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [next(line for line in out.stdout.splitlines() if line.startswith("result: OK"))]
+
+
+# ---------------------------------------------------------------- words that name the flag, output that explains itself
+
+
+def test_decode_names_the_flags_it_needs(captures: pathlib.Path) -> None:
+    pia = run("decode", str(captures / "nDPI-nintendo.pcap"), "--version", "5.18", "--session-key", KEY,
+              "--format", "jsonl")  # fmt: skip
+    assert pia.returncode == 2  # a key without a network type cannot open a 5.18 packet: bad input
+    assert assert_one_line(pia.stderr) == (
+        "pianode decode: Pia 5.18 nonces depend on the network type: give --network (lan, ldn, nex, npln)")
+    prudp = run("decode", str(captures / "gro-prudp" / "GRO_Backend_packetLog.jsonl"), "--format", "table")
+    assert prudp.returncode == 0
+    assert prudp.stdout.splitlines()[-1] == "-- unknown datagrams: PRUDP? give --prudp-variant (and --access-key)"
+
+
+def test_the_live_view_redraws_in_place_and_leaves_one_final_table() -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*PIANODE, "mesh", "-n", "2", "--duration", "1.2"], stdout=follower,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    os.close(follower)
+    chunks = []
+    try:
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the program exited and closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=30)
+    finally:
+        os.close(leader)
+        kill_leftovers([proc])
+    text = b"".join(chunks).decode()
+    assert proc.returncode == 0
+    assert "\x1b[2J" not in text  # the screen is never cleared
+    redraws = text.count("\x1b[4F\x1b[J")  # cursor up over the 4-line table, erase below
+    assert redraws >= 2
+    after = text.rsplit("\x1b[4F\x1b[J", 1)[1]  # what stays on the screen
+    assert after.startswith("Pia 5.18 lan mesh: 2 stations") and after.count("rtt ms (mean to peers)") == 1
+
+
+def test_off_a_terminal_a_long_run_prints_progress_to_stderr() -> None:
+    out = run("mesh", "-n", "2", "--duration", "6", "--format", "jsonl")
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert lines and all(re.fullmatch(r"pianode mesh: \d+ s: 2 stations running, \d+ packets sent, \d+ received, "
+                                      r"\d+ messages resent", line) for line in lines), lines  # fmt: skip
+    assert json.loads(out.stdout)["ok"] is True
+
+
+def test_node_summary_is_a_table_and_the_join_command_works_as_printed() -> None:
+    net = loopback_block()
+    out = run("node", "--create", "--bind", net + "2", "--version", "5.29", "--group-port", str(free_port()),
+              "--duration", "0.3")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    command = lines[1].strip()
+    assert command.startswith(f"pianode node --join {net}2:") and f"--bind {net}3" in command
+    assert "--group-port" in command and "--version 5.29" in command
+    header = next(i for i, line in enumerate(lines) if line.startswith("idx"))
+    assert lines[header].split() == ["idx", "host", "self", "address", "state", "rtt", "ms", "received", "msgs"]
+    assert set(lines[header + 1]) == {"-"}
+    assert lines[header + 2].split()[:4] == ["0", "*", "*", f"{net}2:" + command.split()[3].split(":")[1]]
