@@ -372,3 +372,15 @@ def test_node_summary_is_a_table_and_the_join_command_works_as_printed() -> None
     assert lines[header].split() == ["idx", "host", "self", "address", "state", "rtt", "ms", "received", "msgs"]
     assert set(lines[header + 1]) == {"-"}
     assert lines[header + 2].split()[:4] == ["0", "*", "*", f"{net}2:" + command.split()[3].split(":")[1]]
+
+
+def test_v_logs_state_changes_and_vv_every_drop_with_its_reason() -> None:
+    quiet = run("mesh", "-n", "3", "--duration", "0.3", "--leave", "--format", "jsonl")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    states = run("mesh", "-n", "3", "--duration", "0.3", "--leave", "--format", "jsonl", "-v")
+    assert states.returncode == 0, states.stderr
+    assert re.search(r" pianode\.mesh INFO station \d+: the host moved from station 0 to 1$", states.stderr, re.M)
+    assert " DEBUG " not in states.stderr
+    drops = run("-vv", "mesh", "-n", "2", "--duration", "0.5", "--corrupt", "0.3", "--seed", "3", "--format", "jsonl")
+    assert json.loads(drops.stdout)["drops"]
+    assert re.search(r" pianode\.mesh DEBUG dropped a datagram: (bad_tag|malformed)$", drops.stderr, re.M)
