@@ -28,7 +28,7 @@ from pianode.sim.faults import LinkFaults
 __all__ = [
     "CliError", "CliFailure", "Stop", "add_fault_arguments", "add_network_arguments", "check_local_address",
     "check_output_path", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
-    "parse_bind", "parse_hostport", "port_arg", "check_number", "version_arg",
+    "parse_bind", "parse_hostport", "parse_remote", "port_arg", "check_number", "version_arg",
 ]  # fmt: skip
 
 
@@ -125,6 +125,17 @@ def parse_hostport(text: str, default_port: int | None = None, *, flag: str | No
     if not low <= value < 65536:
         raise CliError(f"{where}port must be {low}..65535, got {value} in {text!r}")
     return host, value
+
+
+def parse_remote(text: str, flag: str, default_port: int | None = None) -> tuple[str, int]:
+    """HOST:PORT of the other end, the host resolved to an IPv4 address now (one line naming *flag* if not)."""
+    host, port = parse_hostport(text, default_port, flag=flag)
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        why = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise CliError(f"{flag} {text}: cannot resolve {host!r} ({why})") from None
+    return str(infos[0][4][0]), port
 
 
 def parse_bind(text: str, flag: str = "--bind", default_port: int = 0, *, allow_any: bool = False) -> tuple[str, int]:

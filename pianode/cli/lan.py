@@ -1,28 +1,28 @@
-"""``pianode lan host``, ``lan browse`` and ``lan join``: LAN mode as consoles do it (spec §6).
+"""pianode lan host, lan browse and lan join: LAN mode as consoles do it (spec §6).
 
-``lan host`` runs a mesh node on ``--bind IP[:PORT]`` (port: first free of
+lan host runs a mesh node on --bind IP[:PORT] (port: first free of
 49152-49155 unless given) that creates a mesh, and answers browse
-requests on ``--listen`` (default ``0.0.0.0:30000``, 35000 for 6.x) with a LanSessionInfo for it
-whose participant list follows the mesh (``pianode.lan.session``).  Outside
-Pia 5.7-5.45 (the node's versions), or with ``--discovery-only``, it answers
-for a one-station session with no node behind it.  ``lan browse`` broadcasts
-one request to ``127.255.255.255`` and prints every session whose challenge
+requests on --listen (default 0.0.0.0:30000, 35000 for 6.x) with a LanSessionInfo for it
+whose participant list follows the mesh (pianode.lan.session).  Outside
+Pia 5.7-5.45 (the node's versions), or with --discovery-only, it answers
+for a one-station session with no node behind it.  lan browse broadcasts
+one request to 127.255.255.255 and prints every session whose challenge
 verified, as a table or as JSON Lines (one object per session with the
-LanSessionInfo fields and the derived session key).  ``lan join`` follows the
-console join flow (spec §6.6): browse until a session answers (``--network-id``
+LanSessionInfo fields and the derived session key).  lan join follows the
+console join flow (spec §6.6): browse until a session answers (--network-id
 picks one), take the session key from its published param, join
 the host's mesh.  Host and joiners print their node's events (stations
 joining and leaving, data received) and broadcast a numbered message every
-``--interval`` seconds, then a summary when ``--duration`` ends or at
+--interval seconds, then a summary when --duration ends or at
 SIGTERM, before leaving the mesh; Ctrl-C does the same and then prints
-``interrupted`` (exit status 130).  All of it defaults to loopback, so it
+interrupted (exit status 130).  All of it defaults to loopback, so it
 works on one machine with no setup.
 
 When a browse or join finds nothing, the command says what it heard and why
 it ignored it (a challenge that did not verify with this game key, another
 LAN system communication version, a full or closed session).
 
-Exit status: 0 on success (``browse``: at least one session found; ``join``:
+Exit status: 0 on success (browse: at least one session found; join:
 joined), 1 when a browse found nothing or a join failed, 2 with a one-line
 message for a bad flag or setting, 130 after Ctrl-C.
 """
@@ -30,6 +30,7 @@ message for a bad flag or setting, 130 after Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import math
 import sys
@@ -77,7 +78,7 @@ T = TypeVar("T")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("lan", help="LAN mode: host a session or browse for sessions (UDP broadcast)")
+    p = sub.add_parser("lan", help="LAN mode: host a session or browse for sessions (UDP broadcast)", description=__doc__)
     lan_sub = p.add_subparsers(dest="lan_command", metavar="SUBCOMMAND")
 
     def mesh_flags(q: argparse.ArgumentParser) -> None:
@@ -173,7 +174,12 @@ def _bind_address(text: str, flag: str = "--bind") -> tuple[str, int]:
 
 
 def _broadcast(args: argparse.Namespace, profile: VersionProfile) -> tuple[str, int]:
-    return parse_hostport(args.broadcast or DEFAULT_BROADCAST, browse_port(profile), flag="--broadcast")
+    host, port = parse_hostport(args.broadcast or DEFAULT_BROADCAST, browse_port(profile), flag="--broadcast")
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        raise CliError(f"--broadcast must be an IPv4 address such as 127.255.255.255, got {host!r}") from None
+    return host, port
 
 
 def _node_speaks(profile: VersionProfile) -> bool:

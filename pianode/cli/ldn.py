@@ -1,24 +1,24 @@
 """pianode ldn host | scan | join: simulated LDN networks on one machine (spec §7).
 
-``ldn host`` creates an LDN network (169.254.X.0/24, on loopback 127.254.X.0/24),
+ldn host creates an LDN network (169.254.X.0/24, on loopback 127.254.X.0/24),
 starts its Pia host node and advertises the network on the discovery channel
-(UDP broadcast to 127.255.255.255:30400) until ``--duration`` passes or Ctrl-C.
-``ldn scan`` lists the networks it hears.  ``ldn join`` scans, connects, derives
+(UDP broadcast to 127.255.255.255:30400) until --duration passes or Ctrl-C.
+ldn scan lists the networks it hears.  ldn join scans, connects, derives
 the session key and network id from the game key and the advertisement as a
 console does, and joins the host's mesh.
 
-With ``--stations N`` every process waits until the mesh has N stations, sends
-``--messages M`` numbered reliable messages to every other station, waits for
+With --stations N every process waits until the mesh has N stations, sends
+--messages M numbered reliable messages to every other station, waits for
 the M of every other station, then leaves (the host waits for the others to
 go first).  Ctrl-C ends a run the same way (summary, leave, the recording
-written) and then prints ``interrupted``.  Exit status 0 when that exchange
-completed (or, without ``--stations``, when the run ended normally), 1 when
+written) and then prints interrupted.  Exit status 0 when that exchange
+completed (or, without --stations, when the run ended normally), 1 when
 it did not or the join failed, 2 with a one-line message for a bad flag or
 setting, 130 after Ctrl-C.
 
-Output: ``--format table`` (default) or ``jsonl``: one JSON object per line,
-``{"event": "network" | "joined" | "station-joined" | "station-left" |
-"summary", ...}`` for host/join, one object per network for scan.
+Output: --format table (default) or jsonl: one JSON object per line,
+{"event": "network" | "joined" | "station-joined" | "station-left" |
+"summary", ...} for host/join, one object per network for scan.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ _TAG = b"LDNX"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("ldn", help="LDN mode, simulated on loopback: host, scan for and join networks")
+    p = sub.add_parser("ldn", help="LDN mode, simulated on loopback: host, scan for and join networks",
+                       description=__doc__)
     ldn_sub = p.add_subparsers(dest="ldn_command", metavar="SUBCOMMAND")
 
     def common(q: argparse.ArgumentParser, *, key_required: bool) -> None:
@@ -178,6 +179,13 @@ def _session_key(text: str | None) -> bytes | None:
     if len(key) != 16:
         raise CliError("--session-key must be 16 bytes (32 hex digits)")
     return key
+
+
+def _ipv4(flag: str, text: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise CliError(f"{flag} must be an IPv4 address, got {text!r}") from None
 
 
 def _ldn_address(text: str | None, *, host: bool) -> str | None:
@@ -333,7 +341,7 @@ def run_host(args: argparse.Namespace) -> int:
         max_participants=args.max,
         name=args.name,
         pia_port=args.port,
-        discovery=(args.broadcast, args.discovery_port),
+        discovery=(_ipv4("--broadcast", args.broadcast), args.discovery_port),
         advertise_interval=args.interval,
         local_communication_id=_local_id(args.local_id) or 0x0100_0000_0000_1000,
         game_mode=args.game_mode,

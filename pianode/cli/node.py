@@ -36,7 +36,7 @@ from pianode.cli.common import (
     hex_key,
     number_arg,
     parse_bind,
-    parse_hostport,
+    parse_remote,
     port_arg,
     probe_udp,
     render_table,
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     key = hex_key("--session-key", args.session_key)
     if args.create and key is None:
         key = os.urandom(16)
-    join = parse_hostport(args.join, flag="--join") if args.join else None
+    join = parse_remote(args.join, "--join") if args.join else None
     group = None
     if args.group_port is not None:
         group = ("127.255.255.255", args.group_port)

@@ -1,14 +1,14 @@
-"""``pianode prudp``: an echo host and a client that measures round trips.
+"""pianode prudp: an echo host and a client that measures round trips.
 
-``pianode prudp serve --variant V [--bind IP[:PORT]]`` binds 127.0.0.1 by default and
-echoes every message on every connection.  ``pianode prudp connect --variant V
-HOST:PORT`` connects, sends ``--count`` messages of ``--size`` bytes, checks each
+pianode prudp serve --variant V [--bind IP[:PORT]] binds 127.0.0.1 by default and
+echoes every message on every connection.  pianode prudp connect --variant V
+HOST:PORT connects, sends --count messages of --size bytes, checks each
 echo and prints the round-trip times.
 
 The Rendez-Vous variant needs a certificate key (spec ../shared/spec/prudp.md
-§4.3): the host signs with a private key (``--certificate-key PEM``, or a fresh
+§4.3): the host signs with a private key (--certificate-key PEM, or a fresh
 one whose public key it prints), and the client trusts a public key
-(``--trust`` with a PEM file or the 64-byte key in hex).
+(--trust with a PEM file or the 64-byte key in hex).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pianode.cli.common import (
     deprecated_alias,
     number_arg,
     parse_bind,
-    parse_hostport,
+    parse_remote,
     port_arg,
     probe_udp,
 )
@@ -56,7 +56,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("prudp", help="PRUDP echo host and round-trip client")
+    parser = subparsers.add_parser("prudp", help="PRUDP echo host and round-trip client", description=__doc__)
     sub = parser.add_subparsers(dest="prudp_command", metavar="ACTION")
     parser.set_defaults(handler=lambda args: (parser.print_help(), 2)[1])
 
@@ -185,12 +185,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _resolve(text: str) -> tuple[str, int]:
-    host, port = parse_hostport(text, flag="HOST:PORT")
-    try:
-        infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)
-    except socket.gaierror as exc:
-        raise CliError(f"HOST:PORT {text}: cannot resolve {host!r} ({exc.strerror})") from None
-    return str(infos[0][4][0]), port
+    return parse_remote(text, "HOST:PORT")
 
 
 def _no_answer(address: tuple[str, int], args: argparse.Namespace, stats: dict[str, int]) -> str:
