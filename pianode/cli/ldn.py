@@ -227,10 +227,13 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
 
 
 class _Out:
-    def __init__(self, fmt: str) -> None:
+    def __init__(self, fmt: str, quiet: bool = False) -> None:
         self.jsonl = fmt == "jsonl"
+        self.quiet = quiet and not self.jsonl
 
-    def emit(self, record: dict[str, Any], text: str) -> None:
+    def emit(self, record: dict[str, Any], text: str, *, result: bool = False) -> None:
+        if self.quiet and not result:
+            return
         print(json.dumps(record, sort_keys=True) if self.jsonl else text, flush=True)
 
 
@@ -356,7 +359,7 @@ def run_host(args: argparse.Namespace) -> int:
 
 
 async def _host(args: argparse.Namespace, config: LdnHostConfig, stop: Stop) -> int:
-    out = _Out(args.format)
+    out = _Out(args.format, args.quiet)
     recorder = LdnRecorder() if args.record else None
     async with trio.open_nursery() as outer:
         await outer.start(stop.watch)
@@ -395,7 +398,7 @@ async def _host_run(args: argparse.Namespace, config: LdnHostConfig, out: _Out, 
         if recorder is not None:
             session_path = recorder.write(args.record, host.session_file(args.game_key))
             record["record"] = {"pcap": args.record, "session": session_path, "datagrams": len(recorder.records)}
-    out.emit(record, _summary_text(record))
+    out.emit(record, _summary_text(record), result=True)
     return 0 if ok else 1
 
 
@@ -419,7 +422,7 @@ def run_scan(args: argparse.Namespace) -> int:
 
     found = trio.run(main)
     stop.exit_if_interrupted()
-    out = _Out(args.format)
+    out = _Out(args.format, args.quiet)
     records = [network_record(net, profile, game_key) for net in sorted(found, key=lambda n: n.advertisement.host.ip)]
     if out.jsonl:
         for record in records:
@@ -506,7 +509,7 @@ def run_join(args: argparse.Namespace) -> int:
 
 async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: bytes, ssid: bytes | None,
                 stop: Stop) -> int:  # fmt: skip
-    out = _Out(args.format)
+    out = _Out(args.format, args.quiet)
     recorder = LdnRecorder() if args.record else None
     found: list[FoundNetwork] = []
     with stop.phase():
@@ -550,5 +553,5 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
                 "--game-key (is it the host's?)") if drops.get("bad_tag") else (
                 ": is --game-key the host's (the session key derives from it)?" if isinstance(exc, JoinError) else "")
         raise CliFailure(f"{exc}{hint}") from None
-    out.emit(record, _summary_text(record))
+    out.emit(record, _summary_text(record), result=True)
     return 0 if ok else 1

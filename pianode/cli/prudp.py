@@ -212,7 +212,8 @@ def _connect(args: argparse.Namespace) -> int:
         nonlocal bad
         t0 = trio.current_time()
         conn = await endpoint.connect(address)
-        print(f"connected to {address[0]}:{address[1]} in {1000 * (trio.current_time() - t0):.1f} ms", flush=True)
+        if not args.quiet:
+            print(f"connected to {address[0]}:{address[1]} in {1000 * (trio.current_time() - t0):.1f} ms", flush=True)
         for i in range(args.count):
             message = bytes((i + j) & 0xFF for j in range(args.size))
             start = trio.current_time()
@@ -221,7 +222,8 @@ def _connect(args: argparse.Namespace) -> int:
             rtts.append(trio.current_time() - start)
             ok = echo == message
             bad += not ok
-            print(f"seq={i} bytes={len(echo)} rtt={1000 * rtts[-1]:.2f} ms{'' if ok else ' MISMATCH'}", flush=True)
+            if not args.quiet:
+                print(f"seq={i} bytes={len(echo)} rtt={1000 * rtts[-1]:.2f} ms{'' if ok else ' MISMATCH'}", flush=True)
         await conn.close()
 
     async def main() -> None:
