@@ -610,6 +610,10 @@ class LanMeshRun(MeshRun):
         self.game_key_text = game_key_text
         self.browse_port = browse_port
 
+    def _session_context(self) -> dict[str, Any]:
+        # The recording holds the browse requests and replies too: decode verifies their challenge with the game key.
+        return {**super()._session_context(), "game_key": self.game_key.hex()}
+
     async def _form(self, nursery: trio.Nursery) -> list[Node]:
         from pianode.lan.session import form_lan_mesh
 
