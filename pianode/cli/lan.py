@@ -361,6 +361,9 @@ async def _diagnose_join(profile: VersionProfile, key: bytes, network_id: int | 
         elif f.session_key is None:
             reasons.append(f"{where} publishes no session key param")
     reasons.extend(r["message"] for r in ignored_replies(profile, client))
+    if not reasons and client.counters.received == 0 and profile.lan_challenge_version is not None:
+        reasons.append("no reply at all: no host there, or hosts with another game key "
+                       "(a host ignores a request whose challenge it cannot open)")  # fmt: skip
     return reasons
 
 

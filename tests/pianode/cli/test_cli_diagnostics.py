@@ -126,3 +126,25 @@ def test_join_with_the_wrong_session_key_says_so_and_the_host_counts_the_bad_tag
     drops = [json.loads(x) for x in host_out.splitlines() if '"event": "dropped"' in x]
     assert drops and {d["reason"] for d in drops} >= {"bad_tag"}
     assert sum(d["count"] for d in drops if d["reason"] == "bad_tag") >= 1
+
+
+def test_join_with_the_wrong_game_key_points_at_the_game_key() -> None:
+    net, port = loopback_block(), free_port()
+    with started(*lan_host(net, port), ready="hosting network id"):
+        out = run("lan", "join", "--game-key", OTHER_KEY, "--bind", net + "3", "--broadcast", f"127.255.255.255:{port}",
+                  "--timeout", "1")  # fmt: skip
+    assert out.returncode == 1
+    assert one_line(out.stderr) == (
+        "pianode lan join: no answer from a LAN session within 1 s of browsing: no reply at all: no host there, "
+        "or hosts with another game key (a host ignores a request whose challenge it cannot open)"
+    )
+
+
+def test_ldn_join_with_the_wrong_game_key_points_at_the_game_key() -> None:
+    port = str(free_port())
+    with started("ldn", "host", "--game-key", GAME_KEY, "--discovery-port", port, "--duration", "30",
+                 ready="LDN network"):  # fmt: skip
+        out = run("ldn", "join", "--game-key", OTHER_KEY, "--discovery-port", port, "--duration", "20")
+    assert out.returncode == 1
+    line = one_line(out.stderr)
+    assert line.startswith("pianode ldn join: ") and "is --game-key the host's" in line

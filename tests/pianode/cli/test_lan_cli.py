@@ -127,7 +127,10 @@ async def test_join_with_no_session_exits_1_with_one_line() -> None:
     with trio.fail_after(20):
         result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
     assert result.returncode == 1
-    assert result.stderr.decode().splitlines() == ["pianode lan join: no answer from a LAN session within 0.5 s of browsing"]
+    assert result.stderr.decode().splitlines() == [
+        "pianode lan join: no answer from a LAN session within 0.5 s of browsing: no reply at all: no host there, "
+        "or hosts with another game key (a host ignores a request whose challenge it cannot open)"
+    ]
     assert result.stdout == b""
 
 
