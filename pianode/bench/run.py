@@ -44,6 +44,8 @@ from typing import Any
 
 import attrs
 from protocols.crypto.aead import available_backends
+from protocols.errors import ConfigError
+from protocols.pia.versions import profile_for
 
 from pianode.bench import net
 from pianode.bench.codec import bench_codec
@@ -171,6 +173,14 @@ def budget_from_args(args: argparse.Namespace) -> Budget:
         problems.append("--datagrams must be 100..4000000")
     if budget.rtt_pings < 1 or any(s < 0 or s > 4096 for s in budget.sizes):
         problems.append("--rtt-pings must be at least 1 and sizes 0..4096")
+    for flag, version in (("--version", budget.version), ("--session-version", budget.session_version)):
+        try:
+            profile = profile_for(version)
+        except ConfigError as exc:
+            problems.append(f"{flag}: {' '.join(str(exc).split())}")
+            continue
+        if not (5, 7) <= profile.version <= (5, 45):
+            problems.append(f"{flag} {version}: the node speaks Pia 5.7-5.45")
     if args.backend is not None and args.backend not in available_backends():
         problems.append(f"AEAD backend {args.backend} is not installed")
     if problems:

@@ -1,9 +1,9 @@
-"""``pianode bench``: the speed benchmark of issue 6 (same engine as ``scripts/bench.py``).
+"""pianode bench: the speed benchmark (the same engine as scripts/bench.py).
 
-Measures codec, receive path, mesh formation, memory, RTT and the 32-station
-60 Hz session, prints a table with every figure against its target (PASS or
-FAIL) and optionally writes JSON.  Exit status 0 when every targeted figure
-passed, 1 when one failed.  See :mod:`pianode.bench.run`.
+Measures the codec, the receive path, mesh formation, memory, RTT and the
+32-station 60 Hz session, and prints a table with every figure against its
+target (PASS or FAIL); --json FILE also writes the figures as JSON.  Exit status
+0 when every targeted figure passed, 1 when one failed.
 """
 
 from __future__ import annotations

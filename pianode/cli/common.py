@@ -1,23 +1,312 @@
-"""Arguments shared by several subcommands (version, network, faults)."""
+"""What the subcommands share: flags (version, network, faults), value checks and the two error kinds.
+
+Every check here raises :class:`CliError` with one line that names the flag and the value, and
+says what is allowed; ``pianode.cli.main`` prints it and exits 2.  A failure at run time (no
+host, refused, timed out) is a :class:`CliFailure`: one line, exit 1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import ipaddress
+import math
+import os
+import pathlib
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import trio
 
 from pianode.sim.faults import LinkFaults
 
 
-__all__ = ["CliError", "add_fault_arguments", "add_network_arguments", "fault_injector_from_args", "parse_hostport"]
+__all__ = [
+    "CliError", "CliFailure", "Stop", "add_fault_arguments", "add_network_arguments", "check_local_address",
+    "check_output_path", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
+    "parse_bind", "parse_hostport", "parse_remote", "port_arg", "check_number", "version_arg",
+]  # fmt: skip
 
 
 class CliError(Exception):
     """A user error: printed as one line, exit status 2."""
 
 
+class CliFailure(Exception):
+    """A failure at run time (no host, refused, timed out): printed as one line, exit status 1."""
+
+
+# ---------------------------------------------------------------------- numbers
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def describe_range(lo: float | None, hi: float | None, *, lo_open: bool = False, integer: bool = False) -> str:
+    """"an integer ≥ 0 and ≤ 65535", "a number > 0 and ≤ 240", ..."""
+    kind = "an integer" if integer else "a number"
+    parts = []
+    if lo is not None:
+        parts.append(f"{'>' if lo_open else '≥'} {_fmt(lo)}")
+    if hi is not None:
+        parts.append(f"≤ {_fmt(hi)}")
+    return f"{kind} {' and '.join(parts)}".rstrip()
+
+
+def check_number(
+    flag: str, text: Any, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+    integer: bool = False,
+) -> Any:
+    """*text* (a string or a number) as an int or float in the range, or a CliError naming *flag*."""
+    want = describe_range(lo, hi, lo_open=lo_open, integer=integer)
+    try:
+        if isinstance(text, str):
+            value: float = int(text, 0) if integer else float(text)
+        else:
+            value = text
+    except ValueError:
+        raise CliError(f"{flag} must be {want}, got {text!r}") from None
+    if not math.isfinite(value) or (lo is not None and (value <= lo if lo_open else value < lo)) or (
+        hi is not None and value > hi
+    ):
+        raise CliError(f"{flag} must be {want}, got {_fmt(value) if math.isfinite(value) else text}")
+    return value
+
+
+def number_arg(
+    flag: str, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, integer: bool = False
+) -> Callable[[str], Any]:
+    """An argparse ``type=``: the value checked at parse time (one line, exit 2, naming *flag*)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return check_number(flag, text, lo, hi, lo_open=lo_open, integer=integer)
+        except CliError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = "integer" if integer else "number"
+    return convert
+
+
+def port_arg(flag: str, *, allow_zero: bool = True) -> Callable[[str], int]:
+    return number_arg(flag, 0 if allow_zero else 1, 65535, integer=True)  # type: ignore[no-any-return]
+
+
+def version_arg(text: str) -> str:
+    """``--version``: a Pia version such as 5.18 (checked against the table later); never empty."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("--version must be a Pia version such as 5.18, got an empty string")
+    return text.strip()
+
+
+# ---------------------------------------------------------------------- addresses
+
+
+def parse_hostport(text: str, default_port: int | None = None, *, flag: str | None = None) -> tuple[str, int]:
+    """HOST:PORT (or HOST alone when there is a *default_port*)."""
+    where = f"{flag} " if flag else ""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        if default_port is None:
+            raise CliError(f"{where}expected HOST:PORT, got {text!r}")
+        host, port = text, str(default_port)
+    if not host:
+        raise CliError(f"{where}expected HOST:PORT, got {text!r}")
+    low = 0 if default_port == 0 else 1
+    try:
+        value = int(port)
+    except ValueError:
+        raise CliError(f"{where}port must be an integer {low}..65535, got {port!r} in {text!r}") from None
+    if not low <= value < 65536:
+        raise CliError(f"{where}port must be {low}..65535, got {value} in {text!r}")
+    return host, value
+
+
+def parse_remote(text: str, flag: str, default_port: int | None = None) -> tuple[str, int]:
+    """HOST:PORT of the other end, the host resolved to an IPv4 address now (one line naming *flag* if not)."""
+    host, port = parse_hostport(text, default_port, flag=flag)
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        why = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise CliError(f"{flag} {text}: cannot resolve {host!r} ({why})") from None
+    return str(infos[0][4][0]), port
+
+
+def parse_bind(text: str, flag: str = "--bind", default_port: int = 0, *, allow_any: bool = False) -> tuple[str, int]:
+    """``IP[:PORT]`` of a local socket: the IPv4 checked as one this machine can bind."""
+    host, port = parse_hostport(text, default_port, flag=flag)
+    return check_local_address(host, flag, allow_any=allow_any), port
+
+
+def check_local_address(text: str, flag: str, *, allow_any: bool = False) -> str:
+    """An IPv4 address of this machine (127.x, or one of its interfaces); 0.0.0.0 only if *allow_any*."""
+    try:
+        ip = ipaddress.IPv4Address(text)
+    except ValueError:
+        raise CliError(f"{flag} must be an IPv4 address such as 127.0.0.2, got {text!r}") from None
+    if ip.is_unspecified and not allow_any:
+        raise CliError(f"{flag} must be a specific local IPv4 address such as 127.0.0.2, not {ip}")
+    if ip.is_multicast or str(ip) in ("255.255.255.255", "127.255.255.255", "127.0.0.0"):
+        raise CliError(f"{flag} must be a local unicast IPv4 address, not {ip}")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind((str(ip), 0))
+        except OSError as exc:
+            raise CliError(f"{flag} {ip}: not an address of this machine ({exc.strerror or exc})") from None
+    return str(ip)
+
+
+def check_udp_free(flag: str, ip: str, port: int) -> None:
+    """Fail now, naming *flag*, if UDP *ip*:*port* cannot be bound (port 0 always can)."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind((ip, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                why = "is already in use (pick another port, or 0 for any free one)"
+            elif exc.errno == errno.EACCES:
+                why = "is not allowed (permission denied)"
+            else:
+                why = f"cannot be bound ({exc.strerror or exc})"
+            raise CliError(f"{flag}: UDP port {port} on {ip} {why}") from None
+
+
+def check_output_path(flag: str, path: str | None) -> None:
+    """A file to write at the end of a run: its directory must exist and be writable now."""
+    if path is None:
+        return
+    if not path:
+        raise CliError(f"{flag} needs a file name")
+    p = pathlib.Path(path)
+    if p.is_dir():
+        raise CliError(f"{flag} {path}: is a directory")
+    parent = p.parent if str(p.parent) else pathlib.Path(".")
+    if not parent.is_dir():
+        raise CliError(f"{flag} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise CliError(f"{flag} {path}: not writable")
+
+
+# ---------------------------------------------------------------------- tables
+
+
+def render_table(headers: list[str], rows: list[list[Any]], *, right: set[int] | None = None) -> list[str]:
+    """The one table style of every command: lower-case headers (units in them), columns aligned,
+    numbers right-aligned (columns in *right*), a rule under the header."""
+    right = set() if right is None else right
+    cells = [[str(h).lower() for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    out = [line(cells[0]), "-" * len(line(cells[0]))]
+    out.extend(line(r) for r in cells[1:])
+    return out
+
+
+def hex_key(flag: str, text: str | None, size: int = 16) -> bytes | None:
+    """A key given as hex (*size* bytes)."""
+    if text is None:
+        return None
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        raise CliError(f"{flag} must be {2 * size} hex digits, got {text!r}") from None
+    if len(key) != size:
+        raise CliError(f"{flag} must be {size} bytes ({2 * size} hex digits), got {len(key)} bytes")
+    return key
+
+
+def probe_udp(address: tuple[str, int], timeout: float = 0.3) -> bool | None:
+    """Is anything listening on UDP *address*?  False when the port is closed (ICMP port unreachable,
+    which loopback reports at once), True when something took the empty datagram, None when unsure."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(timeout)
+            s.connect(address)
+            s.send(b"")
+            try:
+                s.recv(1)
+            except ConnectionRefusedError:
+                return False
+            except (TimeoutError, socket.timeout):
+                return True
+            return True
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------- flags
+
+
+#: Notes on old flag spellings seen while parsing; ``pianode.cli.main`` says them once the command ends
+#: (on the same line as an error about bad input, so that is still one line).
+DEPRECATIONS: list[str] = []
+
+
+def deprecated_alias(new: str) -> type[argparse.Action]:
+    """An action for an old flag spelling: stores into the new flag's dest and notes the new name."""
+
+    class _Alias(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                     option_string: str | None = None) -> None:  # fmt: skip
+            note = f"{option_string} is deprecated, use {new}"
+            if note not in DEPRECATIONS:
+                DEPRECATIONS.append(note)
+            setattr(namespace, self.dest, True if self.nargs == 0 else values)
+
+    return _Alias
+
+
+# ---------------------------------------------------------------------- Ctrl-C
+
+
+class Stop:
+    """Ends a command's phases at its deadline or at the first SIGINT/SIGTERM; the command then still
+    prints its summary and leaves the mesh.  ``interrupted`` says it was SIGINT (Ctrl-C): the command
+    ends with :meth:`exit_if_interrupted` (``interrupted``, exit status 130)."""
+
+    def __init__(self, deadline: float = math.inf) -> None:
+        self.deadline = deadline
+        self.signalled = False
+        self.interrupted = False
+        self._scope: trio.CancelScope | None = None
+
+    @contextlib.contextmanager
+    def phase(self) -> Iterator[None]:
+        with trio.CancelScope(deadline=self.deadline) as scope:
+            self._scope = scope
+            if self.signalled:
+                scope.cancel()
+            yield
+        self._scope = None
+
+    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()
+            async for signum in signals:
+                self.signalled = True
+                self.interrupted = self.interrupted or signum == signal.SIGINT
+                if self._scope is not None:
+                    self._scope.cancel()
+
+    def exit_if_interrupted(self) -> None:
+        if self.interrupted:
+            raise KeyboardInterrupt
+
+
 def add_network_arguments(
     p: argparse.ArgumentParser, *, default_version: str | None = "5.18", version_help: str | None = None
 ) -> None:
-    p.add_argument("--version", default=default_version, help=version_help or f"Pia version (default {default_version}; e.g. 5.29)")
+    p.add_argument("--version", type=version_arg, default=default_version, help=version_help or f"Pia version (default {default_version}; e.g. 5.29)")
     p.add_argument("--network", default="lan", choices=("lan", "ldn", "nex"), help="network type (ids and nonces)")
     p.add_argument("--allow-nearest-version", action="store_true", help="use the nearest documented version for an undocumented one")
     p.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None, help="AEAD backend (default: fastest installed)")
@@ -26,13 +315,19 @@ def add_network_arguments(
 
 def add_fault_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fault injection (every link, decided per packet from --seed)")
-    g.add_argument("--loss", type=float, default=0.0, metavar="P", help="probability a datagram is lost")
-    g.add_argument("--dup", type=float, default=0.0, metavar="P", help="probability a datagram is duplicated")
-    g.add_argument("--reorder", type=float, default=0.0, metavar="P", help="probability a datagram is held back and overtaken")
-    g.add_argument("--delay", type=float, default=0.0, metavar="S", help="one-way delay in seconds")
-    g.add_argument("--jitter", type=float, default=0.0, metavar="S", help="extra random delay up to S seconds")
-    g.add_argument("--corrupt", type=float, default=0.0, metavar="P", help="probability one bit is flipped")
-    g.add_argument("--truncate", type=float, default=0.0, metavar="P", help="probability a datagram is cut short")
+    prob = lambda flag: number_arg(flag, 0, 1)  # noqa: E731
+    secs = lambda flag: number_arg(flag, 0, 60)  # noqa: E731
+    g.add_argument("--loss", type=prob("--loss"), default=0.0, metavar="P", help="probability a datagram is lost (0..1)")
+    g.add_argument("--dup", type=prob("--dup"), default=0.0, metavar="P", help="probability a datagram is duplicated (0..1)")
+    g.add_argument("--reorder", type=prob("--reorder"), default=0.0, metavar="P",
+                   help="probability a datagram is held back and overtaken (0..1)")
+    g.add_argument("--delay", type=secs("--delay"), default=0.0, metavar="S", help="one-way delay in seconds (0..60)")
+    g.add_argument("--jitter", type=secs("--jitter"), default=0.0, metavar="S",
+                   help="extra random delay up to S seconds (0..60)")
+    g.add_argument("--corrupt", type=prob("--corrupt"), default=0.0, metavar="P",
+                   help="probability one bit is flipped (0..1)")
+    g.add_argument("--truncate", type=prob("--truncate"), default=0.0, metavar="P",
+                   help="probability a datagram is cut short (0..1)")
 
 
 def fault_injector_from_args(args: argparse.Namespace) -> LinkFaults | None:
@@ -51,17 +346,3 @@ def fault_injector_from_args(args: argparse.Namespace) -> LinkFaults | None:
         raise CliError(str(exc)) from None
     return None if faults.is_clean else faults
 
-
-def parse_hostport(text: str, default_port: int | None = None) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        if default_port is None:
-            raise CliError(f"expected HOST:PORT, got {text!r}")
-        host, port = text, str(default_port)
-    try:
-        value = int(port)
-    except ValueError:
-        raise CliError(f"bad port in {text!r}") from None
-    if not (0 if default_port == 0 else 1) <= value < 65536:
-        raise CliError(f"port out of range in {text!r}")
-    return host, value

@@ -6,9 +6,10 @@ flags of the same names, see :mod:`pianode.capture.session_file`.  Output: ``--f
 table`` (the default on a terminal) or ``--format jsonl`` (the default when
 piped), one record per datagram from :mod:`pianode.capture.decode`.
 
-Exit status 0 whenever the input could be read, whatever individual datagrams
-hold; 2 with a one-line message when the capture or the session settings
-cannot be used at all.
+Exit status 0 when the whole input could be read, whatever individual
+datagrams hold; 2 with a one-line message when the capture or the session
+settings cannot be used at all, or (after every readable datagram) when the
+capture is cut short or corrupt, as tshark does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Any, NoReturn, TextIO
 
@@ -113,9 +115,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         ctx = load_session(args.session, _overrides(args))
     except ConfigError as exc:
-        raise CliError(" ".join(str(exc).split())) from None
+        raise CliError(_name_flags(" ".join(str(exc).split()))) from None
     for warning in ctx.warnings:
-        print(f"pianode decode: {warning}", file=sys.stderr)
+        print(f"pianode decode: {_name_flags(warning)}", file=sys.stderr)
     try:
         cap = open_capture(args.capture)
     except CaptureError as exc:
@@ -142,7 +144,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if cap.stats.problem is not None:
         print(f"pianode decode: {cap.name}: {cap.stats.problem}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _name_flags(text: str) -> str:
+    """"give network" (a session-file setting) → "give --network": the flag of the same name."""
+    return re.sub(r"\bgive (?!--)([a-z_]+)", lambda m: f"give --{m[1].replace('_', '-')}", text)
 
 
 def _emit(cap: Capture, decoder: Decoder, ctx: DecodeContext, fmt: str, out: TextIO) -> None:
@@ -301,4 +309,6 @@ def _summary(cap: Capture, decoder: Decoder, ctx: DecodeContext) -> str:
         text += f"\n-- {sum(cap.stats.skipped.values())} frames without UDP skipped ({skipped})"
     if not ctx.has_key_material and ctx.prudp is None:
         text += "\n-- no key given: encrypted bodies are not shown (see --session)"
+    if decoder.kinds.get("unknown") and ctx.prudp is None:
+        text += "\n-- unknown datagrams: PRUDP? give --prudp-variant (and --access-key)"
     return text

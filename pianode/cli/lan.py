@@ -1,46 +1,59 @@
-"""``pianode lan host``, ``lan browse`` and ``lan join``: LAN mode as consoles do it (spec §6).
+"""pianode lan host, lan browse and lan join: LAN mode as consoles do it (spec §6).
 
-``lan host`` runs a mesh node on ``--address`` (port: first free of
-49152-49155 unless ``--port``) that creates a mesh, and answers browse
-requests on ``0.0.0.0:30000`` (35000 for 6.x) with a LanSessionInfo for it
-whose participant list follows the mesh (``pianode.lan.session``).  Outside
-Pia 5.7-5.45 (the node's versions), or with ``--discovery-only``, it answers
-for a one-station session with no node behind it.  ``lan browse`` broadcasts
-one request to ``127.255.255.255`` and prints every session whose challenge
+lan host runs a mesh node on --bind IP[:PORT] (port: first free of
+49152-49155 unless given) that creates a mesh, and answers browse
+requests on --listen (default 0.0.0.0:30000, 35000 for 6.x) with a LanSessionInfo for it
+whose participant list follows the mesh (pianode.lan.session).  Outside
+Pia 5.7-5.45 (the node's versions), or with --discovery-only, it answers
+for a one-station session with no node behind it.  lan browse broadcasts
+one request to 127.255.255.255 and prints every session whose challenge
 verified, as a table or as JSON Lines (one object per session with the
-LanSessionInfo fields and the derived session key).  ``lan join`` follows the
-console join flow (spec §6.6): browse until a session answers (``--session``
-picks a network id), take the session key from its published param, join
+LanSessionInfo fields and the derived session key).  lan join follows the
+console join flow (spec §6.6): browse until a session answers (--network-id
+picks one), take the session key from its published param, join
 the host's mesh.  Host and joiners print their node's events (stations
 joining and leaving, data received) and broadcast a numbered message every
-``--send-every`` seconds, then a summary when ``--duration`` ends or at the
-first SIGINT/SIGTERM (Ctrl-C), before leaving the mesh.  All of it
-defaults to loopback, so it works on one machine with no setup.
+--interval seconds, then a summary when --duration ends or at
+SIGTERM, before leaving the mesh; Ctrl-C does the same and then prints
+interrupted (exit status 130).  All of it defaults to loopback, so it
+works on one machine with no setup.
 
-Exit status: 0 on success (``browse``: at least one session found; ``join``:
+When a browse or join finds nothing, the command says what it heard and why
+it ignored it (a challenge that did not verify with this game key, another
+LAN system communication version, a full or closed session).
+
+Exit status: 0 on success (browse: at least one session found; join:
 joined), 1 when a browse found nothing or a join failed, 2 with a one-line
-message for a bad flag or setting.
+message for a bad flag or setting, 130 after Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import ipaddress
 import json
 import math
-import signal
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any, TextIO, TypeVar
 
 import trio
 
-if sys.version_info < (3, 11):  # pragma: no cover - trio pulls the backport in
-    from exceptiongroup import BaseExceptionGroup
-
-from pianode.cli.common import CliError
-from pianode.cli.common import parse_hostport
+from pianode.cli.common import (
+    DEPRECATIONS,
+    CliError,
+    CliFailure,
+    Stop,
+    check_local_address,
+    check_number,
+    check_udp_free,
+    deprecated_alias,
+    parse_bind,
+    parse_hostport,
+    render_table,
+    version_arg,
+)
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.lan.discovery import (
@@ -65,17 +78,18 @@ T = TypeVar("T")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("lan", help="LAN mode: host a session or browse for sessions (UDP broadcast)")
+    p = sub.add_parser("lan", help="LAN mode: host a session or browse for sessions (UDP broadcast)", description=__doc__)
     lan_sub = p.add_subparsers(dest="lan_command", metavar="SUBCOMMAND")
 
     def mesh_flags(q: argparse.ArgumentParser) -> None:
         q.add_argument("--format", default="table", help="table (default) or jsonl: one object per event")
-        q.add_argument("--send-every", default="0.5", metavar="S",
+        q.add_argument("--interval", dest="send_every", default="0.5", metavar="S",
                        help="broadcast a numbered reliable message to the mesh every S seconds (0: never; default 0.5)")
+        q.add_argument("--send-every", dest="send_every", action=deprecated_alias("--interval"), help=argparse.SUPPRESS)
 
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument("--game-key", required=True, help="game key: 32 hex digits or 16 ASCII characters")
-        q.add_argument("--version", default="5.18", help="Pia version (default 5.18)")
+        q.add_argument("--version", type=version_arg, default="5.18", help="Pia version (default 5.18)")
         q.add_argument("--allow-nearest-version", action="store_true", help="use the nearest documented version")
         q.add_argument("--broadcast", default=None, metavar="ADDR[:PORT]",
                        help=f"broadcast address (default {DEFAULT_BROADCAST}; port 30000, or 35000 for 6.x); "
@@ -86,9 +100,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     h.add_argument("--max", default="4", metavar="N", help="maximum participants (default 4)")
     h.add_argument("--name", default="pianode", help="host player name (default pianode)")
     h.add_argument("--duration", default=None, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
-    h.add_argument("--address", default="127.0.0.1", help="IPv4 of the host's Pia socket (default 127.0.0.1)")
-    h.add_argument("--port", default=None, help="port of the host's Pia socket (default: first free of 49152-49155)")
-    h.add_argument("--bind", default=None, metavar="ADDR[:PORT]", help="listen address (default 0.0.0.0:30000/35000)")
+    h.add_argument("--bind", default=None, metavar="IP[:PORT]",
+                   help="the host's Pia socket (default 127.0.0.1, port: first free of 49152-49155)")
+    h.add_argument("--listen", default=None, metavar="ADDR[:PORT]",
+                   help="where browse requests are answered (default 0.0.0.0:30000, 35000 for 6.x)")
+    h.add_argument("--address", action=deprecated_alias("--bind IP"), default=None, help=argparse.SUPPRESS)
+    h.add_argument("--port", action=deprecated_alias("--bind IP:PORT"), default=None, help=argparse.SUPPRESS)
     h.add_argument("--game-mode", default="0", help="game mode (default 0; 5.x only)")
     h.add_argument("--app-version", default="0", help="application communication version (default 0)")
     h.add_argument("--host-address-size", default="18", help="5.10 only: 18 (KW) or 6 (NintendoClients)")
@@ -107,7 +124,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     j = lan_sub.add_parser("join", help="browse, take the session key from the session found, join its mesh")
     common(j)
-    j.add_argument("--session", default=None, metavar="ID", help="network id to join (default: the first found)")
+    j.add_argument("--network-id", dest="session", default=None, metavar="ID",
+                   help="network id to join (default: the first found)")
+    j.add_argument("--session", dest="session", action=deprecated_alias("--network-id"), help=argparse.SUPPRESS)
     j.add_argument("--duration", default=None, metavar="S",
                    help="stop S seconds after starting, browse included (default: until Ctrl-C)")
     j.add_argument("--timeout", default="10", metavar="S", help="give up browsing after S seconds (default 10)")
@@ -127,21 +146,17 @@ def _no_subcommand(p: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _number(text: str, what: str, *, lo: float = 0, hi: float = 2**32 - 1, integer: bool = True) -> Any:
-    try:
-        value: float = int(text, 0) if integer else float(text)
-    except ValueError:
-        raise CliError(f"--{what} must be {'an integer' if integer else 'a number'}, got {text!r}") from None
-    if not lo <= value <= hi:
-        raise CliError(f"--{what} must be between {lo} and {hi}, got {text}")
-    return value
+def _number(text: str, what: str, *, lo: float = 0, hi: float = 2**32 - 1, integer: bool = True,
+            lo_open: bool = False) -> Any:  # fmt: skip
+    return check_number(f"--{what}", text, lo, hi, integer=integer, lo_open=lo_open)
 
 
 def _profile(args: argparse.Namespace) -> VersionProfile:
     try:
         return profile_for(args.version, allow_nearest=args.allow_nearest_version)
     except ConfigError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(f"--version {args.version}: {exc}".replace(
+            "(allow the nearest version to use it anyway)", "(--allow-nearest-version uses the nearest anyway)")) from None
 
 
 def _game_key(args: argparse.Namespace) -> bytes:
@@ -151,17 +166,20 @@ def _game_key(args: argparse.Namespace) -> bytes:
         raise CliError(f"--game-key: {exc}") from None
 
 
-def _bind_address(text: str) -> tuple[str, int]:
-    """ADDR[:PORT] where port 0 (any free port) is allowed."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        return text, 0
-    port_n = _number(port, "bind", hi=0xFFFF)
-    return host, port_n
+def _bind_address(text: str, flag: str = "--bind") -> tuple[str, int]:
+    """IP[:PORT] of a local socket, port 0 (any free port) allowed; checked as bindable now."""
+    host, port = parse_bind(text, flag)
+    check_udp_free(flag, host, port)
+    return host, port
 
 
 def _broadcast(args: argparse.Namespace, profile: VersionProfile) -> tuple[str, int]:
-    return parse_hostport(args.broadcast or DEFAULT_BROADCAST, browse_port(profile))
+    host, port = parse_hostport(args.broadcast or DEFAULT_BROADCAST, browse_port(profile), flag="--broadcast")
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        raise CliError(f"--broadcast must be an IPv4 address such as 127.255.255.255, got {host!r}") from None
+    return host, port
 
 
 def _node_speaks(profile: VersionProfile) -> bool:
@@ -175,7 +193,38 @@ def _format(args: argparse.Namespace) -> str:
 
 
 def _duration(args: argparse.Namespace) -> float:
-    return math.inf if args.duration is None else _number(args.duration, "duration", hi=1e9, integer=False)
+    if args.duration is None:
+        return math.inf
+    return _number(args.duration, "duration", hi=86400 * 365, integer=False, lo_open=True)  # type: ignore[no-any-return]
+
+
+def _host_sockets(args: argparse.Namespace, profile: VersionProfile) -> tuple[str, int | None, tuple[str, int]]:
+    """The Pia socket (IP, port or None for the first free of 49152-49155) and the browse listener.
+
+    ``--bind IP[:PORT]`` is the Pia socket; the old spellings are ``--address``/``--port``, and
+    ``--bind 0.0.0.0[:PORT]`` (never a Pia socket: its ids derive from a specific address) is the old
+    spelling of ``--listen``."""
+    listen_text = args.listen
+    bind_text = args.bind
+    if bind_text is not None and bind_text.split(":")[0] == "0.0.0.0" and listen_text is None:
+        DEPRECATIONS.append("--bind 0.0.0.0[:PORT] on lan host is the browse listener: use --listen")
+        listen_text, bind_text = bind_text, None
+    if bind_text is not None:
+        ip, port_n = parse_bind(bind_text, "--bind")
+        port: int | None = port_n or None
+    else:
+        ip = check_local_address(args.address or "127.0.0.1", "--address" if args.address else "--bind")
+        port = None
+    if args.port is not None:
+        port = _number(args.port, "port", lo=1, hi=0xFFFF)
+    if port is not None:
+        check_udp_free("--bind", ip, port)
+    if listen_text is not None:
+        listen = parse_hostport(listen_text, browse_port(profile), flag="--listen")
+        check_local_address(listen[0], "--listen", allow_any=True)
+    else:
+        listen = ("0.0.0.0", browse_port(profile))
+    return ip, port, listen
 
 
 def run_host(args: argparse.Namespace) -> int:
@@ -185,26 +234,26 @@ def run_host(args: argparse.Namespace) -> int:
     key = _game_key(args)
     fmt = _format(args)
     max_n = _number(args.max, "max", lo=2, hi=16)
-    port = 0 if args.port is None else _number(args.port, "port", lo=1, hi=0xFFFF)
+    ip, port, bind = _host_sockets(args, profile)
     duration = _duration(args)
-    send_every = _number(args.send_every, "send-every", hi=3600, integer=False)
+    send_every = _number(args.send_every, "interval", hi=3600, integer=False)
     size = _number(args.host_address_size, "host-address-size", lo=6, hi=18)
     if size not in (6, 18):
         raise CliError("--host-address-size must be 6 or 18")
-    bind = parse_hostport(args.bind, browse_port(profile)) if args.bind else ("0.0.0.0", browse_port(profile))
     broadcast_ip, _ = _broadcast(args, profile)
     game_mode = _number(args.game_mode, "game-mode")
     app_version = _number(args.app_version, "app-version", hi=255)
     try:
-        config = NodeConfig(version=profile.name, bind=(args.address, port), name=args.name)
+        config = NodeConfig(version=profile.name, bind=(ip, port or 0), name=args.name)
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
-    report = _Report(fmt)
+    report = _Report(fmt, quiet=args.quiet)
+    stop = Stop()
 
     async def main() -> None:
-        stop = _Stop(trio.current_time() + duration)
+        stop.deadline = trio.current_time() + duration
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop.watch)
+            await nursery.start(stop.watch)
             session = await start_lan_host(
                 nursery, config, key, max_participants=max_n, name=args.name, game_mode=game_mode,
                 application_version=app_version, host_address_size=size, browse_bind=bind, broadcast_ip=broadcast_ip,
@@ -220,35 +269,102 @@ def run_host(args: argparse.Namespace) -> int:
                 f"hosting network id 0x{session.network_id:08x} (Pia {profile.name}, host {ip}:{pia_port}, "
                 f"max {max_n}) on {where[0]}:{where[1]}",
             )  # fmt: skip
+            nursery.start_soon(_report_ignored_requests, report, session.lan_host, profile)
             with stop.phase():
                 await report.participate(node, send_every, args.name)
             session.cancel_scope.cancel()  # stop answering browse requests first
             s = session.lan_host.statistics()
             report.summary(node, session.network_id, browse={"answered": s.answered, "dropped": s.dropped})
-            await node.leave(timeout=1.0)
+            with trio.move_on_after(2.0):
+                await node.leave(timeout=1.0)
             nursery.cancel_scope.cancel()
 
     _trio_run(main)
+    stop.exit_if_interrupted()
     return 0
 
 
+#: Why a host ignored a browse request.
+_IGNORED_REQUESTS = {
+    "bad_challenge": "its challenge did not verify with this game key (the browser uses another --game-key)",
+    "challenge_version": "its challenge is of version {detail}, Pia {version} uses {mine}",
+    "malformed": "not a browse request of Pia {version} ({detail})",
+}
+
+
+async def _report_ignored_requests(report: _Report, lan_host: LanHost, profile: VersionProfile) -> None:
+    """Say which browse requests the host ignored and why (a browser with the wrong game key hears nothing)."""
+    done = 0
+    while True:
+        await trio.sleep(0.25)
+        ignored = lan_host.responder.counters.ignored
+        for reason, addr, detail in ignored[done:]:
+            if reason == "no_match":
+                continue
+            why = _IGNORED_REQUESTS.get(reason, reason).format(
+                version=profile.name, detail=detail, mine=profile.lan_challenge_version)
+            report.emit({"event": "ignored", "reason": reason, "from": f"{addr[0]}:{addr[1]}"},
+                        f"ignored a browse request from {addr[0]}:{addr[1]}: {why}")  # fmt: skip
+        done = len(ignored)
+
+
 def _trio_run(main: Callable[[], Awaitable[T]]) -> T:
-    """``trio.run`` that turns a lone setting or socket error from inside a nursery into one CLI line."""
-    try:
-        return trio.run(main)
-    except BaseExceptionGroup as group:
-        leaves = list(_leaves(group))
-        if len(leaves) == 1 and isinstance(leaves[0], (ValueError, OSError)):
-            raise CliError(str(leaves[0])) from None
-        raise
+    """``trio.run``; errors from inside a nursery reach ``pianode.cli.main``, which makes them one line."""
+    return trio.run(main)
 
 
-def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            yield from _leaves(exc)
-        else:
-            yield exc
+#: Why a browse reply was ignored, for a person (``{detail}``: what the reply said).
+_IGNORED = {
+    "bad_challenge": "its challenge did not verify with this game key",
+    "challenge_version": "its challenge answers another request or challenge version",
+    "malformed": "not a browse reply of Pia {version} ({detail})",
+    "system_version": "LAN system communication version {detail}, this node speaks {mine} (Pia {version})",
+    "application_version": "application communication version {detail}, not the --app-version asked for",
+}
+
+
+def ignored_replies(profile: VersionProfile, client: BrowseClient) -> list[dict[str, Any]]:
+    """The replies a browse ignored, grouped by sender and reason, each with a sentence that says why."""
+    groups: dict[tuple[str, tuple[str, int]], list[object]] = {}
+    for reason, addr, detail in client.counters.ignored:
+        if reason != "duplicate":
+            groups.setdefault((reason, addr), []).append(detail)
+    out = []
+    for (reason, addr), details in groups.items():
+        why = _IGNORED.get(reason, reason).format(
+            version=profile.name, detail=details[0], mine=profile.lan_system_version)
+        n = len(details)
+        out.append({"reason": reason, "from": f"{addr[0]}:{addr[1]}", "count": n,
+                    "message": f"{n} repl{'y' if n == 1 else 'ies'} from {addr[0]}:{addr[1]} ignored: {why}"})
+    return out
+
+
+async def _diagnose_join(profile: VersionProfile, key: bytes, network_id: int | None, bind_ip: str,
+                         broadcast: tuple[str, int], app_version: int | None) -> list[str]:  # fmt: skip
+    """Why a join found nothing: browse once more with no filters and say what answered and why it did not fit."""
+    client = BrowseClient(profile, key, broadcast_ip=broadcast[0])
+    found = await browse(profile, key, broadcast=broadcast, bind=(bind_ip, 0), timeout=1.0, client=client)
+    reasons = []
+    for f in found:
+        info = f.info
+        where = f"LAN session 0x{info.network_id:08x} (host {info.host_ip}:{info.host_port})"
+        current = getattr(info, "current_participants", getattr(info, "current_stations", None))
+        maximum = getattr(info, "max_participants", getattr(info, "max_stations", None))
+        if network_id is not None and info.network_id != network_id:
+            reasons.append(f"{where} is not --network-id 0x{network_id:08x}")
+        elif not info.is_opened:
+            reasons.append(f"{where} is closed to new players")
+        elif current is not None and maximum is not None and current >= maximum:
+            reasons.append(f"{where} is full ({current}/{maximum} players)")
+        elif app_version is not None and info.application_communication_version != app_version:
+            reasons.append(f"{where} has application communication version {info.application_communication_version}")
+        elif f.session_key is None:
+            reasons.append(f"{where} publishes no session key param")
+    reasons.extend(r["message"] for r in ignored_replies(profile, client))
+    if not reasons and client.counters.received == 0 and profile.lan_challenge_version is not None:
+        reasons.append("no reply at all: no host there, or hosts with another game key "
+                       "(a host ignores a request whose challenge it cannot open)")  # fmt: skip
+    return reasons
 
 
 def run_join(args: argparse.Namespace) -> int:
@@ -258,21 +374,22 @@ def run_join(args: argparse.Namespace) -> int:
     key = _game_key(args)
     fmt = _format(args)
     duration = _duration(args)
-    timeout = _number(args.timeout, "timeout", hi=3600, integer=False)
-    send_every = _number(args.send_every, "send-every", hi=3600, integer=False)
-    network_id = None if args.session is None else _number(args.session, "session")
+    timeout = _number(args.timeout, "timeout", hi=3600, integer=False, lo_open=True)
+    send_every = _number(args.send_every, "interval", hi=3600, integer=False)
+    network_id = None if args.session is None else _number(args.session, "network-id")
     app_version = None if args.app_version is None else _number(args.app_version, "app-version", hi=255)
     broadcast = _broadcast(args, profile)
     try:
         config = NodeConfig(version=profile.name, bind=_bind_address(args.bind), name=args.name)
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
-    report = _Report(fmt)
+    report = _Report(fmt, quiet=args.quiet)
+    stop = Stop()
 
     async def main() -> int:
-        stop = _Stop(trio.current_time() + duration)
+        stop.deadline = trio.current_time() + duration
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop.watch)
+            await nursery.start(stop.watch)
             join = None
             with stop.phase():
                 try:
@@ -281,14 +398,18 @@ def run_join(args: argparse.Namespace) -> int:
                         application_version=app_version,
                     )  # fmt: skip
                 except JoinError as exc:
-                    print(f"pianode lan: {exc}", file=sys.stderr, flush=True)
+                    reasons = []
+                    if "no answer from" in str(exc):
+                        reasons = await _diagnose_join(profile, key, network_id, config.bind[0], broadcast, app_version)
+                    if fmt == "jsonl":
+                        report.emit({"event": "join_failed", "reason": str(exc), "why": reasons}, "")
                     nursery.cancel_scope.cancel()
-                    return 1
+                    raise CliFailure(f"{exc}" + (f": {'; '.join(reasons)}" if reasons else "")) from None
             if join is None:
-                why = "interrupted" if stop.signalled else f"--duration {args.duration} ended"
-                print(f"pianode lan: {why} before the join completed", file=sys.stderr)
                 nursery.cancel_scope.cancel()
-                return 1
+                stop.exit_if_interrupted()
+                why = "stopped" if stop.signalled else f"--duration {args.duration} ended"
+                raise CliFailure(f"{why} before the join completed")
             node = join.node
             info = join.info
             ip, port = node.address
@@ -303,50 +424,30 @@ def run_join(args: argparse.Namespace) -> int:
             with stop.phase():
                 await report.participate(node, send_every, args.name)
             report.summary(node, info.network_id)
-            await node.leave(timeout=1.0)
+            with trio.move_on_after(2.0):
+                await node.leave(timeout=1.0)
             nursery.cancel_scope.cancel()
         return 0
 
-    return _trio_run(main)
-
-
-class _Stop:
-    """Ends a command's phases at its deadline or at the first SIGINT/SIGTERM; the command then still
-    prints its summary and leaves the mesh."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-        self.signalled = False
-        self._scope: trio.CancelScope | None = None
-
-    @contextlib.contextmanager
-    def phase(self) -> Iterator[None]:
-        with trio.CancelScope(deadline=self.deadline) as scope:
-            self._scope = scope
-            if self.signalled:
-                scope.cancel()
-            yield
-        self._scope = None
-
-    async def watch(self) -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                self.signalled = True
-                if self._scope is not None:
-                    self._scope.cancel()
+    status = _trio_run(main)
+    stop.exit_if_interrupted()
+    return status
 
 
 class _Report:
     """Prints a node's events (table: one line each; jsonl: one object each) and tallies them."""
 
-    def __init__(self, fmt: str, out: TextIO | None = None) -> None:
+    def __init__(self, fmt: str, out: TextIO | None = None, *, quiet: bool = False) -> None:
         self.fmt = fmt
+        self.quiet = quiet
         self.out = out if out is not None else sys.stdout
         self.seen: set[int] = set()
         self.received: Counter[int] = Counter()
         self.sent = 0
 
-    def emit(self, record: dict[str, Any], text: str) -> None:
+    def emit(self, record: dict[str, Any], text: str, *, result: bool = False) -> None:
+        if self.quiet and not result and self.fmt != "jsonl":
+            return
         self.out.write((json.dumps(record) if self.fmt == "jsonl" else text) + "\n")
         self.out.flush()
 
@@ -412,19 +513,19 @@ class _Report:
         )
         if "browse" in extra:
             text += f"; answered {extra['browse']['answered']} browse requests"
-        self.emit(record, text)
+        self.emit(record, text, result=True)
 
 
 def _run_discovery_host(args: argparse.Namespace, profile: VersionProfile) -> int:
     """Answer browse requests for a one-station session with no node behind it (any LAN version)."""
     key = _game_key(args)
     max_n = _number(args.max, "max", lo=1, hi=0xFFFF)
-    port = _number(args.port or "49152", "port", lo=1, hi=0xFFFF)
+    address, port_or_none, bind = _host_sockets(args, profile)
+    port = port_or_none or 49152
     duration = _duration(args)
     size = _number(args.host_address_size, "host-address-size", lo=6, hi=18)
     if size not in (6, 18):
         raise CliError("--host-address-size must be 6 or 18")
-    bind = parse_hostport(args.bind, browse_port(profile)) if args.bind else ("0.0.0.0", browse_port(profile))
     broadcast_ip, _ = _broadcast(args, profile)
     app_version = _number(args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)
     info: LanSessionInfo | LanNetworkProperty
@@ -436,7 +537,7 @@ def _run_discovery_host(args: argparse.Namespace, profile: VersionProfile) -> in
             )  # fmt: skip
         else:
             info = make_session_info(
-                profile, ip=args.address, port=port, max_participants=max_n, name=args.name,
+                profile, ip=address, port=port, max_participants=max_n, name=args.name,
                 game_mode=_number(args.game_mode, "game-mode"), application_version=app_version,
                 host_address_size=size,
             )  # fmt: skip
@@ -444,19 +545,26 @@ def _run_discovery_host(args: argparse.Namespace, profile: VersionProfile) -> in
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
 
+    stop = Stop()
+
     async def main() -> None:
-        with trio.move_on_after(duration):
-            async with trio.open_nursery() as nursery:
-                where = await nursery.start(host.run)
-                print(
-                    f"hosting network id 0x{info.network_id:08x} (Pia {profile.name}, host {args.address}:{port}, "
-                    f"max {max_n}) on {where[0]}:{where[1]}",
-                    flush=True,
-                )
+        stop.deadline = trio.current_time() + duration
+        async with trio.open_nursery() as nursery:
+            await nursery.start(stop.watch)
+            where = await nursery.start(host.run)
+            print(
+                f"hosting network id 0x{info.network_id:08x} (Pia {profile.name}, host {address}:{port}, "
+                f"max {max_n}) on {where[0]}:{where[1]}",
+                flush=True,
+            )
+            with stop.phase():
+                await trio.sleep_forever()
+            nursery.cancel_scope.cancel()
 
     trio.run(main)
     s = host.statistics()
     print(f"answered {s.answered} browse requests, dropped {sum(s.dropped.values())} {s.dropped or ''}".rstrip())
+    stop.exit_if_interrupted()
     return 0
 
 
@@ -512,25 +620,27 @@ def session_record(found: FoundSession) -> dict[str, Any]:
 
 
 def _print_table(found: list[FoundSession], out: TextIO) -> None:
-    rows = [("HOST", "NETWORK ID", "PLAYERS", "MAX", "SYS VER", "APP VER")]
+    rows = []
     for f in found:
         rec = session_record(f)
         players = rec.get("current_participants", rec.get("current_stations"))
         maximum = rec.get("max_participants", rec.get("max_stations"))
-        rows.append((
-            f"{rec['host_address']}:{rec['host_port']}", f"0x{rec['network_id']:08x}", str(players), str(maximum),
-            str(rec.get("system_communication_version", "-")), str(rec.get("application_communication_version", "-")),
-        ))  # fmt: skip
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+        rows.append([
+            f"{rec['host_address']}:{rec['host_port']}", f"0x{rec['network_id']:08x}", f"{players}/{maximum}",
+            rec.get("system_communication_version", "-"), rec.get("application_communication_version", "-"),
+            "yes" if rec.get("is_opened", True) else "no",
+        ])  # fmt: skip
+    if rows:
+        header = ["host", "network id", "players", "system version", "app version", "open"]
+        for line in render_table(header, rows, right={2, 3, 4}):
+            out.write(line + "\n")
     out.write(f"{len(found)} session(s) found\n")
 
 
 def run_browse(args: argparse.Namespace) -> int:
     profile = _profile(args)
     key = _game_key(args)
-    timeout = _number(args.timeout, "timeout", hi=3600, integer=False)
+    timeout = _number(args.timeout, "timeout", hi=3600, integer=False, lo_open=True)
     if args.format not in ("table", "jsonl"):
         raise CliError(f"--format must be table or jsonl, got {args.format!r}")
     app_version = None if args.app_version is None else _number(args.app_version, "app-version", hi=255)
@@ -540,15 +650,39 @@ def run_browse(args: argparse.Namespace) -> int:
         client = BrowseClient(profile, key, broadcast_ip=broadcast[0], application_version=app_version)
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
+    stop = Stop()
 
     async def main() -> list[FoundSession]:
-        return await browse(profile, key, broadcast=broadcast, bind=bind, timeout=timeout, client=client)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(stop.watch)
+            found: list[FoundSession] = []
+            with stop.phase():
+                found = await browse(profile, key, broadcast=broadcast, bind=bind, timeout=timeout, client=client)
+            nursery.cancel_scope.cancel()
+        return found
 
     found = trio.run(main)
+    stop.exit_if_interrupted()
+    ignored = ignored_replies(profile, client)
     if args.format == "jsonl":
         for f in found:
-            sys.stdout.write(json.dumps(session_record(f)) + "\n")
+            sys.stdout.write(json.dumps({"event": "session", **session_record(f)}) + "\n")
+        for r in ignored:
+            sys.stdout.write(json.dumps({"event": "ignored", **r}) + "\n")
+        reasons: Counter[str] = Counter()
+        for r in ignored:
+            reasons[r["reason"]] += r["count"]
+        sys.stdout.write(json.dumps({"event": "summary", "found": len(found), "ignored": dict(reasons),
+                                     "requests": client.counters.sent, "replies": client.counters.received}) + "\n")
     else:
         _print_table(found, sys.stdout)
     sys.stdout.flush()
+    for r in ignored:
+        print(f"pianode lan browse: {r['message']}", file=sys.stderr)
+    if not found and not ignored and client.counters.received == 0:
+        where = f"{broadcast[0]}:{broadcast[1]}"
+        hint = ", or hosts with another game key (a host ignores a request whose challenge it cannot open)" if (
+            profile.lan_challenge_version is not None) else ""  # fmt: skip
+        print(f"pianode lan browse: no reply to the browse request sent to {where}: no host there{hint}",
+              file=sys.stderr)  # fmt: skip
     return 0 if found else 1

@@ -1,28 +1,31 @@
-"""``pianode ldn host | scan | join``: simulated LDN networks on one machine (spec §7, :mod:`pianode.ldn.network`).
+"""pianode ldn host | scan | join: simulated LDN networks on one machine (spec §7).
 
-``ldn host`` creates an LDN network (169.254.X.0/24, on loopback 127.254.X.0/24),
+ldn host creates an LDN network (169.254.X.0/24, on loopback 127.254.X.0/24),
 starts its Pia host node and advertises the network on the discovery channel
-(UDP broadcast to 127.255.255.255:30400) until ``--duration`` passes or Ctrl-C.
-``ldn scan`` lists the networks it hears.  ``ldn join`` scans, connects, derives
+(UDP broadcast to 127.255.255.255:30400) until --duration passes or Ctrl-C.
+ldn scan lists the networks it hears.  ldn join scans, connects, derives
 the session key and network id from the game key and the advertisement as a
 console does, and joins the host's mesh.
 
-With ``--stations N`` every process waits until the mesh has N stations, sends
-``--messages M`` numbered reliable messages to every other station, waits for
+With --stations N every process waits until the mesh has N stations, sends
+--messages M numbered reliable messages to every other station, waits for
 the M of every other station, then leaves (the host waits for the others to
-go first).  Exit status 0 when that exchange completed (or, without
-``--stations``, when the run ended normally), 1 when it did not, 2 with a
-one-line message for a bad flag or setting.
+go first).  Ctrl-C ends a run the same way (summary, leave, the recording
+written) and then prints interrupted.  Exit status 0 when that exchange
+completed (or, without --stations, when the run ended normally), 1 when
+it did not or the join failed, 2 with a one-line message for a bad flag or
+setting, 130 after Ctrl-C.
 
-Output: ``--format table`` (default) or ``jsonl``: one JSON object per line,
-``{"event": "network" | "joined" | "station-joined" | "station-left" |
-"summary", ...}`` for host/join, one object per network for scan.
+Output: --format table (default) or jsonl: one JSON object per line,
+{"event": "network" | "joined" | "station-joined" | "station-left" |
+"summary", ...} for host/join, one object per network for scan.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import ipaddress
 import json
 import struct
@@ -32,7 +35,16 @@ from typing import Any
 import attrs
 import trio
 
-from pianode.cli.common import CliError
+from pianode.cli.common import (
+    CliError,
+    CliFailure,
+    Stop,
+    check_output_path,
+    number_arg,
+    port_arg,
+    render_table,
+    version_arg,
+)
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, StationJoined, StationLeft
 from pianode.ldn.network import (
@@ -61,14 +73,15 @@ _TAG = b"LDNX"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("ldn", help="LDN mode, simulated on loopback: host, scan for and join networks")
+    p = sub.add_parser("ldn", help="LDN mode, simulated on loopback: host, scan for and join networks",
+                       description=__doc__)
     ldn_sub = p.add_subparsers(dest="ldn_command", metavar="SUBCOMMAND")
 
     def common(q: argparse.ArgumentParser, *, key_required: bool) -> None:
         q.add_argument("--game-key", required=key_required, help="game key: 32 hex digits or 16 ASCII characters")
-        q.add_argument("--version", default="5.18", help="Pia version (default 5.18)")
+        q.add_argument("--version", type=version_arg, default="5.18", help="Pia version (default 5.18)")
         q.add_argument("--allow-nearest-version", action="store_true", help="use the nearest documented version")
-        q.add_argument("--discovery-port", type=int, default=DISCOVERY_PORT,
+        q.add_argument("--discovery-port", type=port_arg("--discovery-port", allow_zero=False), default=DISCOVERY_PORT,
                        help=f"UDP port of the advertisement channel (default {DISCOVERY_PORT})")
         q.add_argument("--local-id", default=None, metavar="HEX",
                        help="local communication id (title id) to use or match")
@@ -76,11 +89,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     def station(q: argparse.ArgumentParser) -> None:
         q.add_argument("--name", default="pianode", help="player name in the participant list (default pianode)")
-        q.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
-        q.add_argument("--stations", type=int, default=None, metavar="N",
-                       help="exchange numbered messages once the mesh has N stations, then leave")
-        q.add_argument("--messages", type=int, default=10, metavar="M",
-                       help="reliable messages per station (default 10)")
+        q.add_argument("--duration", type=number_arg("--duration", 0, 86400, lo_open=True), default=None, metavar="S",
+                       help="stop after S seconds (> 0 and ≤ 86400; default: until Ctrl-C)")
+        q.add_argument("--stations", type=number_arg("--stations", 2, 8, integer=True), default=None, metavar="N",
+                       help="exchange numbered messages once the mesh has N stations (2..8), then leave")
+        q.add_argument("--messages", type=number_arg("--messages", 0, 100000, integer=True), default=10, metavar="M",
+                       help="reliable messages per station (0..100000, default 10)")
         q.add_argument("--session-key", default=None, metavar="HEX",
                        help="Pia 5.7/5.8 only: the game-supplied session key")
         q.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None, help="AEAD backend")
@@ -92,21 +106,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     h = ldn_sub.add_parser("host", help="create an LDN network, host its Pia mesh and advertise it")
     common(h, key_required=True)
     station(h)
-    h.add_argument("--max", type=int, default=4, metavar="N", help="maximum participants, 2..8 (default 4)")
-    h.add_argument("--port", type=int, default=PIA_PORT, help=f"Pia UDP port inside the network (default {PIA_PORT})")
-    h.add_argument("--subnet", type=int, default=None, metavar="X", help="use 169.254.X.0/24 (default random)")
+    h.add_argument("--max", type=number_arg("--max", 2, 8, integer=True), default=4, metavar="N",
+                   help="maximum participants, 2..8 (default 4)")
+    h.add_argument("--port", type=port_arg("--port"), default=PIA_PORT,
+                   help=f"Pia UDP port inside the network (0..65535, default {PIA_PORT})")
+    h.add_argument("--subnet", type=number_arg("--subnet", 1, 254, integer=True), default=None, metavar="X",
+                   help="use 169.254.X.0/24, X 1..254 (default random)")
     h.add_argument("--address", default=None, metavar="169.254.X.1",
                    help="real link: bind this LDN address itself (default: loopback 127.254.X.1)")
-    h.add_argument("--game-mode", type=int, default=0, help="game mode in the session info (default 0)")
+    h.add_argument("--game-mode", type=number_arg("--game-mode", 0, 0xFFFFFFFF, integer=True), default=0,
+                   help="game mode in the session info (default 0)")
     h.add_argument("--broadcast", default=DEFAULT_BROADCAST,
                    help=f"advertisement destination (default {DEFAULT_BROADCAST})")
-    h.add_argument("--interval", type=float, default=0.1, metavar="S",
-                   help="seconds between advertisements (default 0.1)")
+    h.add_argument("--interval", type=number_arg("--interval", 0.01, 10), default=0.1, metavar="S",
+                   help="seconds between advertisements (0.01..10, default 0.1)")
     h.set_defaults(handler=run_host)
 
     s = ldn_sub.add_parser("scan", help="list the LDN networks advertised on the discovery channel")
     common(s, key_required=False)
-    s.add_argument("--timeout", type=float, default=1.0, metavar="S", help="seconds to listen (default 1)")
+    s.add_argument("--timeout", type=number_arg("--timeout", 0, 3600, lo_open=True), default=1.0, metavar="S",
+                   help="seconds to listen (> 0 and ≤ 3600, default 1)")
     s.set_defaults(handler=run_scan)
 
     j = ldn_sub.add_parser("join", help="scan, connect to an LDN network and join its Pia mesh")
@@ -116,8 +135,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="join the network with this SSID (default: the first heard)")
     j.add_argument("--address", default=None, metavar="169.254.X.Y",
                    help="real link: request and bind this LDN address (default: assigned, on loopback 127.254.X.Y)")
-    j.add_argument("--timeout", type=float, default=3.0, metavar="S",
-                   help="seconds to scan for the network (default 3)")
+    j.add_argument("--timeout", type=number_arg("--timeout", 0, 3600, lo_open=True), default=3.0, metavar="S",
+                   help="seconds to scan for the network (> 0 and ≤ 3600, default 3)")
     j.set_defaults(handler=run_join)
 
     p.set_defaults(handler=lambda args: _no_subcommand(p))
@@ -162,6 +181,13 @@ def _session_key(text: str | None) -> bytes | None:
     return key
 
 
+def _ipv4(flag: str, text: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise CliError(f"{flag} must be an IPv4 address, got {text!r}") from None
+
+
 def _ldn_address(text: str | None, *, host: bool) -> str | None:
     if text is None:
         return None
@@ -175,14 +201,18 @@ def _ldn_address(text: str | None, *, host: bool) -> str | None:
 
 
 def _check_station_args(args: argparse.Namespace) -> None:
-    if args.duration is not None and not 0 < args.duration <= 86400:
-        raise CliError("--duration must be between 0 and 86400 seconds")
-    if args.stations is not None and not 2 <= args.stations <= 8:
-        raise CliError("--stations must be 2..8 (an LDN network has at most 8 participants)")
-    if not 0 <= args.messages <= 100000:
-        raise CliError("--messages must be 0..100000")
-    if not 0 < args.discovery_port < 65536:
-        raise CliError("--discovery-port must be 1..65535")
+    check_output_path("--record", args.record)
+    _profile(args)
+    _session_key(args.session_key)
+    _local_id(args.local_id)
+
+
+def _profile(args: argparse.Namespace) -> Any:
+    try:
+        return profile_for(args.version, allow_nearest=args.allow_nearest_version)
+    except ConfigError as exc:
+        raise CliError(f"--version {args.version}: {exc}".replace(
+            "(allow the nearest version to use it anyway)", "(--allow-nearest-version uses the nearest anyway)")) from None
 
 
 def _node_config(args: argparse.Namespace) -> NodeConfig:
@@ -197,10 +227,13 @@ def _node_config(args: argparse.Namespace) -> NodeConfig:
 
 
 class _Out:
-    def __init__(self, fmt: str) -> None:
+    def __init__(self, fmt: str, quiet: bool = False) -> None:
         self.jsonl = fmt == "jsonl"
+        self.quiet = quiet and not self.jsonl
 
-    def emit(self, record: dict[str, Any], text: str) -> None:
+    def emit(self, record: dict[str, Any], text: str, *, result: bool = False) -> None:
+        if self.quiet and not result:
+            return
         print(json.dumps(record, sort_keys=True) if self.jsonl else text, flush=True)
 
 
@@ -302,16 +335,8 @@ def _summary_text(record: dict[str, Any]) -> str:
 
 def run_host(args: argparse.Namespace) -> int:
     _check_station_args(args)
-    if not 2 <= args.max <= 8:
-        raise CliError("--max must be 2..8 (an LDN network has at most 8 participants)")
     if args.stations is not None and args.stations > args.max:
-        raise CliError("--stations cannot exceed --max")
-    if args.subnet is not None and not 1 <= args.subnet <= 254:
-        raise CliError("--subnet must be 1..254")
-    if not 0 <= args.port < 65536:
-        raise CliError("--port must be 0..65535")
-    if not 0.01 <= args.interval <= 10:
-        raise CliError("--interval must be 0.01..10 seconds")
+        raise CliError(f"--stations {args.stations} cannot exceed --max {args.max}")
     game_key = _game_key(args.game_key)
     config = LdnHostConfig(
         node=_node_config(args),
@@ -319,7 +344,7 @@ def run_host(args: argparse.Namespace) -> int:
         max_participants=args.max,
         name=args.name,
         pia_port=args.port,
-        discovery=(args.broadcast, args.discovery_port),
+        discovery=(_ipv4("--broadcast", args.broadcast), args.discovery_port),
         advertise_interval=args.interval,
         local_communication_id=_local_id(args.local_id) or 0x0100_0000_0000_1000,
         game_mode=args.game_mode,
@@ -327,12 +352,24 @@ def run_host(args: argparse.Namespace) -> int:
         session_key=_session_key(args.session_key),
         address=_ldn_address(args.address, host=True),
     )
-    return trio.run(_host, args, config)
+    stop = Stop()
+    status = trio.run(_host, args, config, stop)
+    stop.exit_if_interrupted()
+    return status
 
 
-async def _host(args: argparse.Namespace, config: LdnHostConfig) -> int:
-    out = _Out(args.format)
+async def _host(args: argparse.Namespace, config: LdnHostConfig, stop: Stop) -> int:
+    out = _Out(args.format, args.quiet)
     recorder = LdnRecorder() if args.record else None
+    async with trio.open_nursery() as outer:
+        await outer.start(stop.watch)
+        status = await _host_run(args, config, out, recorder, stop)
+        outer.cancel_scope.cancel()
+    return status
+
+
+async def _host_run(args: argparse.Namespace, config: LdnHostConfig, out: _Out, recorder: LdnRecorder | None,
+                    stop: Stop) -> int:  # fmt: skip
     async with open_ldn_host(config, tap=recorder.tap if recorder else None) as host:
         st = host.state
         out.emit(
@@ -353,7 +390,7 @@ async def _host(args: argparse.Namespace, config: LdnHostConfig) -> int:
         ex = _Exchange(host.node, out, args.stations, args.messages)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ex.consume)
-            with trio.move_on_after(args.duration if args.duration is not None else float("inf")):
+            with stop.phase(), trio.move_on_after(args.duration if args.duration is not None else float("inf")):
                 await ex.run(host=True)
             record, ok = _summary("host", host.node, ex, {"participants_seen": sorted(st.history)})
             await _leave(host.node, ex)
@@ -361,7 +398,7 @@ async def _host(args: argparse.Namespace, config: LdnHostConfig) -> int:
         if recorder is not None:
             session_path = recorder.write(args.record, host.session_file(args.game_key))
             record["record"] = {"pcap": args.record, "session": session_path, "datagrams": len(recorder.records)}
-    out.emit(record, _summary_text(record))
+    out.emit(record, _summary_text(record), result=True)
     return 0 if ok else 1
 
 
@@ -369,26 +406,38 @@ async def _host(args: argparse.Namespace, config: LdnHostConfig) -> int:
 
 
 def run_scan(args: argparse.Namespace) -> int:
-    if not 0 < args.timeout <= 3600:
-        raise CliError("--timeout must be between 0 and 3600 seconds")
-    if not 0 < args.discovery_port < 65536:
-        raise CliError("--discovery-port must be 1..65535")
-    profile = profile_for(args.version, allow_nearest=args.allow_nearest_version)
+    profile = _profile(args)
     game_key = _game_key(args.game_key) if args.game_key else None
     local_id = _local_id(args.local_id)
-    found = trio.run(lambda: scan(args.timeout, port=args.discovery_port, local_communication_id=local_id))
-    out = _Out(args.format)
-    if not out.jsonl:
-        print(f"{'host':<16} {'socket':<16} {'port':>5} {'players':>7} {'sys':>3} {'network id':>10}  ssid")
-    for net in sorted(found, key=lambda n: n.advertisement.host.ip):
-        record = network_record(net, profile, game_key)
-        text = (f"{record['host']:<16} {record['socket']:<16} {record['pia_port']:>5} "
-                f"{len(record['participants']):>3}/{record['max_participants']:<3} "
-                f"{record.get('system_communication_version', '-'):>3} "
-                f"{record.get('network_id', 0):>#10x}  {record['ssid']}")  # fmt: skip
-        out.emit(record, text)
+    stop = Stop()
+
+    async def main() -> list[FoundNetwork]:
+        found: list[FoundNetwork] = []
+        async with trio.open_nursery() as nursery:
+            await nursery.start(stop.watch)
+            with stop.phase():
+                found = await scan(args.timeout, port=args.discovery_port, local_communication_id=local_id)
+            nursery.cancel_scope.cancel()
+        return found
+
+    found = trio.run(main)
+    stop.exit_if_interrupted()
+    out = _Out(args.format, args.quiet)
+    records = [network_record(net, profile, game_key) for net in sorted(found, key=lambda n: n.advertisement.host.ip)]
+    if out.jsonl:
+        for record in records:
+            out.emit({"event": "network", **record}, "")
+        out.emit({"event": "summary", "found": len(records)}, "")
+    elif records:
+        rows = [[r["host"], r["socket"], r["pia_port"], f"{len(r['participants'])}/{r['max_participants']}",
+                 r.get("system_communication_version", "-"), f"{r.get('network_id', 0):#010x}", r["ssid"]]
+                for r in records]  # fmt: skip
+        for line in render_table(["host", "socket", "pia port", "players", "system version", "network id", "ssid"],
+                                 rows, right={2, 3, 4}):  # fmt: skip
+            print(line)
     if not found:
-        print("no LDN network found", file=sys.stderr)
+        print(f"pianode ldn scan: no LDN network heard on port {args.discovery_port} within {args.timeout:g} s",
+              file=sys.stderr)  # fmt: skip
         return 1
     return 0
 
@@ -433,8 +482,6 @@ def network_record(net: FoundNetwork, profile: Any, game_key: bytes | None) -> d
 
 def run_join(args: argparse.Namespace) -> int:
     _check_station_args(args)
-    if not 0 < args.timeout <= 3600:
-        raise CliError("--timeout must be between 0 and 3600 seconds")
     ssid = None
     if args.ssid is not None:
         try:
@@ -446,17 +493,32 @@ def run_join(args: argparse.Namespace) -> int:
     game_key = _game_key(args.game_key)
     _ldn_address(args.address, host=False)
     node_config = _node_config(args)
-    return trio.run(_join, args, node_config, game_key, ssid)
+    stop = Stop()
+
+    async def main() -> int:
+        async with trio.open_nursery() as outer:
+            await outer.start(stop.watch)
+            status = await _join(args, node_config, game_key, ssid, stop)
+            outer.cancel_scope.cancel()
+        return status
+
+    status = trio.run(main)
+    stop.exit_if_interrupted()
+    return status
 
 
-async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: bytes, ssid: bytes | None) -> int:
-    out = _Out(args.format)
+async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: bytes, ssid: bytes | None,
+                stop: Stop) -> int:  # fmt: skip
+    out = _Out(args.format, args.quiet)
     recorder = LdnRecorder() if args.record else None
-    found = await scan(args.timeout, port=args.discovery_port, local_communication_id=_local_id(args.local_id),
-                       ssid=ssid, first=True)  # fmt: skip
+    found: list[FoundNetwork] = []
+    with stop.phase():
+        found = await scan(args.timeout, port=args.discovery_port, local_communication_id=_local_id(args.local_id),
+                           ssid=ssid, first=True)  # fmt: skip
     if not found:
-        print("pianode ldn: no LDN network found", file=sys.stderr)
-        return 1
+        stop.exit_if_interrupted()
+        raise CliFailure(f"no LDN network heard on port {args.discovery_port} within {args.timeout:g} s"
+                         + (" with that --ssid" if ssid else ""))  # fmt: skip
     net = found[0]
     try:
         async with open_ldn_station(net, node_config, game_key, name=args.name, address=args.address,
@@ -473,7 +535,7 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
             ex = _Exchange(node, out, args.stations, args.messages)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(ex.consume)
-                with trio.move_on_after(args.duration if args.duration is not None else float("inf")):
+                with stop.phase(), trio.move_on_after(args.duration if args.duration is not None else float("inf")):
                     await ex.run(host=False)
                 record, ok = _summary("station", node, ex, {"ip": st.ip, "mac": st.mac.hex(":")})
                 await _leave(node, ex)
@@ -482,6 +544,14 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
                 session_path = recorder.write(args.record, st.session_file(args.game_key))
                 record["record"] = {"pcap": args.record, "session": session_path, "datagrams": len(recorder.records)}
     except (JoinRefused, JoinError) as exc:
-        raise CliError(str(exc)) from None
-    out.emit(record, _summary_text(record))
+        stop.exit_if_interrupted()
+        drops: dict[str, int] = {}
+        if isinstance(exc, JoinError):
+            with contextlib.suppress(Exception):
+                drops = st.node.statistics()["drops"]  # type: ignore[assignment]
+        hint = (f": {drops['bad_tag']} answer(s) did not authenticate with the session key derived from this "
+                "--game-key (is it the host's?)") if drops.get("bad_tag") else (
+                ": is --game-key the host's (the session key derives from it)?" if isinstance(exc, JoinError) else "")
+        raise CliFailure(f"{exc}{hint}") from None
+    out.emit(record, _summary_text(record), result=True)
     return 0 if ok else 1

@@ -2,21 +2,33 @@
 
 Each subcommand lives in its own module and registers itself through
 ``add_parser(subparsers)``; its handler returns an exit status.  Errors a user
-can cause (a bad flag, an unreadable file, an undocumented version) become one
-line on stderr and exit status 2, never a traceback.
+can cause (a bad flag, an unreadable file, an undocumented version, an address
+this machine cannot bind) become one line on stderr and exit status 2; a
+failure at run time (no host, refused, timed out) one line and exit status 1;
+Ctrl-C ``interrupted`` and exit status 130.  Never a traceback (``-vv`` shows
+one for an internal error).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
 import logging
 import os
+import re
+import signal
+import socket
 import sys
+import traceback
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from pianode.cli.common import CliError
+import trio
+
+from pianode.cli.common import DEPRECATIONS, CliError, CliFailure
+from protocols.errors import ConfigError
 
 __all__ = ["build_parser", "main"]
 
@@ -37,7 +49,40 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
+        # "argument --rate: --rate must be ..." (our value checks name their flag themselves) → "--rate must be ..."
+        if (m := re.fullmatch(r"argument (\S+): (--\S+) (.*)", message, re.S)) and m[2] in m[1].split("/"):
+            message = f"{m[2]} {m[3]}"
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _program_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("pianode")
+    except Exception:  # pragma: no cover - not installed (run from a source tree)
+        return "0.1.0"
+
+
+def _add_verbosity(p: argparse.ArgumentParser, *, top: bool) -> None:
+    # Accepted before and after the subcommand: the subcommand's own copies count into other names
+    # (a subparser would otherwise overwrite what the top level parsed), and main() adds them up.
+    prefix = "" if top else "sub_"
+    p.add_argument("-v", "--verbose", dest=f"{prefix}verbose", action="count", default=0 if top else argparse.SUPPRESS,
+                   help="log state changes (-v) and every dropped datagram with its reason (-vv)")
+    p.add_argument("-q", "--quiet", dest=f"{prefix}quiet", action="store_true", default=False if top else argparse.SUPPRESS,
+                   help="print only the result (and errors)")
+
+
+class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Every parser made through it (subcommands and their actions) accepts -v/-q and says errors in one line."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        parser = super().add_parser(name, **kwargs)
+        parser.register("action", "parsers", _SubParsers)
+        _add_verbosity(parser, top=False)
+        return parser  # type: ignore[no-any-return]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,8 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pianode",
         description="Nintendo Pia peer-to-peer nodes, LAN/LDN simulation, PRUDP and a capture decoder.",
     )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (repeatable)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.register("action", "parsers", _SubParsers)
+    _add_verbosity(parser, top=True)
+    parser.add_argument("-V", action="version", version=f"pianode {_program_version()}",
+                        help="print the program's version and exit (--version after a command is the Pia version)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in _COMMANDS:
         try:
             module = importlib.import_module(name)
@@ -58,31 +106,113 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_name(args: argparse.Namespace) -> str:
+    words = ["pianode", getattr(args, "command", None) or ""]
+    for attr in ("lan_command", "ldn_command", "prudp_command"):
+        if getattr(args, attr, None):
+            words.append(getattr(args, attr))
+    return " ".join(w for w in words if w)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv in (["--version"], ["-V"]):  # `pianode --version`: the program; after a command: the Pia version
+        print(f"pianode {_program_version()}")
+        return 0
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2),
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad flag (argparse printed its one line)
+        DEPRECATIONS.clear()
+        return exc.code if isinstance(exc.code, int) else 0
+    verbose = args.verbose + getattr(args, "sub_verbose", 0)
+    args.verbose = verbose
+    args.quiet = args.quiet or getattr(args, "sub_quiet", False)
+    level = logging.ERROR if args.quiet else logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("pianode").setLevel(level)
     handler = getattr(args, "handler", None)
     if handler is None:
-        parser.print_help()
+        parser.print_help(sys.stderr)
         return 2
+    command = _command_name(args)
+    # Ctrl-C (SIGINT) always ends a command the documented way, even when started with SIGINT ignored
+    # (a shell's background job): the command leaves, prints "interrupted" and exits 130.
+    with contextlib.suppress(ValueError):  # not the main thread (a test calling main())
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return int(handler(args))
-    except KeyboardInterrupt:
+        status = int(handler(args))
+    except BaseException as exc:  # noqa: BLE001 - every way out becomes one line and an exit status
+        status = report(exc, command, verbose=verbose)
+    if status not in (2, 130):
+        for note in DEPRECATIONS:
+            print(f"{command}: note: {note}", file=sys.stderr)
+    DEPRECATIONS.clear()
+    return status
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+#: Socket errors that mean the user's setting cannot work (exit 2); other OSErrors are run-time failures.
+_BAD_INPUT_ERRNOS = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES, errno.ENOENT, errno.EISDIR,
+                     errno.ENOTDIR, errno.EINVAL, errno.EPERM, errno.EROFS}  # fmt: skip
+
+
+def _describe_os_error(exc: OSError) -> str:
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the address: {exc.strerror or exc}"
+    text = exc.strerror or str(exc)
+    if exc.filename is not None:
+        text = f"{exc.filename}: {text}"
+    if exc.errno == errno.EADDRINUSE:
+        text += " (the port is busy: pick another or 0 for any free port)"
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        text += " (not an address of this machine: use 127.0.0.x or a local interface's address)"
+    return text
+
+
+def report(exc: BaseException, command: str, *, verbose: int = 0) -> int:
+    """Turn whatever ended a command into one line on stderr and its exit status."""
+    leaves = _leaves(exc)
+    if any(isinstance(e, KeyboardInterrupt) for e in leaves):
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    if any(isinstance(e, SystemExit) for e in leaves):
+        code = next(e.code for e in leaves if isinstance(e, SystemExit))
+        return code if isinstance(code, int) else (0 if code is None else 2)
+    if all(isinstance(e, BrokenPipeError) for e in leaves):
         # The reader went away (`pianode decode x | head`): not an error of ours.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except CliError as exc:
-        print(f"pianode {args.command}: {exc}", file=sys.stderr)
-        return 2
-    except (ValueError, OSError) as exc:
-        # ConfigError, DecodeError from a file, a missing file: one line each.
-        print(f"pianode {args.command}: {exc}", file=sys.stderr)
-        return 2
+    # The most telling leaf: the user's own error first, then settings, then the rest.
+    order = (CliError, ConfigError, CliFailure, OSError, ValueError, trio.TooSlowError)
+    leaf = next((e for kind in order for e in leaves if isinstance(e, kind)), leaves[0])
+    if isinstance(leaf, CliError):
+        message, status = str(leaf), 2
+    elif isinstance(leaf, ConfigError):
+        message = str(leaf).replace("(allow the nearest version to use it anyway)",
+                                    "(--allow-nearest-version uses the nearest anyway)")
+        message, status = " ".join(message.split()), 2
+    elif isinstance(leaf, CliFailure):
+        message, status = str(leaf), 1
+    elif isinstance(leaf, OSError):
+        bad_input = isinstance(leaf, socket.gaierror) or leaf.errno in _BAD_INPUT_ERRNOS
+        message, status = _describe_os_error(leaf), (2 if bad_input else 1)
+    elif isinstance(leaf, ValueError):
+        message, status = str(leaf), 2
+    elif isinstance(leaf, trio.TooSlowError):
+        message, status = "timed out", 1
+    else:
+        if verbose >= 2:
+            traceback.print_exception(exc)
+        message = f"internal error: {type(leaf).__name__}: {leaf} (-vv shows the traceback)"
+        status = 1
+    if status == 2 and DEPRECATIONS:
+        message += f" (note: {'; '.join(DEPRECATIONS)})"
+    print(f"{command}: {message}", file=sys.stderr)
+    return status

@@ -1,16 +1,26 @@
-"""``pianode mesh``: start N nodes on loopback, form a mesh, exchange data, report.
+"""pianode mesh: start N nodes on loopback, form a mesh, exchange data, report.
 
-Each node sits on its own 127.0.0.x address.  Node 0 creates the mesh, the
-others join it (as a matchmaking server would, the launcher hands them the
-host address and the session key), then every station sends numbered reliable
-messages and unreliable ones to every other station.  The run succeeds (exit 0)
-when the mesh formed and every reliable message arrived exactly once, in order.
+Each node sits on its own 127.0.0.x address (--bind sets the first).  Node 0
+creates the mesh; the others find it as consoles do (LAN browse with the crypto
+challenge, or an LDN scan) or, with --discovery off (and for NEX), are handed
+the host address and the session key.  Then every station sends numbered
+reliable messages and unreliable ones to every other station.  The run
+succeeds (exit 0) when the mesh formed and every reliable message arrived
+exactly once, in order.
+
+The table: rtt ms is each station's mean smoothed round-trip time to its peers;
+pkts sent/recv count its packets; lost (resent msgs) the reliable messages it
+had to send again.  On a terminal the table is redrawn in place during the run;
+elsewhere a progress line goes to stderr every few seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
+import logging
+import random
 import secrets
 import sys
 import time as wallclock
@@ -18,18 +28,33 @@ from typing import Any
 
 import trio
 
-from pianode.cli.common import add_fault_arguments, add_network_arguments, fault_injector_from_args
+from pianode.cli.common import (
+    CliError,
+    add_fault_arguments,
+    add_network_arguments,
+    check_local_address,
+    check_output_path,
+    check_udp_free,
+    deprecated_alias,
+    fault_injector_from_args,
+    number_arg,
+    parse_hostport,
+    port_arg,
+)
 from pianode.mesh.config import NodeConfig
 from pianode.sim.mesh_run import MeshRun, MeshRunResult
-from pianode.cli.common import CliError
 
 __all__ = ["add_parser"]
+
+log = logging.getLogger("pianode.mesh")
 
 DEFAULT_VERSION = "5.18"
 #: A real-time session models a game sending a frame to every station 60 times a
 #: second; from 5.27 on Pia sends such a frame as one group packet (receivers in
 #: the footer) instead of one packet per station.
 REALTIME_VERSION = "5.29"
+#: Off a terminal, a progress line on stderr this often (seconds).
+PROGRESS_EVERY = 5.0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,27 +64,39 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("-n", "--nodes", type=int, default=4, help="number of stations (2..32, default 4)")
+    p.add_argument("-n", "--nodes", type=number_arg("--nodes", 2, 32, integer=True), default=4,
+                   help="number of stations (2..32, default 4)")
     add_network_arguments(
         p,
         default_version=None,
         version_help=f"Pia version (default {DEFAULT_VERSION}; {REALTIME_VERSION} for a real-time session (--rate), "
         "whose frames go out as one group packet per frame with the receivers in its footer)",
     )
-    p.add_argument("--duration", type=float, default=2.0, help="seconds of data exchange after the mesh formed")
-    p.add_argument("--rate", type=float, default=None, help="real-time session: game-state frames per second per station")
-    p.add_argument("--messages", type=int, default=20, help="reliable messages per station pair (default 20)")
-    p.add_argument("--base-address", default="127.0.0.1", help="first node's IPv4 address (others follow)")
-    p.add_argument("--port", type=int, default=0, help="UDP port of every node (0 = any free port)")
+    p.add_argument("--duration", type=number_arg("--duration", 0, 3600), default=2.0, metavar="S",
+                   help="seconds of data exchange after the mesh formed (0..3600, default 2)")
+    p.add_argument("--rate", type=number_arg("--rate", 0, 240, lo_open=True), default=None, metavar="HZ",
+                   help="real-time session: game-state frames per second per station (> 0 and ≤ 240)")
+    p.add_argument("--messages", type=number_arg("--messages", 0, 100000, integer=True), default=20,
+                   help="reliable messages per station pair (0..100000, default 20)")
+    p.add_argument("--bind", dest="base_address", default="127.0.0.1", metavar="IP[:PORT]",
+                   help="first node's IPv4 address (the others follow: 127.0.0.1, .2, ...) and the UDP port of "
+                   "every node (default 127.0.0.1, any free port)")
+    # Old spellings, kept for one release with a deprecation note:
+    p.add_argument("--base-address", dest="base_address", action=deprecated_alias("--bind IP"), help=argparse.SUPPRESS)
+    p.add_argument("--port", type=port_arg("--port"), default=None, action=deprecated_alias("--bind IP:PORT"),
+                   help=argparse.SUPPRESS)
     p.add_argument("--record", metavar="FILE.pcap", help="write every datagram to a pcap and FILE.session.json beside it")
-    p.add_argument("--format", choices=("table", "jsonl"), default=None, help="output format (default: table on a terminal)")
-    p.add_argument("--leave-host", action="store_true", help="make the host leave mid-run to show host migration")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table",
+                   help="output format: table (default) or jsonl (one JSON summary)")
+    p.add_argument("--leave", dest="leave_host", action="store_true", help="make the host leave mid-run to show host migration")
+    p.add_argument("--leave-host", dest="leave_host", nargs=0, action=deprecated_alias("--leave"), help=argparse.SUPPRESS)
     p.add_argument(
         "--discovery",
         choices=("auto", "on", "off"),
         default="auto",
-        help="find the host as consoles do (LAN browse up to 16 stations, LDN scan up to 8) or hand joiners "
-        "its address and key as a matchmaking server would (off; always for nex). Default: auto",
+        help="how joiners find the host: as consoles do (on: LAN browse up to 16 stations, LDN scan up to 8) "
+        "or handed its address and key, the way a matchmaking server does (off; always for nex). "
+        "Default auto: discovery for lan (up to 16 stations) and ldn",
     )
     p.add_argument(
         "--fanout",
@@ -75,14 +112,31 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=run)
 
 
+def _addresses(args: argparse.Namespace) -> tuple[str, int]:
+    """--bind IP[:PORT] (or the old --base-address and --port): every node's address checked now."""
+    text = args.base_address
+    flag = "--bind"
+    host, port = parse_hostport(text, 0, flag=flag) if ":" in text else (text, 0)
+    if args.port is not None:
+        port = args.port
+    base = ipaddress.IPv4Address(check_local_address(host, flag))
+    if int(base) + args.nodes - 1 > int(ipaddress.IPv4Address("127.255.255.254")) and base.is_loopback:
+        raise CliError(f"{flag} {base}: {args.nodes} nodes need {args.nodes} addresses from {base} on, "
+                       "past the end of 127.0.0.0/8")  # fmt: skip
+    if args.nodes > 1 and not base.is_loopback:
+        raise CliError(f"{flag} {base}: the nodes sit on consecutive addresses, which only loopback (127.x) offers")
+    for i in range(args.nodes):
+        ip = str(base + i)
+        if i:
+            check_local_address(ip, f"{flag} {base} (node {i} at {ip})")
+        check_udp_free("--bind" if args.port is None else "--port", ip, port)
+    return str(base), port
+
+
 def run(args: argparse.Namespace) -> int:
-    if not 2 <= args.nodes <= 32:
-        raise CliError(f"--nodes must be 2..32, got {args.nodes}")
-    if args.duration < 0 or args.duration > 3600:
-        raise CliError("--duration must be between 0 and 3600 seconds")
-    if args.rate is not None and not 0 < args.rate <= 240:
-        raise CliError("--rate must be between 0 and 240 frames per second")
-    fmt = args.format or ("table" if sys.stdout.isatty() else "table")
+    base_address, port = _addresses(args)
+    check_output_path("--record", args.record)
+    fmt = args.format
     version = args.version or (REALTIME_VERSION if args.rate else DEFAULT_VERSION)
     config = NodeConfig(
         version=version,
@@ -107,7 +161,12 @@ def run(args: argparse.Namespace) -> int:
     if discover:
         from protocols.pia.keys import parse_game_key
 
-        text = args.game_key or secrets.token_hex(16)
+        if args.game_key:
+            text = args.game_key
+        elif args.seed is not None:  # --seed covers the keys: the game key (hence the session key) too
+            text = random.Random(f"game key {args.seed}").randbytes(16).hex()
+        else:
+            text = secrets.token_hex(16)
         extra = {"game_key": parse_game_key(text), "game_key_text": text}
         if network == "ldn":
             # Station 0 hosts an LDN network and advertises; the others scan and join (pianode.ldn.network).
@@ -121,13 +180,17 @@ def run(args: argparse.Namespace) -> int:
             from pianode.sim.mesh_run import LanMeshRun
 
             run_class = LanMeshRun
+    live = LiveView(tty=fmt == "table" and sys.stdout.isatty())
+    if args.quiet:
+        live = LiveView(tty=False)
+        live.calls = -10**9  # no progress lines either
     try:
         mesh = run_class(
             config,
             **extra,
             nodes=args.nodes,
-            base_address=args.base_address,
-            port=args.port,
+            base_address=base_address,
+            port=port,
             duration=args.duration,
             rate=args.rate,
             messages=args.messages,
@@ -136,15 +199,24 @@ def run(args: argparse.Namespace) -> int:
             leave_host=args.leave_host,
             group_fanout=fanout,
             freeze_gc=True,
-            live=_print_live if (fmt == "table" and sys.stdout.isatty()) else None,
+            live=live,
+            live_interval=0.5 if live.tty else PROGRESS_EVERY,
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
     started = wallclock.perf_counter()
-    result = trio.run(mesh.run)
+    try:
+        result = trio.run(mesh.run)
+    finally:
+        live.clear()
     result.wall_time = wallclock.perf_counter() - started
+    summary = result.summary()
+    for problem in summary["problems"]:
+        log.info("problem: %s", problem)
     if fmt == "jsonl":
-        print(json.dumps(result.summary(), sort_keys=True))
+        print(json.dumps(summary, sort_keys=True))
+    elif args.quiet:
+        print(render_summary(result).splitlines()[-1])
     else:
         print(render_summary(result))
     return 0 if result.ok else 1
@@ -194,21 +266,54 @@ def render_summary(result: MeshRunResult) -> str:
     return "\n".join(lines)
 
 
+_COLUMNS = (  # header, width, right-aligned
+    ("idx", 3, True), ("host", 4, False), ("address", 21, False), ("rtt ms (mean to peers)", 22, True),
+    ("pkts sent", 9, True), ("pkts recv", 9, True), ("lost (resent msgs)", 18, True),
+)
+
+
 def render_rows(rows: list[dict[str, Any]]) -> list[str]:
-    """The station table: index, host mark, address, RTT, packets sent/received, losses."""
-    header = f"{'idx':>3} {'host':<4} {'address':<21} {'rtt ms':>8} {'sent':>7} {'recv':>7} {'lost':>5}"
+    """The station table: index, host mark, address, mean smoothed RTT to its peers, packets, losses."""
+    header = " ".join(name.rjust(w) if right else name.ljust(w) for name, w, right in _COLUMNS)
     lines = [header, "-" * len(header)]
     for row in rows:
         rtt = "-" if row["rtt_ms"] is None else f"{row['rtt_ms']:.3f}"
         index = row["index"] if row["index"] is not None else "-"
-        lines.append(
-            f"{index:>3} {'*' if row['host'] else '':<4} "
-            f"{row['address']:<21} {rtt:>8} {row['sent']:>7} {row['received']:>7} {row['lost']:>5}"
-        )
+        cells = (index, "*" if row["host"] else "", row["address"], rtt, row["sent"], row["received"], row["lost"])
+        lines.append(" ".join(str(c).rjust(w) if right else str(c).ljust(w)
+                              for c, (_, w, right) in zip(cells, _COLUMNS)).rstrip())  # fmt: skip
     return lines
 
 
-def _print_live(rows: list[dict[str, Any]]) -> None:
-    # Redraw in place on a terminal: cursor home, clear screen, table.
-    sys.stdout.write("\x1b[H\x1b[2J" + "\n".join(render_rows(rows)) + "\n")
-    sys.stdout.flush()
+class LiveView:
+    """During a run: on a terminal, the station table redrawn in place (the final summary replaces it);
+    elsewhere, one progress line on stderr every few seconds (none in a run shorter than that)."""
+
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+        self.height = 0
+        self.calls = 0
+        self.started = wallclock.monotonic()
+
+    def __call__(self, rows: list[dict[str, Any]]) -> None:
+        self.calls += 1
+        if self.tty:
+            up = f"\x1b[{self.height}F\x1b[J" if self.height else ""
+            table = render_rows(rows)
+            sys.stdout.write(up + "\n".join(table) + "\n")
+            sys.stdout.flush()
+            self.height = len(table)
+        elif self.calls > 1:
+            elapsed = wallclock.monotonic() - self.started
+            sent = sum(r["sent"] for r in rows)
+            received = sum(r["received"] for r in rows)
+            lost = sum(r["lost"] for r in rows)
+            print(f"pianode mesh: {elapsed:.0f} s: {len(rows)} stations running, {sent} packets sent, "
+                  f"{received} received, {lost} messages resent", file=sys.stderr, flush=True)  # fmt: skip
+
+    def clear(self) -> None:
+        """Take the live table off the screen before the final summary (so the table appears once)."""
+        if self.tty and self.height:
+            sys.stdout.write(f"\x1b[{self.height}F\x1b[J")
+            sys.stdout.flush()
+            self.height = 0

@@ -1,31 +1,65 @@
-"""``pianode node``: run one Pia node in this process (build a mesh from several terminals).
+"""pianode node: run one Pia node in this process (build a mesh from several terminals).
 
     pianode node --create --bind 127.0.0.2:49152 --session-key 00112233445566778899aabbccddeeff
     pianode node --join 127.0.0.2:49152 --bind 127.0.0.3 --session-key 00112233445566778899aabbccddeeff
 
-The creating node prints the command the others need.  Every node sends a
-numbered reliable broadcast every ``--send-interval`` seconds and reports
-events (stations joining and leaving, host changes, data) as they happen; with
-``--format jsonl`` each is one JSON object per line, for scripts.
+The creating node prints the command the others need (give each joiner its own
+127.0.0.x).  Every node sends a numbered reliable broadcast every --interval
+seconds and reports events (stations joining and leaving, host changes, data,
+datagrams it had to drop and why) as they happen; with --format jsonl each is
+one JSON object per line, for scripts.  It runs until --duration ends or Ctrl-C
+(then it leaves the mesh, prints its summary and "interrupted", exit status 130).
+
+Exit status: 0 after a normal run, 1 when the join failed (the line says why:
+nothing listens there, or the host is there but did not answer: a wrong
+--session-key, --version or --network), 2 for a bad flag.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from typing import Any
 
 import trio
 
-from pianode.cli.common import CliError
-from pianode.cli.common import add_network_arguments, parse_hostport
+from pianode.cli.common import (
+    CliError,
+    CliFailure,
+    Stop,
+    add_network_arguments,
+    check_udp_free,
+    deprecated_alias,
+    hex_key,
+    number_arg,
+    parse_bind,
+    parse_remote,
+    port_arg,
+    probe_udp,
+    render_table,
+)
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.node import JoinError, Node, open_node
 
-__all__ = ["add_parser"]
+__all__ = ["add_parser", "join_failure"]
+
+log = logging.getLogger("pianode.mesh")
+
+#: What each drop reason tells a person running the node.
+DROP_HINTS = {
+    "bad_tag": "did not authenticate with this session key (another --session-key?)",
+    "malformed": "were not Pia packets of this version (another --version?)",
+    "replayed": "were replays of packets already received",
+    "not_member": "came from stations outside the mesh",
+    "identity_mismatch": "came from an address with another station's ids",
+    "unencrypted": "were unencrypted where encryption is required",
+    "unexpected": "were messages that did not fit the state",
+    "queue_full": "found the receive queue full",
+}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,34 +75,36 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--bind", default="127.0.0.1", metavar="IP[:PORT]", help="local address (default 127.0.0.1, any port)")
     p.add_argument("--session-key", metavar="HEX", help="16-byte session key (required to join; random when creating)")
     add_network_arguments(p)
-    p.add_argument("--network-id", type=lambda s: int(s, 0), default=None, help="network id (LDN; default derived from the host)")
-    p.add_argument("--duration", type=float, default=None, help="seconds to run (default: until interrupted)")
-    p.add_argument("--send-interval", type=float, default=1.0, help="seconds between reliable broadcasts (0: none)")
-    p.add_argument("--unreliable-interval", type=float, default=0.0,
-                   help="seconds between unreliable broadcasts (0: none); from 5.27 one group packet each")
-    p.add_argument("--group-port", type=int, default=None, metavar="PORT",
+    p.add_argument("--network-id", type=number_arg("--network-id", 0, 0xFFFFFFFF, integer=True), default=None,
+                   help="network id (LDN; default derived from the host)")
+    p.add_argument("--duration", type=number_arg("--duration", 0, 86400 * 365, lo_open=True), default=None,
+                   metavar="S", help="seconds to run (default: until Ctrl-C)")
+    p.add_argument("--interval", type=number_arg("--interval", 0, 3600), default=1.0, metavar="S",
+                   help="seconds between reliable broadcasts (0: none; default 1)")
+    p.add_argument("--send-interval", dest="interval", type=number_arg("--send-interval", 0, 3600),
+                   action=deprecated_alias("--interval"), help=argparse.SUPPRESS)
+    p.add_argument("--unreliable-interval", type=number_arg("--unreliable-interval", 0, 3600), default=0.0,
+                   metavar="S", help="seconds between unreliable broadcasts (0: none); from 5.27 one group packet each")
+    p.add_argument("--group-port", type=port_arg("--group-port", allow_zero=False), default=None, metavar="PORT",
                    help="5.27+: send each group packet once to 127.255.255.255:PORT and listen on 0.0.0.0:PORT "
                    "(every node of the session uses the same port) instead of one copy per station")
-    p.add_argument("--leave", action="store_true", help="leave gracefully at the end instead of just stopping")
+    p.add_argument("--leave", action="store_true",
+                   help="leave gracefully when --duration ends (Ctrl-C always leaves) instead of just stopping")
     p.add_argument("--format", choices=("table", "jsonl"), default="table", help="event output format")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    host, port = parse_hostport(args.bind, default_port=0)
-    key = args.session_key
-    if args.join and not key:
+    host, port = parse_bind(args.bind, "--bind")
+    check_udp_free("--bind", host, port)
+    if args.join and not args.session_key:
         raise CliError("--join needs --session-key (the creator prints it)")
-    if args.create and not key:
-        key = os.urandom(16).hex()
-    if args.duration is not None and args.duration <= 0:
-        raise CliError("--duration must be positive")
-    if args.send_interval < 0 or args.unreliable_interval < 0:
-        raise CliError("send intervals must not be negative")
+    key = hex_key("--session-key", args.session_key)
+    if args.create and key is None:
+        key = os.urandom(16)
+    join = parse_remote(args.join, "--join") if args.join else None
     group = None
     if args.group_port is not None:
-        if not 1 <= args.group_port <= 65535:
-            raise CliError(f"--group-port must be 1..65535, got {args.group_port}")
         group = ("127.255.255.255", args.group_port)
     config = NodeConfig(
         version=args.version,
@@ -82,74 +118,150 @@ def run(args: argparse.Namespace) -> int:
     )
     if group is not None and config.profile.footer == "none":
         raise CliError(f"--group-port needs a version with group packets (5.27+), not {config.profile.name}")
-    join = parse_hostport(args.join) if args.join else None
     return trio.run(_main, args, config, join)
 
 
-def _emit(args: argparse.Namespace, kind: str, **fields: Any) -> None:
+def _emit(args: argparse.Namespace, kind: str, text: str | None = None, **fields: Any) -> None:
     if args.format == "jsonl":
         print(json.dumps({"event": kind, **fields}, sort_keys=True), flush=True)
-    else:
-        text = " ".join(f"{k}={v}" for k, v in fields.items())
-        print(f"[{kind}] {text}", flush=True)
+    elif not args.quiet:
+        print(text if text is not None else f"[{kind}] " + " ".join(f"{k}={v}" for k, v in fields.items()), flush=True)
+
+
+def join_failure(reason: str, host: tuple[str, int], drops: dict[str, int]) -> str:
+    """Why a join failed, in words a person can act on."""
+    where = f"{host[0]}:{host[1]}"
+    if drops.get("bad_tag"):
+        return (f"join failed: {drops['bad_tag']} answer(s) from {where} did not authenticate with this session key "
+                "(is --session-key the creator's?)")  # fmt: skip
+    if "no answer" in reason or "lost the host" in reason or "timed out" in reason:
+        listening = probe_udp(host)
+        if listening is False:
+            return f"join failed: no answer from {where}: nothing listens there (is the host running, and the port right?)"
+        return (f"join failed: the host at {where} did not answer the join: is --session-key the creator's "
+                "(and --version and --network the same)?")  # fmt: skip
+    return f"join failed: {reason}"
+
+
+def _join_command(config: NodeConfig, addr: tuple[str, int], group_port: int | None) -> str:
+    ip = addr[0]
+    parts = ip.split(".")
+    next_ip = ".".join([*parts[:3], str(int(parts[3]) + 1)]) if ip.startswith("127.") and int(parts[3]) < 254 else "127.0.0.2"
+    key = config.session_key.hex() if config.session_key else ""
+    command = (f"pianode node --join {ip}:{addr[1]} --session-key {key} --version {config.profile.name} "
+               f"--network {config.network.value} --bind {next_ip}")  # fmt: skip
+    if group_port is not None:
+        command += f" --group-port {group_port}"
+    return command
 
 
 async def _main(args: argparse.Namespace, config: NodeConfig, join: tuple[str, int] | None) -> int:
     received: dict[int, int] = {}
-    async with open_node(config) as node:
-        addr = node.address
-        if join is None:
-            await node.create_mesh()
-            _emit(
-                args,
-                "created",
-                address=f"{addr[0]}:{addr[1]}",
-                session_key=config.session_key.hex() if config.session_key else None,
-                version=config.profile.name,
-                network=config.network.value,
-                join_with=f"pianode node --join {addr[0]}:{addr[1]} --session-key {config.session_key.hex() if config.session_key else ''} "
-                f"--version {config.profile.name} --network {config.network.value} --bind 127.0.0.N",
-            )
-        else:
-            try:
-                index = await node.join(join, network_id=args.network_id)
-            except JoinError as exc:
-                _emit(args, "join-failed", reason=str(exc))
-                print(f"pianode node: join failed: {exc}", file=sys.stderr)
-                return 1
-            _emit(args, "joined", address=f"{addr[0]}:{addr[1]}", station_index=index, host_index=node.host_index)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_report, args, node, received)
-            if args.send_interval > 0:
-                nursery.start_soon(_sender, args, node, args.send_interval, True)
-            if args.unreliable_interval > 0:
-                nursery.start_soon(_sender, args, node, args.unreliable_interval, False)
-            if args.duration is not None:
-                await trio.sleep(args.duration)
+    stop = Stop()
+    async with trio.open_nursery() as outer:
+        await outer.start(stop.watch)
+        async with open_node(config) as node:
+            addr = node.address
+            if join is None:
+                await node.create_mesh()
+                command = _join_command(config, addr, args.group_port)
+                _emit(args, "created",
+                      f"created the mesh on {addr[0]}:{addr[1]} (Pia {config.profile.name} {config.network.value}); "
+                      f"others join with (each on its own 127.0.0.x):\n  {command}",
+                      address=f"{addr[0]}:{addr[1]}", session_key=config.session_key.hex() if config.session_key else None,
+                      version=config.profile.name, network=config.network.value, join_with=command)  # fmt: skip
+                log.info("created the mesh on %s:%d", *addr)
             else:
-                await trio.sleep_forever()
-            if args.leave:
-                await node.leave()
-            nursery.cancel_scope.cancel()
-        rows = [
-            {
-                "index": s.index,
-                "host": s.is_host,
-                "self": s.is_self,
-                "address": f"{s.address[0]}:{s.address[1]}",
-                "state": s.state,
-                "rtt_ms": None if s.rtt is None else round(s.rtt * 1000, 3),
-                "received": received.get(s.index, 0) if s.index is not None else 0,
-            }
-            for s in node.stations()
-        ]
-        _emit(args, "summary", station_index=node.station_index, host_index=node.host_index, stations=rows,
-              drops=node.statistics()["drops"],
-              group_packets_sent=node.statistics()["counters"].get("group_packets_sent", 0))  # type: ignore[union-attr]
+                index = None
+                with stop.phase():
+                    try:
+                        index = await node.join(join, network_id=args.network_id)
+                    except JoinError as exc:
+                        drops: dict[str, int] = node.statistics()["drops"]  # type: ignore[assignment]
+                        message = join_failure(str(exc), join, drops)
+                        if args.format == "jsonl":  # (a table run says it once, on stderr)
+                            _emit(args, "join-failed", reason=str(exc), message=message, drops=drops)
+                        raise CliFailure(message) from None
+                if index is None:
+                    stop.exit_if_interrupted()
+                    raise CliFailure("stopped before the join completed")
+                _emit(args, "joined", f"joined {join[0]}:{join[1]} as station {index} from {addr[0]}:{addr[1]} "
+                      f"(host: station {node.host_index})",
+                      address=f"{addr[0]}:{addr[1]}", station_index=index, host_index=node.host_index)  # fmt: skip
+                log.info("joined %s:%d as station %d", join[0], join[1], index)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_report, args, node, received)
+                nursery.start_soon(_watch_drops, args, node)
+                if args.interval > 0:
+                    nursery.start_soon(_sender, node, args.interval, True)
+                if args.unreliable_interval > 0:
+                    nursery.start_soon(_sender, node, args.unreliable_interval, False)
+                with stop.phase():
+                    if args.duration is not None:
+                        await trio.sleep(args.duration)
+                    else:
+                        await trio.sleep_forever()
+                if args.leave or stop.signalled:
+                    with trio.move_on_after(1.0):
+                        await node.leave()
+                nursery.cancel_scope.cancel()
+            _summary(args, node, received)
+        outer.cancel_scope.cancel()
+    stop.exit_if_interrupted()
     return 0
 
 
-async def _sender(args: argparse.Namespace, node: Node, interval: float, reliable: bool) -> None:
+def _summary(args: argparse.Namespace, node: Node, received: dict[int, int]) -> None:
+    stats = node.statistics()
+    rows = [
+        {
+            "index": s.index,
+            "host": s.is_host,
+            "self": s.is_self,
+            "address": f"{s.address[0]}:{s.address[1]}",
+            "state": s.state,
+            "rtt_ms": None if s.rtt is None else round(s.rtt * 1000, 3),
+            "received": received.get(s.index, 0) if s.index is not None else 0,
+        }
+        for s in node.stations()
+    ]
+    drops: dict[str, int] = stats["drops"]  # type: ignore[assignment]
+    group_sent = stats["counters"].get("group_packets_sent", 0)  # type: ignore[union-attr]
+    table = render_table(
+        ["idx", "host", "self", "address", "state", "rtt ms", "received msgs"],
+        [[r["index"], "*" if r["host"] else "", "*" if r["self"] else "", r["address"], r["state"],
+          "-" if r["rtt_ms"] is None else f"{r['rtt_ms']:.3f}", r["received"]] for r in rows],
+        right={0, 5, 6},
+    )  # fmt: skip
+    text = [f"station {node.station_index} (host: station {node.host_index})", *table]
+    if drops:
+        text.append("dropped: " + ", ".join(f"{n} {reason}" for reason, n in sorted(drops.items())))
+    if args.quiet and args.format != "jsonl":
+        print("\n".join(text), flush=True)
+        return
+    _emit(args, "summary", "\n".join(text), station_index=node.station_index, host_index=node.host_index,
+          stations=rows, drops=drops, group_packets_sent=group_sent)  # fmt: skip
+
+
+async def _watch_drops(args: argparse.Namespace, node: Node) -> None:
+    """Say (once a second at most) when datagrams were dropped, with the reason: a wrong key shows here."""
+    seen: dict[str, int] = {}
+    while True:
+        await trio.sleep(1.0)
+        if node.session is None:
+            return
+        drops: dict[str, int] = node.statistics()["drops"]  # type: ignore[assignment]
+        for reason, count in sorted(drops.items()):
+            new = count - seen.get(reason, 0)
+            if new > 0:
+                hint = DROP_HINTS.get(reason, reason)
+                _emit(args, "dropped", f"dropped {new} datagram(s) that {hint} [{reason}, {count} in all]",
+                      reason=reason, count=new, total=count)  # fmt: skip
+                log.debug("dropped %d datagram(s): %s", new, reason)
+        seen = dict(drops)
+
+
+async def _sender(node: Node, interval: float, reliable: bool) -> None:
     seq = 0
     word = "hello" if reliable else "tick"
     while True:
@@ -166,10 +278,13 @@ async def _report(args: argparse.Namespace, node: Node, received: dict[int, int]
             received[event.source_index] = received.get(event.source_index, 0) + 1
             _emit(args, "data", source=event.source_index, reliable=event.reliable, data=event.data.decode("utf-8", "replace"))
         elif isinstance(event, StationJoined):
+            log.info("station %d joined from %s:%d", event.station_index, *event.address)
             _emit(args, "station-joined", index=event.station_index, address=f"{event.address[0]}:{event.address[1]}")
         elif isinstance(event, StationLeft):
+            log.info("station %d left (%s)", event.station_index, event.reason)
             _emit(args, "station-left", index=event.station_index, reason=event.reason)
         elif isinstance(event, HostChanged):
+            log.info("host moved from station %d to %d", event.old_host_index, event.new_host_index)
             _emit(args, "host-changed", old=event.old_host_index, new=event.new_host_index)
         elif isinstance(event, MeshJoined):
             pass

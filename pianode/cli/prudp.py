@@ -1,25 +1,40 @@
-"""``pianode prudp``: an echo host and a client that measures round trips.
+"""pianode prudp: an echo host and a client that measures round trips.
 
-``pianode prudp serve --variant V [--port P]`` binds 127.0.0.1 by default and
-echoes every message on every connection.  ``pianode prudp connect --variant V
-HOST:PORT`` connects, sends ``--count`` messages of ``--size`` bytes, checks each
+pianode prudp serve --variant V [--bind IP[:PORT]] binds 127.0.0.1 by default and
+echoes every message on every connection.  pianode prudp connect --variant V
+HOST:PORT connects, sends --count messages of --size bytes, checks each
 echo and prints the round-trip times.
 
 The Rendez-Vous variant needs a certificate key (spec ../shared/spec/prudp.md
-§4.3): the host signs with a private key (``--certificate-key PEM``, or a fresh
+§4.3): the host signs with a private key (--certificate-key PEM, or a fresh
 one whose public key it prints), and the client trusts a public key
-(``--trust`` with a PEM file or the 64-byte key in hex).
+(--trust with a PEM file or the 64-byte key in hex).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import math
 import pathlib
+import socket
 import statistics
 
 import trio
 
-from pianode.cli.common import CliError
+from pianode.cli.common import (
+    CliError,
+    CliFailure,
+    Stop,
+    check_local_address,
+    check_udp_free,
+    deprecated_alias,
+    number_arg,
+    parse_bind,
+    parse_remote,
+    port_arg,
+    probe_udp,
+)
 from pianode.prudp import Settings
 from pianode.prudp.endpoint import PrudpEndpoint
 from pianode.prudp.echo import serve_echo
@@ -29,34 +44,43 @@ from protocols.prudp.rendezvous import generate_key, load_public_key, public_byt
 
 __all__ = ["add_parser"]
 
+log = logging.getLogger("pianode.prudp")
+
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", required=True, choices=sorted(VARIANTS), help="PRUDP flavour")
     p.add_argument("--access-key", default="", help="the game's access key (checksums and signatures)")
     p.add_argument("--compression", action="store_true", help="zlib-compress DATA (NEX: both ends must agree)")
-    p.add_argument("--fragment-size", type=int, default=None, help="bytes per DATA fragment (default: the variant's)")
+    p.add_argument("--fragment-size", type=number_arg("--fragment-size", 16, 65000, integer=True), default=None,
+                   help="bytes per DATA fragment, 16..65000 (default: the variant's)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("prudp", help="PRUDP echo host and round-trip client")
+    parser = subparsers.add_parser("prudp", help="PRUDP echo host and round-trip client", description=__doc__)
     sub = parser.add_subparsers(dest="prudp_command", metavar="ACTION")
     parser.set_defaults(handler=lambda args: (parser.print_help(), 2)[1])
 
     serve = sub.add_parser("serve", help="run an echo host")
     _common(serve)
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=0, help="UDP port (default: any free port)")
+    serve.add_argument("--bind", default=None, metavar="IP[:PORT]", help="local socket (default 127.0.0.1, any free port)")
+    serve.add_argument("--host", action=deprecated_alias("--bind IP"), default=None, help=argparse.SUPPRESS)
+    serve.add_argument("--port", type=port_arg("--port"), action=deprecated_alias("--bind IP:PORT"), default=None,
+                       help=argparse.SUPPRESS)
     serve.add_argument("--certificate-key", type=pathlib.Path, help="Rendez-Vous: PEM private key that signs our key exchange")
-    serve.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    serve.add_argument("--duration", type=number_arg("--duration", 0, 86400 * 365, lo_open=True), default=None,
+                       metavar="S", help="stop after S seconds (default: until Ctrl-C)")
     serve.set_defaults(handler=_serve)
 
     connect = sub.add_parser("connect", help="connect, send messages, print round-trip figures")
     _common(connect)
     connect.add_argument("address", metavar="HOST:PORT")
-    connect.add_argument("--count", type=int, default=10, help="messages to send (default 10)")
-    connect.add_argument("--size", type=int, default=64, help="bytes per message (default 64)")
+    connect.add_argument("--count", type=number_arg("--count", 1, 1_000_000, integer=True), default=10,
+                         help="messages to send, 1..1000000 (default 10)")
+    connect.add_argument("--size", type=number_arg("--size", 0, 1_000_000, integer=True), default=64,
+                         help="bytes per message, 0..1000000 (default 64)")
     connect.add_argument("--trust", help="Rendez-Vous: certificate public key, a PEM file or 64 bytes of hex")
-    connect.add_argument("--timeout", type=float, default=30.0, help="give up after this many seconds")
+    connect.add_argument("--timeout", type=number_arg("--timeout", 0, 3600, lo_open=True), default=30.0, metavar="S",
+                         help="give up after S seconds (> 0 and ≤ 3600, default 30)")
     connect.set_defaults(handler=_connect)
 
 
@@ -97,17 +121,56 @@ def _load_trust(text: str | None) -> object:
         raise CliError(f"--trust: not a P-256 public key: {exc}") from None
 
 
+#: What a server's drop counters mean for the person running it.
+_DROP_HINTS = {
+    "dropped_bad_signature": "carried a signature that did not verify with this --access-key",
+    "dropped_AuthenticationError": "had a checksum that did not verify with this --access-key",
+    "dropped_no_connection": "belonged to no connection",
+}
+
+
+def _serve_address(args: argparse.Namespace) -> tuple[str, int]:
+    if args.bind is not None:
+        host, port = parse_bind(args.bind, "--bind")
+    else:
+        host = check_local_address(args.host or "127.0.0.1", "--host" if args.host else "--bind")
+        port = 0
+    if args.port is not None:
+        port = args.port
+    check_udp_free("--bind" if args.port is None else "--port", host, port)
+    return host, port
+
+
 def _serve(args: argparse.Namespace) -> int:
+    bind = _serve_address(args)
     cert = _load_certificate(args.certificate_key) if args.variant == "rendezvous" else None
     settings = _settings(args, cert)
+    stop = Stop(math.inf)
+
+    async def watch_drops(endpoint: PrudpEndpoint) -> None:
+        seen: dict[str, int] = {}
+        while True:
+            await trio.sleep(0.5)
+            stats = endpoint.statistics()
+            for name in sorted(stats):
+                if not name.startswith("dropped_") or name == "dropped_undecodable":
+                    continue
+                hint = _DROP_HINTS.get(name, f"could not be read as PRUDP of this --variant")
+                new = stats.get(name, 0) - seen.get(name, 0)
+                if new > 0:
+                    print(f"dropped {new} packet(s) that {hint} [{name.removeprefix('dropped_')}]", flush=True)
+                    log.info("dropped %d packet(s): %s", new, name)
+            seen = dict(stats)
 
     async def main() -> None:
         endpoint = PrudpEndpoint(settings)
         async with trio.open_nursery() as nursery:
-            host, port = await nursery.start(endpoint.run, (args.host, args.port))
+            await nursery.start(stop.watch)
+            host, port = await nursery.start(endpoint.run, bind)
             vport = endpoint.listen()
             print(f"listening on {host}:{port} vport 0x{vport:02x} ({args.variant})", flush=True)
-            with trio.move_on_after(args.duration if args.duration is not None else float("inf")):
+            nursery.start_soon(watch_drops, endpoint)
+            with stop.phase(), trio.move_on_after(args.duration if args.duration is not None else math.inf):
                 await serve_echo(
                     endpoint,
                     nursery,
@@ -117,26 +180,40 @@ def _serve(args: argparse.Namespace) -> int:
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+    stop.exit_if_interrupted()
     return 0
 
 
-def _connect(args: argparse.Namespace) -> int:
-    from pianode.cli.common import parse_hostport
+def _resolve(text: str) -> tuple[str, int]:
+    return parse_remote(text, "HOST:PORT")
 
-    address = parse_hostport(args.address)
-    if args.count < 1 or args.size < 0:
-        raise CliError("--count must be positive and --size not negative")
+
+def _no_answer(address: tuple[str, int], args: argparse.Namespace, stats: dict[str, int]) -> str:
+    where = f"{address[0]}:{address[1]}"
+    bad = sum(v for k, v in stats.items() if k in ("dropped_bad_signature", "dropped_AuthenticationError"))
+    if bad:
+        return f"{bad} answer(s) from {where} did not verify: is --access-key the server's (and --variant)?"
+    if probe_udp(address) is False:
+        return f"no answer from {where}: nothing listens there (is the server running, and the port right?)"
+    key = f"--access-key {args.access_key!r}" if args.access_key else "no --access-key"
+    return f"no answer from {where}: is the access key right? (sent with {key}, --variant {args.variant})"
+
+
+def _connect(args: argparse.Namespace) -> int:
+    address = _resolve(args.address)
     cert = _load_trust(args.trust) if args.variant == "rendezvous" else None
     settings = _settings(args, cert)
     rtts: list[float] = []
     bad = 0
     error: str | None = None
+    stop = Stop(math.inf)
 
     async def session(endpoint: PrudpEndpoint) -> None:
         nonlocal bad
         t0 = trio.current_time()
         conn = await endpoint.connect(address)
-        print(f"connected to {address[0]}:{address[1]} in {1000 * (trio.current_time() - t0):.1f} ms", flush=True)
+        if not args.quiet:
+            print(f"connected to {address[0]}:{address[1]} in {1000 * (trio.current_time() - t0):.1f} ms", flush=True)
         for i in range(args.count):
             message = bytes((i + j) & 0xFF for j in range(args.size))
             start = trio.current_time()
@@ -145,29 +222,36 @@ def _connect(args: argparse.Namespace) -> int:
             rtts.append(trio.current_time() - start)
             ok = echo == message
             bad += not ok
-            print(f"seq={i} bytes={len(echo)} rtt={1000 * rtts[-1]:.2f} ms{'' if ok else ' MISMATCH'}", flush=True)
+            if not args.quiet:
+                print(f"seq={i} bytes={len(echo)} rtt={1000 * rtts[-1]:.2f} ms{'' if ok else ' MISMATCH'}", flush=True)
         await conn.close()
 
     async def main() -> None:
         nonlocal error
         endpoint = PrudpEndpoint(settings)
         async with trio.open_nursery() as nursery:
+            await nursery.start(stop.watch)
             await nursery.start(endpoint.run, ("127.0.0.1" if address[0].startswith("127.") else "0.0.0.0", 0))
             # errors are caught here, inside the nursery, so they reach the user as one line
             try:
-                with trio.fail_after(args.timeout):
+                with stop.phase(), trio.fail_after(args.timeout):
                     await session(endpoint)
             except ConnectionRefusedError as exc:
                 error = str(exc)
+                if "no answer" in error:
+                    error = _no_answer(address, args, endpoint.statistics())
             except trio.TooSlowError:
-                error = f"no answer within {args.timeout} s"
+                error = _no_answer(address, args, endpoint.statistics()) if not rtts else f"no echo within {args.timeout} s"
             except trio.EndOfChannel as exc:
                 error = f"connection closed: {exc}"
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+    stop.exit_if_interrupted()
     if error is not None:
-        raise CliError(error)
+        raise CliFailure(error)
+    if not rtts:
+        raise CliFailure("stopped before any echo came back")
     ms = [1000 * r for r in rtts]
     print(
         f"{len(ms)} messages, {bad} mismatched; rtt min/avg/max/stdev = "
@@ -175,4 +259,3 @@ def _connect(args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0 if bad == 0 else 1
-

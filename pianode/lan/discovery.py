@@ -204,9 +204,13 @@ class _Counters:
         self.sent = 0
         self.answered = 0
         self.dropped: Counter[str] = Counter()
+        #: The first drops with where they came from and what was wrong (for "why was nothing found").
+        self.ignored: list[tuple[str, Address, object]] = []
 
     def drop(self, reason: str, addr: Address, detail: object = "") -> None:
         self.dropped[reason] += 1
+        if len(self.ignored) < 64:
+            self.ignored.append((reason, addr, detail))
         log.debug("dropped datagram from %s:%d: %s %s", addr[0], addr[1], reason, detail)
 
     def snapshot(self) -> LanStatistics:
@@ -480,9 +484,12 @@ class LanHost:
         bind: Address | None = None,
         broadcast_ip: str = DEFAULT_BROADCAST,
         copies: int = REPLY_COPIES,
+        tap: Callable[[bytes, Address, Address, float], None] | None = None,
     ) -> None:
         self.responder = BrowseResponder(profile, game_key, session, broadcast_ip=broadcast_ip, copies=copies)
         self.bind = bind if bind is not None else ("0.0.0.0", browse_port(profile))
+        #: Sees every reply sent (data, source, destination, time): a recording includes discovery.
+        self.tap = tap
 
     @property
     def session(self) -> LanSessionInfo | LanNetworkProperty:
@@ -495,12 +502,16 @@ class LanHost:
         with trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM) as sock:
             _best_effort_sockopts(sock, reuse=True, broadcast=True)
             await sock.bind(self.bind)
-            task_status.started(sock.getsockname())
+            where = sock.getsockname()
+            task_status.started(where)
             while True:
                 data, addr = await sock.recvfrom(MAX_DATAGRAM)
                 for out, dest in self.responder.receive(data, addr[:2], trio.current_time()):
                     with contextlib.suppress(OSError):
                         await sock.sendto(out, dest)
+                        if self.tap is not None:  # (from the host's own address when listening on any)
+                            src = getattr(self.session, "host_ip", where[0]) if where[0] == "0.0.0.0" else where[0]
+                            self.tap(out, (src, where[1]), dest, trio.current_time())
 
 
 async def browse(
@@ -515,6 +526,7 @@ async def browse(
     application_version: int | None = None,
     client: BrowseClient | None = None,
     stop_when: Callable[[FoundSession], bool] | None = None,
+    tap: Callable[[bytes, Address, Address, float], None] | None = None,
 ) -> list[FoundSession]:
     """Broadcast one browse request and return the verified sessions found within *timeout* seconds.
 
@@ -533,7 +545,10 @@ async def browse(
     with trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM) as sock:
         _best_effort_sockopts(sock, reuse=False, broadcast=True)
         await sock.bind(bind)
-        await sock.sendto(client.request(), broadcast)
+        request = client.request()
+        await sock.sendto(request, broadcast)
+        if tap is not None:  # a recording includes the browse request
+            tap(request, sock.getsockname(), broadcast, trio.current_time())
         with trio.move_on_after(timeout):
             while max_sessions <= 0 or len(found) < max_sessions:
                 data, addr = await sock.recvfrom(MAX_DATAGRAM)

@@ -214,7 +214,7 @@ async def start_lan_host(
         application_data=application_data, variable_id=me.variable_id, host_address_size=host_address_size,
     )  # fmt: skip
     info = attrs.evolve(info, session_key_param=param)
-    lan_host = LanHost(profile, game_key, info, bind=browse_bind, broadcast_ip=broadcast_ip)
+    lan_host = LanHost(profile, game_key, info, bind=browse_bind, broadcast_ip=broadcast_ip, tap=tap)
     session = LanSession(node, lan_host, ("", 0), param, name)
 
     async def serve(*, task_status: trio.TaskStatus[Address]) -> None:
@@ -240,6 +240,7 @@ async def find_session(
     interval: float = 1.0,
     application_version: int | None = None,
     search: LanSessionSearchCriteria | None = None,
+    tap: Tap | None = None,
 ) -> FoundSession | None:
     """Browse every *interval* seconds until a session answers (the one with *network_id*, if given).
 
@@ -260,7 +261,7 @@ async def find_session(
     while (left := deadline - trio.current_time()) > 0:
         found = await browse(
             profile, game_key, broadcast=broadcast, bind=(bind_ip, 0), timeout=min(interval, left),
-            application_version=application_version, search=search, stop_when=wanted,
+            application_version=application_version, search=search, stop_when=wanted, tap=tap,
         )  # fmt: skip
         for f in found:
             if wanted(f):
@@ -308,6 +309,7 @@ async def start_lan_join(
     found = await find_session(
         profile, game_key, network_id=network_id, bind_ip=config.bind[0], broadcast=broadcast,
         timeout=browse_timeout, interval=browse_interval, application_version=application_version, search=search,
+        tap=tap,
     )  # fmt: skip
     if found is None:
         which = "a LAN session" if network_id is None else f"LAN session 0x{network_id:08x}"

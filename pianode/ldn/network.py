@@ -50,6 +50,7 @@ import errno
 import ipaddress
 import json
 import logging
+import time
 import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -720,9 +721,12 @@ class LdnRecorder:
 
     def __init__(self) -> None:
         self.records: list[tuple[bytes, Address, Address, float]] = []
+        self._wall_offset: float | None = None  # the run's clock → the wall clock (pcap timestamps)
 
     def tap(self, data: bytes, src: Address, dst: Address, now: float) -> None:
-        self.records.append((data, src, dst, now))
+        if self._wall_offset is None:
+            self._wall_offset = time.time() - now
+        self.records.append((data, src, dst, now + self._wall_offset))
 
     def write(self, pcap_path: str, session: dict[str, Any]) -> str:
         """Write *pcap_path* and ``<stem>.session.json`` beside it; returns the session file's path."""

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import collections
 import enum
+import logging
 
 __all__ = ["COUNTERS", "DropReason", "Tally"]
+
+_log = logging.getLogger("pianode.mesh")  # -vv: every drop with its reason
 
 #: Every counter a session keeps (``statistics()['counters']`` lists the non-zero ones).
 COUNTERS = (
@@ -70,3 +73,5 @@ class Tally:
 
     def drop(self, reason: DropReason) -> None:
         self.drops[reason.value] += 1
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("dropped a datagram: %s", reason.value)

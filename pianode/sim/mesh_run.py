@@ -16,6 +16,7 @@ import functools
 import gc
 import ipaddress
 import json
+import logging
 import os
 import random
 import socket as stdlib_socket
@@ -28,11 +29,13 @@ import attrs
 import trio
 
 from pianode.mesh.config import NodeConfig
-from pianode.mesh.events import DataReceived, HostChanged
+from pianode.mesh.events import DataReceived, HostChanged, StationJoined, StationLeft
 from pianode.sim.faults import LinkFaults
 from pianode.mesh.node import JoinError, Node
 
 __all__ = ["LanMeshRun", "MeshRun", "MeshRunResult"]
+
+_log = logging.getLogger("pianode.mesh")  # -v: stations joining and leaving, host changes
 
 _RELIABLE = struct.Struct(">cBI")  # b"R", source index, sequence
 _FRAME = struct.Struct(">cBId")  # b"F", source index, frame number, send time
@@ -229,10 +232,14 @@ class MeshRun:
         self._clock: Callable[[], float] = trio.current_time  # the run's clock, once it runs
         self._late = self.result.late_threshold  # frames later than this go on the timeline of late frames
         self._records: list[tuple[bytes, tuple[str, int], tuple[str, int], float]] = []
+        self._wall_offset: float | None = None
 
     # ------------------------------------------------------------------ helpers
     def _tap(self, data: bytes, src: tuple[str, int], dst: tuple[str, int], now: float) -> None:
-        self._records.append((data, src, dst, now))
+        # pcap timestamps from the wall clock: the run's clock plus its offset, taken at the first datagram
+        if self._wall_offset is None:
+            self._wall_offset = time.time() - now
+        self._records.append((data, src, dst, now + self._wall_offset))
 
     async def run(self) -> MeshRunResult:
         if self.group_fanout == "broadcast":
@@ -392,6 +399,11 @@ class MeshRun:
         elif isinstance(event, HostChanged):
             idx = node.station_index
             self.result.host_changes.append(f"station {idx}: {event.old_host_index} -> {event.new_host_index}")
+            _log.info("station %s: the host moved from station %d to %d", idx, event.old_host_index,
+                      event.new_host_index)  # fmt: skip
+        elif isinstance(event, (StationJoined, StationLeft)) and _log.isEnabledFor(logging.INFO):
+            what = "joined" if isinstance(event, StationJoined) else f"left ({event.reason})"
+            _log.info("station %s: station %d %s", node.station_index, event.station_index, what)
 
     async def _send_batch(self, nodes: list[Node], count: int, spread: float) -> None:
         async def sender(node: Node) -> None:
@@ -597,6 +609,10 @@ class LanMeshRun(MeshRun):
         self.game_key = game_key
         self.game_key_text = game_key_text
         self.browse_port = browse_port
+
+    def _session_context(self) -> dict[str, Any]:
+        # The recording holds the browse requests and replies too: decode verifies their challenge with the game key.
+        return {**super()._session_context(), "game_key": self.game_key.hex()}
 
     async def _form(self, nursery: trio.Nursery) -> list[Node]:
         from pianode.lan.session import form_lan_mesh

@@ -149,7 +149,9 @@ async def test_one_browse_finds_hosts_in_two_namespaces() -> None:
                 for h in hosts:
                     h.stop()
     assert found.returncode == 0, found.stderr.decode()
-    records = sorted((json.loads(line) for line in found.stdout.decode().splitlines()), key=lambda r: r["host_address"])
+    lines = [json.loads(line) for line in found.stdout.decode().splitlines()]
+    assert lines[-1]["event"] == "summary" and lines[-1]["found"] == 2
+    records = sorted((r for r in lines if r["event"] == "session"), key=lambda r: r["host_address"])
     assert [(r["host_address"], r["reply_from"].split(":")[0]) for r in records] == [
         (f"{SUBNET}.2", f"{SUBNET}.2"),
         (f"{SUBNET}.3", f"{SUBNET}.3"),

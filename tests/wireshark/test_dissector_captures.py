@@ -239,7 +239,18 @@ def _record(tmp_path: Path, version: str, network: str = "lan") -> tuple[Path, P
     status, _, err = pianode("mesh", "-n", "3", "--version", version, "--duration", "0.3", "--messages", "3",
                              "--network", network, "--record", str(pcap), "--format", "jsonl", "--seed", "7")
     assert status == 0, err
+    # The recording holds the discovery traffic too (LAN browse); these tests read its Pia packets
+    # (the dissector's LAN browse tests read browse datagrams of their own).
+    with open_capture(str(pcap)) as cap:
+        datagrams = [d for d in cap if d.data[:4] == PIA_MAGIC]
+    with pcap.open("wb") as f:
+        w = PcapWriter(f)
+        for d in datagrams:
+            w.write_udp(d.data, d.src, d.dst, d.time)
     return pcap, tmp_path / f"rec-{version}.session.json"
+
+
+PIA_MAGIC = bytes.fromhex("32ab9864")
 
 
 def _with_zlib_messages(pcap: Path, session: Path, out: Path) -> int:

@@ -117,7 +117,7 @@ async def test_duration_ends_a_join_that_never_completes() -> None:
     with trio.fail_after(20):
         result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
     assert result.returncode == 1
-    assert result.stderr.decode().splitlines() == ["pianode lan: --duration 0.5 ended before the join completed"]
+    assert result.stderr.decode().splitlines() == ["pianode lan join: --duration 0.5 ended before the join completed"]
 
 
 async def test_join_with_no_session_exits_1_with_one_line() -> None:
@@ -127,7 +127,10 @@ async def test_join_with_no_session_exits_1_with_one_line() -> None:
     with trio.fail_after(20):
         result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
     assert result.returncode == 1
-    assert result.stderr.decode().splitlines() == ["pianode lan: no answer from a LAN session within 0.5 s of browsing"]
+    assert result.stderr.decode().splitlines() == [
+        "pianode lan join: no answer from a LAN session within 0.5 s of browsing: no reply at all: no host there, "
+        "or hosts with another game key (a host ignores a request whose challenge it cannot open)"
+    ]
     assert result.stdout == b""
 
 
@@ -148,10 +151,11 @@ async def test_discovery_only_host_outside_the_node_versions() -> None:
     [
         (("join", "--game-key", KEY, "--format", "xml"), "--format must be table or jsonl"),
         (("join", "--game-key", KEY, "--version", "6.30"), "joining needs Pia 5.7-5.45"),
-        (("join", "--game-key", KEY, "--session", "host"), "--session must be an integer"),
-        (("join", "--game-key", KEY, "--bind", "nowhere"), "not an IPv4 address"),
-        (("host", "--game-key", KEY, "--max", "1"), "--max must be between 2 and 16"),
-        (("host", "--game-key", KEY, "--address", "0.0.0.0", "--duration", "1"), "specific IPv4"),
+        (("join", "--game-key", KEY, "--network-id", "host"), "--network-id must be an integer"),
+        (("join", "--game-key", KEY, "--bind", "nowhere"), "--bind must be an IPv4 address"),
+        (("host", "--game-key", KEY, "--max", "1"), "--max must be an integer ≥ 2 and ≤ 16, got 1"),
+        (("host", "--game-key", KEY, "--bind", "10.0.0.1", "--duration", "1"), "--bind 10.0.0.1: not an address of this machine"),
+        (("host", "--game-key", KEY, "--bind", "127.0.0.5:99999"), "--bind port must be 0..65535, got 99999"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(
@@ -161,4 +165,4 @@ def test_bad_flags_exit_2_with_one_line(
 
     assert main(["lan", *argv]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and err.startswith("pianode lan: ") and message in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"pianode lan {argv[0]}: ") and message in err

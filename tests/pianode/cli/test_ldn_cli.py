@@ -118,7 +118,9 @@ def test_scan_lists_a_hosted_network_as_jsonl_and_table() -> None:
         host.kill()
         host.communicate(timeout=5)
     assert res.returncode == 0, res.stderr
-    (found,) = _jsonl(res.stdout)
+    records = _jsonl(res.stdout)
+    (found,) = [r for r in records if r["event"] == "network"]
+    assert records[-1] == {"event": "summary", "found": 1}
     assert found["ssid"] == network["ssid"] and found["host"] == network["host"]
     assert found["max_participants"] == 3 and found["participants"][0]["name"] == "hoster"
     assert found["participants"][0]["mac"] == network["mac"]
@@ -130,7 +132,8 @@ def test_scan_lists_a_hosted_network_as_jsonl_and_table() -> None:
 def test_scan_without_networks_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     discovery, _ = _ports()
     assert cli_main(["ldn", "scan", "--discovery-port", discovery, "--timeout", "0.2"]) == 1
-    assert "no LDN network found" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == f"pianode ldn scan: no LDN network heard on port {discovery} within 0.2 s\n"
 
 
 @pytest.mark.parametrize(
@@ -151,7 +154,7 @@ def test_scan_without_networks_exits_1(capsys: pytest.CaptureFixture[str]) -> No
 def test_bad_flags_are_one_line_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(list(argv)) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("pianode ldn:") and "\n" not in err
+    assert err.startswith(f"pianode ldn {argv[1]}: ") and "\n" not in err and "Traceback" not in err
 
 
 # ---------------------------------------------------------------- separate hosts, for real (network namespaces)

@@ -8,6 +8,7 @@ authenticated by ``pianode decode``, and bad flags (exit 2, one line on stderr).
 
 from __future__ import annotations
 
+import collections
 import json
 import pathlib
 import re
@@ -125,7 +126,8 @@ def test_record_is_read_by_tshark_and_every_datagram_authenticates(tmp_path: pat
     frames = [line.split("\t") for line in fields.stdout.splitlines() if line]
     assert len(frames) == recorded
     addresses = {f[0] for f in frames} | {f[1] for f in frames}
-    assert addresses == {f"127.0.0.{i}" for i in range(1, 5)}
+    # (127.255.255.255: the joiners' LAN browse requests; the recording includes discovery)
+    assert addresses == {f"127.0.0.{i}" for i in range(1, 5)} | {"127.255.255.255"}
     assert all(int(f[2]) > 8 for f in frames)
     # pianode decode authenticates every one of them with the session file.
     assert json.loads(session.read_text())["session_key"]
@@ -133,8 +135,11 @@ def test_record_is_read_by_tshark_and_every_datagram_authenticates(tmp_path: pat
     assert dec.returncode == 0, dec.stderr
     rows = [json.loads(line) for line in dec.stdout.splitlines() if line.strip()]
     assert len(rows) == recorded
-    assert all(row["kind"] == "pia" and row["authenticated"] is True and row["error"] is None for row in rows)
-    assert all(row["header"]["encrypted"] is True for row in rows)
+    assert all(row["authenticated"] is True and row["error"] is None for row in rows)
+    kinds = collections.Counter(row["kind"] for row in rows)
+    assert kinds["lan-browse-request"] >= 3 and kinds["lan-browse-reply"] >= 3  # the discovery, challenge verified
+    assert kinds["pia"] == recorded - kinds["lan-browse-request"] - kinds["lan-browse-reply"]
+    assert all(row["header"]["encrypted"] is True for row in rows if row["kind"] == "pia")
 
 
 @pytest.mark.parametrize(("version", "network"), [("5.29", "nex"), ("5.18", "ldn")])
@@ -165,10 +170,13 @@ def test_group_packets_go_once_to_the_broadcast_address(tmp_path: pathlib.Path, 
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     fields = subprocess.run(
-        [tshark, "-r", str(pcap), "-T", "fields", "-e", "ip.src", "-e", "ip.dst"], capture_output=True, text=True, timeout=60
-    )
+        [tshark, "-r", str(pcap), "-T", "fields", "-e", "ip.src", "-e", "ip.dst", "-e", "udp.dstport"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
     assert fields.returncode == 0, fields.stderr
-    broadcasts = [line.split("\t")[0] for line in fields.stdout.splitlines() if line.endswith("\t127.255.255.255")]
+    # Group packets to the broadcast address (not the LAN browse requests, which go to port 30000).
+    rows3 = [line.split("\t") for line in fields.stdout.splitlines() if line]
+    broadcasts = [src for src, dst, port in rows3 if dst == "127.255.255.255" and port != "30000"]
     if fanout == "auto":
         # Every station's unreliable broadcasts: one datagram each, to the broadcast address (spec §1.6).
         assert sorted(set(broadcasts)) == [f"127.0.0.{i}" for i in range(1, 5)]

@@ -246,14 +246,17 @@ async def test_cli_host_and_browse_jsonl_and_table() -> None:
             table = await trio.run_process(browse_cmd, capture_stdout=True, check=False)
             host.terminate()
     assert jl.returncode == 0 and table.returncode == 0
-    (rec,) = [json.loads(line) for line in jl.stdout.decode().splitlines()]
+    records = [json.loads(line) for line in jl.stdout.decode().splitlines()]
+    (rec,) = [r for r in records if r["event"] == "session"]
+    # One reply per request (REPLY_COPIES: consoles send three).
+    assert records[-1] == {"event": "summary", "found": 1, "ignored": {}, "requests": 1, "replies": 1}
     assert (rec["network_id"], rec["host_address"], rec["host_port"]) == (nid, ip, 49152)
     assert (rec["current_participants"], rec["max_participants"], rec["system_communication_version"]) == (1, 6, 7)
     assert rec["stations"] == [{"role": 1, "encoding": 1, "username": "cli-host", "constant_id": const}]
     assert rec["session_key"] == lan_session_key(KEY, bytes.fromhex(rec["session_key_param"])).hex()
     lines = table.stdout.decode().splitlines()
-    assert lines[0].split() == ["HOST", "NETWORK", "ID", "PLAYERS", "MAX", "SYS", "VER", "APP", "VER"]
-    assert lines[1].split() == [f"{ip}:49152", f"0x{nid:08x}", "1", "6", "7", "0"]
+    assert lines[0].split() == ["host", "network", "id", "players", "system", "version", "app", "version", "open"]
+    assert lines[2].split() == [f"{ip}:49152", f"0x{nid:08x}", "1/6", "7", "0", "yes"]
 
 
 @pytest.mark.parametrize(
@@ -272,7 +275,7 @@ def test_cli_bad_flags_one_line_exit_2(argv: tuple[str, ...], capsys: pytest.Cap
 
     assert main(["lan", *argv]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and err.startswith("pianode lan: ")
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"pianode lan {argv[0]}: ") and "Traceback" not in err
 
 
 def test_cli_browse_finds_nothing_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
