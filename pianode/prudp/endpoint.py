@@ -20,6 +20,7 @@ Usage::
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections import deque
@@ -41,6 +42,7 @@ from pianode.prudp.events import (
 __all__ = ["PrudpConnection", "PrudpEndpoint"]
 
 MAX_DATAGRAM = 65536
+_log = logging.getLogger("pianode.prudp")
 SEND_QUEUE_POLL = 0.01  # seconds between looks at a full send queue
 
 
@@ -106,6 +108,7 @@ class PrudpEndpoint:
 
     def __init__(self, settings: Settings, *, random_bytes: RandomBytes = os.urandom, accept_backlog: int = 64) -> None:
         self.core = EndpointCore(settings, random_bytes=random_bytes)
+        self._bounds_logged = False
         self._handles: dict[ConnectionId, PrudpConnection] = {}
         self._accept_send, self._accept_recv = trio.open_memory_channel[PrudpConnection](accept_backlog)
         self._sock: trio.socket.SocketType | None = None
@@ -189,12 +192,21 @@ class PrudpEndpoint:
                     # The application is not reading: end the connection rather than hold it all.
                     self.core.abort(event.connection, trio.current_time())
                     self.core.stats_note("aborted: receive queue full")
+                    self._bound_hit(f"received data nobody read past receive_queue_bytes from {event.connection}")
                     continue
                 handle._messages.append(event.data)
             elif isinstance(event, (Disconnected, ConnectionFailed)):
+                if "max_message_size" in event.reason:
+                    self._bound_hit(f"{event.connection}: {event.reason}")
                 handle.closed_reason = event.reason
                 del self._handles[event.connection]
             handle._changed()
+
+    def _bound_hit(self, what: str) -> None:
+        """A connection ended at one of the memory bounds: said once per endpoint (-v), counted always."""
+        if not self._bounds_logged:
+            self._bounds_logged = True
+            _log.info("ending PRUDP connections at their memory bounds (Settings), first: %s", what)
 
     # ------------------------------------------------------------ user verbs
     def listen(self, port: int | None = None, stream_type: int | None = None) -> int:

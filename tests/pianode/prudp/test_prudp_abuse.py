@@ -111,3 +111,26 @@ async def test_connections_from_one_source_are_capped(
             assert "no answer" in str(exc)
     assert connected == 4
     assert len(host.core.connections) == 4
+
+
+async def test_a_bound_is_said_once_on_the_prudp_logger(
+    fake_net: FakeNet, autojump_clock: trio.testing.MockClock, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO, logger="pianode.prudp")
+    host = PrudpEndpoint(Settings("nintendo-v1", access_key="12345678", compression=True, max_message_size=MIB))
+    addr = await nursery.start(host.run, ("127.0.0.1", 7000))
+    host.listen()
+    nursery.start_soon(serve_echo, host, nursery)
+    for port in (7002, 7003):
+        attacker = PrudpEndpoint(
+            Settings("nintendo-v1", access_key="12345678", compression=True, fragment_size=60000, max_message_size=4 * MIB)
+        )
+        await nursery.start(attacker.run, ("127.0.0.2", port))
+        with trio.fail_after(60):
+            conn = await attacker.connect(addr)
+            await conn.send(bytes(2 * MIB))
+            await conn.wait_closed()
+    said = [r for r in caplog.records if r.name == "pianode.prudp" and "memory bounds" in r.getMessage()]
+    assert len(said) == 1 and "max_message_size" in said[0].getMessage()
