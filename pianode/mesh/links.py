@@ -214,6 +214,7 @@ class Links:
             return False
         peer.state = PeerState.CONNECTED
         peer.connected = True
+        peer.connected_at = now
         self.membership_changed()
         peer.next_keepalive = now + self.config.keepalive_interval
         peer.next_rtt = self.rtt_slot(now)

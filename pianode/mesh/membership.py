@@ -177,6 +177,8 @@ class Membership:
         self._next_heal = now + HEAL_INTERVAL if self.joined and not self.leaving else None
         if self._next_heal is None or self.index is None:
             return
+        if self.is_host():
+            self._tell_listless(now)
         for e in self.table.entries():
             if e.index >= self.index or e.address == self.local_address:
                 continue
@@ -184,6 +186,28 @@ class Membership:
             if peer is None or peer.state is PeerState.CLOSED:
                 self._tally.counters["reconnects"] += 1
                 self._handshake.connect(e.address, now)
+
+    def _tell_listless(self, now: float) -> None:
+        """Send the table, once, to connected stations without a place that did not ask to join
+        within a heal interval of connecting: a station our predecessor admitted just before
+        leaving learns from it that it must join again (``_take_update``)."""
+        payloads: list[bytes] | None = None
+        for peer in self._links.peers.values():
+            if (
+                not peer.connected
+                or peer.index is not None
+                or peer.told_table
+                or peer.mesh_window is None
+                or now - peer.connected_at < HEAL_INTERVAL
+                or any(p.kind == "join-response" for p in peer.pending.values())
+            ):
+                continue
+            peer.told_table = True
+            if payloads is None:
+                payloads = wire.encode_update_mesh(self.profile, self.table, self.config.mtu)
+            for payload in payloads:
+                self._outbox.window_send(peer, peer.mesh_window, payload, now)
+            self._links.touched[peer] = None
 
     def fail_join(self, reason: str, now: float) -> None:
         self.failure = reason
@@ -208,12 +232,11 @@ class Membership:
         if entry is not None and entry.index != self.index:
             self._links.set_index(peer, entry.index)
             self.announce(peer)
-        elif entry is None and self.is_host() and peer.mesh_window is not None:
-            # A station we have no entry for: a joiner (it will ask), or one
-            # our predecessor admitted just before leaving, which learns from
-            # our table that it must join again.
-            for payload in wire.encode_update_mesh(self.profile, self.table, self.config.mtu):
-                self._outbox.window_send(peer, peer.mesh_window, payload, now)
+        # A connected station the host has no entry for hears nothing of the mesh yet: it is a
+        # joiner, whose join request comes next.  The real 3DS host in the mgba frames
+        # (../shared/captures/mgba-uds-frames.jsonl, frames 13-14) sends its update mesh only
+        # after the join response, and a station that has not joined (spec §2.6: index 253)
+        # is not a member.  One that never asks is told the table at the next heal.
 
     def on_refused(self, peer: Peer, reason: str, now: float) -> None:
         if peer.address == self.join_host and not self.joined:
@@ -277,7 +300,10 @@ class Membership:
             return
         self.table.update_counter += 1
         self._answer_join(peer, entry.index, now)
-        self._send_update_mesh(now, exclude={peer.address})
+        # Everyone, the joiner too, after its join response (the acked join response leaves
+        # ahead of window segments in the same drain): the real 3DS host does the same
+        # (mgba frames 13-14).
+        self._send_update_mesh(now)
 
     def _answer_join(self, peer: Peer, index: int, now: float) -> None:
         self._links.set_index(peer, index)
@@ -289,9 +315,8 @@ class Membership:
     def _send_update_mesh(self, now: float, exclude: Iterable[tuple[str, int]] = ()) -> None:
         skip = set(exclude)
         payloads = wire.encode_update_mesh(self.profile, self.table, self.config.mtu)
-        # Connected stations without an index hear it too: one the previous
-        # host admitted just before leaving learns that it must join again.
-        for member in [p for p in self._links.peers.values() if p.connected]:
+        # Members only: a connected station without a place is told at the next heal.
+        for member in [p for p in self._links.peers.values() if p.connected and p.index is not None]:
             if member.address in skip:
                 continue
             assert member.mesh_window is not None

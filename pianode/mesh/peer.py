@@ -107,6 +107,11 @@ class Peer:
     held_bytes: int = 0
     #: When this peer's join request was last answered (a re-sent one gets the response alone, rate-limited).
     join_answered: float = -1e9
+    #: When this peer's handshake completed (the host tells a connected station without a place
+    #: the table only once it had time to send its join request: see ``Membership._heal``).
+    connected_at: float = 0.0
+    #: The host sent this station, connected but not in the table, the table once (``Membership._heal``).
+    told_table: bool = False
     #: A connection request naming a new identity came from this peer's address at this time, and
     #: the old identity was probed (see :meth:`pianode.mesh.handshake.StationHandshake.confirm_restart`).
     restart_seen: float | None = None

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from mesh_parts import build
+from mesh_parts import build, decoded
 
 from pianode.mesh import wire
+from protocols.pia.versions import Proto
 from pianode.mesh.events import HostChanged, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.table import StationEntry
 
@@ -38,13 +39,68 @@ def test_the_host_admits_a_joiner_and_tells_the_others() -> None:
     assert (a.index, b.index) == (1, 2) and m.table.update_counter == 3
     assert [e.index for e in m.table.entries()] == [0, 1, 2]
     assert any(q.kind == "join-response" for q in b.pending.values())
-    # The update goes to the members through their mesh windows; the joiner gets the join response instead.
+    # The update goes to every member through its mesh window, the joiner too, after its join response.
     assert a.mesh_window is not None and not a.mesh_window.idle()
-    assert b.mesh_window is not None and b.mesh_window.idle()
+    assert b.mesh_window is not None and not b.mesh_window.idle()
     assert [e for e in p.host.events if isinstance(e, StationJoined)] == [
         StationJoined(station_index=1, constant_id=0xA, address=A),
         StationJoined(station_index=2, constant_id=0xB, address=B),
     ]
+
+
+def test_the_joiner_hears_its_join_response_before_the_update_mesh() -> None:
+    """As the real 3DS host does (mgba frames 13-14): join response, then update mesh."""
+    p = build()
+    m = p.membership
+    m.create(0.0)
+    a = _member(p, A, 0xA)
+    m.on_message(a, wire.JoinRequest(ack_id=5), 0.0)
+    kinds = _mesh_kinds(p, a, 0.0)
+    assert kinds.index("JoinResponse") < kinds.index("reliable mesh"), kinds
+
+
+def test_a_station_that_connects_hears_nothing_of_the_mesh_until_it_joins() -> None:
+    """A joiner is not a member (spec §2.6): no update mesh rides ahead of its join request."""
+    p = build()
+    m = p.membership
+    m.create(0.0)
+    a = _member(p, A, 0xA)
+    m.on_connected(a, 0.0)
+    assert a.mesh_window is not None and a.mesh_window.idle() and not a.pending
+    # A member joining later does not send the table to it either.
+    b = _member(p, B, 0xB)
+    m.on_message(b, wire.JoinRequest(ack_id=6), 0.0)
+    assert a.mesh_window.idle()
+
+
+def test_a_connected_station_that_never_asks_is_told_the_table_once_at_a_heal() -> None:
+    """One our predecessor admitted just before leaving learns that it must join again."""
+    p = build()
+    m = p.membership
+    m.create(0.0)
+    a = _member(p, A, 0xA)
+    m.on_connected(a, 0.0)
+    m.handle_timer(1.0)
+    assert a.mesh_window is not None and a.mesh_window.idle()
+    m.handle_timer(3.5)
+    assert not a.mesh_window.idle() and a.told_table
+    assert _mesh_kinds(p, a, 3.5) == ["reliable mesh"]
+    sent = a.mesh_window.in_flight
+    m.handle_timer(7.0)
+    _mesh_kinds(p, a, 7.0)  # a resend of the unacknowledged update, nothing new
+    assert sent == a.mesh_window.in_flight == 1
+
+
+def _mesh_kinds(p, peer, now):  # type: ignore[no-untyped-def]
+    """The mesh messages the outbox sends *peer* at *now*, in order: a plain one by its
+    class name, one on the reliable mesh stream (port 1) as "reliable mesh"."""
+    mesh_id = p.config.profile.protocol_ids[Proto.MESH]
+    kinds = []
+    for _addr, proto, port, payload in decoded(p, p.outbox.drain(peer, now)):
+        if proto != mesh_id:
+            continue
+        kinds.append("reliable mesh" if port else type(wire.decode_mesh(p.config.profile, payload)).__name__)
+    return kinds
 
 
 def test_a_full_mesh_denies_the_join() -> None:
