@@ -134,7 +134,7 @@ def join_failure(reason: str, host: tuple[str, int], drops: dict[str, int]) -> s
     if drops.get("bad_tag"):
         return (f"join failed: {drops['bad_tag']} answer(s) from {where} did not authenticate with this session key "
                 "(is --session-key the creator's?)")  # fmt: skip
-    if "no answer" in reason or "lost the host" in reason or "timed out" in reason:
+    if reason.startswith("no answer") or "timed out" in reason:
         listening = probe_udp(host)
         if listening is False:
             return f"join failed: no answer from {where}: nothing listens there (is the host running, and the port right?)"

@@ -38,7 +38,12 @@ class StationJoined:
 
 @attrs.frozen
 class StationLeft:
-    """A station left the mesh. ``reason`` is ``"left"``, ``"timeout"`` or ``"removed"``."""
+    """A station left the mesh.
+
+    ``reason`` says why, in words (:mod:`pianode.mesh.departure`): ``"left"``,
+    ``"silent for 5 s"``, ``"unacknowledged reliable data for 15 s"``, ``"restarted"``,
+    ``"removed by the host"``, ...
+    """
 
     station_index: int
     constant_id: int

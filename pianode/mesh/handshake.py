@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pianode.mesh import wire
+from pianode.mesh import departure, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
 from pianode.mesh.outbox import Outbox
@@ -136,7 +136,7 @@ class StationHandshake:
         elif isinstance(msg, wire.Disconnect):
             if not msg.response:
                 self._outbox.enqueue(peer, Proto.STATION, 0, wire.encode_disconnect(self.profile, True))
-            self._host.peer_lost(peer, "left", now)
+            self._host.peer_lost(peer, departure.LEFT, now)
 
     def _on_request(self, peer: Peer, msg: wire.ConnectRequest, now: float) -> None:
         self._ack(peer, msg.ack_id)
@@ -182,7 +182,7 @@ class StationHandshake:
             if msg.ack_id is not None:
                 self._ack(peer, msg.ack_id)
             if peer.connected:
-                self._host.peer_lost(peer, "refused", now)
+                self._host.peer_lost(peer, departure.REFUSED, now)
                 return
             why = {2: "our Pia version is too low for it", 3: "our Pia version is too high for it"}.get(
                 msg.result, f"result {msg.result}"

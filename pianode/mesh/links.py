@@ -32,11 +32,12 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
+import logging
 import math
 import random
 from typing import Protocol
 
-from pianode.mesh import wire
+from pianode.mesh import departure, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.peer import Peer, PeerState, StationStats
 from pianode.mesh.replay import NonceReplayFilter
@@ -46,6 +47,8 @@ from pianode.mesh.table import MeshTable
 from protocols.pia.message import Message
 from protocols.pia.packet_values import Packet
 from protocols.pia.versions import Proto
+
+_log = logging.getLogger("pianode.mesh")
 
 __all__ = ["GroupView", "LinkHost", "Links"]
 
@@ -355,18 +358,20 @@ class Links:
         if peer.state is PeerState.CLOSED:
             return
         if now >= peer.last_heard + self.config.station_timeout:  # same sum as the deadline
-            self._host.peer_lost(peer, "timeout", now)
+            self._host.peer_lost(peer, departure.silent(self.config.station_timeout), now)
             return
         if peer.index is None and not peer.initiator and now >= peer.created + self._never_joined:
             # It contacted us, and in a join timeout and a station timeout it never got
             # an index: keep-alives alone do not hold a place.
-            self._host.peer_lost(peer, "never joined", now)
+            self._host.peer_lost(peer, departure.never_joined(self._never_joined), now)
             return
         for w in (peer.mesh_window, peer.data_window):
             if w is not None:
                 w.handle_timer(now)
                 if w.failed:
-                    self._host.peer_lost(peer, "timeout", now)
+                    _log.info("%s:%d: reliable window failed: %s", *peer.address, w.failure)
+                    since = w.failed_since if w.failed_since is not None else peer.last_sent
+                    self._host.peer_lost(peer, departure.unacknowledged(now - since), now)
                     return
         if peer.connected and now >= peer.next_keepalive:
             # A keep-alive only fills silence: any packet sent to the peer

@@ -32,10 +32,11 @@ connects through the handshake; events and held data go out through
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Protocol
 
-from pianode.mesh import wire
+from pianode.mesh import departure, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.handshake import StationHandshake
@@ -47,6 +48,8 @@ from pianode.mesh.table import MeshFull, MeshTable, StationEntry
 from protocols.pia.versions import Proto
 
 __all__ = ["Membership", "MembershipHost"]
+
+_log = logging.getLogger("pianode.mesh")
 
 HEAL_INTERVAL = 3.0  # seconds between checks for table members we have no link to
 JOIN_ANSWER_INTERVAL = 2.0  # a member's re-sent join request is answered at most this often
@@ -161,7 +164,7 @@ class Membership:
     def handle_timer(self, now: float) -> bool:
         """Run the membership's due timers; False when the session ended (join timeout, leave done)."""
         if self._join_deadline is not None and now >= self._join_deadline and not self.joined:
-            self.fail_join("no answer from the host within the join timeout", now)
+            self.fail_join(self._unanswered_step(), now)
             return False
         if self._leave_deadline is not None and now >= self._leave_deadline:
             self.close("left", now)
@@ -208,6 +211,15 @@ class Membership:
             for payload in payloads:
                 self._outbox.window_send(peer, peer.mesh_window, payload, now)
             self._links.touched[peer] = None
+
+    def _unanswered_step(self) -> str:
+        """The step of our join that the host left unanswered, in words: what a failed join says."""
+        host = self._links.peers.get(self.join_host) if self.join_host is not None else None
+        if host is None or host.state is PeerState.CLOSED or not (host.got_response or host.connected):
+            return "no answer to the connection request"
+        if not host.connected:
+            return "handshake incomplete: the host answered the connection request but did not complete it"
+        return "join request unanswered"
 
     def fail_join(self, reason: str, now: float) -> None:
         self.failure = reason
@@ -271,7 +283,7 @@ class Membership:
         elif isinstance(msg, wire.LeaveRequest):
             # Stay in contact until our ack of the leave has gone out: close
             # after the window flushed it (the peer's station timeout ends it otherwise).
-            self.peer_lost(peer, "left", now, linger=True)
+            self.peer_lost(peer, departure.LEFT, now, linger=True)
         else:
             self._tally.drop(DropReason.UNEXPECTED)
 
@@ -337,7 +349,7 @@ class Membership:
             if idx not in self.table and idx != self.index:
                 peer = peers.get(e.address)
                 if peer is not None:
-                    self.peer_lost(peer, "removed", now)
+                    self.peer_lost(peer, departure.REMOVED, now)
         for e in self.table.entries():
             if e.address == self.local_address:
                 continue
@@ -449,13 +461,16 @@ class Membership:
             self._outbox.drain_now(peer, now)
         index = peer.index
         was_joining_host = peer.address == self.join_host and not self.joined
+        step = self._unanswered_step() if was_joining_host else ""
         self._links.close(peer)
         if was_joining_host:
-            self.fail_join("lost the host while joining", now)
+            self.fail_join(f"{step} (link ended: {reason})", now)
             return
         if index is None or self.index is None:
             return
         if peer.announced:
+            self._tally.departures[reason] += 1
+            _log.info("station %d (%s:%d) left: %s", index, *peer.address, reason)
             self._host.emit(StationLeft(station_index=index, constant_id=peer.constant_id, reason=reason))
         if index not in self.table:
             return

@@ -29,7 +29,7 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
-from pianode.mesh import wire
+from pianode.mesh import departure, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
 from pianode.mesh.packet_ids import PacketIdCounter
@@ -249,7 +249,7 @@ class Outbox:
                     self._counters["retransmissions"] += 1
                 if p.tries > wire.MAX_TRIES:
                     del peer.pending[ack_id]
-                    self._host.peer_lost(peer, "timeout", now)
+                    self._host.peer_lost(peer, departure.unacknowledged_message(p.kind or p.proto.value, wire.MAX_TRIES), now)
                     return []
                 due.append(self.message(peer, p.proto, p.port, p.payload))
                 p.next_send = now + p.interval

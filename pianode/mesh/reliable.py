@@ -284,6 +284,8 @@ class ReliableWindow:
         self._skipping = False  # dropping the rest of a broken message
         self._ack_due: float | None = None
         self.failure: str | None = None
+        #: When the segment that made the window fail was first sent.
+        self.failed_since: float | None = None
         self._stats = dict.fromkeys(attrs.fields_dict(WindowStatistics), 0)
         #: Messages dropped for their size (``statistics().oversized``), as a plain attribute the
         #: session reads after each segment.
@@ -547,14 +549,15 @@ class ReliableWindow:
             if seg is None or seg.first_sent is None or seg.deadline is None:
                 continue
             if seg.deadline <= now and seg.retries >= self._max_retries:
-                self._fail(f"sequence id {self._wire(n):#06x} unacknowledged after {seg.retries} retransmissions")
+                self._fail(f"sequence id {self._wire(n):#06x} unacknowledged after {seg.retries} retransmissions", seg.first_sent)
                 return
             if now - seg.first_sent >= self._give_up:
-                self._fail(f"sequence id {self._wire(n):#06x} unacknowledged for {now - seg.first_sent:.1f} s")
+                self._fail(f"sequence id {self._wire(n):#06x} unacknowledged for {now - seg.first_sent:.1f} s", seg.first_sent)
                 return
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str, since: float | None = None) -> None:
         self.failure = reason
+        self.failed_since = since
         self._ack_due = None
         self._queued_at = None
 

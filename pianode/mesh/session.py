@@ -45,7 +45,7 @@ import logging
 import random
 from collections.abc import Callable
 
-from pianode.mesh import wire
+from pianode.mesh import departure, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, Event
 from pianode.mesh.handshake import StationHandshake
@@ -271,6 +271,7 @@ class MeshSession:
             "stations": len(self.table),
             "counters": {k: v for k, v in self.counters.items() if v},
             "drops": dict(self.drops),
+            "departures": dict(self._tally.departures),
         }
 
     # ------------------------------------------------------------------ timers and output
@@ -446,7 +447,7 @@ class MeshSession:
             if not self.handshake.confirm_restart(peer, nonce_value(codec.last_nonce), now):
                 return  # (counted by confirm_restart)
             self.counters["restarts"] += 1
-            self.membership.peer_lost(peer, "restarted", now)
+            self.membership.peer_lost(peer, departure.RESTARTED, now)
             peer = None
             links.forget_retired(addr)
         elif not links.accept_header(peer, packet, codec.last_nonce):  # (footer packets: _receive_group)

@@ -63,13 +63,15 @@ class DropReason(str, enum.Enum):
 class Tally:
     """A session's counters and drops."""
 
-    __slots__ = ("counters", "drops")
+    __slots__ = ("counters", "departures", "drops")
 
     def __init__(self) -> None:
         # A plain dict (exact dicts have the interpreter's fast item path; a
         # Counter does not): some of these are bumped for every datagram.
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.drops: collections.Counter[str] = collections.Counter()
+        #: Stations that left, by reason (:mod:`pianode.mesh.departure`).
+        self.departures: collections.Counter[str] = collections.Counter()
 
     def drop(self, reason: DropReason) -> None:
         self.drops[reason.value] += 1

@@ -64,7 +64,7 @@ def test_silence_past_the_station_timeout_loses_the_peer() -> None:
     assert links.due(timeout - 0.01) == []
     (due,) = links.due(timeout)
     links.on_timer(due, timeout)
-    assert ("peer_lost", A, "timeout") in p.host.calls
+    assert ("peer_lost", A, "silent for 5 s") in p.host.calls
 
 
 def test_a_keepalive_fills_silence_only() -> None:
@@ -118,3 +118,36 @@ def test_identity_and_replay_checks_count_their_drops() -> None:
     packet = Packet(PacketHeader(True, 1, 9), (Message(1, 0, b"", source_constant_id=0xABD),))
     assert not links.accept_header(peer, packet, b"n" * 12)
     assert p.tally.drops["identity_mismatch"] == 3
+
+
+def test_a_peer_that_talks_but_never_acknowledges_reliable_data_is_lost_for_that_cause() -> None:
+    """Not "timeout": the removal names the unacknowledged reliable data and how long it waited."""
+    p = build()
+    links = p.links
+    peer = links.new_peer(A, initiator=True, now=0.0)
+    links.learn(peer, 0xA, 0xB)
+    links.set_connected(peer, 0.0)
+    assert peer.mesh_window is not None
+    p.outbox.window_send(peer, peer.mesh_window, b"table", 0.0)
+    now = 0.0
+    lost = lambda: [c for c in p.host.calls if c[0] == "peer_lost"]  # noqa: E731
+    while not lost() and now < 60:
+        peer.last_heard = now  # it keeps sending (unreliable data, keep-alives), never an ack
+        p.outbox.drain(peer, now)
+        links.on_timer(peer, now)
+        now = round(now + 0.25, 2)
+    give_up = 3 * p.config.station_timeout
+    assert lost() == [("peer_lost", A, f"unacknowledged reliable data for {give_up:.0f} s")]
+    assert now - 0.25 == pytest.approx(give_up, abs=0.3)
+
+
+def test_a_contact_that_never_joins_is_lost_for_that_cause() -> None:
+    p = build()
+    links = p.links
+    peer = links.new_peer(A, initiator=False, now=0.0)
+    links.learn(peer, 0xA, 0xB)
+    links.set_connected(peer, 0.0)
+    limit = p.config.join_timeout + p.config.station_timeout
+    peer.last_heard = limit
+    links.on_timer(peer, limit)
+    assert p.host.calls[-1] == ("peer_lost", A, f"connected for {limit:g} s without joining")

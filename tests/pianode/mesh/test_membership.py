@@ -155,4 +155,35 @@ def test_a_join_that_gets_no_answer_fails_with_a_reason() -> None:
     m.join(HOST, 0.0)
     assert HOST in p.links.peers
     assert m.handle_timer(p.config.join_timeout + 0.1) is False
-    assert m.closed and m.failure == "no answer from the host within the join timeout"
+    assert m.closed and m.failure == "no answer to the connection request"
+
+
+def test_a_join_the_host_connects_but_never_answers_names_the_join_request() -> None:
+    p = build()
+    m = p.membership
+    m.join(HOST, 0.0)
+    host = p.links.peers[HOST]
+    p.links.learn(host, 0x1, 0x2)
+    p.links.set_connected(host, 0.1)
+    assert m.handle_timer(p.config.join_timeout + 0.1) is False
+    assert m.failure == "join request unanswered"
+
+
+def test_a_join_whose_handshake_stops_halfway_says_so() -> None:
+    p = build()
+    m = p.membership
+    m.join(HOST, 0.0)
+    p.links.peers[HOST].got_response = True
+    m.handle_timer(p.config.join_timeout + 0.1)
+    assert m.failure is not None and m.failure.startswith("handshake incomplete")
+
+
+def test_losing_the_host_while_joining_names_the_step_and_the_cause() -> None:
+    p = build()
+    m = p.membership
+    m.join(HOST, 0.0)
+    host = p.links.peers[HOST]
+    p.links.learn(host, 0x1, 0x2)
+    p.links.set_connected(host, 0.1)
+    m.peer_lost(host, "silent for 5 s", 5.1)
+    assert m.closed and m.failure == "join request unanswered (link ended: silent for 5 s)"

@@ -27,7 +27,8 @@ def test_an_acked_message_is_resent_with_backoff_until_the_peer_counts_as_lost()
     ack = p.outbox.queue_acked(peer, Proto.STATION, 0, lambda a: b"\x09" + a.to_bytes(4, "big"), 0.0)
     assert ack and peer.pending[ack].payload[1:] == ack.to_bytes(4, "big")
     sends, now = [], 0.0
-    while ("peer_lost", A, "timeout") not in p.host.calls and now < 60:
+    lost = ("peer_lost", A, f"unacknowledged station message after {wire.MAX_TRIES} sends")
+    while lost not in p.host.calls and now < 60:
         if p.outbox.drain(peer, now):
             sends.append(now)
         now = round(now + 0.05, 2)

@@ -259,7 +259,8 @@ def test_silent_host_migrates_after_station_timeout(version: str) -> None:
     for s in rest:
         i = h.sessions.index(s)
         assert events_of(h, i, HostChanged) == [HostChanged(old_host_index=0, new_host_index=1)]
-        assert [(e.station_index, e.reason) for e in events_of(h, i, StationLeft)] == [(0, "timeout")]
+        assert [(e.station_index, e.reason) for e in events_of(h, i, StationLeft)] == [(0, f"silent for {TIMEOUT:g} s")]
+        assert s.statistics()["departures"] == {f"silent for {TIMEOUT:g} s": 1}
     assert [s.index for s in rest] == [1, 2, 3]
     assert h.run_until(lambda: all(len(s.table) == 3 for s in rest), 5.0)
     exchange(h, rest, 3)
