@@ -270,6 +270,10 @@ class Membership:
     def on_message(self, peer: Peer, msg: wire.MeshMessage, now: float) -> None:
         """One mesh protocol message from *peer*."""
         if isinstance(msg, wire.JoinRequest):
+            if msg.trailing:
+                # Liberal where it costs nothing: the request's fields are all there.
+                self._tally.counters["trailing_bytes"] += 1
+                _log.info("%s:%d: join request with %d bytes after its documented layout: taken", *peer.address, msg.trailing)
             self._ack(peer, msg.ack_id)
             self._on_join_request(peer, now)
         elif isinstance(msg, wire.JoinResponse):

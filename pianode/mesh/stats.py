@@ -13,7 +13,7 @@ import logging
 
 __all__ = ["COUNTERS", "DropReason", "Tally"]
 
-_log = logging.getLogger("pianode.mesh")  # -vv: every drop with its reason
+_log = logging.getLogger("pianode.mesh")  # -v: drops of authenticated messages; -vv: every drop
 
 #: Every counter a session keeps (``statistics()['counters']`` lists the non-zero ones).
 COUNTERS = (
@@ -36,6 +36,7 @@ COUNTERS = (
     "retransmissions",
     "rtt_requests_received",
     "successor_updates_held",
+    "trailing_bytes",
     "unreliable_delivered",
     "unreliable_sent",
     "version_denials",
@@ -60,6 +61,28 @@ class DropReason(str, enum.Enum):
     OVERSIZED = "oversized"
 
 
+#: Drops decided before a datagram authenticated: noise anyone can send, so only at -vv.
+UNAUTHENTICATED = frozenset({DropReason.BAD_TAG, DropReason.UNENCRYPTED, DropReason.OTHER_VERSION})
+
+#: What each drop means, for the log line.
+EXPLAINED = {
+    DropReason.MALFORMED: "its bytes do not follow the layout of this version",
+    DropReason.BAD_TAG: "it does not authenticate with the session key",
+    DropReason.REPLAYED: "its nonce was seen before",
+    DropReason.NOT_MEMBER: "its sender is not a member of the mesh",
+    DropReason.IDENTITY_MISMATCH: "it names another station than the one at its address",
+    DropReason.UNEXPECTED: "it makes no sense in the current state",
+    DropReason.QUEUE_FULL: "the application's queue is full",
+    DropReason.UNENCRYPTED: "it is not encrypted and this session is",
+    DropReason.NOT_ADDRESSED: "it is addressed to other stations",
+    DropReason.CLOSED: "the session is closed",
+    DropReason.NOT_HOST: "only the host may send it",
+    DropReason.OTHER_VERSION: "it is in another Pia version's format",
+    DropReason.UNCONFIRMED_RESTART: "a restart its old identity has not confirmed by silence",
+    DropReason.OVERSIZED: "it is larger than the node takes",
+}
+
+
 class Tally:
     """A session's counters and drops."""
 
@@ -74,6 +97,17 @@ class Tally:
         self.departures: collections.Counter[str] = collections.Counter()
 
     def drop(self, reason: DropReason) -> None:
-        self.drops[reason.value] += 1
-        if _log.isEnabledFor(logging.DEBUG):
-            _log.debug("dropped a datagram: %s", reason.value)
+        drops = self.drops
+        drops[reason.value] += 1
+        if _log.isEnabledFor(logging.INFO):
+            self._explain(reason, drops[reason.value])
+
+    @staticmethod
+    def _explain(reason: DropReason, count: int) -> None:
+        """Log a drop: every one at -vv; at -v an authenticated one, the 1st, 10th, 100th, ...
+        of each reason, so a flood cannot flood the log."""
+        text = EXPLAINED[reason]
+        if reason not in UNAUTHENTICATED and count == 10 ** (len(str(count)) - 1):
+            _log.info("dropped an authenticated message (%s, %d so far): %s", reason.value, count, text)
+        elif _log.isEnabledFor(logging.DEBUG):
+            _log.debug("dropped a datagram (%s): %s", reason.value, text)

@@ -584,6 +584,8 @@ def decode_station(profile: VersionProfile, payload: bytes) -> StationMessage:
 @attrs.frozen
 class JoinRequest:
     ack_id: int
+    #: How many bytes followed the documented layout (processed anyway, and counted).
+    trailing: int = 0
 
 
 @attrs.frozen
@@ -807,7 +809,7 @@ def encode_leave(profile: VersionProfile, index: int, location: Location) -> byt
 def decode_mesh(profile: VersionProfile, payload: bytes) -> MeshMessage:
     msg = pmesh.decode_mesh_message(payload, profile)
     if isinstance(msg, pmesh.JoinRequest):
-        return JoinRequest(msg.ack_id)
+        return JoinRequest(msg.ack_id, len(msg.trailing))
     if isinstance(msg, pmesh.JoinResponse):
         return JoinResponse(
             host_index=msg.host_index,

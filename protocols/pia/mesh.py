@@ -121,10 +121,15 @@ class JoinRequest:
     station_index: int = UNASSIGNED_STATION_INDEX
     #: <= 5.10 only: the joiner's StationAddress (8 bytes <= 4.10, 6 in 5.2-5.10).
     address: StationAddress = StationAddress()
+    #: Bytes after the ack id, which the documented layout does not have.  Kept, not refused:
+    #: NintendoClients e8f85f5 appends a 2-byte pad and a StationAddress to its 5.11+ request
+    #: (the <= 5.10 fields, after the ack id), and a node that drops that request cannot admit it.
+    trailing: bytes = b""
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check_mesh(profile)
-        require_only(self, {"ack_id", "station_index"} | ({"address"} if profile.version <= V5_10 else set()), profile)
+        used = {"ack_id", "station_index", "trailing"} | ({"address"} if profile.version <= V5_10 else set())
+        require_only(self, used, profile)
         w = Writer()
         w.u8(MeshMessageType.JOIN_REQUEST)
         w.u8(self.station_index, "station index")
@@ -132,6 +137,7 @@ class JoinRequest:
             w.zeros(2)
             self.address.write(w, profile)
         w.u32(self.ack_id, "ack id")
+        w.bytes(self.trailing)
         return w.getvalue()
 
 
@@ -142,7 +148,7 @@ def _decode_join_request(r: Reader, profile: VersionProfile) -> JoinRequest:
     if profile.version <= V5_10:
         r.zeros(2, "join request padding")
         address = decode_station_address(r, profile)
-    return JoinRequest(r.u32("ack id"), index, address)
+    return JoinRequest(r.u32("ack id"), index, address, r.rest())
 
 
 # ---------------------------------------------------------------------------

@@ -385,4 +385,4 @@ def test_v_logs_state_changes_and_vv_every_drop_with_its_reason() -> None:
     assert " DEBUG " not in states.stderr
     drops = run("-vv", "mesh", "-n", "2", "--duration", "0.5", "--corrupt", "0.3", "--seed", "3", "--format", "jsonl")
     assert json.loads(drops.stdout)["drops"]
-    assert re.search(r" pianode\.mesh DEBUG dropped a datagram: (bad_tag|malformed)$", drops.stderr, re.M)
+    assert re.search(r" pianode\.mesh DEBUG dropped a datagram \((bad_tag|malformed)\): ", drops.stderr, re.M)

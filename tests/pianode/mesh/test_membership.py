@@ -187,3 +187,12 @@ def test_losing_the_host_while_joining_names_the_step_and_the_cause() -> None:
     p.links.set_connected(host, 0.1)
     m.peer_lost(host, "silent for 5 s", 5.1)
     assert m.closed and m.failure == "join request unanswered (link ended: silent for 5 s)"
+
+
+def test_a_join_request_with_trailing_bytes_is_admitted_and_counted() -> None:
+    p = build()
+    m = p.membership
+    m.create(0.0)
+    a = _member(p, A, 0xA)
+    m.on_message(a, wire.JoinRequest(ack_id=5, trailing=8), 0.0)
+    assert a.index == 1 and p.tally.counters["trailing_bytes"] == 1

@@ -264,7 +264,12 @@ def test_encode_refuses_or_round_trips(version: str, data: st.DataObject) -> Non
     p = profile_for(version)
     msg = data.draw(st.one_of(join_requests(p), join_responses(p)))
     field = data.draw(st.sampled_from([f.name for f in attrs.fields(type(msg)) if f.name != "stations"]))
-    value = StationAddress(InetAddress(), 1) if field == "address" else data.draw(st.integers(1, 255))
+    if field == "address":
+        value: object = StationAddress(InetAddress(), 1)
+    elif field == "trailing":
+        value = data.draw(st.binary(min_size=1, max_size=16))
+    else:
+        value = data.draw(st.integers(1, 255))
     msg = attrs.evolve(msg, **{field: value})
     try:
         raw = msg.encode(p)
@@ -273,3 +278,15 @@ def test_encode_refuses_or_round_trips(version: str, data: st.DataObject) -> Non
         assert (field == "address" and p.version > (4, 10)) or field.startswith("max_") or field == "update_counter"
         return
     assert decode_mesh_message(raw, p) == msg
+
+
+def test_a_join_request_with_bytes_after_its_layout_keeps_its_fields_and_the_rest() -> None:
+    """NintendoClients e8f85f5 appends a 2-byte pad and a StationAddress (here 6 bytes) after the
+    ack id of its 5.11+ join request; the documented fields are all there, so it decodes."""
+    p = profile_for("5.18")
+    documented = JoinRequest(0x01020304).encode(p)
+    assert documented == bytes([1, 253]) + bytes.fromhex("01020304")
+    extra = b"\x00\x00" + bytes([127, 0, 0, 5]) + (49152).to_bytes(2, "big")
+    msg = decode_mesh_message(documented + extra, p)
+    assert msg == JoinRequest(0x01020304, trailing=extra)
+    assert msg.encode(p) == documented + extra
