@@ -6,6 +6,7 @@ import ipaddress
 
 import attrs
 
+from pianode.mesh import pia6
 from protocols.errors import ConfigError
 from protocols.pia.versions import NetworkType, VersionProfile, profile_for
 
@@ -114,12 +115,16 @@ class NodeConfig:
         if not 400 <= self.mtu <= 1472:
             # 400: room for a join-response fragment with several stations; 1472: the Pia receive buffer (spec §1.8).
             raise ConfigError(f"mtu must be 400..1472 bytes, got {self.mtu}")
-        if self.network is NetworkType.NPLN:
-            raise ConfigError("npln nodes are not supported (its session key source is undocumented)")
         prof = self.profile
         if self.group_broadcast is not None and self.group_broadcast[1] == 0:
             raise ConfigError("group broadcast needs a fixed port (every station listens on it)")
-        if prof.version < (5, 7) or prof.version > (5, 45):
+        if pia6.is_pia6(prof):
+            reason = pia6.refusal(prof, self.network)
+            if reason is not None:
+                raise ConfigError(reason)
+        elif self.network is NetworkType.NPLN:
+            raise ConfigError("npln exists in Pia 6.x only (its nonce, spec §3.2)")
+        elif prof.version < (5, 7) or prof.version > (5, 45):
             raise ConfigError(
                 f"the node speaks Pia 5.7-5.45 (station and mesh protocols); {prof.name} is decode-only"
             )

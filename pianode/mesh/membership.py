@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from pianode.mesh import wire
+from pianode.mesh import pia6, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.handshake import StationHandshake
@@ -76,7 +76,7 @@ class Membership:
         host: MembershipHost,
     ) -> None:
         self.config = config
-        self.profile = config.profile
+        self.profile = pia6.session_profile(config.profile)  # 6.x: pianode's session management (pia6)
         self.local = local
         self.local_address = local.address
         self._links = links

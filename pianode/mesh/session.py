@@ -621,7 +621,7 @@ class MeshSession:
                 else:
                     self._tally.drop(DropReason.UNEXPECTED)
             elif proto is Proto.STATION:
-                self.handshake.on_message(peer, wire.decode_station(self.profile, payload), now)
+                self.handshake.on_message(peer, wire.decode_station(self.handshake.profile, payload), now)
             elif not peer.connected:
                 self._tally.drop(DropReason.UNEXPECTED)
             elif proto is Proto.MESH:
@@ -629,9 +629,9 @@ class MeshSession:
                     assert peer.mesh_window is not None
                     self._touched[peer] = None  # an ack is due
                     for segment in peer.mesh_window.receive_message(payload, now):
-                        self.membership.on_message(peer, wire.decode_mesh(self.profile, segment), now)
+                        self.membership.on_message(peer, wire.decode_mesh(self.membership.profile, segment), now)
                 else:
-                    self.membership.on_message(peer, wire.decode_mesh(self.profile, payload), now)
+                    self.membership.on_message(peer, wire.decode_mesh(self.membership.profile, payload), now)
             elif proto is Proto.KEEP_ALIVE:
                 self.counters["keepalives_received"] += 1
             elif proto is Proto.RTT:
