@@ -65,7 +65,8 @@ def refusal(profile: VersionProfile, network: NetworkType) -> str | None:
     """Why the node cannot run 6.x *profile* on *network*, in one line; None when it can."""
     v, name = profile.version, profile.name
     if network is NetworkType.NEX:
-        return f"Pia {name} on nex: the spec gives no 6.x NEX nonce (§3.2 covers NEX 5.7-5.45); use ldn, lan or npln"
+        others = "lan, ldn or npln" if _within(v, _LAN) else "ldn"
+        return f"Pia {name} on nex: the spec gives no 6.x NEX nonce (§3.2 covers NEX 5.7-5.45); use --network {others}"
     if network is NetworkType.LAN and not _within(v, _LAN):
         return (
             f"Pia {name} on lan: the spec gives the 6.x LAN nonce (§3.2) and browse formats (§6.2-§6.3) "
