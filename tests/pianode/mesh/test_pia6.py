@@ -166,3 +166,22 @@ def test_a_quiet_632_mesh_is_held_by_rtt_requests_where_the_version_has_no_keep_
     assert all_connected(group)
     assert all(s.counters["keepalives_received"] == 0 for s in group)
     assert all(s.counters["rtt_requests_received"] > 3 for s in group)
+
+
+def test_the_readme_lists_the_refusals_the_gate_makes() -> None:
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parents[3] / "README.md").read_text()
+    quoted = re.search(r"`(Pia 6\.32 on lan: [^`]*)`", readme.replace("\n", " "))
+    assert quoted is not None
+    with pytest.raises(ConfigError) as err:
+        NodeConfig(version="6.32", network="lan")
+    assert str(err.value) == quoted[1]
+    rows = re.findall(r"^\| (every 6\.x|6\.32–6\.41|5\.x) \| (\w+) \|", readme, re.M)
+    assert rows == [("every 6.x", "nex"), ("6.32–6.41", "lan"), ("6.32–6.41", "npln"), ("5.x", "npln")]
+    for span, network in rows:
+        versions = SIX if span == "every 6.x" else ["6.32", "6.41"] if span.startswith("6.32") else ["5.29"]
+        for version in versions:
+            with pytest.raises(ConfigError):
+                NodeConfig(version=version, network=network)
