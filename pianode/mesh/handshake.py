@@ -255,13 +255,14 @@ class StationHandshake:
         """A connection request in another Pia version's format: answer it with
         a denial it can read (result 2 "version too low" / 3 "too high",
         spec §5.3), at most once a second per address."""
-        other = wire.profile_of_datagram(data, self.profile)
+        own = self.config.profile  # the packet profile (self.profile holds 5.45's message layouts in 6.x)
+        other = wire.profile_of_datagram(data, own)
         if other is None or session_key is None:
             return False
         last = self._denied.get(addr)
         if last is not None and now - last < 1.0:
             return False
-        result = 2 if other.version < self.profile.version else 3
+        result = 2 if other.version < own.version else 3
         reply = wire.version_denial(
             self.config, self.local, session_key, self.network_id, other, data, addr, result, self._outbox.next_header_nonce
         )

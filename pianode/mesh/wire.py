@@ -673,8 +673,8 @@ def _info_size(profile: VersionProfile) -> int:
     return mesh_station_info_size(profile)
 
 
-# A representative node profile per header version byte (5.7-5.45, spec §0.3).
-_PROFILE_BY_HEADER_VERSION = {3: "5.11", 4: "5.18", 5: "5.26", 9: "5.29"}
+# A representative node profile per header version byte (5.11-6.41, spec §0.3).
+_PROFILE_BY_HEADER_VERSION = {3: "5.11", 4: "5.18", 5: "5.26", 9: "5.29", 11: "6.20", 12: "6.26", 13: "6.30", 15: "6.34", 16: "6.41"}
 
 
 def profile_of_datagram(data: bytes, own: VersionProfile) -> VersionProfile | None:
@@ -706,17 +706,17 @@ def version_denial(
         packet = codec.decode(data, addr[0])
         if not packet.messages or not is_connection_request(other, packet.messages[0]):
             return None
-        deny = encode_connect_deny(other, local, result)
+        deny = encode_connect_deny(pia6.session_profile(other), local, result)
         h = packet.header
         header = PacketHeader(
             encrypted=True,
             packet_id=0,
             version=other.header_version,
             destination_variable_id=h.source_variable_id if other.variable_id_size else None,
-            source_variable_id=(local.variable_id & 0xFFFFFFFF) if other.variable_id_size else None,
+            source_variable_id=(local.variable_id & ((1 << 8 * other.variable_id_size) - 1)) if other.variable_id_size else None,
             nonce=next_header_nonce(),
         )
-        message = Message(protocol_type=other.protocol_id(Proto.STATION), protocol_port=0, payload=deny)
+        message = Message(protocol_type=pia6.protocol_ids(other)[Proto.STATION], protocol_port=0, payload=deny)
         return codec.encode(Packet(header=header, messages=(message,)), local.address[0])
     except (DecodeError, ValueError):
         return None

@@ -185,3 +185,23 @@ def test_the_readme_lists_the_refusals_the_gate_makes() -> None:
         for version in versions:
             with pytest.raises(ConfigError):
                 NodeConfig(version=version, network=network)
+
+
+@pytest.mark.parametrize(("host", "joiner"), [("6.20", "6.30"), ("6.30", "6.20"), ("5.29", "6.20"), ("6.20", "5.29"),
+                                              ("6.30", "6.32")])  # fmt: skip
+def test_a_joiner_of_another_version_is_told_why(host: str, joiner: str) -> None:
+    network = "ldn" if "6.32" in (host, joiner) else "lan"
+    h = BatchHarness(2, version=host, network=network)
+    stranger = MeshSession(
+        NodeConfig(version=joiner, network=network, session_key=KEY, bind=("127.0.0.2", 49152), seed=9),
+        ("127.0.0.2", 49152),
+        now=0.0,
+    )
+    h.sessions[1] = stranger
+    h.by_addr[stranger.local_address] = stranger
+    h.sessions[0].create(0.0)
+    stranger.join(h.sessions[0].local_address, 0.0, network_id=h.sessions[0].network_id)
+    assert h.run_until(lambda: stranger.closed, 30.0)
+    assert not stranger.joined and len(h.sessions[0].table) == 1
+    assert stranger.failure is not None and "version" in stranger.failure
+    assert h.sessions[0].counters["version_denials"] >= 1
