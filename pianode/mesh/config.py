@@ -47,13 +47,23 @@ def _bind(value: tuple[str, int]) -> tuple[str, int]:
     return (host, int(port))
 
 
+def _default_network(version: str) -> NetworkType:
+    """LAN, or LDN for a 6.x version whose LAN the spec does not give (pianode.mesh.pia6)."""
+    try:
+        profile = profile_for(version, allow_nearest=True)  # (the version check itself comes later)
+    except ConfigError:
+        return NetworkType.LAN  # the version check names the problem
+    return pia6.default_network(profile) if pia6.is_pia6(profile) else NetworkType.LAN
+
+
 @attrs.frozen(kw_only=True)
 class NodeConfig:
     """Settings of one node.
 
     Attributes:
         version: Pia version (``"5.18"``, ``"5.29"``, ...); picks every wire format.
-        network: ``lan``, ``ldn`` or ``nex``: picks identities and the nonce rule.
+        network: ``lan``, ``ldn``, ``nex`` or ``npln`` (6.16-6.30): picks identities and the nonce rule;
+            by default ``lan``, or ``ldn`` for 6.32+ (whose LAN the spec does not give).
         session_key: 16-byte session key; the creator draws one when None.
         bind: local (IPv4, port); port 0 picks a free one.
         max_stations: mesh capacity (at most 32).
@@ -82,7 +92,10 @@ class NodeConfig:
     """
 
     version: str = "5.18"
-    network: NetworkType = attrs.field(default=NetworkType.LAN, converter=_network)
+    network: NetworkType = attrs.field(
+        default=attrs.Factory(lambda self: _default_network(self.version), takes_self=True),
+        converter=_network,
+    )
     session_key: bytes | None = attrs.field(default=None, converter=_key)
     bind: tuple[str, int] = attrs.field(default=("127.0.0.1", 0), converter=_bind)
     max_stations: int = 32

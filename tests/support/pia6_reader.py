@@ -79,7 +79,9 @@ class Pia6Reader:
         self.network = session["network"]
         if self.network == "ldn" and "ssid" in session:
             ssid = bytes.fromhex(str(session["ssid"]))
-            game_key = bytes.fromhex(str(session["game_key"]))
+            text = str(session["game_key"])
+            # 32 hex digits are 16 raw bytes; 16 characters are their ASCII bytes (spec §3.6, §11).
+            game_key = bytes.fromhex(text) if len(text) == 32 else text.encode("ascii")
             self.key = AES.new(game_key, AES.MODE_ECB).encrypt(ssid)
             self.network_id = zlib.crc32(ssid[1:16])
         else:

@@ -54,6 +54,9 @@ def test_5x_versions_refuse_npln() -> None:
 def test_default_network_is_lan_where_documented_else_ldn() -> None:
     assert pia6.default_network(profile_for("6.30")) is NetworkType.LAN
     assert pia6.default_network(profile_for("6.32")) is NetworkType.LDN
+    assert NodeConfig(version="6.30").network is NetworkType.LAN
+    assert NodeConfig(version="6.41").network is NetworkType.LDN
+    assert NodeConfig(version="5.29").network is NetworkType.LAN
 
 
 def test_session_management_ids_are_free_in_every_6x_version() -> None:
