@@ -110,7 +110,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     h.add_argument("--app-version", default="0", help="application communication version (default 0)")
     h.add_argument("--host-address-size", default="18", help="5.10 only: 18 (KW) or 6 (NintendoClients)")
     h.add_argument("--discovery-only", action="store_true",
-                   help="answer browse requests without running a mesh node (always so outside Pia 5.7-5.45)")
+                   help="answer browse requests without running a mesh node (always so outside the versions the node runs on LAN)")
     mesh_flags(h)
     h.set_defaults(handler=run_host)
 

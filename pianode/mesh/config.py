@@ -139,7 +139,7 @@ class NodeConfig:
             raise ConfigError("npln exists in Pia 6.x only (its nonce, spec §3.2)")
         elif prof.version < (5, 7) or prof.version > (5, 45):
             raise ConfigError(
-                f"the node speaks Pia 5.7-5.45 (station and mesh protocols); {prof.name} is decode-only"
+                f"the node speaks Pia 5.7-5.45 and 6.16-6.41 (station and mesh protocols); {prof.name} is decode-only"
             )
 
     @property
