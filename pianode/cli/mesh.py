@@ -157,8 +157,8 @@ def run(args: argparse.Namespace) -> int:
     discover = args.discovery == "on" or (
         args.discovery == "auto" and (network == "ldn" or (network == "lan" and args.nodes <= 16))
     )
-    if discover and network == "nex":
-        raise CliError("NEX sessions are matched by a game server: --discovery applies to lan and ldn")
+    if discover and network in ("nex", "npln"):
+        raise CliError(f"{network.upper()} sessions are matched by a game server: --discovery applies to lan and ldn")
     if discover:
         from protocols.pia.keys import parse_game_key
 

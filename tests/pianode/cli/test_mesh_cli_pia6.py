@@ -1,5 +1,5 @@
 """``pianode mesh`` with Pia 6.x as real processes: every runnable 6.x version forms a 3-station mesh, and
-recordings of LDN 6.20, LDN 6.30 and LAN 6.20 (discovery on port 35000) are opened by tshark, decoded
+recordings of LDN 6.20, LDN 6.30, LAN 6.20 (discovery on port 35000) and NPLN 6.30 are opened by tshark, decoded
 completely by ``pianode decode`` and read byte for byte by an independent reader written from the spec.
 """
 
@@ -51,7 +51,13 @@ def test_an_unrunnable_pair_is_refused_in_one_line() -> None:
     )
 
 
-@pytest.mark.parametrize(("version", "network"), [("6.20", "ldn"), ("6.30", "ldn"), ("6.20", "lan")])
+def test_npln_is_handed_over_not_discovered() -> None:
+    out = pianode("mesh", "--version", "6.20", "--network", "npln", "--discovery", "on")
+    assert (out.returncode, out.stderr) == (
+        2, "pianode mesh: NPLN sessions are matched by a game server: --discovery applies to lan and ldn\n")
+
+
+@pytest.mark.parametrize(("version", "network"), [("6.20", "ldn"), ("6.30", "ldn"), ("6.20", "lan"), ("6.30", "npln")])
 def test_recording_decodes_completely_and_an_independent_reader_walks_every_datagram(
     tmp_path: pathlib.Path, version: str, network: str
 ) -> None:
