@@ -42,6 +42,7 @@ from typing import Any
 
 import attrs
 
+from pianode.mesh import pia6
 from pianode.capture.pcap import Datagram, parse_endpoint
 from pianode.capture.session_file import DecodeContext, KeySet
 from protocols.errors import ConfigError, DecodeError
@@ -403,7 +404,7 @@ class Decoder:
             "flags": m.flags,
             "protocol_type": m.protocol_type,
             "protocol_port": m.protocol_port,
-            "protocol": profile.protocol_name(m.protocol_type),
+            "protocol": profile.protocol_name(m.protocol_type) or pia6.session_message_name(profile, m.protocol_type),
             "destination": m.destination,
             "source_constant_id": m.source_constant_id,
         }
@@ -421,7 +422,16 @@ class Decoder:
                 out["error"] = error
         out["payload"] = payload.hex()
         proto = _proto_for(profile, m.protocol_type)
-        if error is None and proto is not None:
+        if error is None and pia6.session_message_name(profile, m.protocol_type) is not None:
+            # pianode's own session management inside 6.x packets (pianode.mesh.pia6).
+            try:
+                decoded = pia6.decode_session_message(profile, m.protocol_type, m.protocol_port, payload)
+            except (DecodeError, ConfigError) as exc:
+                out["decoded_error"] = _one_line(exc)
+            else:
+                if decoded is not None:
+                    out["decoded"] = {"type": type(decoded).__name__, **_as_dict(to_jsonable(decoded))}
+        elif error is None and proto is not None:
             try:
                 decoded = self._decode_known(proto, m.protocol_port, payload, profile)
             except (DecodeError, ConfigError) as exc:

@@ -25,7 +25,7 @@ from pianode.sim.faults import LinkFaults
 
 
 __all__ = [
-    "CliError", "CliFailure", "Stop", "add_fault_arguments", "add_network_arguments", "check_local_address",
+    "CliError", "CliFailure", "Stop", "add_fault_arguments", "add_network_arguments", "check_local_address", "network_for",
     "check_output_path", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
     "parse_bind", "parse_hostport", "parse_remote", "port_arg", "check_number", "version_arg",
 ]  # fmt: skip
@@ -307,10 +307,28 @@ def add_network_arguments(
     p: argparse.ArgumentParser, *, default_version: str | None = "5.18", version_help: str | None = None
 ) -> None:
     p.add_argument("--version", type=version_arg, default=default_version, help=version_help or f"Pia version (default {default_version}; e.g. 5.29)")
-    p.add_argument("--network", default="lan", choices=("lan", "ldn", "nex"), help="network type (ids and nonces)")
+    p.add_argument(
+        "--network", default=None, choices=("lan", "ldn", "nex", "npln"),
+        help="network type (ids and nonces; default lan, or ldn for a 6.x version whose LAN the spec does not give)",
+    )  # fmt: skip
     p.add_argument("--allow-nearest-version", action="store_true", help="use the nearest documented version for an undocumented one")
     p.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None, help="AEAD backend (default: fastest installed)")
     p.add_argument("--seed", type=int, default=None, help="seed for ids, keys and fault decisions (reproducible runs)")
+
+
+def network_for(network: str | None, version: str, allow_nearest: bool = False) -> str:
+    """``--network``, or its default for *version*: lan, or ldn for 6.32+ (see pianode.mesh.pia6)."""
+    if network is not None:
+        return network
+    from pianode.mesh import pia6
+    from protocols.errors import ConfigError
+    from protocols.pia.versions import profile_for
+
+    try:
+        profile = profile_for(version, allow_nearest=allow_nearest)
+    except ConfigError:
+        return "lan"  # the node configuration names the problem
+    return pia6.default_network(profile).value if pia6.is_pia6(profile) else "lan"
 
 
 def add_fault_arguments(p: argparse.ArgumentParser) -> None:

@@ -2,9 +2,9 @@
 
 lan host runs a mesh node on --bind IP[:PORT] (port: first free of
 49152-49155 unless given) that creates a mesh, and answers browse
-requests on --listen (default 0.0.0.0:30000, 35000 for 6.x) with a LanSessionInfo for it
-whose participant list follows the mesh (pianode.lan.session).  Outside
-Pia 5.7-5.45 (the node's versions), or with --discovery-only, it answers
+requests on --listen (default 0.0.0.0:30000, 35000 for 6.x) with a LanSessionInfo (a LanNetworkProperty
+in 6.16-6.30) for it whose participant list follows the mesh (pianode.lan.session).  Outside
+the versions the node runs on LAN, or with --discovery-only, it answers
 for a one-station session with no node behind it.  lan browse broadcasts
 one request to 127.255.255.255 and prints every session whose challenge
 verified, as a table or as JSON Lines (one object per session with the
@@ -110,7 +110,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     h.add_argument("--app-version", default="0", help="application communication version (default 0)")
     h.add_argument("--host-address-size", default="18", help="5.10 only: 18 (KW) or 6 (NintendoClients)")
     h.add_argument("--discovery-only", action="store_true",
-                   help="answer browse requests without running a mesh node (always so outside Pia 5.7-5.45)")
+                   help="answer browse requests without running a mesh node (always so outside the versions the node runs on LAN)")
     mesh_flags(h)
     h.set_defaults(handler=run_host)
 
@@ -182,8 +182,17 @@ def _broadcast(args: argparse.Namespace, profile: VersionProfile) -> tuple[str, 
     return host, port
 
 
+def _node_refusal(profile: VersionProfile) -> str | None:
+    """Why the node cannot run a LAN session of *profile* (the node configuration's own words), else None."""
+    try:
+        NodeConfig(version=profile.name, network="lan")
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
 def _node_speaks(profile: VersionProfile) -> bool:
-    return (5, 7) <= profile.version <= (5, 45)
+    return _node_refusal(profile) is None
 
 
 def _format(args: argparse.Namespace) -> str:
@@ -242,7 +251,7 @@ def run_host(args: argparse.Namespace) -> int:
         raise CliError("--host-address-size must be 6 or 18")
     broadcast_ip, _ = _broadcast(args, profile)
     game_mode = _number(args.game_mode, "game-mode")
-    app_version = _number(args.app_version, "app-version", hi=255)
+    app_version = _number(args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)
     try:
         config = NodeConfig(version=profile.name, bind=(ip, port or 0), name=args.name)
     except (ConfigError, ValueError) as exc:
@@ -369,15 +378,17 @@ async def _diagnose_join(profile: VersionProfile, key: bytes, network_id: int | 
 
 def run_join(args: argparse.Namespace) -> int:
     profile = _profile(args)
-    if not _node_speaks(profile):
-        raise CliError(f"joining needs Pia 5.7-5.45 (the node's versions), not {profile.name}")
+    refusal = _node_refusal(profile)
+    if refusal is not None:
+        raise CliError(f"joining needs a version the node runs: {refusal}")
     key = _game_key(args)
     fmt = _format(args)
     duration = _duration(args)
     timeout = _number(args.timeout, "timeout", hi=3600, integer=False, lo_open=True)
     send_every = _number(args.send_every, "interval", hi=3600, integer=False)
     network_id = None if args.session is None else _number(args.session, "network-id")
-    app_version = None if args.app_version is None else _number(args.app_version, "app-version", hi=255)
+    app_version = None if args.app_version is None else _number(
+        args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)
     broadcast = _broadcast(args, profile)
     try:
         config = NodeConfig(version=profile.name, bind=_bind_address(args.bind), name=args.name)
@@ -643,7 +654,8 @@ def run_browse(args: argparse.Namespace) -> int:
     timeout = _number(args.timeout, "timeout", hi=3600, integer=False, lo_open=True)
     if args.format not in ("table", "jsonl"):
         raise CliError(f"--format must be table or jsonl, got {args.format!r}")
-    app_version = None if args.app_version is None else _number(args.app_version, "app-version", hi=255)
+    app_version = None if args.app_version is None else _number(
+        args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)
     broadcast = _broadcast(args, profile)
     bind = _bind_address(args.bind)
     try:

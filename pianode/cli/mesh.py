@@ -32,6 +32,7 @@ from pianode.cli.common import (
     CliError,
     add_fault_arguments,
     add_network_arguments,
+    network_for,
     check_local_address,
     check_output_path,
     check_udp_free,
@@ -140,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     version = args.version or (REALTIME_VERSION if args.rate else DEFAULT_VERSION)
     config = NodeConfig(
         version=version,
-        network=args.network,
+        network=network_for(args.network, version, args.allow_nearest_version),
         allow_nearest_version=args.allow_nearest_version,
         aead_backend=args.backend,
         seed=args.seed,
@@ -156,8 +157,8 @@ def run(args: argparse.Namespace) -> int:
     discover = args.discovery == "on" or (
         args.discovery == "auto" and (network == "ldn" or (network == "lan" and args.nodes <= 16))
     )
-    if discover and network == "nex":
-        raise CliError("NEX sessions are matched by a game server: --discovery applies to lan and ldn")
+    if discover and network in ("nex", "npln"):
+        raise CliError(f"{network.upper()} sessions are matched by a game server: --discovery applies to lan and ldn")
     if discover:
         from protocols.pia.keys import parse_game_key
 

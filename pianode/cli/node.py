@@ -31,6 +31,7 @@ from pianode.cli.common import (
     CliFailure,
     Stop,
     add_network_arguments,
+    network_for,
     check_udp_free,
     deprecated_alias,
     hex_key,
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         group = ("127.255.255.255", args.group_port)
     config = NodeConfig(
         version=args.version,
-        network=args.network,
+        network=network_for(args.network, args.version, args.allow_nearest_version),
         bind=(host, port),
         session_key=key,
         allow_nearest_version=args.allow_nearest_version,

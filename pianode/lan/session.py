@@ -30,8 +30,8 @@ Pia sockets: without an explicit port a node takes the first free port of
 port.  LAN ids derive from IP and port, so nodes on one machine each sit on
 their own 127.0.0.x (or in their own network namespace).
 
-Only the 5.x LanSessionInfo is handled: the node speaks Pia 5.7-5.45.
-Time comes only from Trio.
+Pia 5.7-5.45 publish a LanSessionInfo; 6.16-6.30 a LanNetworkProperty on port 35000
+(:mod:`pianode.lan.property6`).  Time comes only from Trio.
 """
 
 from __future__ import annotations
@@ -43,12 +43,13 @@ import attrs
 import trio
 
 from pianode.mesh.config import NodeConfig
+from pianode.lan import property6
 from pianode.lan.discovery import DEFAULT_BROADCAST, PIA_PORT, FoundSession, LanHost, browse, make_session_info
 from pianode.mesh.node import JoinError, Node, open_node
 from protocols.errors import ConfigError
 from protocols.pia.keys import lan_network_id
-from protocols.pia.lan import LanSessionInfo, LanStationInfo, browse_port, lan_session_key
-from protocols.pia.lan_criteria import LanSessionSearchCriteria
+from protocols.pia.lan import LanNetworkProperty, LanSessionInfo, LanStationInfo, browse_port, lan_session_key
+from protocols.pia.lan_criteria import LanSearchNetworkSetting, LanSessionSearchCriteria
 from protocols.pia.versions import NetworkType, VersionProfile
 
 __all__ = [
@@ -132,11 +133,9 @@ class LanSession:
     cancel_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
 
     @property
-    def info(self) -> LanSessionInfo:
-        """The LanSessionInfo browsers receive right now."""
-        info = self.lan_host.session
-        assert isinstance(info, LanSessionInfo)
-        return info
+    def info(self) -> LanSessionInfo | LanNetworkProperty:
+        """The LanSessionInfo (LanNetworkProperty in 6.x) browsers receive right now."""
+        return self.lan_host.session
 
     @property
     def network_id(self) -> int:
@@ -147,10 +146,15 @@ class LanSession:
         assert self.node.config.session_key is not None
         return self.node.config.session_key
 
-    def refresh(self) -> LanSessionInfo:
+    def refresh(self) -> LanSessionInfo | LanNetworkProperty:
         """Republish the participants from the node's mesh table; returns the published info."""
         info = self.info
         rows = [s for s in self.node.stations() if s.index is not None and (s.is_self or s.state == "connected")]
+        if isinstance(info, LanNetworkProperty):
+            updated6 = property6.with_stations(info, rows)
+            if updated6 != info:
+                self.lan_host.responder.session = updated6
+            return updated6
         rows.sort(key=lambda s: (not s.is_host, s.index))
         stations = tuple(
             LanStationInfo.make(1 if s.is_host else 2, self.name if s.is_self else "", s.constant_id)
@@ -206,14 +210,23 @@ async def start_lan_host(
     cfg = attrs.evolve(config, session_key=key, max_stations=max_participants, name=name)
     node = await _start_node(nursery, cfg, tap)
     ip, port = node.address
-    await node.create_mesh(network_id=lan_network_id(ip, port))
-    me = next(s for s in node.stations() if s.is_self)
-    info = make_session_info(
-        profile, ip=ip, port=port, max_participants=max_participants, name=name, game_mode=game_mode,
-        session_type=session_type, attributes=attributes, application_version=application_version,
-        application_data=application_data, variable_id=me.variable_id, host_address_size=host_address_size,
-    )  # fmt: skip
-    info = attrs.evolve(info, session_key_param=param)
+    info: LanSessionInfo | LanNetworkProperty
+    if property6.is_lan6(profile):
+        info = property6.host_property(
+            profile, ip=ip, port=port, max_stations=max_participants, name=name, session_key_param=param,
+            random32=int.from_bytes(secrets.token_bytes(4), "big"), application_version=application_version,
+            application_data=application_data,
+        )  # fmt: skip
+        await node.create_mesh(network_id=info.network_id & 0xFFFFFFFF)
+    else:
+        await node.create_mesh(network_id=lan_network_id(ip, port))
+        me = next(s for s in node.stations() if s.is_self)
+        info = make_session_info(
+            profile, ip=ip, port=port, max_participants=max_participants, name=name, game_mode=game_mode,
+            session_type=session_type, attributes=attributes, application_version=application_version,
+            application_data=application_data, variable_id=me.variable_id, host_address_size=host_address_size,
+        )  # fmt: skip
+        info = attrs.evolve(info, session_key_param=param)
     lan_host = LanHost(profile, game_key, info, bind=browse_bind, broadcast_ip=broadcast_ip, tap=tap)
     session = LanSession(node, lan_host, ("", 0), param, name)
 
@@ -239,7 +252,7 @@ async def find_session(
     timeout: float = 10.0,
     interval: float = 1.0,
     application_version: int | None = None,
-    search: LanSessionSearchCriteria | None = None,
+    search: LanSessionSearchCriteria | LanSearchNetworkSetting | None = None,
     tap: Tap | None = None,
 ) -> FoundSession | None:
     """Browse every *interval* seconds until a session answers (the one with *network_id*, if given).
@@ -250,7 +263,10 @@ async def find_session(
     opened sessions with a free slot (spec §6.2 search flags 0x4 and 0x8).
     """
     if search is None:
-        search = LanSessionSearchCriteria.build(opened_only=True, vacant_only=True)
+        search = (
+            property6.search_setting(profile) if property6.is_lan6(profile)
+            else LanSessionSearchCriteria.build(opened_only=True, vacant_only=True)
+        )  # fmt: skip
     if broadcast is None:
         broadcast = (DEFAULT_BROADCAST, browse_port(profile))
 
@@ -278,8 +294,7 @@ class LanJoin:
     station_index: int
 
     @property
-    def info(self) -> LanSessionInfo:
-        assert isinstance(self.found.info, LanSessionInfo)
+    def info(self) -> LanSessionInfo | LanNetworkProperty:
         return self.found.info
 
 
@@ -293,7 +308,7 @@ async def start_lan_join(
     browse_timeout: float = 10.0,
     browse_interval: float = 1.0,
     application_version: int | None = None,
-    search: LanSessionSearchCriteria | None = None,
+    search: LanSessionSearchCriteria | LanSearchNetworkSetting | None = None,
     tap: Tap | None = None,
 ) -> LanJoin:
     """Find a session by browsing from ``config.bind``'s address and join it (spec §6.6).
@@ -315,14 +330,16 @@ async def start_lan_join(
         which = "a LAN session" if network_id is None else f"LAN session 0x{network_id:08x}"
         raise LanJoinError(f"no answer from {which} within {browse_timeout:g} s of browsing")
     info = found.info
-    if not isinstance(info, LanSessionInfo):
-        raise LanJoinError(f"Pia {profile.name} sessions cannot be joined (the node speaks 5.7-5.45)")
     assert found.session_key is not None
     node = await _start_node(nursery, attrs.evolve(config, session_key=found.session_key), tap)
-    index = await node.join(
-        (info.host_ip, info.host_port), network_id=info.network_id,
-        host_identity=(info.host_constant_id, info.host_variable_id),
-    )  # fmt: skip
+    if isinstance(info, LanNetworkProperty):
+        # 6.x publishes no host ids (spec §6.3): the host's connection response names them.
+        index = await node.join((info.host_ip, info.host_port), network_id=info.network_id & 0xFFFFFFFF)
+    else:
+        index = await node.join(
+            (info.host_ip, info.host_port), network_id=info.network_id,
+            host_identity=(info.host_constant_id, info.host_variable_id),
+        )  # fmt: skip
     return LanJoin(node, found, index)
 
 

@@ -179,6 +179,11 @@ def derive_session(
     return LdnSession(pia.network_id, pia.session_key(game_key), pia)
 
 
+def has_local_protocol(profile: VersionProfile) -> bool:
+    """Whether the version runs LDN session management in the Local protocol (5.x; spec §5.10)."""
+    return Proto.LOCAL in profile.protocol_ids
+
+
 # ---------------------------------------------------------------------- host state (sans-IO)
 
 
@@ -323,13 +328,16 @@ class LdnHostState:
 
         ``macs`` is keyed by the addresses a recording shows (the sockets' ones).
         """
-        return {
+        out = {
             "version": version,
             "network": "ldn",
             "game_key": game_key_text,
             "application_data": self.application_data.hex(),
             "macs": {self.socket_ip(ip): mac_text(mac) for ip, mac in sorted(self.history.items())},
         }
+        if self.profile.version >= (6, 0):
+            out["ssid"] = self.ssid.hex()  # 6.x: the key and network id derive from it (spec §7.3)
+        return out
 
 
 # ---------------------------------------------------------------------- sockets
@@ -385,13 +393,16 @@ class LdnHost:
         self.dropped = 0
         s = node.session
         assert s is not None
-        #: The Local protocol's update session (spec §5.10), sent to every station until acked.
-        self.local = UpdateSessionAnnouncer(
-            config.node.profile,
-            HostIdentity(s.variable_id, s.location.service_variable_id, s.constant_id),
-            rng=random.Random(config.node.seed),
-        )
-        node.set_protocol_handler(Proto.LOCAL, self._on_local)
+        #: The Local protocol's update session (spec §5.10), sent to every station until acked.  6.x has
+        #: no Local protocol (its successor, the Net protocol, is documented only in part: spec §5.11), so None.
+        self.local: UpdateSessionAnnouncer | None = None
+        if has_local_protocol(config.node.profile):
+            self.local = UpdateSessionAnnouncer(
+                config.node.profile,
+                HostIdentity(s.variable_id, s.location.service_variable_id, s.constant_id),
+                rng=random.Random(config.node.seed),
+            )
+            node.set_protocol_handler(Proto.LOCAL, self._on_local)
 
     @property
     def control_address(self) -> Address:
@@ -416,6 +427,7 @@ class LdnHost:
             await trio.sleep(self.config.advertise_interval)
 
     def _on_local(self, index: int, port: int, payload: bytes) -> None:
+        assert self.local is not None
         for row in self.node.stations():
             if row.index == index:
                 try:
@@ -425,6 +437,8 @@ class LdnHost:
                 return
 
     async def _announce(self) -> None:
+        if self.local is None:
+            return
         while True:
             rows = sorted((r for r in self.node.stations() if r.index is not None), key=lambda r: r.index or 0)
             members = [r.address for r in rows if r.is_self] + [r.address for r in rows if not r.is_self and r.state == "connected"]
@@ -592,7 +606,8 @@ class LdnStation:
         self.direct = direct
         #: The newest Local protocol update session from the host (spec §5.10).
         self.update_session: UpdateSession | None = None
-        node.set_protocol_handler(Proto.LOCAL, self._on_local)
+        if has_local_protocol(node.config.profile):
+            node.set_protocol_handler(Proto.LOCAL, self._on_local)
         self.seen: dict[str, bytes] = {}
         self._learn(network.advertisement)
 
@@ -614,13 +629,16 @@ class LdnStation:
 
     def session_file(self, game_key_text: str) -> dict[str, Any]:
         """Decode inputs as this station knows them (see :meth:`LdnHostState.session_file`)."""
-        return {
+        out = {
             "version": self.node.config.profile.name,
             "network": "ldn",
             "game_key": game_key_text,
             "application_data": self.advertisement.application_data.hex(),
             "macs": {ip: mac_text(mac) for ip, mac in sorted(self.macs().items())},
         }
+        if self.node.config.profile.version >= (6, 0):
+            out["ssid"] = self.advertisement.ssid.hex()  # 6.x: the key and network id derive from it (spec §7.3)
+        return out
 
     async def _follow(self) -> None:
         with await _udp_socket(("0.0.0.0", self.network.discovery_port), reuse=True) as sock:

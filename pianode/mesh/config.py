@@ -6,6 +6,7 @@ import ipaddress
 
 import attrs
 
+from pianode.mesh import pia6
 from protocols.errors import ConfigError
 from protocols.pia.versions import NetworkType, VersionProfile, profile_for
 
@@ -46,13 +47,23 @@ def _bind(value: tuple[str, int]) -> tuple[str, int]:
     return (host, int(port))
 
 
+def _default_network(version: str) -> NetworkType:
+    """LAN, or LDN for a 6.x version whose LAN the spec does not give (pianode.mesh.pia6)."""
+    try:
+        profile = profile_for(version, allow_nearest=True)  # (the version check itself comes later)
+    except ConfigError:
+        return NetworkType.LAN  # the version check names the problem
+    return pia6.default_network(profile) if pia6.is_pia6(profile) else NetworkType.LAN
+
+
 @attrs.frozen(kw_only=True)
 class NodeConfig:
     """Settings of one node.
 
     Attributes:
         version: Pia version (``"5.18"``, ``"5.29"``, ...); picks every wire format.
-        network: ``lan``, ``ldn`` or ``nex``: picks identities and the nonce rule.
+        network: ``lan``, ``ldn``, ``nex`` or ``npln`` (6.16-6.30): picks identities and the nonce rule;
+            by default ``lan``, or ``ldn`` for 6.32+ (whose LAN the spec does not give).
         session_key: 16-byte session key; the creator draws one when None.
         bind: local (IPv4, port); port 0 picks a free one.
         max_stations: mesh capacity (at most 32).
@@ -81,7 +92,10 @@ class NodeConfig:
     """
 
     version: str = "5.18"
-    network: NetworkType = attrs.field(default=NetworkType.LAN, converter=_network)
+    network: NetworkType = attrs.field(
+        default=attrs.Factory(lambda self: _default_network(self.version), takes_self=True),
+        converter=_network,
+    )
     session_key: bytes | None = attrs.field(default=None, converter=_key)
     bind: tuple[str, int] = attrs.field(default=("127.0.0.1", 0), converter=_bind)
     max_stations: int = 32
@@ -114,14 +128,18 @@ class NodeConfig:
         if not 400 <= self.mtu <= 1472:
             # 400: room for a join-response fragment with several stations; 1472: the Pia receive buffer (spec §1.8).
             raise ConfigError(f"mtu must be 400..1472 bytes, got {self.mtu}")
-        if self.network is NetworkType.NPLN:
-            raise ConfigError("npln nodes are not supported (its session key source is undocumented)")
         prof = self.profile
         if self.group_broadcast is not None and self.group_broadcast[1] == 0:
             raise ConfigError("group broadcast needs a fixed port (every station listens on it)")
-        if prof.version < (5, 7) or prof.version > (5, 45):
+        if pia6.is_pia6(prof):
+            reason = pia6.refusal(prof, self.network)
+            if reason is not None:
+                raise ConfigError(reason)
+        elif self.network is NetworkType.NPLN:
+            raise ConfigError("npln exists in Pia 6.x only (its nonce, spec §3.2)")
+        elif prof.version < (5, 7) or prof.version > (5, 45):
             raise ConfigError(
-                f"the node speaks Pia 5.7-5.45 (station and mesh protocols); {prof.name} is decode-only"
+                f"the node speaks Pia 5.7-5.45 and 6.16-6.41 (station and mesh protocols); {prof.name} is decode-only"
             )
 
     @property

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pianode.mesh import departure, wire
+from pianode.mesh import departure, pia6, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
 from pianode.mesh.outbox import Outbox
@@ -69,7 +69,7 @@ class StationHandshake:
         self, config: NodeConfig, local: wire.Location, links: Links, outbox: Outbox, tally: Tally, host: HandshakeHost
     ) -> None:
         self.config = config
-        self.profile = config.profile
+        self.profile = pia6.session_profile(config.profile)  # 6.x: pianode's session management (pia6)
         self.local = local
         self._links = links
         self._outbox = outbox
@@ -255,13 +255,14 @@ class StationHandshake:
         """A connection request in another Pia version's format: answer it with
         a denial it can read (result 2 "version too low" / 3 "too high",
         spec §5.3), at most once a second per address."""
-        other = wire.profile_of_datagram(data, self.profile)
+        own = self.config.profile  # the packet profile (self.profile holds 5.45's message layouts in 6.x)
+        other = wire.profile_of_datagram(data, own)
         if other is None or session_key is None:
             return False
         last = self._denied.get(addr)
         if last is not None and now - last < 1.0:
             return False
-        result = 2 if other.version < self.profile.version else 3
+        result = 2 if other.version < own.version else 3
         reply = wire.version_denial(
             self.config, self.local, session_key, self.network_id, other, data, addr, result, self._outbox.next_header_nonce
         )

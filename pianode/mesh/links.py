@@ -88,6 +88,7 @@ class Links:
         self._tally = tally
         self._host = host
         self._has_conn_id = self.profile.has_connection_id
+        self._has_keepalive = Proto.KEEP_ALIVE in self.profile.protocol_ids
         self._never_joined = config.join_timeout + config.station_timeout
         self.peers: dict[tuple[str, int], Peer] = {}
         #: Peers whose output may have changed since the last flush (a dict: ordered, no duplicates).
@@ -379,7 +380,10 @@ class Links:
             # the link alive at the other end.
             quiet_since = peer.last_sent + self.config.keepalive_interval
             if now >= quiet_since:
-                self._host.enqueue(peer, Proto.KEEP_ALIVE, 0, b"")
+                if self._has_keepalive:
+                    self._host.enqueue(peer, Proto.KEEP_ALIVE, 0, b"")
+                else:  # 6.32+ lists no Keep Alive protocol (spec §5.1): an RTT request fills the silence
+                    self._host.enqueue(peer, Proto.RTT, 1, wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now)))
                 peer.next_keepalive = now + self.config.keepalive_interval
             else:
                 peer.next_keepalive = quiet_since

@@ -29,7 +29,7 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
-from pianode.mesh import departure, wire
+from pianode.mesh import departure, pia6, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
 from pianode.mesh.packet_ids import PacketIdCounter
@@ -40,7 +40,7 @@ from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
 from protocols.pia.packet import PacketCodec
 from protocols.pia.packet_values import Packet
-from protocols.pia.versions import Proto
+from protocols.pia.versions import MessageFormat, Proto
 
 __all__ = ["Datagram", "Outbox", "OutboxHost"]
 
@@ -83,12 +83,17 @@ class Outbox:
         self._tally = tally
         self._counters = tally.counters
         self._host = host
-        self.protocol_ids: dict[Proto, int] = dict(profile.protocol_ids)
+        self.protocol_ids: dict[Proto, int] = pia6.protocol_ids(profile)
         self._unreliable_id = self.protocol_ids[Proto.UNRELIABLE]
         self._bitmap_flag = profile.bitmap_flag
         #: Group mode (5.27+ footer, one broadcast per group packet): a reliable
         #: broadcast goes out as one group packet too (see broadcast).
+        #: It needs each message's destination bits, which M-G (6.32+) no longer has.
         self._group_mode = config.group_broadcast is not None and profile.footer == "plain"
+        #: Unreliable broadcasts go out as one group packet wherever a footer exists (plain to 6.30,
+        #: encrypted with the body from 6.32: spec §1.6); M-G messages carry no destination (spec §2.1).
+        self._group_unreliable = profile.footer != "none"
+        self._group_destination = profile.message_format is not MessageFormat.G
         self._group_ids = PacketIdCounter()
         # Random start well below 2**56, so the 7 bytes replay checks read never wrap.
         self._nonce_counter = rng.getrandbits(48)
@@ -164,11 +169,14 @@ class Outbox:
     def broadcast(self, data: bytes, *, reliable: bool, now: float) -> int:
         links = self._links
         members = links.members()
-        if not reliable and self.profile.footer == "plain" and len(members) > 1:
+        if not reliable and self._group_unreliable and len(members) > 1:
             # One packet for everyone, its footer naming the receivers' variable
             # ids (spec §1.6): sealed once, then handed to each member.
-            destination = links.view()[1]
-            self._group_outbox.append(Message(self._unreliable_id, 0, data, self._bitmap_flag, destination))
+            if self._group_destination:
+                message = Message(self._unreliable_id, 0, data, self._bitmap_flag, links.view()[1])
+            else:
+                message = Message(self._unreliable_id, 0, data)
+            self._group_outbox.append(message)
             self._counters["unreliable_sent"] += len(members)
             return len(members)
         if reliable and not all(p.data_window is None or p.data_window.can_send(len(data)) for p in members):
@@ -196,7 +204,7 @@ class Outbox:
         if not self.idle():
             return None
         members = self._links.members()
-        if len(members) > 1 and self.profile.footer == "plain":
+        if len(members) > 1 and self._group_unreliable:
             return None  # one group packet for all of them (see broadcast)
         self._counters["unreliable_sent"] += len(members)
         return len(members), [self.seal_unreliable(peer, data, now) for peer in members]

@@ -417,10 +417,11 @@ class MeshSession:
             else:
                 self._tally.drop(DropReason.QUEUE_FULL)
             return
-        self._receive_packet(codec, peer, packet, addr, now)
+        self._receive_packet(codec, peer, packet, addr, now, data)
 
     def _receive_packet(
-        self, codec: PacketCodec, peer: Peer | None, packet: Packet, addr: tuple[str, int], now: float
+        self, codec: PacketCodec, peer: Peer | None, packet: Packet, addr: tuple[str, int], now: float,
+        packet_bytes: bytes = b"",
     ) -> None:
         """A decoded packet that is not a connected peer's lone message: first contact, handshake, bundles."""
         header = packet.header
@@ -436,6 +437,14 @@ class MeshSession:
             # Only a connection request may come from an unknown address.
             if not packet.messages or not wire.is_connection_request(self.profile, packet.messages[0]):
                 self._tally.drop(DropReason.NOT_MEMBER)
+                return
+            if header.version != self.profile.header_version and self.profile.header_version is not None:
+                # Another version of the same header layout (6.16-6.23 / 6.25-6.26 / 6.29-6.30 differ only in
+                # the version byte, spec §0.3): refused as a version mismatch, not joined.
+                if not self.handshake.deny_other_version(packet_bytes, addr, self.session_key, now):
+                    self._tally.drop(DropReason.MALFORMED)
+                else:
+                    self._tally.drop(DropReason.OTHER_VERSION)
                 return
             if links.provisional() >= MAX_PROVISIONAL_PEERS or links.provisional(addr[0]) >= PROVISIONAL_PER_IP:
                 self._tally.drop(DropReason.QUEUE_FULL)
@@ -622,7 +631,7 @@ class MeshSession:
                 else:
                     self._tally.drop(DropReason.UNEXPECTED)
             elif proto is Proto.STATION:
-                self.handshake.on_message(peer, wire.decode_station(self.profile, payload), now)
+                self.handshake.on_message(peer, wire.decode_station(self.handshake.profile, payload), now)
             elif not peer.connected:
                 self._tally.drop(DropReason.UNEXPECTED)
             elif proto is Proto.MESH:
@@ -630,9 +639,9 @@ class MeshSession:
                     assert peer.mesh_window is not None
                     self._touched[peer] = None  # an ack is due
                     for segment in peer.mesh_window.receive_message(payload, now):
-                        self.membership.on_message(peer, wire.decode_mesh(self.profile, segment), now)
+                        self.membership.on_message(peer, wire.decode_mesh(self.membership.profile, segment), now)
                 else:
-                    self.membership.on_message(peer, wire.decode_mesh(self.profile, payload), now)
+                    self.membership.on_message(peer, wire.decode_mesh(self.membership.profile, payload), now)
             elif proto is Proto.KEEP_ALIVE:
                 self.counters["keepalives_received"] += 1
             elif proto is Proto.RTT:

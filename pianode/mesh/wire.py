@@ -20,6 +20,7 @@ from typing import Iterator, Protocol
 
 import attrs
 
+from pianode.mesh import pia6
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.packet_ids import PacketIdCounter
 from pianode.mesh.reliable import ReliableWindow, WindowConfig
@@ -166,6 +167,9 @@ def _new_packet_codec(
         builder = nonce_builder(profile, net, gathering_id=network_id)
     elif net is NetworkType.LDN:
         builder = nonce_builder(profile, net, network_id=network_id, macs=_MacTable())
+    elif net is NetworkType.NPLN:
+        # 6.16-6.30: the network id handed over by matchmaking is the nonce prefix (spec §3.2).
+        builder = nonce_builder(profile, net, network_id=network_id & 0xFFFFFFFF)
     else:
         builder = nonce_builder(profile, net)
     return PacketCodec(profile, key, builder, backend=config.aead_backend), builder
@@ -176,6 +180,10 @@ def decode_context(config: NodeConfig, network_id: int, addresses: Iterable[tupl
     net = config.network
     if net is NetworkType.NEX:
         return {"gathering_id": network_id}
+    if net is NetworkType.NPLN:
+        return {"network_id": network_id & 0xFFFFFFFF}
+    if net is NetworkType.LDN and pia6.is_pia6(config.profile):
+        return {"network_id": network_id}
     if net is NetworkType.LDN:
         macs = {}
         for addr in addresses:
@@ -351,6 +359,9 @@ def make_message(
 ) -> Message:
     """A message of *proto* to *peer* (*source_id*: our constant id where the message format carries it)."""
     ptype = protocol_ids[proto]
+    if profile.message_format is MessageFormat.G:
+        # M-G carries no destination: the header's destination variable id addresses the packet (spec §2.1).
+        return Message(ptype, port, payload, 0, 0, None)
     if peer.index is not None:
         flags, destination = profile.bitmap_flag, 1 << peer.index
     else:
@@ -382,7 +393,7 @@ def bundle(profile: VersionProfile, messages: list[Message], mtu: int) -> list[l
 
 def is_connection_request(profile: VersionProfile, message: Message) -> bool:
     return (
-        message.protocol_type == profile.protocol_ids.get(Proto.STATION)
+        message.protocol_type == pia6.protocol_ids(profile).get(Proto.STATION)
         and message.payload[:1] == b"\x01"
     )
 
@@ -664,8 +675,8 @@ def _info_size(profile: VersionProfile) -> int:
     return mesh_station_info_size(profile)
 
 
-# A representative node profile per header version byte (5.7-5.45, spec §0.3).
-_PROFILE_BY_HEADER_VERSION = {3: "5.11", 4: "5.18", 5: "5.26", 9: "5.29"}
+# A representative node profile per header version byte (5.11-6.41, spec §0.3).
+_PROFILE_BY_HEADER_VERSION = {3: "5.11", 4: "5.18", 5: "5.26", 9: "5.29", 11: "6.20", 12: "6.26", 13: "6.30", 15: "6.34", 16: "6.41"}
 
 
 def profile_of_datagram(data: bytes, own: VersionProfile) -> VersionProfile | None:
@@ -697,17 +708,17 @@ def version_denial(
         packet = codec.decode(data, addr[0])
         if not packet.messages or not is_connection_request(other, packet.messages[0]):
             return None
-        deny = encode_connect_deny(other, local, result)
+        deny = encode_connect_deny(pia6.session_profile(other), local, result)
         h = packet.header
         header = PacketHeader(
             encrypted=True,
             packet_id=0,
             version=other.header_version,
             destination_variable_id=h.source_variable_id if other.variable_id_size else None,
-            source_variable_id=(local.variable_id & 0xFFFFFFFF) if other.variable_id_size else None,
+            source_variable_id=(local.variable_id & ((1 << 8 * other.variable_id_size) - 1)) if other.variable_id_size else None,
             nonce=next_header_nonce(),
         )
-        message = Message(protocol_type=other.protocol_id(Proto.STATION), protocol_port=0, payload=deny)
+        message = Message(protocol_type=pia6.protocol_ids(other)[Proto.STATION], protocol_port=0, payload=deny)
         return codec.encode(Packet(header=header, messages=(message,)), local.address[0])
     except (DecodeError, ValueError):
         return None

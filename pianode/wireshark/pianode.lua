@@ -26,8 +26,8 @@ GEN.protocol_ids = {
   [3] = {[8] = "keep-alive", [0x14] = "station", [0x18] = "mesh", [0x1C] = "sync-clock", [0x24] = "local", [0x2C] = "net", [0x34] = "nat", [0x44] = "lan", [0x58] = "rtt", [0x68] = "unreliable", [0x7C] = "reliable", [0x80] = "broadcast-reliable", [0x84] = "reliable-broadcast", [0x94] = "session", [0xA4] = "monitoring", [0xA8] = "relay"},
   [4] = {[8] = "keep-alive", [0x14] = "station", [0x18] = "mesh", [0x1C] = "sync-clock", [0x24] = "local", [0x2C] = "net", [0x34] = "nat", [0x44] = "lan", [0x58] = "rtt", [0x68] = "unreliable", [0x7C] = "reliable", [0x80] = "broadcast-reliable", [0x94] = "session", [0xA4] = "monitoring", [0xA8] = "relay"},
   [5] = {[8] = "keep-alive", [0x14] = "station", [0x18] = "mesh", [0x1C] = "sync-clock", [0x24] = "local", [0x2C] = "net", [0x34] = "nat", [0x44] = "lan", [0x58] = "rtt", [0x68] = "unreliable", [0x7C] = "reliable", [0x80] = "broadcast-reliable", [0x94] = "session", [0xA4] = "monitoring"},
-  [6] = {[8] = "keep-alive", [0x2C] = "net", [0x58] = "rtt", [0x68] = "unreliable", [0x7C] = "reliable", [0x80] = "broadcast-reliable", [0x98] = "session", [0xA4] = "monitoring"},
-  [7] = {[1] = "net", [3] = "rtt", [5] = "unreliable", [0xA] = "reliable", [0xB] = "broadcast-reliable", [0xD] = "session", [0xF] = "monitoring"},
+  [6] = {[8] = "keep-alive", [0x14] = "station", [0x18] = "mesh", [0x2C] = "net", [0x58] = "rtt", [0x68] = "unreliable", [0x7C] = "reliable", [0x80] = "broadcast-reliable", [0x98] = "session", [0xA4] = "monitoring"},
+  [7] = {[1] = "net", [3] = "rtt", [5] = "unreliable", [0xA] = "reliable", [0xB] = "broadcast-reliable", [0xD] = "session", [0xF] = "monitoring", [0x14] = "station", [0x18] = "mesh"},
   [8] = {[0] = "net", [1] = "session", [3] = "rtt", [5] = "unreliable", [0xA] = "reliable", [0xB] = "broadcast-reliable", [0xE] = "monitoring"},
 }
 GEN.versions = {

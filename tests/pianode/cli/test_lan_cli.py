@@ -134,11 +134,11 @@ async def test_join_with_no_session_exits_1_with_one_line() -> None:
     assert result.stdout == b""
 
 
-async def test_discovery_only_host_outside_the_node_versions() -> None:
-    """6.x sessions are published without a node (the node speaks 5.7-5.45)."""
+async def test_discovery_only_host_publishes_a_session_without_a_node() -> None:
+    """--discovery-only answers for a one-station 6.30 session with no node behind it."""
     port = free_port()
     argv = _lan("host", "--game-key", KEY, "--version", "6.30", "--address", loopback_block() + "2",
-                "--bind", f"0.0.0.0:{port}", "--duration", "0.3")  # fmt: skip
+                "--bind", f"0.0.0.0:{port}", "--duration", "0.3", "--discovery-only")  # fmt: skip
     with trio.fail_after(20):
         result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
     assert result.returncode == 0
@@ -150,7 +150,7 @@ async def test_discovery_only_host_outside_the_node_versions() -> None:
     ("argv", "message"),
     [
         (("join", "--game-key", KEY, "--format", "xml"), "--format must be table or jsonl"),
-        (("join", "--game-key", KEY, "--version", "6.30"), "joining needs Pia 5.7-5.45"),
+        (("join", "--game-key", KEY, "--version", "6.32"), "joining needs a version the node runs: Pia 6.32 on lan"),
         (("join", "--game-key", KEY, "--network-id", "host"), "--network-id must be an integer"),
         (("join", "--game-key", KEY, "--bind", "nowhere"), "--bind must be an IPv4 address"),
         (("host", "--game-key", KEY, "--max", "1"), "--max must be an integer ≥ 2 and ≤ 16, got 1"),

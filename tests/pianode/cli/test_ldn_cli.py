@@ -143,7 +143,7 @@ def test_scan_without_networks_exits_1(capsys: pytest.CaptureFixture[str]) -> No
         ("ldn", "host", "--game-key", SMM2, "--max", "9"),
         ("ldn", "host", "--game-key", SMM2, "--stations", "5", "--max", "4"),
         ("ldn", "host", "--game-key", SMM2, "--version", "9.99"),
-        ("ldn", "host", "--game-key", SMM2, "--version", "6.16"),  # the node speaks 5.7-5.45
+        ("ldn", "host", "--game-key", SMM2, "--version", "7.0"),  # the node runs no 7.x
         ("ldn", "host", "--game-key", SMM2, "--address", "169.254.3.2"),  # a host is .1
         ("ldn", "join", "--game-key", SMM2, "--address", "10.0.0.2"),
         ("ldn", "join", "--game-key", SMM2, "--ssid", "zz"),
