@@ -17,11 +17,12 @@ import pathlib
 import signal
 import socket
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import trio
+if TYPE_CHECKING:  # imported where used: `pianode --help` and `pianode decode` need neither
+    import trio
 
-from pianode.sim.faults import LinkFaults
+    from pianode.sim.faults import LinkFaults
 
 
 __all__ = [
@@ -282,6 +283,8 @@ class Stop:
 
     @contextlib.contextmanager
     def phase(self) -> Iterator[None]:
+        import trio
+
         with trio.CancelScope(deadline=self.deadline) as scope:
             self._scope = scope
             if self.signalled:
@@ -289,9 +292,12 @@ class Stop:
             yield
         self._scope = None
 
-    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def watch(self, *, task_status: trio.TaskStatus[None] | None = None) -> None:
+        import trio
+
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            task_status.started()
+            if task_status is not None:
+                task_status.started()
             async for signum in signals:
                 self.signalled = True
                 self.interrupted = self.interrupted or signum == signal.SIGINT
@@ -331,6 +337,8 @@ def add_fault_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def fault_injector_from_args(args: argparse.Namespace) -> LinkFaults | None:
+    from pianode.sim.faults import LinkFaults
+
     try:
         faults = LinkFaults(
             loss=args.loss,
