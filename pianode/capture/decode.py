@@ -482,9 +482,9 @@ class Decoder:
         """The JSON text of a lone message (what :meth:`_message_json` gives, encoded), and its error."""
         known = self._protocols.get((profile.version, lone.protocol_type))
         zflag = profile.zlib_flag
-        if known is None or (zflag is not None and lone.flags & zflag) or known[1] is not None:
+        if known is None or (zflag is not None and lone.flags & zflag) or known[1] in DECODED_PROTOCOLS:
             decoded: Any = None
-            if known is not None and known[1] is not None and not (zflag is not None and lone.flags & zflag):
+            if known is not None and known[1] in DECODED_PROTOCOLS and not (zflag is not None and lone.flags & zflag):
                 try:
                     decoded = self._decode_known(known[1], lone.protocol_port, lone.payload, profile)
                 except (DecodeError, ConfigError):
@@ -589,6 +589,8 @@ class Decoder:
                 profile.protocol_name(protocol_type), _proto_for(profile, protocol_type)
             )
         name, proto = known
+        if proto not in DECODED_PROTOCOLS:
+            proto = None  # no decoded form, whatever the payload
         out: dict[str, Any] = {
             "flags": flags,
             "protocol_type": protocol_type,
@@ -726,6 +728,12 @@ class Decoder:
         auth = None if not checks else all(checks)
         error = None if auth is not False else "checksum mismatch (wrong access key or damaged packet)"
         return self._base(d, "prudp", prudp=rows, authenticated=auth, error=error)
+
+
+#: The sub-protocols a message payload has a decoded form for: those of
+#: protocols.pia.subprotocols.decode_payload, and LAN (protocols.pia.lan_messages); for any other both give
+#: None whatever the payload (tests/pianode/capture/test_decode_fast_line.py checks it).
+DECODED_PROTOCOLS = frozenset({Proto.STATION, Proto.MESH, Proto.KEEP_ALIVE, Proto.RTT, Proto.LOCAL, Proto.LAN})
 
 
 def _proto_for(profile: VersionProfile, protocol_type: int) -> Proto | None:

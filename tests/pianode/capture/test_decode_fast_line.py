@@ -19,9 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pianode.capture.decode import Decoder
+from pianode.capture.decode import DECODED_PROTOCOLS, Decoder
 from pianode.capture.pcap import Datagram, open_capture
 from pianode.capture.session_file import load_session
+from protocols.pia.subprotocols import decode_payload
+from protocols.pia.versions import Proto, profile_for
 
 
 def _record(tmp: Path, version: str, *extra: str) -> tuple[list[Datagram], dict[str, Any]]:
@@ -102,3 +104,16 @@ def test_damaged_datagrams_give_the_general_text(
     fast, general = Decoder(load_session(None, session)), Decoder(load_session(None, session))
     assert fast.json_line(damaged) == json.dumps(general.decode(damaged).to_json())
     assert (fast.kinds, fast.auth, fast.errors) == (general.kinds, general.auth, general.errors)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    proto=st.sampled_from(sorted(set(Proto) - DECODED_PROTOCOLS, key=lambda p: p.value)),
+    port=st.integers(0, 3),
+    payload=st.binary(max_size=64),
+    version=st.sampled_from(["5.3", "5.18", "5.29", "5.43"]),
+)
+def test_protocols_without_a_decoded_form_have_none(proto: Proto, port: int, payload: bytes, version: str) -> None:
+    """The decoder skips the sub-protocol decoders for these (DECODED_PROTOCOLS): they would give nothing."""
+    assert decode_payload(proto, port, payload, profile_for(version)) is None
+    assert proto is not Proto.LAN
