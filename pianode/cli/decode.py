@@ -23,7 +23,7 @@ from typing import Any, NoReturn, TextIO
 
 from pianode.capture.pcap import Capture, CaptureError, open_capture
 from pianode.cli.common import CliError
-from pianode.capture.decode import Decoder, DecodeResult, FlowTracker
+from pianode.capture.decode import Decoder, DecodeResult
 from pianode.capture.session_file import DecodeContext, load_session
 from protocols.errors import ConfigError
 
@@ -187,6 +187,8 @@ def _emit(cap: Capture, decoder: Decoder, ctx: DecodeContext, fmt: str, out: Tex
 
 
 def _emit_flows(cap: Capture, decoder: Decoder, fmt: str, out: TextIO) -> None:
+    from pianode.capture.flows import FlowTracker
+
     tracker = FlowTracker()
     for d in cap:
         tracker.add(decoder.decode(d))
