@@ -219,8 +219,6 @@ _to_json_text = json.JSONEncoder().encode
 #: A string as JSON text (what ``json.dumps`` writes for it: ASCII, escaped).
 _json_text = json_encoder.encode_basestring_ascii
 _FRAME_KEY, _NAME_KEY = '"frame"', '"name"'
-#: Marks a message whose sub-protocol decoder failed (the general builder reports it).
-_NOT_DECODED = object()
 
 
 def _text_or_null(text: str | None) -> str:
@@ -482,20 +480,19 @@ class Decoder:
         """The JSON text of a lone message (what :meth:`_message_json` gives, encoded), and its error."""
         known = self._protocols.get((profile.version, lone.protocol_type))
         zflag = profile.zlib_flag
-        if known is None or (zflag is not None and lone.flags & zflag) or known[1] in DECODED_PROTOCOLS:
-            decoded: Any = None
-            if known is not None and known[1] in DECODED_PROTOCOLS and not (zflag is not None and lone.flags & zflag):
-                try:
-                    decoded = self._decode_known(known[1], lone.protocol_port, lone.payload, profile)
-                except (DecodeError, ConfigError):
-                    decoded = _NOT_DECODED
-            if known is None or decoded is not None or (zflag is not None and lone.flags & zflag):
-                # Inflated, decoded or not yet seen: the general builder, encoded.
-                msg, error = self._message_json(
-                    profile, lone.flags, lone.protocol_type, lone.protocol_port, lone.destination,
-                    lone.source_constant_id, None, lone.payload,
-                )
-                return _to_json_text(msg), error
+        general = known is None or bool(zflag is not None and lone.flags & zflag)  # unseen, or to inflate
+        if not general and known[1] in DECODED_PROTOCOLS:  # type: ignore[index]
+            try:
+                general = self._decode_known(known[1], lone.protocol_port, lone.payload, profile) is not None  # type: ignore[index]
+            except (DecodeError, ConfigError):
+                general = True  # the general builder reports the error
+        if general:
+            msg, error = self._message_json(
+                profile, lone.flags, lone.protocol_type, lone.protocol_port, lone.destination,
+                lone.source_constant_id, None, lone.payload,
+            )
+            return _to_json_text(msg), error
+        assert known is not None
         name = known[0]
         src = lone.source_constant_id
         return (
