@@ -1,4 +1,4 @@
-"""The codec section: seal+encode and decode+open of Pia packets against the raw AEAD call of the same backend."""
+"""The codec section: Pia packets sealed and opened, each rate against the AEAD library's own call on as many bytes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 from protocols.crypto.aead import available_backends, gcm
-from protocols.pia.header import PacketHeader
+from protocols.pia.header import HEADER_SIZES, PacketHeader
 from protocols.pia.message import Message
 from protocols.pia.nonce import nonce_builder
 from protocols.pia.packet import Packet, PacketCodec
@@ -89,29 +89,42 @@ def _raw_ecb_hmac(size: int) -> tuple[Callable[[Any], object], Callable[[Any], o
     return seal, open_, [body] * _BATCH, [sealed] * _BATCH
 
 
-def _raw_gcm(backend: str, size: int, tag_length: int) -> tuple[Callable[[Any], object], Callable[[Any], object], list[Any], list[Any]]:
-    g = gcm(KEY, backend)
-    pt = bytes(size)
-    nonces = [bytes(4) + i.to_bytes(8, "big") for i in range(_BATCH)]
-    sealed = [(n, *g.seal(n, pt, tag_length)) for n in nonces]
-    seal = g.seal
-    open_ = g.open
-    return (lambda n: seal(n, pt, tag_length)), (lambda s: open_(s[0], s[1], s[2])), nonces, sealed
+def _library_gcm(backend: str, size: int, tag_length: int) -> tuple[Callable[[Any], object], Callable[[Any], object], list[Any], list[Any]]:
+    """The AEAD library's own per-packet calls on a plaintext of *size* bytes: the reference of every GCM ratio.
 
-
-def _native_seal(backend: str, size: int, tag_length: int) -> tuple[Callable[[Any], object], list[Any]]:
-    """The library's own per-packet call, for context (not a denominator)."""
+    *cryptography*: ``AESGCM.encrypt`` and ``AESGCM.decrypt`` of one ``AESGCM`` object per key, the
+    cheapest way the library is called (an 8-byte tag is a slice of the full one; ``decrypt`` is given the
+    full tag, because no ``AESGCM`` call checks a short one).  *pycryptodome*: ``AES.new(key, MODE_GCM,
+    nonce, mac_len).encrypt_and_digest`` / ``decrypt_and_verify``, its documented per-packet use.  Never the
+    project's wrapper (``protocols.crypto.aead``).
+    """
     pt = bytes(size)
     nonces = [bytes(4) + i.to_bytes(8, "big") for i in range(_BATCH)]
     if backend == "cryptography":
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-        enc = AESGCM(KEY).encrypt
-        return (lambda n: enc(n, pt, None)), nonces
+        aesgcm = AESGCM(KEY)
+        enc, dec = aesgcm.encrypt, aesgcm.decrypt
+        sealed = [(n, enc(n, pt, None)) for n in nonces]
+        return (lambda n: enc(n, pt, None)), (lambda s: dec(s[0], s[1], None)), nonces, sealed
     from Crypto.Cipher import AES
 
     new, mode = AES.new, AES.MODE_GCM
-    return (lambda n: new(KEY, mode, nonce=n, mac_len=tag_length).encrypt_and_digest(pt)), nonces
+    sealed = [(n, *new(KEY, mode, nonce=n, mac_len=tag_length).encrypt_and_digest(pt)) for n in nonces]
+    return (
+        (lambda n: new(KEY, mode, nonce=n, mac_len=tag_length).encrypt_and_digest(pt)),
+        (lambda s: new(KEY, mode, nonce=s[0], mac_len=tag_length).decrypt_and_verify(s[1], s[2])),
+        nonces,
+        sealed,
+    )
+
+
+def _wrapper_seal(backend: str, size: int, tag_length: int) -> tuple[Callable[[Any], object], list[Any]]:
+    """The project's per-key AEAD object (``gcm(key, backend).seal``): the old reference, printed for context."""
+    g = gcm(KEY, backend)
+    pt = bytes(size)
+    seal = g.seal
+    return (lambda n: seal(n, pt, tag_length)), [bytes(4) + i.to_bytes(8, "big") for i in range(_BATCH)]
 
 
 @attrs.define
@@ -119,16 +132,21 @@ class _CodecCell:
     version: str
     backend: str
     size: int
-    raw_seal: Callable[[Any], object]
-    raw_open: Callable[[Any], object]
+    ref_seal: Callable[[Any], object]
+    ref_open: Callable[[Any], object]
     seal_items: list[Any]
     open_items: list[Any]
     encode: Callable[[Any], object]
     decode: Callable[[Any], object]
     packets: list[Any]
     datagrams: list[Any]
-    native: Callable[[Any], object] | None
-    native_items: list[Any]
+    #: The node's per-packet calls: PacketCodec.lone_sealer / lone_opener (None where the shape has none).
+    stream_seal: Callable[[Any], object] | None
+    stream_items: list[Any]
+    stream_open: Callable[[Any], object] | None
+    stream_datagrams: list[Any]
+    wrapper: Callable[[Any], object] | None
+    wrapper_items: list[Any]
     samples: dict[str, list[float]] = attrs.field(factory=dict)
 
 
@@ -149,20 +167,45 @@ def _codec_cells(budget: Budget) -> list[_CodecCell]:
                 datagrams = [codec.encode(p, SOURCE_IP) for p in packets]
                 if codec.decode(datagrams[0], SOURCE_IP).messages[0].payload != message.payload:
                     raise AssertionError(f"codec round trip failed for {version} {backend}")
+                stream_seal = stream_open = wrapper = None
+                stream_items: list[Any] = []
+                stream_datagrams: list[Any] = []
+                wrapper_items: list[Any] = []
                 if ecb:
-                    raw_seal, raw_open, seal_items, open_items = _raw_ecb_hmac(size)
-                    native, native_items = None, []
+                    ref_seal, ref_open, seal_items, open_items = _raw_ecb_hmac(size)
                 else:
-                    raw_seal, raw_open, seal_items, open_items = _raw_gcm(backend, size, profile.tag_length)
-                    native, native_items = _native_seal(backend, size, profile.tag_length)
+                    # The same number of bytes through the library as the codec encrypts: message header,
+                    # payload and 0xFF padding (the datagram less its header and any footer).
+                    body = len(datagrams[0]) - HEADER_SIZES[profile.header_format]
+                    ref_seal, ref_open, seal_items, open_items = _library_gcm(backend, body, profile.tag_length)
+                    wrapper, wrapper_items = _wrapper_seal(backend, body, profile.tag_length)
+                    header = attrs.evolve(packets[0].header, version=profile.header_version)
+                    sealer = codec.lone_sealer(header, message, SOURCE_IP)
+                    if sealer is not None:
+                        stream_items = [(7 + i, (1000 + i).to_bytes(8, "big"), message.payload) for i in range(_BATCH)]
+                        stream_seal = lambda t, f=sealer: f(*t)  # noqa: E731
+                        stream_datagrams = [sealer(*t) for t in stream_items]
+                        if stream_datagrams[0] != codec.encode(attrs.evolve(packets[0], header=header), SOURCE_IP):
+                            raise AssertionError(f"the stream sealer disagrees with encode for {version} {backend}")
+                        lone = codec.decode_lone(stream_datagrams[0], SOURCE_IP)
+                        opener = codec.lone_opener(lone, SOURCE_IP)  # type: ignore[arg-type]
+                        if opener is not None and opener(stream_datagrams[1]) == message.payload:
+                            stream_open = opener
                 cells.append(
                     _CodecCell(
-                        version, backend, size, raw_seal, raw_open, seal_items, open_items,
+                        version, backend, size, ref_seal, ref_open, seal_items, open_items,
                         lambda p, c=codec: c.encode(p, SOURCE_IP), lambda d, c=codec: c.decode(d, SOURCE_IP),
-                        packets, datagrams, native, native_items,
+                        packets, datagrams, stream_seal, stream_items, stream_open, stream_datagrams, wrapper,
+                        wrapper_items,
                     )
                 )
     return cells
+
+
+#: The targets at TARGET_SIZE (see the module docstring of pianode.bench.run): against cryptography's own
+#: AESGCM.encrypt, a Pia packet's Python work (header, message header, padding, nonce, copies) costs more than
+#: the encryption itself; against pycryptodome's own AES.new per packet, the codec is faster than the reference.
+_TARGETS = {"cryptography": 25.0, "pycryptodome": 50.0, "ecb+hmac": 50.0}
 
 
 def bench_codec(budget: Budget) -> list[Figure]:
@@ -171,38 +214,53 @@ def bench_codec(budget: Budget) -> list[Figure]:
     for _ in range(budget.repeats):
         for c in cells:
             s = c.samples
-            raw_seal = _timed(c.raw_seal, c.seal_items, t)
-            enc = _timed(c.encode, c.packets, t)
-            raw_open = _timed(c.raw_open, c.open_items, t)
-            dec = _timed(c.decode, c.datagrams, t)
-            s.setdefault("raw_seal", []).append(raw_seal)
-            s.setdefault("encode", []).append(enc)
-            s.setdefault("raw_open", []).append(raw_open)
-            s.setdefault("decode", []).append(dec)
-            s.setdefault("encode_ratio", []).append(enc / raw_seal)
-            s.setdefault("decode_ratio", []).append(dec / raw_open)
-            if c.native is not None:
-                s.setdefault("native_seal", []).append(_timed(c.native, c.native_items, t))
+            measured = {
+                "ref_seal": (c.ref_seal, c.seal_items),
+                "encode": (c.encode, c.packets),
+                "ref_open": (c.ref_open, c.open_items),
+                "decode": (c.decode, c.datagrams),
+            }
+            if c.stream_seal is not None:
+                measured["stream_seal"] = (c.stream_seal, c.stream_items)
+            if c.stream_open is not None:
+                measured["stream_open"] = (c.stream_open, c.stream_datagrams)
+            if c.wrapper is not None:
+                measured["wrapper_seal"] = (c.wrapper, c.wrapper_items)
+            rates = {k: _timed(call, items, t) for k, (call, items) in measured.items()}
+            for k, v in rates.items():
+                s.setdefault(k, []).append(v)
+            # Ratios pair each measurement with its reference of the same repeat (the machine drifts).
+            for kind, ref in (("encode", "ref_seal"), ("decode", "ref_open"), ("stream_seal", "ref_seal"),
+                              ("stream_open", "ref_open")):  # fmt: skip
+                if kind in rates:
+                    s.setdefault(f"{kind}_ratio", []).append(rates[kind] / rates[ref])
     figures = []
     for c in cells:
         med = {k: statistics.median(v) for k, v in c.samples.items()}
-        for kind, label, raw in (("encode", "seal+encode", "raw_seal"), ("decode", "decode+open", "raw_open")):
-            # Issue 6 sets its codec target on seal+encode of 1024 bytes; decode+open is reported beside it.
+        reference = "library call" if c.backend != "ecb+hmac" else "ECB+HMAC calls"
+        rows = [("encode", "seal+encode", "ref_seal"), ("decode", "decode+open", "ref_open")]
+        if "stream_seal" in med:
+            rows.append(("stream_seal", "stream seal (the node's sealer)", "ref_seal"))
+        if "stream_open" in med:
+            rows.append(("stream_open", "stream open (the node's opener)", "ref_open"))
+        for kind, label, ref in rows:
+            # The target (issue 6, issue 21) is on seal+encode at 1024 B; the other rows are reported beside it.
             targeted = c.size == TARGET_SIZE and kind == "encode"
             ratio = 100 * med[f"{kind}_ratio"]
-            note = f"{_rate(med[kind])} vs raw {_rate(med[raw])}"
-            if kind == "encode" and "native_seal" in med:
-                note += f" (library call {_rate(med['native_seal'])})"
+            target = _TARGETS[c.backend]
+            note = f"{_rate(med[kind])} vs {reference} {_rate(med[ref])}"
+            if kind == "encode" and "wrapper_seal" in med:
+                note += f" (the project's gcm().seal {_rate(med['wrapper_seal'])})"
             figures.append(
                 Figure(
                     "codec",
                     f"{c.version} {c.backend} {c.size} B {label}",
                     ratio,
                     "%",
-                    "≥ 50 %" if targeted else "",
-                    at_least(ratio, 50.0) if targeted else None,
+                    f"≥ {target:g} %" if targeted else "",
+                    at_least(ratio, target) if targeted else None,
                     note,
-                    {k: v for k, v in med.items() if k.startswith(kind) or k == raw or k == "native_seal"},
+                    {k: v for k, v in med.items() if k.startswith(kind) or k == ref or k == "wrapper_seal"},
                 )
             )
     return figures

@@ -42,8 +42,12 @@ class Budget:
     rtt_rounds: int = 5
     rtt_pings: int = 1000
     session_nodes: int = 32
-    #: What ``pianode mesh --rate`` runs by default: group packets broadcast once per frame (spec §1.6).
-    session_version: str = "5.29"
+    #: The real-time sessions, ``VERSION[/FANOUT]``: 5.18 (one packet per station, every version before 5.27
+    #: behaves so), 5.29 as ``pianode mesh --rate`` runs it (group packets broadcast once per frame, spec §1.6),
+    #: and 5.29 with one unicast copy per station.
+    session_runs: tuple[str, ...] = ("5.18", "5.29", "5.29/unicast")
+    #: Seconds of the bare-Python frame loop measured before each session (pianode.bench.floor).
+    floor_seconds: float = 2.0
     session_rate: float = 60.0
     session_seconds: float = 30.0
     profile_dir: str | None = None
@@ -61,6 +65,7 @@ QUICK = Budget(
     rtt_rounds=3,
     rtt_pings=300,
     session_seconds=3.0,
+    floor_seconds=0.5,
     profile_session_seconds=3.0,
 )
 

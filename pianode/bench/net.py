@@ -439,33 +439,38 @@ async def _receive(budget: Budget, profile_path: str | None = None) -> list[Figu
                 stages,
             )
         )
+    prefilled: list[Figure] = []
     if costs:
         node_us = statistics.median(c[0] for c in costs)
         bare_us = statistics.median(c[1] for c in costs)
-        figures.append(
+        # Paired per round, like the live ratio: the bare drain's cost over the node's.
+        pf_ratio = 100 * statistics.median(c[1] / c[0] for c in costs)
+        prefilled.append(
             Figure(
                 "receive",
-                "receive cost per datagram, prefilled socket (node vs bare drain)",
-                node_us,
-                "µs",
-                "",
-                None,
-                f"bare Trio drain {bare_us:.2f} µs: node at {100 * bare_us / node_us:.1f} % of the bare rate,"
-                f" {1e6 / node_us / 1e3:.1f}k/s on one core without a competing sender",
+                f"one node decrypt+dispatch, prefilled socket (Pia {budget.version}, {budget.receive_payload} B payload)",
+                pf_ratio,
+                "%",
+                "≥ 25 %",
+                at_least(pf_ratio, 25.0),
+                f"node {node_us:.2f} µs a datagram vs bare Trio drain {bare_us:.2f} µs ({1e6 / node_us / 1e3:.1f}k/s"
+                " on one core; no sender competes for the CPU)",
                 {"node_us": [c[0] for c in costs], "bare_us": [c[1] for c in costs]},
             )
         )
     return [
         Figure(
             "receive",
-            f"one node decrypt+dispatch (Pia {budget.version}, {budget.receive_payload} B payload)",
+            f"one node decrypt+dispatch, live sender (Pia {budget.version}, {budget.receive_payload} B payload)",
             ratio,
             "%",
             "≥ 25 %",
             at_least(ratio, 25.0),
-            f"{node_rate / 1e3:.1f}k/s vs bare Trio drain {statistics.median(bares) / 1e3:.1f}k/s",
+            f"{node_rate / 1e3:.1f}k/s vs bare Trio drain {statistics.median(bares) / 1e3:.1f}k/s, both fed live by"
+            " a sender in another process",
             {"node_rates": nodes, "bare_rates": bares, "ratios": ratios, "node_statistics": stats},
         ),
+        *prefilled,
         Figure(
             "receive",
             "one node datagrams/s (absolute, this machine)",

@@ -8,25 +8,35 @@ run, interleaved with it, and reported as the median over repeats:
 
 1. **codec**: ``PacketCodec.encode`` (seal+encode) and ``decode`` (decode+open)
    packets/s for Pia 5.3 (AES-ECB + HMAC-MD5), 5.18 (GCM, 16-byte tag) and
-   5.29 (GCM, 8-byte tag) at 64/256/1024/1400-byte payloads, each divided by the
-   raw rate of the same backend on a payload of the same size: the project's
-   per-key AEAD object (``protocols.crypto.aead.gcm(key, backend).seal/open``,
-   the cheapest way the backend is driven here) for GCM, and one cached ECB
-   call plus one HMAC-MD5 for 5.3.  The library's own per-packet call
-   (``AESGCM.encrypt``; ``AES.new(...).encrypt_and_digest``) is printed beside
-   it for context.  Target: ≥ 50 % at 1024 B on both backends.
-2. **receive**: one :class:`~pianode.mesh.node.Node` fed valid encrypted datagrams
-   by a sender in another process, against a bare Trio draining receiver fed
-   the same datagrams (``pianode.bench.net``).  Target ≥ 25 %.
+   5.29 (GCM, 8-byte tag) at 64/256/1024/1400-byte payloads, and the node's
+   per-packet stream calls (``PacketCodec.lone_sealer`` / ``lone_opener``), each
+   divided by the AEAD library's own per-packet call on as many bytes, measured
+   in the same repeat: ``AESGCM.encrypt`` / ``decrypt`` for *cryptography*,
+   ``AES.new(..., MODE_GCM).encrypt_and_digest`` / ``decrypt_and_verify`` for
+   *pycryptodome*; one cached ECB call plus one HMAC-MD5 for 5.3.  The
+   project's own AEAD wrapper (``gcm(key).seal``, the reference before issue 21)
+   is printed beside it.  Targets on seal+encode at 1024 B: ≥ 25 % of
+   ``AESGCM.encrypt`` (a 1 KiB encryption costs about 0.6 µs there, less than
+   the packet's Python work: header, message header, padding, nonce and copies),
+   ≥ 50 % of pycryptodome's own call and of the 5.3 calls.
+2. **receive**: one :class:`~pianode.mesh.node.Node` against a bare Trio
+   draining receiver, twice: fed the same valid encrypted datagrams by a sender
+   in another process (the sender's CPU share limits both), and draining a
+   socket prefilled while neither could run (``pianode.bench.net``).  Target
+   ≥ 25 % for each.
 3. **formation**: wall time for 2..32 stations to form a full mesh
    (``MeshRun``).  Target: 32 stations in under 2 s.
 4. **memory**: Python heap (tracemalloc) per idle node of a 32-station mesh.
    Target < 1 MiB.
 5. **rtt**: median application round trip through two nodes against a bare
    Trio UDP echo in the same process.  Target: overhead < 100 µs.
-6. **session**: ``MeshRun(nodes=32, rate=60)``: every station broadcasts one
-   game-state frame per tick.  Target: ≥ 99 % of frames within 50 ms, every
-   reliable message delivered, no station dropped.
+6. **session**: ``MeshRun(nodes=32, rate=60)`` on 5.18 (one packet per
+   station), 5.29 (group packets broadcast once per frame, as ``pianode mesh
+   --rate``) and 5.29 with one unicast copy per station.  Targets: ≥ 99 % of
+   frames within 50 ms, every reliable message delivered, no station dropped.
+   Each run's CPU per delivered frame is divided by that of a bare-Python
+   loop over the same sockets and AEAD measured just before it
+   (``pianode.bench.floor``); target ≤ 2× on 5.18 unicast.
 
 Wall time here is measured with ``time.perf_counter`` (what a benchmark is
 for); the nodes themselves still read time only from Trio.  Every loop is
@@ -58,7 +68,7 @@ from pianode.bench.figures import (
     _loadavg,
     environment,
 )
-from pianode.bench.sessions import bench_formation, bench_session
+from pianode.bench.sessions import bench_formation, bench_session, parse_session_run
 
 
 def run_benchmark(
@@ -127,7 +137,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rtt-pings", type=int, default=None, help="rtt: round trips per round")
     p.add_argument("--session-seconds", type=float, default=None, help="session: seconds of 60 Hz traffic (default 30)")
     p.add_argument("--rate", type=float, default=None, help="session: frames per second per station (default 60)")
-    p.add_argument("--session-version", default=None, help="session: Pia version (default 5.29, as pianode mesh --rate)")
+    p.add_argument("--session-version", type=_csv(str), default=None,
+                   help="session: comma list of VERSION[/unicast|/broadcast] runs (default 5.18,5.29,5.29/unicast)")
+    p.add_argument("--floor-seconds", type=float, default=None,
+                   help="session: seconds of the bare-Python frame loop before each run (default 2)")
     p.add_argument("--profile", metavar="DIR", default=None, help="also profile the receive path and the session (cProfile, DIR/*.pstats)")
 
 
@@ -145,7 +158,8 @@ def budget_from_args(args: argparse.Namespace) -> Budget:
         ("rtt_pings", "rtt_pings"),
         ("session_seconds", "session_seconds"),
         ("rate", "session_rate"),
-        ("session_version", "session_version"),
+        ("session_version", "session_runs"),
+        ("floor_seconds", "floor_seconds"),
         ("profile", "profile_dir"),
     ):
         value = getattr(args, arg, None)
@@ -165,7 +179,7 @@ def budget_from_args(args: argparse.Namespace) -> Budget:
         problems.append(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
     if budget.repeats < 1 or budget.receive_rounds < 1 or budget.rtt_rounds < 1 or budget.formation_repeats < 1:
         problems.append("repeats and rounds must be at least 1")
-    if budget.cell_seconds <= 0 or budget.receive_seconds <= 0 or budget.session_seconds <= 0:
+    if budget.cell_seconds <= 0 or budget.receive_seconds <= 0 or budget.session_seconds <= 0 or budget.floor_seconds <= 0:
         problems.append("durations must be positive")
     if any(n < 2 or n > 32 for n in (*budget.formation_sizes, budget.memory_stations, budget.session_nodes)):
         problems.append("station counts must be 2..32")
@@ -173,7 +187,16 @@ def budget_from_args(args: argparse.Namespace) -> Budget:
         problems.append("--datagrams must be 100..4000000")
     if budget.rtt_pings < 1 or any(s < 0 or s > 4096 for s in budget.sizes):
         problems.append("--rtt-pings must be at least 1 and sizes 0..4096")
-    for flag, version in (("--version", budget.version), ("--session-version", budget.session_version)):
+    session_versions = []
+    for run in budget.session_runs:
+        try:
+            session_versions.append(parse_session_run(run)[0])
+        except ValueError as exc:
+            problems.append(f"--session-version: {exc}")
+    if not budget.session_runs:
+        problems.append("--session-version: name at least one run")
+    checks = [("--version", budget.version), *(("--session-version", v) for v in session_versions)]
+    for flag, version in checks:
         try:
             profile = profile_for(version)
         except ConfigError as exc:

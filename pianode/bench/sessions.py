@@ -1,4 +1,5 @@
-"""Sections of whole meshes in one process: formation time and the real-time session (MeshRun)."""
+"""Sections of whole meshes in one process: formation time and the real-time sessions (MeshRun), with their
+CPU per delivered frame against the bare-Python loop of :mod:`pianode.bench.floor`."""
 
 from __future__ import annotations
 
@@ -44,14 +45,22 @@ def bench_formation(budget: Budget) -> list[Figure]:
     return figures
 
 
-def session_run(budget: Budget, seconds: float) -> Any:
-    """The real-time session of the bench (a :class:`pianode.sim.mesh_run.MeshRun`), *seconds* long;
-    ``--profile`` runs the same one."""
+def parse_session_run(text: str) -> tuple[str, str | None]:
+    """``"5.29/unicast"`` → ``("5.29", "unicast")``; ``"5.18"`` → ``("5.18", None)`` (the version's default)."""
+    version, _, fanout = text.partition("/")
+    if fanout not in ("", "unicast", "broadcast"):
+        raise ValueError(f"session run {text!r}: the fan-out after / is unicast or broadcast")
+    return version, fanout or None
+
+
+def session_run(budget: Budget, seconds: float, run: str | None = None) -> Any:
+    """The real-time session of the bench (a :class:`pianode.sim.mesh_run.MeshRun`), *seconds* long, of *run*
+    (``VERSION[/FANOUT]``, default the budget's first); ``--profile`` runs the same one."""
     from pianode.mesh.config import NodeConfig
     from pianode.sim.mesh_run import MeshRun
 
-    config = NodeConfig(version=budget.session_version, aead_backend=budget.node_backend, seed=7)
-    fanout = "broadcast" if config.profile.footer != "none" else "unicast"
+    version, fanout = run_shape(run or budget.session_runs[0])
+    config = NodeConfig(version=version, aead_backend=budget.node_backend, seed=7)
     return MeshRun(
         config,
         nodes=budget.session_nodes,
@@ -62,13 +71,38 @@ def session_run(budget: Budget, seconds: float) -> Any:
     )
 
 
+def run_shape(run: str) -> tuple[str, str]:
+    """(version, fan-out) of a session run: a version with a footer broadcasts its group packets unless told
+    otherwise (as ``pianode mesh --rate``); one without sends one packet per station (spec §1.6)."""
+    from protocols.pia.versions import profile_for
+
+    version, fanout = parse_session_run(run)
+    if profile_for(version).footer == "none":
+        return version, "unicast"
+    return version, fanout or "broadcast"
+
+
 def bench_session(budget: Budget) -> list[Figure]:
+    """Each real-time session run, with its CPU per delivered frame against the bare-Python floor measured
+    just before it (:func:`pianode.bench.floor.bare_frame_floor`, unicast, the same sockets and AEAD)."""
     import trio
 
-    run = session_run(budget, budget.session_seconds)
-    started = time.perf_counter()
-    result = trio.run(run.run)
-    wall = time.perf_counter() - started
+    from pianode.bench.floor import bare_frame_floor
+
+    figures: list[Figure] = []
+    for spec in budget.session_runs:
+        run = session_run(budget, budget.session_seconds, spec)
+        floor = bare_frame_floor(budget.session_nodes, budget.node_backend, budget.floor_seconds)
+        started = time.perf_counter()
+        result = trio.run(run.run)
+        wall = time.perf_counter() - started
+        figures.extend(_session_figures(budget, run_shape(spec), result, wall, floor))
+    return figures
+
+
+def _session_figures(
+    budget: Budget, shape: tuple[str, str], result: Any, wall: float, floor: dict[str, Any]
+) -> list[Figure]:
     s = result.summary()
     frames = s.get("frames") or {}
     on_time = frames.get("within_threshold_pct") if frames else None
@@ -77,7 +111,9 @@ def bench_session(budget: Budget) -> list[Figure]:
     # MeshRun's fixed overheads: forming the mesh and a 0.2 s settling sleep at the end.
     formed = result.formation_time
     pace = (wall - formed - 0.2) / budget.session_seconds if formed is not None else None
-    name = f"{budget.session_nodes} × {budget.session_rate:g} Hz for {budget.session_seconds:g} s (Pia {budget.session_version})"
+    version, fanout = shape
+    name = (f"{budget.session_nodes} × {budget.session_rate:g} Hz for {budget.session_seconds:g} s"
+            f" (Pia {version}, {fanout})")  # fmt: skip
     detail = {"summary": {k: v for k, v in s.items() if k != "stations"}, "wall_time": wall}
     note = ""
     if frames:
@@ -91,7 +127,7 @@ def bench_session(budget: Budget) -> list[Figure]:
             note += f"; late frames in {len(frames['late_by_second'])} second(s) of {budget.session_seconds:g}"
     elif result.problems:
         note = result.problems[0]
-    return [
+    figures = [
         Figure("session", f"{name}: frames within 50 ms", on_time, "%", "≥ 99 %", at_least(on_time, 99.0), note, detail),
         Figure(
             "session",
@@ -123,6 +159,31 @@ def bench_session(budget: Budget) -> list[Figure]:
             {"wall_time": wall, "formation_time": result.formation_time},
         ),
     ]
+    # CPU per delivered frame: the session's process CPU while its frames were sent (MeshRunResult.cpu_time)
+    # over the frames delivered, everything the nodes do included (acks, reliable messages, keep-alives),
+    # against the floor's measured the same way.  A run that falls behind delivers part of its frames after
+    # that phase, so its figure reads low: its latency figure fails then anyway.
+    cpu_time, delivered = result.cpu_time, frames.get("delivered")
+    node_us = 1e6 * cpu_time / delivered if cpu_time is not None and delivered else None
+    floor_us = floor["cpu_us_per_frame"]
+    ratio = node_us / floor_us if node_us is not None and floor_us else None
+    # Issue 21 sets the target on 5.18 unicast (one packet per station, the heaviest path); the rest is reported.
+    targeted = version == "5.18" and fanout == "unicast"
+    figures.append(
+        Figure(
+            "session",
+            f"{name}: CPU per delivered frame vs a bare-Python loop",
+            ratio,
+            "×",
+            "≤ 2.00" if targeted else "",
+            (ratio is not None and ratio <= 2.0) if targeted else None,
+            (f"node {node_us:.1f} µs" if node_us is not None else "node n/a")
+            + f" vs bare loop {floor_us:.1f} µs ({floor['backend']}, unicast, same run; of which sockets"
+            f" {floor['socket_us_per_frame']:.1f} µs)",
+            {"node_us": node_us, "floor": floor},
+        )
+    )
+    return figures
 
 
 # ---------------------------------------------------------------------------- driver

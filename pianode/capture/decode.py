@@ -37,12 +37,15 @@ from __future__ import annotations
 
 import collections
 import enum
+import json
+import math
+from json import encoder as json_encoder
 from collections.abc import Iterator
 from typing import Any
 
 import attrs
 
-from pianode.mesh import pia6
+from protocols.pia import session6
 from pianode.capture.pcap import Datagram, parse_endpoint
 from pianode.capture.session_file import DecodeContext, KeySet
 from protocols.errors import ConfigError, DecodeError
@@ -54,8 +57,10 @@ from protocols.pia.header import (
 )
 from protocols.pia.message import Message, inflate_payload
 from protocols.pia.packet import PacketCodec, PacketReport
+from protocols.pia.packet_values import LoneMessage
 from protocols.pia.versions import (
     DOCUMENTED_VERSIONS,
+    Cipher,
     HeaderFormat,
     NetworkType,
     Proto,
@@ -210,6 +215,45 @@ class DecodeResult:
         return out
 
 
+#: The JSON Lines encoder: ``json.dumps``' own defaults.
+_to_json_text = json.JSONEncoder().encode
+#: A string as JSON text (what ``json.dumps`` writes for it: ASCII, escaped).
+_json_text = json_encoder.encode_basestring_ascii
+_FRAME_KEY, _NAME_KEY = '"frame"', '"name"'
+
+
+def _text_or_null(text: str | None) -> str:
+    return "null" if text is None else _json_text(text)
+
+
+def _header_text(profile: VersionProfile, fields: tuple[Any, ...], footer: tuple[int, ...]) -> str:
+    """The JSON text of :func:`header_fields_json`'s object, for a header whose numbers are ints."""
+    encrypted, packet_id, connection_id, version, st, dt, dvid, svid, fsize, psize, pflags, nonce, tag = fields
+    fmt = profile.header_format
+    parts = [f'{{"format": {_json_text(fmt.value)}, "encrypted": {"true" if encrypted else "false"}, "packet_id": {packet_id:d}']
+    if version is not None:
+        parts.append(f'"version": {version:d}')
+    if fmt in _CONNECTION_ID_FORMATS:
+        parts.append(f'"connection_id": {connection_id:d}')
+    if fmt in _TIMER_FORMATS:
+        parts.append(f'"source_timer": {_int_text(st)}, "destination_timer": {_int_text(dt)}')
+    if fmt in _VARIABLE_ID_FORMATS:
+        parts.append(f'"destination_variable_id": {_int_text(dvid)}, "source_variable_id": {_int_text(svid)},'
+                     f' "footer_size": {fsize:d}')  # fmt: skip
+    if fmt is HeaderFormat.G:
+        parts.append(f'"padding_size": {psize:d}, "packet_flags": {pflags:d}')
+    if nonce:
+        parts.append(f'"nonce": "{nonce.hex()}"')
+    parts.append(f'"tag": "{tag.hex()}"')
+    if profile.footer != "none":
+        parts.append(f'"footer": [{", ".join([format(v, "d") for v in footer])}]')
+    return ", ".join(parts) + "}"
+
+
+def _int_text(value: int | None) -> str:
+    return "null" if value is None else format(value, "d")
+
+
 def _one_line(exc: BaseException | str) -> str:
     text = str(exc) or type(exc).__name__
     return " ".join(text.split())
@@ -217,25 +261,41 @@ def _one_line(exc: BaseException | str) -> str:
 
 def header_json(h: PacketHeader, profile: VersionProfile, footer: tuple[int, ...]) -> dict[str, Any]:
     """The header fields a layout carries (spec §1.1), bytes as hex."""
+    return header_fields_json(
+        profile, (h.encrypted, h.packet_id, h.connection_id, h.version, h.source_timer, h.destination_timer,
+                  h.destination_variable_id, h.source_variable_id, h.footer_size, h.padding_size, h.packet_flags,
+                  h.nonce, h.tag), footer,
+    )  # fmt: skip
+
+
+_CONNECTION_ID_FORMATS = (HeaderFormat.A, HeaderFormat.B, HeaderFormat.C, HeaderFormat.D)
+_TIMER_FORMATS = (HeaderFormat.A, HeaderFormat.B)
+_VARIABLE_ID_FORMATS = (HeaderFormat.E, HeaderFormat.F, HeaderFormat.G)
+
+
+def header_fields_json(profile: VersionProfile, fields: tuple[Any, ...], footer: tuple[int, ...]) -> dict[str, Any]:
+    """:func:`header_json` of a header given as :class:`PacketHeader`'s fields in their order
+    (the ``header`` of a :class:`~protocols.pia.packet_values.LoneMessage`)."""
+    encrypted, packet_id, connection_id, version, st, dt, dvid, svid, fsize, psize, pflags, nonce, tag = fields
     fmt = profile.header_format
-    out: dict[str, Any] = {"format": fmt.value, "encrypted": h.encrypted, "packet_id": h.packet_id}
-    if h.version is not None:
-        out["version"] = h.version
-    if fmt in (HeaderFormat.A, HeaderFormat.B, HeaderFormat.C, HeaderFormat.D):
-        out["connection_id"] = h.connection_id
-    if fmt in (HeaderFormat.A, HeaderFormat.B):
-        out["source_timer"] = h.source_timer
-        out["destination_timer"] = h.destination_timer
-    if fmt in (HeaderFormat.E, HeaderFormat.F, HeaderFormat.G):
-        out["destination_variable_id"] = h.destination_variable_id
-        out["source_variable_id"] = h.source_variable_id
-        out["footer_size"] = h.footer_size
+    out: dict[str, Any] = {"format": fmt.value, "encrypted": encrypted, "packet_id": packet_id}
+    if version is not None:
+        out["version"] = version
+    if fmt in _CONNECTION_ID_FORMATS:
+        out["connection_id"] = connection_id
+    if fmt in _TIMER_FORMATS:
+        out["source_timer"] = st
+        out["destination_timer"] = dt
+    if fmt in _VARIABLE_ID_FORMATS:
+        out["destination_variable_id"] = dvid
+        out["source_variable_id"] = svid
+        out["footer_size"] = fsize
     if fmt is HeaderFormat.G:
-        out["padding_size"] = h.padding_size
-        out["packet_flags"] = h.packet_flags
-    if h.nonce:
-        out["nonce"] = h.nonce.hex()
-    out["tag"] = h.tag.hex()
+        out["padding_size"] = psize
+        out["packet_flags"] = pflags
+    if nonce:
+        out["nonce"] = nonce.hex()
+    out["tag"] = tag.hex()
     if profile.footer != "none":
         out["footer"] = list(footer)
     return out
@@ -265,7 +325,12 @@ class Decoder:
         self.ctx = ctx
         self._backend = backend
         self._codecs: dict[tuple[int, int], tuple[PacketCodec, PacketCodec | None, KeySet]] = {}
-        self._subdecode = _subprotocol_decoder()
+        self._subdecode: Any = None  # protocols.pia.subprotocols.decode_payload, imported for the first message
+        self._subdecode_loaded = False
+        # Per (version, protocol type): the protocol's name and Proto; per endpoint text: its IP.
+        #: (version, protocol type) -> (its name, its Proto, whether it is pianode's 6.x session management)
+        self._protocols: dict[tuple[Any, int], tuple[str | None, Proto | None, bool]] = {}
+        self._source_ips: dict[str | None, str] = {}
         self._nex_streams: dict[tuple[str | None, str | None], dict[Any, Any]] = {}
         # Browse requests seen, by requester: (challenge key, challenge plaintext, broadcast address).
         self._lan_requests: dict[str, tuple[bytes, bytes, str]] = {}
@@ -292,7 +357,24 @@ class Decoder:
             self.errors += 1
         return result
 
+    def json_line(self, d: Datagram) -> str:
+        """``json.dumps(self.decode(d).to_json())``: the same text, written straight from the codec's
+        values for the common datagram (an authenticated Pia packet that the codec's strict decode reads)."""
+        if d.error is None and d.warning is None and self.ctx.prudp is None and d.data[:4] == MAGIC:
+            line = self._pia_fast_line(d)
+            if line is not None:
+                return line
+        return _to_json_text(self.decode(d).to_json())
+
     # -- helpers ----------------------------------------------------------
+    def _source_ip(self, src: str | None) -> str:
+        ip = self._source_ips.get(src)
+        if ip is None:
+            if len(self._source_ips) > 4096:  # stay small on a capture of many endpoints
+                self._source_ips.clear()
+            ip = self._source_ips[src] = endpoint_ip(src)
+        return ip
+
     def _base(self, d: Datagram, kind: str, **kw: Any) -> DecodeResult:
         return DecodeResult(
             index=d.index, time=d.time, src=d.src, dst=d.dst, kind=kind, size=len(d.data), frame=d.frame,
@@ -326,13 +408,104 @@ class Decoder:
             entry = self._codecs[profile.version] = (plain, keyed, keys)
         return entry
 
-    def _pia(self, d: Datagram) -> DecodeResult:
-        source_ip = endpoint_ip(d.src)
+    def _learn_mac(self, d: Datagram) -> str:
+        """The datagram's source IP, after noting its MAC for LDN 5.x nonces."""
+        source_ip = self._source_ip(d.src)
         macs = self.ctx.macs
         if d.src_mac is not None and macs is not None and source_ip not in macs:
             # The nonce builder reads the map live (protocols/pia/nonce.py); a MAC
             # from the session file always wins over one seen on the wire.
             macs[source_ip] = bytes.fromhex(d.src_mac.replace(":", ""))
+        return source_ip
+
+    def _pia_fast_line(self, d: Datagram) -> str | None:
+        """:meth:`json_line` of a Pia datagram through the codec's strict decode, or None.
+
+        A datagram that decodes and authenticates there gives what :meth:`_pia` gives, which
+        would report the same header, ``authenticated: true`` and the same messages (the codec's
+        fast path equals its general decode, tests/protocols/pia/test_codec_fast_path.py); every
+        other datagram (no key, a plain or unauthenticated packet, an error) returns None and goes
+        the general way, which says why.  tests/pianode/capture/test_decode_fast_line.py holds the
+        text to ``json.dumps`` of :meth:`decode`'s result.
+        """
+        source_ip = self._learn_mac(d)
+        profile = self.ctx.profile
+        assumed = profile is None
+        if profile is None:
+            candidates = candidate_profiles(d.data)
+            if not candidates:
+                return None
+            profile = candidates[0]
+        if profile.cipher is not Cipher.GCM:
+            return None
+        _plain, keyed, _keys = self._codecs_for(profile)
+        if keyed is None:
+            return None
+        t = d.time
+        if t is not None:
+            t = round(t, 9)
+            if not math.isfinite(t):
+                return None
+        try:
+            got = keyed.decode_lone(d.data, source_ip)
+        except DecodeError:
+            return None
+        if type(got) is LoneMessage:
+            header = _header_text(profile, got.header, got.footer)
+            message, error = self._lone_message_text(profile, got)
+            messages = f"[{message}]"
+        elif got.header.encrypted:
+            header = _to_json_text(header_json(got.header, profile, got.footer))
+            shown, error = [], None
+            for m in got.messages:
+                msg, msg_error = self._message(m, profile)
+                shown.append(msg)
+                if msg_error is not None and error is None:
+                    error = msg_error
+            messages = _to_json_text(shown)
+        else:
+            return None
+        self.kinds["pia"] += 1
+        self.auth["true"] += 1
+        if error is not None:
+            self.errors += 1
+        return (
+            f'{{"index": {d.index:d}, "time": {"null" if t is None else repr(t)}, "src": {_text_or_null(d.src)},'
+            f' "dst": {_text_or_null(d.dst)}, "kind": "pia", "size": {len(d.data):d}'
+            f'{"" if d.frame is None else f", {_FRAME_KEY}: {d.frame:d}"}'
+            f'{"" if d.name is None else f", {_NAME_KEY}: {_json_text(d.name)}"},'
+            f' "profile": {_json_text(profile.name)}, "profile_assumed": {"true" if assumed else "false"},'
+            f' "header": {header}, "authenticated": true, "messages": {messages}, "error": {_text_or_null(error)}}}'
+        )
+
+    def _lone_message_text(self, profile: VersionProfile, lone: LoneMessage) -> tuple[str, str | None]:
+        """The JSON text of a lone message (what :meth:`_message_json` gives, encoded), and its error."""
+        known = self._protocols.get((profile.version, lone.protocol_type))
+        zflag = profile.zlib_flag
+        # unseen, to inflate, or pianode's 6.x session management (decoded by the general builder)
+        general = known is None or known[2] or bool(zflag is not None and lone.flags & zflag)
+        if not general and known[1] in DECODED_PROTOCOLS:  # type: ignore[index]
+            try:
+                general = self._decode_known(known[1], lone.protocol_port, lone.payload, profile) is not None  # type: ignore[index]
+            except (DecodeError, ConfigError):
+                general = True  # the general builder reports the error
+        if general:
+            msg, error = self._message_json(
+                profile, lone.flags, lone.protocol_type, lone.protocol_port, lone.destination,
+                lone.source_constant_id, None, lone.payload,
+            )
+            return _to_json_text(msg), error
+        assert known is not None
+        name = known[0]
+        src = lone.source_constant_id
+        return (
+            f'{{"flags": {lone.flags:d}, "protocol_type": {lone.protocol_type:d}, "protocol_port": {lone.protocol_port:d},'
+            f' "protocol": {"null" if name is None else _json_text(name)}, "destination": {lone.destination:d},'
+            f' "source_constant_id": {"null" if src is None else format(src, "d")}, "payload": "{lone.payload.hex()}"}}'
+        ), None
+
+    def _pia(self, d: Datagram) -> DecodeResult:
+        source_ip = self._learn_mac(d)
         if self.ctx.profile is not None:
             candidates, assumed = [self.ctx.profile], False
         else:
@@ -400,32 +573,53 @@ class Decoder:
         )
 
     def _message(self, m: Message, profile: VersionProfile) -> tuple[dict[str, Any], str | None]:
+        return self._message_json(
+            profile, m.flags, m.protocol_type, m.protocol_port, m.destination, m.source_constant_id,
+            m.source_station_index, m.payload, m,
+        )
+
+    def _message_json(
+        self, profile: VersionProfile, flags: int, protocol_type: int, port: int, destination: int,
+        source_constant_id: int | None, source_station_index: int | None, payload: bytes, m: Message | None = None,
+    ) -> tuple[dict[str, Any], str | None]:
+        """One message as JSON, and the error to report for it (a payload that does not inflate)."""
+        known = self._protocols.get((profile.version, protocol_type))
+        if known is None:
+            own_name = session6.session_message_name(profile, protocol_type)
+            known = self._protocols[(profile.version, protocol_type)] = (
+                profile.protocol_name(protocol_type) or own_name, _proto_for(profile, protocol_type), own_name is not None
+            )
+        name, proto, own_session = known
+        if proto not in DECODED_PROTOCOLS:
+            proto = None  # no decoded form, whatever the payload
         out: dict[str, Any] = {
-            "flags": m.flags,
-            "protocol_type": m.protocol_type,
-            "protocol_port": m.protocol_port,
-            "protocol": profile.protocol_name(m.protocol_type) or pia6.session_message_name(profile, m.protocol_type),
-            "destination": m.destination,
-            "source_constant_id": m.source_constant_id,
+            "flags": flags,
+            "protocol_type": protocol_type,
+            "protocol_port": port,
+            "protocol": name,
+            "destination": destination,
+            "source_constant_id": source_constant_id,
         }
-        if m.source_station_index is not None:
-            out["source_station_index"] = m.source_station_index
+        if source_station_index is not None:
+            out["source_station_index"] = source_station_index
         error = None
-        payload = m.payload
         zflag = profile.zlib_flag
-        if zflag is not None and m.flags & zflag:
+        if zflag is not None and flags & zflag:
+            if m is None:
+                m = Message(protocol_type=protocol_type, protocol_port=port, payload=payload, flags=flags,
+                            destination=destination, source_constant_id=source_constant_id)  # fmt: skip
             try:
-                payload = inflate_payload(m, profile)
-                out["compressed_size"] = len(m.payload)
+                inflated = inflate_payload(m, profile)
+                out["compressed_size"] = len(payload)
+                payload = inflated
             except DecodeError as exc:
                 error = f"message payload: {_one_line(exc)}"
                 out["error"] = error
         out["payload"] = payload.hex()
-        proto = _proto_for(profile, m.protocol_type)
-        if error is None and pia6.session_message_name(profile, m.protocol_type) is not None:
-            # pianode's own session management inside 6.x packets (pianode.mesh.pia6).
+        if error is None and own_session:
+            # pianode's own session management inside 6.x packets (protocols.pia.session6).
             try:
-                decoded = pia6.decode_session_message(profile, m.protocol_type, m.protocol_port, payload)
+                decoded = session6.decode_session_message(profile, protocol_type, port, payload)
             except (DecodeError, ConfigError) as exc:
                 out["decoded_error"] = _one_line(exc)
             else:
@@ -433,7 +627,7 @@ class Decoder:
                     out["decoded"] = {"type": type(decoded).__name__, **_as_dict(to_jsonable(decoded))}
         elif error is None and proto is not None:
             try:
-                decoded = self._decode_known(proto, m.protocol_port, payload, profile)
+                decoded = self._decode_known(proto, port, payload, profile)
             except (DecodeError, ConfigError) as exc:
                 out["decoded_error"] = _one_line(exc)
             else:
@@ -444,6 +638,8 @@ class Decoder:
     def _decode_known(self, proto: Proto, port: int, payload: bytes, profile: VersionProfile) -> Any:
         """A decoded form of a known sub-protocol message, or None."""
         decoded = None
+        if not self._subdecode_loaded:
+            self._subdecode, self._subdecode_loaded = _subprotocol_decoder(), True
         if self._subdecode is not None:
             decoded = self._subdecode(proto, port, payload, profile)
         if decoded is None and proto is Proto.LAN:
@@ -544,6 +740,12 @@ class Decoder:
         return self._base(d, "prudp", prudp=rows, authenticated=auth, error=error)
 
 
+#: The sub-protocols a message payload has a decoded form for: those of
+#: protocols.pia.subprotocols.decode_payload, and LAN (protocols.pia.lan_messages); for any other both give
+#: None whatever the payload (tests/pianode/capture/test_decode_fast_line.py checks it).
+DECODED_PROTOCOLS = frozenset({Proto.STATION, Proto.MESH, Proto.KEEP_ALIVE, Proto.RTT, Proto.LOCAL, Proto.LAN})
+
+
 def _proto_for(profile: VersionProfile, protocol_type: int) -> Proto | None:
     for proto, pid in profile.protocol_ids.items():
         if pid == protocol_type:
@@ -618,97 +820,10 @@ def _lan_candidates(data: bytes, kind: str) -> list[VersionProfile]:
     return ordered
 
 
+def __getattr__(name: str) -> Any:
+    # FlowTracker (pianode decode --flows) lives in pianode.capture.flows, loaded when asked for.
+    if name == "FlowTracker":
+        from pianode.capture.flows import FlowTracker
 
-# --------------------------------------------------------------------------
-# Flows: connection and packet id progression per direction (spec §1.3, §1.4)
-
-
-@attrs.define
-class _Run:
-    connection_id: int
-    first_frame: int | None
-    count: int
-    first_packet_id: int
-    last_packet_id: int
-    plus_one_steps: int = 0
-    other_steps: list[list[int]] = attrs.Factory(list)
-
-
-@attrs.define
-class _Flow:
-    src: str | None
-    dst: str | None
-    packets: int = 0
-    encrypted: int = 0
-    plain: int = 0
-    first: dict[str, Any] | None = None
-    last: dict[str, Any] | None = None
-    connection_ids_in_order: list[int] = attrs.Factory(list)
-    ids: dict[int, list[int]] = attrs.Factory(dict)
-    runs: list[_Run] = attrs.Factory(list)
-
-
-class FlowTracker:
-    """Per-direction summary of Pia headers: connection ids in order, packet id runs and gaps.
-
-    A *run* is a stretch of consecutive packets with the same connection id (or,
-    from H-E on, the same source variable id); inside it every step of the
-    packet id is counted as +1 or listed as ``[previous, next]``.  Packet ids
-    of each non-zero connection id are summarised with the ids missing between
-    their minimum and maximum; packet id 0 (handshake, spec §1.4) is left out.
-    """
-
-    def __init__(self) -> None:
-        self._flows: dict[tuple[str | None, str | None], _Flow] = {}
-
-    def add(self, r: DecodeResult) -> None:
-        if r.kind != "pia" or r.header is None:
-            return
-        h = r.header
-        conn = h.get("connection_id", h.get("source_variable_id"))
-        if conn is None:
-            return
-        pid = h["packet_id"]
-        flow = self._flows.setdefault((r.src, r.dst), _Flow(r.src, r.dst))
-        flow.packets += 1
-        if h["encrypted"]:
-            flow.encrypted += 1
-        else:
-            flow.plain += 1
-        point = {"frame": r.frame if r.frame is not None else r.index, "connection_id": conn, "packet_id": pid}
-        flow.first = flow.first or point
-        flow.last = point
-        if conn not in flow.connection_ids_in_order:
-            flow.connection_ids_in_order.append(conn)
-        if conn != 0 and pid != 0:
-            flow.ids.setdefault(conn, []).append(pid)
-        run = flow.runs[-1] if flow.runs else None
-        if run is None or run.connection_id != conn:
-            flow.runs.append(_Run(conn, point["frame"], 1, pid, pid))
-            return
-        if pid == (run.last_packet_id + 1) & 0xFFFF or (run.last_packet_id == 0xFFFF and pid == 1):
-            run.plus_one_steps += 1
-        elif not (pid == 0 and run.last_packet_id == 0):
-            run.other_steps.append([run.last_packet_id, pid])
-        run.count += 1
-        run.last_packet_id = pid
-
-    def flows(self) -> list[dict[str, Any]]:
-        out = []
-        for n, f in enumerate(self._flows.values()):
-            ids = {}
-            for conn, pids in f.ids.items():
-                lo, hi = min(pids), max(pids)
-                seen = set(pids)
-                ids[str(conn)] = {
-                    "count": len(pids), "min": lo, "max": hi,
-                    "missing": [p for p in range(lo, hi + 1) if p not in seen],
-                }
-            out.append({
-                "flow": n, "src": f.src, "dst": f.dst, "packets": f.packets, "encrypted": f.encrypted,
-                "plain": f.plain, "first": f.first, "last": f.last,
-                "connection_ids_in_order": f.connection_ids_in_order,
-                "nonzero_connection_id_packet_ids": ids,
-                "runs": [attrs.asdict(run) for run in f.runs],
-            })
-        return out
+        return FlowTracker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -52,6 +52,19 @@ from typing import IO, Any, BinaryIO
 
 import attrs
 
+from pianode.capture.frames import (  # _frame_to_udp and _Skip: the general path (tests reach them here)
+    _ETH_IP4_UDP,
+    _ETH_IPV4,
+    _ETH_IPV6,
+    _TEXT_CACHE,
+    _UDP,
+    LINKTYPE_ETHERNET,
+    _endpoint_text,
+    _frame_to_udp,
+    _mac,
+    _Skip,
+)
+
 __all__ = [
     "Capture",
     "CaptureError",
@@ -90,6 +103,40 @@ class Datagram:
     #: The sender's link-layer address ("aa:bb:cc:dd:ee:ff") when the frame carries one
     #: (Ethernet, Linux cooked, 802.11); LDN 5.x nonces are built from it (spec §3.2).
     src_mac: str | None = None
+
+
+def _datagram_maker() -> Any:
+    """``make(index, data, time, src, dst, frame, src_mac)``: a :class:`Datagram` with no error, name or
+    warning, its slots set directly (attrs' frozen ``__init__`` goes through ``object.__setattr__`` per field)."""
+    fields = ("index", "data", "time", "src", "dst", "frame", "src_mac")
+    setters = [getattr(Datagram, f).__set__ for f in fields]
+    blank = [getattr(Datagram, f).__set__ for f in ("error", "name", "warning")]
+    new = object.__new__
+    s_index, s_data, s_time, s_src, s_dst, s_frame, s_mac = setters
+    s_error, s_name, s_warning = blank
+
+    def make(index: int, data: bytes, time: float, src: str, dst: str, frame: int, src_mac: str) -> Datagram:
+        d = new(Datagram)
+        s_index(d, index)
+        s_data(d, data)
+        s_time(d, time)
+        s_src(d, src)
+        s_dst(d, dst)
+        s_frame(d, frame)
+        s_error(d, None)
+        s_name(d, None)
+        s_warning(d, None)
+        s_mac(d, src_mac)
+        return d
+
+    if make(1, b"", 0.0, "a", "b", 1, "m") != Datagram(1, b"", 0.0, "a", "b", 1, src_mac="m"):  # pragma: no cover
+        return lambda index, data, time, src, dst, frame, src_mac: Datagram(
+            index=index, data=data, time=time, src=src, dst=dst, frame=frame, src_mac=src_mac
+        )
+    return make
+
+
+_new_datagram = _datagram_maker()
 
 
 @attrs.define
@@ -153,200 +200,6 @@ def _port(text: str, whole: str) -> int:
 
 
 # --------------------------------------------------------------------------
-# Link, network and transport layers
-
-
-class _Skip(Exception):
-    """A frame that carries no (complete, unfragmented) UDP datagram."""
-
-
-# Link types (tcpdump.org LINKTYPE_* registry).
-LINKTYPE_NULL = 0
-LINKTYPE_ETHERNET = 1
-LINKTYPE_RAW = 101
-LINKTYPE_LOOP = 108
-LINKTYPE_LINUX_SLL = 113
-LINKTYPE_IPV4 = 228
-LINKTYPE_IPV6 = 229
-LINKTYPE_LINUX_SLL2 = 276
-LINKTYPE_IEEE802_11 = 105
-LINKTYPE_RADIOTAP = 127
-# DLT_RAW as written by some platforms' libpcap (12 on most BSDs, 14 on OpenBSD).
-_RAW_ALIASES = (12, 14)
-
-_ETH_IPV4, _ETH_IPV6, _ETH_ARP = 0x0800, 0x86DD, 0x0806
-_ETH_VLAN = (0x8100, 0x88A8, 0x9100)
-_ETHERTYPE_NAMES = {_ETH_ARP: "arp", 0x8035: "rarp", 0x88CC: "lldp", 0x888E: "eapol"}
-_IP_PROTO_NAMES = {1: "icmp", 2: "igmp", 6: "tcp", 47: "gre", 50: "esp", 58: "icmpv6", 132: "sctp"}
-_IPV6_EXT = (0, 43, 60)  # hop-by-hop, routing, destination options: (len + 1) * 8 bytes
-_UDP = 17
-
-Udp = tuple[str, int, str, int, bytes, int]  # src ip, sport, dst ip, dport, payload, udp length
-
-
-def _u16(b: bytes, off: int) -> int:
-    return (b[off] << 8) | b[off + 1]
-
-
-def _mac(raw: bytes) -> str:
-    return ":".join(f"{b:02x}" for b in raw)
-
-
-def _link_to_ip(link_type: int, frame: bytes) -> tuple[int, bytes, str | None]:
-    """Return ``(ethertype, network-layer bytes, source MAC or None)`` for one frame.
-
-    Trailing bytes (Ethernet padding, an FCS) are harmless: the IP length bounds the datagram.
-    """
-    if link_type == LINKTYPE_ETHERNET:
-        if len(frame) < 14:
-            raise _Skip("short-frame")
-        off, etype = 14, _u16(frame, 12)
-        while etype in _ETH_VLAN:  # 802.1Q / 802.1ad tags: 2-byte TCI, then the next type
-            if len(frame) < off + 4:
-                raise _Skip("short-frame")
-            etype = _u16(frame, off + 2)
-            off += 4
-        if etype < 0x0600:
-            raise _Skip("ieee802.3")  # a length field: LLC, not IP
-        return etype, frame[off:], _mac(frame[6:12])
-    if link_type == LINKTYPE_LINUX_SLL:  # 16-byte cooked header, protocol at 14
-        if len(frame) < 16:
-            raise _Skip("short-frame")
-        mac = _mac(frame[6:12]) if _u16(frame, 4) == 6 else None  # link-layer address length
-        return _u16(frame, 14), frame[16:], mac
-    if link_type == LINKTYPE_LINUX_SLL2:  # 20-byte cooked header, protocol at 0
-        if len(frame) < 20:
-            raise _Skip("short-frame")
-        mac = _mac(frame[12:18]) if frame[11] == 6 else None
-        return _u16(frame, 0), frame[20:], mac
-    if link_type in (LINKTYPE_RAW, *_RAW_ALIASES, LINKTYPE_IPV4, LINKTYPE_IPV6):
-        if not frame:
-            raise _Skip("short-frame")
-        return (_ETH_IPV6 if frame[0] >> 4 == 6 else _ETH_IPV4), frame, None
-    if link_type in (LINKTYPE_NULL, LINKTYPE_LOOP):  # 4-byte address family
-        if len(frame) < 4:
-            raise _Skip("short-frame")
-        fam = struct.unpack(">I" if link_type == LINKTYPE_LOOP else "<I", frame[:4])[0]
-        if link_type == LINKTYPE_NULL and fam > 0xFFFF:  # written by a big-endian host
-            fam = struct.unpack(">I", frame[:4])[0]
-        if fam == 2:
-            return _ETH_IPV4, frame[4:], None
-        if fam in (10, 24, 28, 30):  # AF_INET6 on Linux, the BSDs and Darwin
-            return _ETH_IPV6, frame[4:], None
-        raise _Skip(f"address-family-{fam}")
-    if link_type == LINKTYPE_RADIOTAP:
-        # Radiotap: version 0, pad, LE u16 header length, then the 802.11 frame.
-        if len(frame) < 8 or frame[0] != 0:
-            raise _Skip("malformed-radiotap")
-        hlen = frame[2] | frame[3] << 8
-        if hlen < 8 or hlen > len(frame):
-            raise _Skip("malformed-radiotap")
-        return _wlan_to_ip(frame[hlen:])
-    if link_type == LINKTYPE_IEEE802_11:
-        return _wlan_to_ip(frame)
-    raise _Skip(f"linktype-{link_type}")
-
-
-def _wlan_to_ip(frame: bytes) -> tuple[int, bytes, str | None]:
-    """An IEEE 802.11 data frame (already decrypted) with an LLC/SNAP header (IEEE 802.11-2020 §9.2)."""
-    if len(frame) < 24:
-        raise _Skip("short-frame")
-    fc0, fc1 = frame[0], frame[1]
-    ftype, subtype = (fc0 >> 2) & 3, fc0 >> 4
-    if ftype != 2:
-        raise _Skip("802.11-management" if ftype == 0 else "802.11-control")
-    if subtype & 0x04:
-        raise _Skip("802.11-null-data")
-    if fc1 & 0x40:
-        raise _Skip("802.11-protected")  # still encrypted: nothing to read
-    to_ds, from_ds = fc1 & 0x01, fc1 & 0x02
-    off = 24
-    if to_ds and from_ds:
-        off += 6  # address 4
-    if subtype & 0x08:
-        off += 2  # QoS control
-        if fc1 & 0x80:
-            off += 4  # HT control (order bit on a QoS frame)
-    # Source address: addr2 unless the AP relayed it (FromDS: addr3; WDS: addr4).
-    if from_ds and to_ds:
-        sa = frame[24:30]
-    elif from_ds:
-        sa = frame[16:22]
-    else:
-        sa = frame[10:16]
-    llc = frame[off : off + 8]
-    if len(llc) < 8 or llc[:3] != b"\xaa\xaa\x03":
-        raise _Skip("802.11-non-snap")
-    return _u16(llc, 6), frame[off + 8 :], _mac(sa)
-
-
-def _ip_to_udp(etype: int, pkt: bytes) -> tuple[str, str, bytes]:
-    """Return ``(src ip, dst ip, UDP header + payload)`` or raise _Skip."""
-    if etype == _ETH_IPV4:
-        if len(pkt) < 20 or pkt[0] >> 4 != 4:
-            raise _Skip("malformed-ipv4")
-        ihl = (pkt[0] & 0x0F) * 4
-        total = _u16(pkt, 2)
-        if ihl < 20 or total < ihl:
-            raise _Skip("malformed-ipv4")
-        frag = _u16(pkt, 6)
-        if frag & 0x3FFF:  # a fragment offset or "more fragments": not reassembled here
-            raise _Skip("ip-fragment")
-        proto = pkt[9]
-        if proto != _UDP:
-            raise _Skip(_IP_PROTO_NAMES.get(proto, f"ip-proto-{proto}"))
-        # The IP total length bounds the datagram: Ethernet pads short frames.
-        return (
-            str(ipaddress.IPv4Address(pkt[12:16])),
-            str(ipaddress.IPv4Address(pkt[16:20])),
-            pkt[ihl:total],
-        )
-    if etype == _ETH_IPV6:
-        if len(pkt) < 40 or pkt[0] >> 4 != 6:
-            raise _Skip("malformed-ipv6")
-        end = 40 + _u16(pkt, 4)
-        nxt, off = pkt[6], 40
-        while nxt != _UDP:
-            if nxt in _IPV6_EXT or nxt == 51:
-                if len(pkt) < off + 2:
-                    raise _Skip("malformed-ipv6")
-                size = (pkt[off + 1] + 2) * 4 if nxt == 51 else (pkt[off + 1] + 1) * 8
-                nxt, off = pkt[off], off + size
-            elif nxt == 44:  # fragment header
-                if len(pkt) < off + 8:
-                    raise _Skip("malformed-ipv6")
-                if _u16(pkt, off + 2) & 0xFFF9:  # offset or M flag
-                    raise _Skip("ip-fragment")
-                nxt, off = pkt[off], off + 8
-            else:
-                raise _Skip(_IP_PROTO_NAMES.get(nxt, f"ip-proto-{nxt}"))
-        if off > end:
-            raise _Skip("malformed-ipv6")
-        return (
-            str(ipaddress.IPv6Address(pkt[8:24])),
-            str(ipaddress.IPv6Address(pkt[24:40])),
-            pkt[off:end],
-        )
-    raise _Skip(_ETHERTYPE_NAMES.get(etype, f"ethertype-0x{etype:04x}"))
-
-
-def _frame_to_udp(link_type: int, frame: bytes) -> tuple[str, str, int, int, bytes, str | None, str | None]:
-    """Peel one frame down to UDP: ``(src, dst, sport, dport, payload, error, source MAC)``."""
-    etype, pkt, mac = _link_to_ip(link_type, frame)
-    src, dst, udp = _ip_to_udp(etype, pkt)
-    if len(udp) < 8:
-        raise _Skip("malformed-udp")
-    sport, dport, ulen = _u16(udp, 0), _u16(udp, 2), _u16(udp, 4)
-    if ulen < 8:
-        raise _Skip("malformed-udp")
-    payload = udp[8:ulen]
-    error = None
-    if len(payload) < ulen - 8:
-        error = f"captured only {len(payload)} of {ulen - 8} UDP payload bytes (snap length)"
-    return src, dst, sport, dport, payload, error, mac
-
-
-# --------------------------------------------------------------------------
 # Readers
 
 _PCAP_MAGICS = {
@@ -356,6 +209,8 @@ _PCAP_MAGICS = {
     b"\xa1\xb2\x3c\x4d": (">", 1e-9),
 }
 _PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+#: How much of a pcap file is read at once.
+_CHUNK = 1 << 18
 # A frame larger than this is taken as a sign of corruption, not read into memory.
 _MAX_RECORD = 1 << 26
 #: The longest text line a capture may hold: a 65,535-byte datagram in hex within a JSON
@@ -443,16 +298,50 @@ class Capture:
         else:
             yield from self._text_records()
             return
+        stats = self.stats
+        skipped = stats.skipped
+        # Ethernet + IPv4 without options + UDP, whole and unfragmented, is read with one unpack and
+        # endpoint and MAC texts from small caches; any other frame takes the general path
+        # (_frame_to_udp), which gives the same values for this one.
+        unpack = _ETH_IP4_UDP.unpack_from
+        endpoints: dict[bytes, str] = {}
+        macs: dict[bytes, str] = {}
+        new = _new_datagram
         for frame_no, link_type, t, data in frames:
-            self.stats.frames += 1
+            stats.frames += 1
+            if (
+                link_type == LINKTYPE_ETHERNET
+                and len(data) >= 42
+                and data[12] == 8 and data[13] == 0 and data[14] == 0x45  # IPv4, 20-byte header
+                and data[23] == _UDP
+                and not data[20] & 0x3F and not data[21]  # no fragment offset, no "more fragments"
+            ):
+                total, ulen = unpack(data)
+                if 28 <= 20 + ulen <= total and 34 + ulen <= len(data) and ulen >= 8:
+                    stats.udp += 1
+                    src_key, dst_key, mac_key = data[26:30] + data[34:36], data[30:34] + data[36:38], data[6:12]
+                    src = endpoints.get(src_key)
+                    if src is None:
+                        src = endpoints[src_key] = _endpoint_text(src_key)
+                    dst = endpoints.get(dst_key)
+                    if dst is None:
+                        dst = endpoints[dst_key] = _endpoint_text(dst_key)
+                    mac = macs.get(mac_key)
+                    if mac is None:
+                        mac = macs[mac_key] = _mac(mac_key)
+                    if len(endpoints) > _TEXT_CACHE or len(macs) > _TEXT_CACHE:  # stay small on any capture
+                        endpoints.clear()
+                        macs.clear()
+                    yield new(stats.udp, data[42 : 34 + ulen], t, src, dst, frame_no, mac)
+                    continue
             try:
                 src, dst, sport, dport, payload, error, mac = _frame_to_udp(link_type, data)
             except _Skip as skip:
-                self.stats.skipped[str(skip)] += 1
+                skipped[str(skip)] += 1
                 continue
-            self.stats.udp += 1
+            stats.udp += 1
             yield Datagram(
-                index=self.stats.udp,
+                index=stats.udp,
                 data=payload,
                 time=t,
                 src=format_endpoint(src, sport),
@@ -472,25 +361,34 @@ class Capture:
         _major, _minor, _zone, _sig, _snap, network = struct.unpack(order + "HHiIII", hdr[4:])
         link_type = network & 0x0FFFFFFF  # upper bits: FCS length flags
         self.stats.link_types.append(link_type)
-        rec = struct.Struct(order + "IIII")
-        n = 0
+        unpack = struct.Struct(order + "IIII").unpack_from
+        # Records are cut from one buffer of at most about _CHUNK bytes (plus one record that is
+        # larger), refilled as it runs out: few reads, and memory that does not grow with the file.
+        buf = b""
+        pos = n = 0
         while True:
-            head = s.read(16)
-            if not head:
-                return
+            if len(buf) - pos < 16:
+                buf = buf[pos:] + s.read(_CHUNK)
+                pos = 0
+                if not buf:
+                    return
+                if len(buf) < 16:
+                    self.stats.problem = f"pcap record {n + 1} header is cut short"
+                    return
             n += 1
-            if len(head) < 16:
-                self.stats.problem = f"pcap record {n} header is cut short"
-                return
-            sec, frac, incl, _orig = rec.unpack(head)
+            sec, frac, incl, _orig = unpack(buf, pos)
             if incl > _MAX_RECORD:
                 self.stats.problem = f"pcap record {n} claims {incl} bytes: file is corrupt from here on"
                 return
-            data = s.read(incl)
-            if len(data) < incl:
-                self.stats.problem = f"pcap record {n} is cut short ({len(data)} of {incl} bytes)"
-                return
-            yield n, link_type, sec + frac * unit, data
+            end = pos + 16 + incl
+            if end > len(buf):
+                buf = buf[pos:] + s.read(max(_CHUNK, end - len(buf)))
+                pos, end = 0, 16 + incl
+                if end > len(buf):
+                    self.stats.problem = f"pcap record {n} is cut short ({len(buf) - 16} of {incl} bytes)"
+                    return
+            yield n, link_type, sec + frac * unit, buf[pos + 16 : end]
+            pos = end
 
     # -- pcapng --------------------------------------------------------
     def _pcapng_frames(self) -> Iterator[tuple[int, int, float, bytes]]:

@@ -17,11 +17,12 @@ import pathlib
 import signal
 import socket
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import trio
+if TYPE_CHECKING:  # imported where used: `pianode --help` and `pianode decode` need neither
+    import trio
 
-from pianode.sim.faults import LinkFaults
+    from pianode.sim.faults import LinkFaults
 
 
 __all__ = [
@@ -282,6 +283,8 @@ class Stop:
 
     @contextlib.contextmanager
     def phase(self) -> Iterator[None]:
+        import trio
+
         with trio.CancelScope(deadline=self.deadline) as scope:
             self._scope = scope
             if self.signalled:
@@ -289,9 +292,12 @@ class Stop:
             yield
         self._scope = None
 
-    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def watch(self, *, task_status: trio.TaskStatus[None] | None = None) -> None:
+        import trio
+
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            task_status.started()
+            if task_status is not None:
+                task_status.started()
             async for signum in signals:
                 self.signalled = True
                 self.interrupted = self.interrupted or signum == signal.SIGINT
@@ -317,10 +323,10 @@ def add_network_arguments(
 
 
 def network_for(network: str | None, version: str, allow_nearest: bool = False) -> str:
-    """``--network``, or its default for *version*: lan, or ldn for 6.32+ (see pianode.mesh.pia6)."""
+    """``--network``, or its default for *version*: lan, or ldn for 6.32+ (see protocols.pia.session6)."""
     if network is not None:
         return network
-    from pianode.mesh import pia6
+    from protocols.pia import session6
     from protocols.errors import ConfigError
     from protocols.pia.versions import profile_for
 
@@ -328,7 +334,7 @@ def network_for(network: str | None, version: str, allow_nearest: bool = False) 
         profile = profile_for(version, allow_nearest=allow_nearest)
     except ConfigError:
         return "lan"  # the node configuration names the problem
-    return pia6.default_network(profile).value if pia6.is_pia6(profile) else "lan"
+    return session6.default_network(profile).value if session6.is_pia6(profile) else "lan"
 
 
 def add_fault_arguments(p: argparse.ArgumentParser) -> None:
@@ -349,6 +355,8 @@ def add_fault_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def fault_injector_from_args(args: argparse.Namespace) -> LinkFaults | None:
+    from pianode.sim.faults import LinkFaults
+
     try:
         faults = LinkFaults(
             loss=args.loss,

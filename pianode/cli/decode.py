@@ -23,7 +23,7 @@ from typing import Any, NoReturn, TextIO
 
 from pianode.capture.pcap import Capture, CaptureError, open_capture
 from pianode.cli.common import CliError
-from pianode.capture.decode import Decoder, DecodeResult, FlowTracker
+from pianode.capture.decode import Decoder, DecodeResult
 from pianode.capture.session_file import DecodeContext, load_session
 from protocols.errors import ConfigError
 
@@ -153,10 +153,27 @@ def _name_flags(text: str) -> str:
     return re.sub(r"\bgive (?!--)([a-z_]+)", lambda m: f"give --{m[1].replace('_', '-')}", text)
 
 
+#: JSON Lines written per write call.
+_BATCH = 256
+
+
 def _emit(cap: Capture, decoder: Decoder, ctx: DecodeContext, fmt: str, out: TextIO) -> None:
     if fmt == "jsonl":
+        # One line per datagram as it is read: nothing is held back, so memory stays flat in the capture size.
+        # Lines go out in batches of _BATCH: one write call each, and never more than a batch held.
+        line_of = decoder.json_line  # json.dumps(decoder.decode(d).to_json()), built directly where it can be
+        write = out.write
+        lines: list[str] = []
+        add = lines.append
         for d in cap:
-            out.write(json.dumps(decoder.decode(d).to_json()) + "\n")
+            add(line_of(d))
+            if len(lines) >= _BATCH:
+                lines.append("")
+                write("\n".join(lines))
+                lines.clear()
+        if lines:
+            lines.append("")
+            write("\n".join(lines))
         out.flush()
         return
     t0: float | None = None
@@ -170,6 +187,8 @@ def _emit(cap: Capture, decoder: Decoder, ctx: DecodeContext, fmt: str, out: Tex
 
 
 def _emit_flows(cap: Capture, decoder: Decoder, fmt: str, out: TextIO) -> None:
+    from pianode.capture.flows import FlowTracker
+
     tracker = FlowTracker()
     for d in cap:
         tracker.add(decoder.decode(d))

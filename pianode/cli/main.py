@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import errno
 import importlib
-import logging
 import os
 import re
 import signal
@@ -25,23 +24,24 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-import trio
-
 from pianode.cli.common import DEPRECATIONS, CliError, CliFailure
 from protocols.errors import ConfigError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main"]
 
-# Subcommand modules, in the order `pianode --help` lists them.
-_COMMANDS = (
-    "pianode.cli.mesh",
-    "pianode.cli.node",
-    "pianode.cli.decode",
-    "pianode.cli.lan",
-    "pianode.cli.ldn",
-    "pianode.cli.prudp",
-    "pianode.cli.bench",
-    "pianode.cli.wireshark",
+# The subcommands, in the order `pianode --help` lists them: name, module, the one-line help that
+# `pianode --help` shows (the module's add_parser gives the same words; tests/pianode/cli/test_cli_startup.py
+# checks they agree).  A new command is one line here.  Only the module of the command being run is
+# imported, so `pianode --help` and `pianode decode` pay for nothing else (issue 21).
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("mesh", "pianode.cli.mesh", "start N local nodes, form a Pia mesh and exchange data"),
+    ("node", "pianode.cli.node", "run one node (create a mesh or join one)"),
+    ("decode", "pianode.cli.decode", "decode Pia/PRUDP datagrams from a capture (pcap, pcapng, JSON Lines, hex)"),
+    ("lan", "pianode.cli.lan", "LAN mode: host a session or browse for sessions (UDP broadcast)"),
+    ("ldn", "pianode.cli.ldn", "LDN mode, simulated on loopback: host, scan for and join networks"),
+    ("prudp", "pianode.cli.prudp", "PRUDP echo host and round-trip client"),
+    ("bench", "pianode.cli.bench", "measure codec, receive rate, formation, memory, RTT and the real-time session"),
+    ("wireshark", "pianode.cli.wireshark", "the Wireshark Lua dissector for Pia and PRUDP: print its path or install it"),
 )
 
 
@@ -62,6 +62,17 @@ def _program_version() -> str:
         return version("pianode")
     except Exception:  # pragma: no cover - not installed (run from a source tree)
         return "0.1.0"
+
+
+class _ProgramVersion(argparse.Action):
+    """``-V``: print the program's version and exit (looked up only then: importlib.metadata is slow to import)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=kwargs.get("help"))
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(f"pianode {_program_version()}")
+        parser.exit()
 
 
 def _add_verbosity(p: argparse.ArgumentParser, *, top: bool) -> None:
@@ -85,21 +96,35 @@ class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
         return parser  # type: ignore[no-any-return]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand *argv* names: its first word that is not a flag (the top-level flags take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser: every command's own parser when *argv* is None, else only the named command's.
+
+    The other commands get a parser that only carries their help line, so `pianode --help` lists them
+    and a mistyped command gets argparse's "invalid choice" with every name.
+    """
+    wanted = None if argv is None else _command_in(argv)
     parser = _Parser(
         prog="pianode",
         description="Nintendo Pia peer-to-peer nodes, LAN/LDN simulation, PRUDP and a capture decoder.",
     )
     parser.register("action", "parsers", _SubParsers)
     _add_verbosity(parser, top=True)
-    parser.add_argument("-V", action="version", version=f"pianode {_program_version()}",
+    parser.add_argument("-V", action=_ProgramVersion,
                         help="print the program's version and exit (--version after a command is the Pia version)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in _COMMANDS:
+    for name, module_name, help_line in COMMANDS:
+        if argv is not None and name != wanted:
+            sub.add_parser(name, help=help_line)
+            continue
         try:
-            module = importlib.import_module(name)
+            module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name == name:
+            if exc.name == module_name:
                 continue  # not built yet
             raise
         module.add_parser(sub)
@@ -119,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv in (["--version"], ["-V"]):  # `pianode --version`: the program; after a command: the Pia version
         print(f"pianode {_program_version()}")
         return 0
-    parser = build_parser()
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a bad flag (argparse printed its one line)
@@ -128,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     verbose = args.verbose + getattr(args, "sub_verbose", 0)
     args.verbose = verbose
     args.quiet = args.quiet or getattr(args, "sub_quiet", False)
+    import logging
+
     level = logging.ERROR if args.quiet else logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("pianode").setLevel(level)
@@ -190,7 +217,9 @@ def report(exc: BaseException, command: str, *, verbose: int = 0) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     # The most telling leaf: the user's own error first, then settings, then the rest.
-    order = (CliError, ConfigError, CliFailure, OSError, ValueError, trio.TooSlowError)
+    # Trio's timeout can only be what ended the command if the command imported Trio.
+    too_slow: Any = getattr(sys.modules.get("trio"), "TooSlowError", ())
+    order = (CliError, ConfigError, CliFailure, OSError, ValueError, too_slow)
     leaf = next((e for kind in order for e in leaves if isinstance(e, kind)), leaves[0])
     if isinstance(leaf, CliError):
         message, status = str(leaf), 2
@@ -205,7 +234,7 @@ def report(exc: BaseException, command: str, *, verbose: int = 0) -> int:
         message, status = _describe_os_error(leaf), (2 if bad_input else 1)
     elif isinstance(leaf, ValueError):
         message, status = str(leaf), 2
-    elif isinstance(leaf, trio.TooSlowError):
+    elif isinstance(leaf, too_slow):
         message, status = "timed out", 1
     else:
         if verbose >= 2:

@@ -263,7 +263,7 @@ def render_summary(result: MeshRunResult) -> str:
         lines.append(f"recorded {s['record']['datagrams']} datagrams to {s['record']['pcap']} (session {s['record']['session']})")
     for problem in s["problems"]:
         lines.append(f"PROBLEM: {problem}")
-    lines.append(f"result: {'OK' if s['ok'] else 'FAILED'} in {s['wall_time']:.2f} s wall time")
+    lines.append(f"result: {'OK' if s['ok'] else 'LATE' if result.late and not s['problems'] else 'FAILED'} in {s['wall_time']:.2f} s wall time")
     return "\n".join(lines)
 
 

@@ -6,7 +6,7 @@ import ipaddress
 
 import attrs
 
-from pianode.mesh import pia6
+from protocols.pia import session6
 from protocols.errors import ConfigError
 from protocols.pia.versions import NetworkType, VersionProfile, profile_for
 
@@ -48,12 +48,12 @@ def _bind(value: tuple[str, int]) -> tuple[str, int]:
 
 
 def _default_network(version: str) -> NetworkType:
-    """LAN, or LDN for a 6.x version whose LAN the spec does not give (pianode.mesh.pia6)."""
+    """LAN, or LDN for a 6.x version whose LAN the spec does not give (protocols.pia.session6)."""
     try:
         profile = profile_for(version, allow_nearest=True)  # (the version check itself comes later)
     except ConfigError:
         return NetworkType.LAN  # the version check names the problem
-    return pia6.default_network(profile) if pia6.is_pia6(profile) else NetworkType.LAN
+    return session6.default_network(profile) if session6.is_pia6(profile) else NetworkType.LAN
 
 
 @attrs.frozen(kw_only=True)
@@ -131,8 +131,8 @@ class NodeConfig:
         prof = self.profile
         if self.group_broadcast is not None and self.group_broadcast[1] == 0:
             raise ConfigError("group broadcast needs a fixed port (every station listens on it)")
-        if pia6.is_pia6(prof):
-            reason = pia6.refusal(prof, self.network)
+        if session6.is_pia6(prof):
+            reason = session6.refusal(prof, self.network)
             if reason is not None:
                 raise ConfigError(reason)
         elif self.network is NetworkType.NPLN:

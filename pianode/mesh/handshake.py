@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pianode.mesh import departure, pia6, wire
+from pianode.mesh import departure, wire
+from protocols.pia import session6
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
 from pianode.mesh.outbox import Outbox
@@ -69,7 +70,7 @@ class StationHandshake:
         self, config: NodeConfig, local: wire.Location, links: Links, outbox: Outbox, tally: Tally, host: HandshakeHost
     ) -> None:
         self.config = config
-        self.profile = pia6.session_profile(config.profile)  # 6.x: pianode's session management (pia6)
+        self.profile = session6.session_profile(config.profile)  # 6.x: pianode's session management (pia6)
         self.local = local
         self._links = links
         self._outbox = outbox

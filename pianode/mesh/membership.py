@@ -36,7 +36,8 @@ import logging
 from collections.abc import Iterable
 from typing import Protocol
 
-from pianode.mesh import departure, pia6, wire
+from pianode.mesh import departure, wire
+from protocols.pia import session6
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.handshake import StationHandshake
@@ -79,7 +80,7 @@ class Membership:
         host: MembershipHost,
     ) -> None:
         self.config = config
-        self.profile = pia6.session_profile(config.profile)  # 6.x: pianode's session management (pia6)
+        self.profile = session6.session_profile(config.profile)  # 6.x: pianode's session management (pia6)
         self.local = local
         self.local_address = local.address
         self._links = links

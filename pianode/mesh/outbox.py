@@ -29,7 +29,8 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
-from pianode.mesh import departure, pia6, wire
+from pianode.mesh import departure, wire
+from protocols.pia import session6
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
 from pianode.mesh.packet_ids import PacketIdCounter
@@ -83,7 +84,7 @@ class Outbox:
         self._tally = tally
         self._counters = tally.counters
         self._host = host
-        self.protocol_ids: dict[Proto, int] = pia6.protocol_ids(profile)
+        self.protocol_ids: dict[Proto, int] = session6.protocol_ids(profile)
         self._unreliable_id = self.protocol_ids[Proto.UNRELIABLE]
         self._bitmap_flag = profile.bitmap_flag
         #: Group mode (5.27+ footer, one broadcast per group packet): a reliable

@@ -20,7 +20,7 @@ from typing import Iterator, Protocol
 
 import attrs
 
-from pianode.mesh import pia6
+from protocols.pia import session6
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.packet_ids import PacketIdCounter
 from pianode.mesh.reliable import ReliableWindow, WindowConfig
@@ -182,7 +182,7 @@ def decode_context(config: NodeConfig, network_id: int, addresses: Iterable[tupl
         return {"gathering_id": network_id}
     if net is NetworkType.NPLN:
         return {"network_id": network_id & 0xFFFFFFFF}
-    if net is NetworkType.LDN and pia6.is_pia6(config.profile):
+    if net is NetworkType.LDN and session6.is_pia6(config.profile):
         return {"network_id": network_id}
     if net is NetworkType.LDN:
         macs = {}
@@ -393,7 +393,7 @@ def bundle(profile: VersionProfile, messages: list[Message], mtu: int) -> list[l
 
 def is_connection_request(profile: VersionProfile, message: Message) -> bool:
     return (
-        message.protocol_type == pia6.protocol_ids(profile).get(Proto.STATION)
+        message.protocol_type == session6.protocol_ids(profile).get(Proto.STATION)
         and message.payload[:1] == b"\x01"
     )
 
@@ -708,7 +708,7 @@ def version_denial(
         packet = codec.decode(data, addr[0])
         if not packet.messages or not is_connection_request(other, packet.messages[0]):
             return None
-        deny = encode_connect_deny(pia6.session_profile(other), local, result)
+        deny = encode_connect_deny(session6.session_profile(other), local, result)
         h = packet.header
         header = PacketHeader(
             encrypted=True,
@@ -718,7 +718,7 @@ def version_denial(
             source_variable_id=(local.variable_id & ((1 << 8 * other.variable_id_size) - 1)) if other.variable_id_size else None,
             nonce=next_header_nonce(),
         )
-        message = Message(protocol_type=pia6.protocol_ids(other)[Proto.STATION], protocol_port=0, payload=deny)
+        message = Message(protocol_type=session6.protocol_ids(other)[Proto.STATION], protocol_port=0, payload=deny)
         return codec.encode(Packet(header=header, messages=(message,)), local.address[0])
     except (DecodeError, ValueError):
         return None

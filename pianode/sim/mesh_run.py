@@ -114,6 +114,8 @@ class MeshRunResult:
     late_due: list[float] = attrs.field(factory=list)
     #: Real-time session: process CPU time / wall time while frames were sent (None otherwise).
     cpu_load: float | None = None
+    #: Real-time session: process CPU seconds while frames were sent (None otherwise).
+    cpu_time: float | None = None
     host_changes: list[str] = attrs.field(factory=list)
     drops: dict[str, int] = attrs.field(factory=dict)
     faults: dict[str, int] = attrs.field(factory=dict)
@@ -125,7 +127,16 @@ class MeshRunResult:
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.late
+
+    @property
+    def late(self) -> bool:
+        """A real-time session that missed its latency target: fewer than 99 % of its frames within
+        ``late_threshold`` (issue 21: such a run reports ``result: LATE`` and exits 1)."""
+        if not self.frames_expected:
+            return False
+        on_time = self.frames_delivered - sum(1 for x in self.latencies if x > self.late_threshold)
+        return on_time < 0.99 * self.frames_expected
 
     def late_by_second(self) -> dict[int, int]:
         """Late frames by the second of the session they were scheduled in (only seconds with any):
@@ -480,7 +491,8 @@ class MeshRun:
                     self.result.reliable_expected += peers
         # The process's CPU time over the session's wall time: near 100 % the
         # process cannot keep up and frames queue (one core; Trio runs on one thread).
-        self.result.cpu_load = (time.process_time() - cpu_start) / max(1e-9, trio.current_time() - start)
+        self.result.cpu_time = time.process_time() - cpu_start
+        self.result.cpu_load = self.result.cpu_time / max(1e-9, trio.current_time() - start)
         await self._wait_delivered(nodes, 10.0)
         await trio.sleep(0.2)  # let the last frames land
 

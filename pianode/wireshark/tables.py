@@ -60,7 +60,7 @@ def _lua(value: Any, indent: str = "") -> str:
 def _tables() -> dict[str, Any]:
     from pianode.capture import decode as capture_decode
     from pianode.ldn import frames as ldn_frames
-    from pianode.mesh import pia6
+    from protocols.pia import session6
     from protocols.pia.header import HEADER_SIZES, HEADER_VERSIONS, MAGIC
     from protocols.pia.lan_messages import LanMessageType
     from protocols.pia.mesh import MeshMessageType
@@ -76,8 +76,8 @@ def _tables() -> dict[str, Any]:
     for v in DOCUMENTED_VERSIONS:
         p = profile_for(v)
         # 6.x: with the ids of pianode's own session management (the 5.45 station and mesh messages,
-        # pianode.mesh.pia6), which the dissector then reads with the 5.27+ layouts.
-        ids = {pid: proto.value for proto, pid in pia6.protocol_ids(p).items()}
+        # protocols.pia.session6), which the dissector then reads with the 5.27+ layouts.
+        ids = {pid: proto.value for proto, pid in session6.protocol_ids(p).items()}
         if ids not in protocol_ids:
             protocol_ids.append(ids)
         versions[p.name] = {

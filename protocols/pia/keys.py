@@ -106,12 +106,19 @@ def aes_ecb_encrypt(key: bytes, data: bytes) -> bytes:
     Raises:
         ConfigError: key not 16 bytes, or data not a whole number of blocks.
     """
-    from Crypto.Cipher import AES
-
     k = _key16(key)
     if len(data) % 16:
         raise ConfigError(f"AES-ECB input must be a multiple of 16 bytes, got {len(data)}")
-    return AES.new(k, AES.MODE_ECB).encrypt(bytes(data))
+    try:
+        # The fast backend when installed: it is loaded for AES-GCM anyway, while pycryptodome's
+        # first import costs tens of milliseconds (a capture decode pays it for one block).
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+    except ImportError:
+        from Crypto.Cipher import AES
+
+        return AES.new(k, AES.MODE_ECB).encrypt(bytes(data))  # type: ignore[no-any-return]
+    encryptor = Cipher(algorithms.AES(k), modes.ECB()).encryptor()
+    return encryptor.update(bytes(data)) + encryptor.finalize()
 
 
 # ---------------------------------------------------------------------------

@@ -32,7 +32,6 @@ import ipaddress
 from typing import Union
 
 import attrs
-from Crypto.Cipher import AES
 
 from protocols.crypto.aead import gcm
 from protocols.errors import (
@@ -42,7 +41,7 @@ from protocols.errors import (
     EncodeError,
     UnsupportedVersion,
 )
-from protocols.pia.keys import lan_session_key  # re-exported: spec §3.3 LAN rule
+from protocols.pia.keys import aes_ecb_encrypt, lan_session_key  # lan_session_key re-exported: spec §3.3 LAN rule
 from protocols.pia.lan_criteria import LanSearchNetworkSetting, LanSessionSearchCriteria
 from protocols.pia.types import (
     StationLocation,
@@ -612,7 +611,7 @@ class ChallengeReply(_Challenge):
 
 
 def _ecb(key: bytes, block: bytes) -> bytes:
-    return AES.new(key, AES.MODE_ECB).encrypt(block)  # type: ignore[no-any-return]
+    return aes_ecb_encrypt(key, block)
 
 
 def seal_challenge_request(

@@ -1,4 +1,4 @@
-"""Pia 6.x in the node (pianode.mesh.pia6), sans-IO: the version gate, every runnable 6.x version
+"""Pia 6.x in the node (protocols.pia.session6), sans-IO: the version gate, every runnable 6.x version
 forming a mesh, data both ways, a member leaving and the host migrating, and what goes on the wire
 read back by an independent reader written from the spec (tests/support/pia6_reader.py).
 """
@@ -9,7 +9,7 @@ import pytest
 from mesh_harness import BatchHarness, MeshHarness, all_connected, events_of, form
 from pia6_reader import Pia6Reader
 
-from pianode.mesh import pia6
+from protocols.pia import session6
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, MeshDestroyed, StationLeft
 from pianode.mesh.session import MeshSession
@@ -52,8 +52,8 @@ def test_5x_versions_refuse_npln() -> None:
 
 
 def test_default_network_is_lan_where_documented_else_ldn() -> None:
-    assert pia6.default_network(profile_for("6.30")) is NetworkType.LAN
-    assert pia6.default_network(profile_for("6.32")) is NetworkType.LDN
+    assert session6.default_network(profile_for("6.30")) is NetworkType.LAN
+    assert session6.default_network(profile_for("6.32")) is NetworkType.LDN
     assert NodeConfig(version="6.30").network is NetworkType.LAN
     assert NodeConfig(version="6.41").network is NetworkType.LDN
     assert NodeConfig(version="5.29").network is NetworkType.LAN
@@ -63,11 +63,11 @@ def test_session_management_ids_are_free_in_every_6x_version() -> None:
     for version in SIX:
         profile = profile_for(version)
         used = set(profile.protocol_ids.values())
-        assert not used & set(pia6.PIANODE_PROTOCOL_IDS.values()), version
-        ids = pia6.protocol_ids(profile)
+        assert not used & set(session6.PIANODE_PROTOCOL_IDS.values()), version
+        ids = session6.protocol_ids(profile)
         assert len(set(ids.values())) == len(ids)  # no two protocols share an id
-        assert pia6.session_profile(profile).name == "5.45"
-    assert pia6.session_profile(profile_for("5.29")).name == "5.29"
+        assert session6.session_profile(profile).name == "5.45"
+    assert session6.session_profile(profile_for("5.29")).name == "5.29"
 
 
 def _received(h: MeshHarness, i: int, *, reliable: bool) -> dict[int, list[bytes]]:
@@ -131,7 +131,7 @@ def test_every_runnable_version_forms_exchanges_and_migrates(version: str, netwo
 def test_what_goes_on_the_wire_authenticates_and_walks_for_an_independent_reader(version: str) -> None:
     """Every datagram of a mesh's life (handshake, tables, data, group packets with footers,
     leaving) opened and walked byte for byte by a reader built from the spec alone."""
-    network = pia6.default_network(profile_for(version)).value
+    network = session6.default_network(profile_for(version)).value
     h = BatchHarness(3, version=version, network=network, group_broadcast=GROUP)
     seen: list[tuple[bytes, tuple[str, int], tuple[str, int]]] = []
 

@@ -64,3 +64,8 @@ async def test_late_frames_are_placed_on_the_sessions_timeline() -> None:
     assert frames["late_by_second"].keys() == {1}
     assert sum(frames["late_by_second"].values()) == frames["late"]
     assert "late frames in 1 second(s) of the session; most at 1 s (" in render_summary(result)
+    # Every frame arrived, but more than 1 % of them late: the run missed its latency target, says so
+    # and fails (pianode mesh exits 1 when not ok).
+    assert frames["within_threshold_pct"] < 99
+    assert result.late and not result.ok and result.summary()["ok"] is False and not result.problems
+    assert render_summary(result).splitlines()[-1].startswith("result: LATE in ")

@@ -1,4 +1,4 @@
-"""Pia 6.x in the node: which 6.x versions and networks it runs, and how it carries its session management.
+"""Pia 6.x as pianode runs it: which 6.x versions and networks the node runs, and the wire ids and layouts of its session management inside 6.x packets.
 
 What the spec documents for 6.x (../shared/spec/pia.md) and what the node does with it:
 

@@ -1,0 +1,90 @@
+"""The bare-Python floor of a real-time session: what one delivered frame costs with nothing but sockets and AEAD.
+
+Theory of operation
+-------------------
+The session figure's CPU per delivered frame (:mod:`pianode.bench.sessions`) needs a reference that a
+Python node cannot beat: a plain loop over *stations* non-blocking UDP sockets on 127.0.0.1 .. 127.0.0.N
+(no Trio, no node) in which every station seals one frame per other station with the AEAD backend the
+node uses and sends it (unicast, as Pia up to 5.26 does), and every station then drains its socket and
+opens each datagram.  Per delivered frame that is one seal, one ``sendto``, one ``recvfrom`` and one open:
+the work no implementation of a unicast session can skip.  The plaintext is the size of the session's
+frame message (message header, 62-byte frame, padding).
+
+It runs flat out for *seconds* of wall time and reports process CPU per delivered frame; a second pass
+without the AEAD tells how much of it the sockets are.  A paced session also pays per tick (waking up,
+timers), spread over its frames per tick: the comparison means what it says at the bench's size (32
+stations at 60 Hz, 992 frames a tick), not for a handful of stations.  The AEAD calls are the cheapest this project
+knows: ``gcm(key, backend).seal_raw`` (for *cryptography*, ``AESGCM.encrypt`` itself) and the
+unchecked full-tag open (``AESGCM.decrypt`` itself), or the pycryptodome per-key fast path.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+from protocols.crypto.aead import default_backend, gcm, open_raw
+
+__all__ = ["bare_frame_floor"]
+
+_KEY = bytes.fromhex("000102030405060708090a0b0c0d0e0f")
+#: A 5.18 frame message as the session sends it: 16-byte message header + 62-byte frame, 0xFF-padded to 16.
+_PLAINTEXT = bytes(16 + 62) + b"\xff" * 2
+_RCVBUF = 1 << 20
+
+
+def bare_frame_floor(stations: int, backend: str | None, seconds: float) -> dict[str, Any]:
+    """``{"cpu_us_per_frame", "socket_us_per_frame", "frames", "backend"}`` of the bare loop (see the module)."""
+    backend = backend or default_backend()
+    aead = gcm(_KEY, backend)
+    socks: list[socket.socket] = []
+    try:
+        for i in range(stations):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            socks.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
+            s.bind((f"127.0.0.{1 + i}", 0))
+            s.setblocking(False)
+        full_us, frames = _loop(socks, aead, True, seconds)
+        socket_us, _ = _loop(socks, aead, False, seconds / 2)
+    finally:
+        for s in socks:
+            s.close()
+    return {"cpu_us_per_frame": full_us, "socket_us_per_frame": socket_us, "frames": frames, "backend": backend}
+
+
+def _loop(socks: list[socket.socket], aead: Any, crypto: bool, seconds: float) -> tuple[float, int]:
+    """(CPU µs per delivered frame, frames delivered) of frame rounds for about *seconds*."""
+    addresses = [s.getsockname() for s in socks]
+    targets = [[(s.sendto, a) for a in addresses if a != s.getsockname()] for s in socks]
+    receives = [s.recvfrom for s in socks]
+    seal = aead.seal_raw
+    raw = open_raw(aead)
+    lead = bytes(4)
+    plaintext = _PLAINTEXT
+    counter = 0
+    delivered = 0
+    cpu = time.process_time()
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop:
+        for sends in targets:
+            for send, address in sends:
+                counter += 1
+                hn = counter.to_bytes(8, "big")
+                send(hn + seal(lead + hn, plaintext, None) if crypto else hn + plaintext, address)
+        for recv in receives:
+            while True:
+                try:
+                    data, _ = recv(2048)
+                except BlockingIOError:
+                    break
+                if crypto:
+                    nonce = lead + data[:8]
+                    if raw is not None:
+                        raw[0](nonce, data[8:], None)
+                    else:
+                        aead.open(nonce, data[8:-16], data[-16:])
+                delivered += 1
+    used = time.process_time() - cpu
+    return (1e6 * used / delivered if delivered else float("nan")), delivered

@@ -1,0 +1,119 @@
+"""``Decoder.json_line``: the JSON Lines text of ``pianode decode``, written straight from the codec's values for
+the common datagram, must be exactly ``json.dumps`` of :meth:`Decoder.decode`'s result for every datagram.
+
+The datagrams come from real recordings of ``pianode mesh`` (5.18 one packet per station, 5.29 group packets
+with a footer, LAN discovery included) and from those datagrams damaged at random, which the fast path must
+hand to the general one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pianode.capture.decode import DECODED_PROTOCOLS, Decoder
+from pianode.capture.pcap import Datagram, open_capture
+from pianode.capture.session_file import load_session
+from protocols.pia.subprotocols import decode_payload
+from protocols.pia.versions import Proto, profile_for
+
+
+def _record(tmp: Path, version: str, *extra: str) -> tuple[list[Datagram], dict[str, Any]]:
+    pcap = tmp / f"mesh-{version}.pcap"
+    subprocess.run(
+        [sys.executable, "-m", "pianode", "mesh", "-n", "3", "--rate", "30", "--duration", "0.5", "--messages", "3",
+         "--version", version, "--seed", "7", "--record", str(pcap), "-q", *extra],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    session = json.loads(pcap.with_suffix(".session.json").read_text())
+    with open_capture(pcap) as cap:
+        return list(cap), session
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[Datagram], dict[str, Any]]]:
+    tmp = tmp_path_factory.mktemp("recordings")
+    return {"5.18": _record(tmp, "5.18"), "5.29": _record(tmp, "5.29"), "5.29-unicast": _record(tmp, "5.29", "--fanout", "unicast")}
+
+
+def _lines(datagrams: list[Datagram], session: dict[str, Any]) -> tuple[list[str], list[str], Decoder, Decoder]:
+    """The fast text and json.dumps of decode(), each from its own decoder (both learn as they go)."""
+    fast, general = Decoder(load_session(None, session)), Decoder(load_session(None, session))
+    got = [fast.json_line(d) for d in datagrams]
+    want = [json.dumps(general.decode(d).to_json()) for d in datagrams]
+    return got, want, fast, general
+
+
+@pytest.mark.parametrize("name", ["5.18", "5.29", "5.29-unicast"])
+@pytest.mark.parametrize("version_given", [True, False])
+def test_every_recorded_datagram_gives_the_general_text(
+    recordings: dict[str, tuple[list[Datagram], dict[str, Any]]], name: str, version_given: bool
+) -> None:
+    datagrams, session = recordings[name]
+    if not version_given:
+        session = {k: v for k, v in session.items() if k != "version"}
+    got, want, fast, general = _lines(datagrams, session)
+    assert got == want
+    # The fast path carried the data packets (else this test would compare the general path with itself) ...
+    kinds = [json.loads(line)["kind"] for line in want]
+    assert kinds.count("pia") > 50
+    assert all(json.loads(line)["authenticated"] is True for line in want)
+    # ... and the summary counts agree.
+    assert (fast.kinds, fast.auth, fast.errors) == (general.kinds, general.auth, general.errors)
+
+
+def test_the_fast_path_takes_the_data_packets(recordings: dict[str, tuple[list[Datagram], dict[str, Any]]]) -> None:
+    datagrams, session = recordings["5.18"]
+    dec = Decoder(load_session(None, session))
+    taken = sum(dec._pia_fast_line(d) is not None for d in datagrams if d.data[:4] == bytes.fromhex("32ab9864"))
+    assert taken > 0.9 * sum(d.data[:4] == bytes.fromhex("32ab9864") for d in datagrams)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_damaged_datagrams_give_the_general_text(
+    recordings: dict[str, tuple[list[Datagram], dict[str, Any]]], data: st.DataObject
+) -> None:
+    name = data.draw(st.sampled_from(sorted(recordings)))
+    datagrams, session = recordings[name]
+    d = data.draw(st.sampled_from(datagrams))
+    raw = bytearray(d.data)
+    how = data.draw(st.sampled_from(["flip", "cut", "grow", "time", "name"]))
+    changes: dict[str, Any] = {}
+    if how == "flip" and raw:
+        at = data.draw(st.integers(0, len(raw) - 1))
+        raw[at] ^= data.draw(st.integers(1, 255))
+    elif how == "cut":
+        del raw[data.draw(st.integers(0, len(raw))) :]
+    elif how == "grow":
+        raw += data.draw(st.binary(min_size=1, max_size=20))
+    elif how == "time":
+        changes["time"] = data.draw(st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)))
+    else:
+        changes["name"] = data.draw(st.text(max_size=8))
+        changes["frame"] = data.draw(st.one_of(st.none(), st.integers(0, 10**6)))
+    damaged = attrs.evolve(d, data=bytes(raw), **changes)
+    fast, general = Decoder(load_session(None, session)), Decoder(load_session(None, session))
+    assert fast.json_line(damaged) == json.dumps(general.decode(damaged).to_json())
+    assert (fast.kinds, fast.auth, fast.errors) == (general.kinds, general.auth, general.errors)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    proto=st.sampled_from(sorted(set(Proto) - DECODED_PROTOCOLS, key=lambda p: p.value)),
+    port=st.integers(0, 3),
+    payload=st.binary(max_size=64),
+    version=st.sampled_from(["5.3", "5.18", "5.29", "5.43"]),
+)
+def test_protocols_without_a_decoded_form_have_none(proto: Proto, port: int, payload: bytes, version: str) -> None:
+    """The decoder skips the sub-protocol decoders for these (DECODED_PROTOCOLS): they would give nothing."""
+    assert decode_payload(proto, port, payload, profile_for(version)) is None
+    assert proto is not Proto.LAN
