@@ -42,6 +42,7 @@ _COMMANDS = (
     "pianode.cli.prudp",
     "pianode.cli.bench",
     "pianode.cli.wireshark",
+    "pianode.cli.relay",
 )
 
 
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _command_name(args: argparse.Namespace) -> str:
     words = ["pianode", getattr(args, "command", None) or ""]
-    for attr in ("lan_command", "ldn_command", "prudp_command"):
+    for attr in ("lan_command", "ldn_command", "prudp_command", "relay_command", "ca_command"):
         if getattr(args, attr, None):
             words.append(getattr(args, attr))
     return " ".join(w for w in words if w)

@@ -114,7 +114,7 @@ class RelayClient:
         bind: tuple[str, int] = ("0.0.0.0", 0),
         reconnect: bool = True,
         on_bulk: Callable[[BulkData], None] | None = None,
-        log_line: Callable[[str], None] = lambda line: None,
+        log_line: Callable[[str], None] = log.info,
     ) -> None:
         self.credentials = credentials
         self.hub = hub
@@ -222,6 +222,9 @@ class RelayClient:
         except trio.TooSlowError:
             conn.closed_reason = conn.closed_reason or "no answer from the hub within 10 s"
         finally:
+            if conn.closed_reason is None:  # cancelled: tell the hub now rather than let it time out
+                conn.close("site leaving", refused=False)
+                driver.flush(conn)
             self.conn = None
             self._welcomed = trio.Event() if self._welcomed.is_set() else self._welcomed
             driver.close()
