@@ -165,6 +165,8 @@ def _print_table(hub: RelayHub) -> None:
     headers, rows = hub.state.table()
     for line in render_table(headers, rows, right={4, 5, 6, 7, 8}):
         print(line)
+    for line in hub.state.room_lines():
+        print(line)
     drops = ", ".join(f"{k}: {v}" for k, v in sorted(hub.state.drops.items()))
     print(f"{len(hub.state.rooms)} room(s), {len(rows)} site(s); dropped: {drops or 'none'}", flush=True)
 

@@ -78,6 +78,8 @@ class HubState:
         self.drops: Counter[str] = Counter()
         #: Clients whose address a reconnection of the same site took over; the driver closes them.
         self.superseded: list[int] = []
+        #: Clients gone, newest last (their counters stay in the table).
+        self.departed: list[ClientRecord] = []
 
     # ------------------------------------------------------------------ membership
     def admit(self, client_id: int, name: str, peer: str) -> None:
@@ -140,7 +142,10 @@ class HubState:
     def leave(self, client_id: int) -> list[tuple[int, object]]:
         """The client's connection ended; tells the rest of its room."""
         client = self.clients.pop(client_id, None)
-        if client is None or client.room is None or client.address is None:
+        if client is None:
+            return []
+        self.departed = [*self.departed[-255:], client]
+        if client.room is None or client.address is None:
             return []
         room = client.room
         room.members.pop(client.address, None)
@@ -209,12 +214,22 @@ class HubState:
     # ------------------------------------------------------------------ reporting
     def table(self) -> tuple[list[str], list[list[object]]]:
         """One row per client (with its room), for the hub's counters table."""
-        headers = ["room", "address", "client", "peer", "dgrams in", "dgrams out", "bytes in", "bytes out", "dropped"]
+        headers = ["room", "address", "client", "peer", "dgrams in", "dgrams out", "bytes in", "bytes out", "dropped",
+                   "state"]  # fmt: skip
         rows: list[list[object]] = []
-        for c in sorted(self.clients.values(), key=lambda c: (c.room.name if c.room else "", c.address or "")):
+        here = [(c, "here") for c in self.clients.values()] + [(c, "left") for c in self.departed]
+        for c, state in sorted(here, key=lambda x: (x[0].room.name if x[0].room else "", x[0].address or "", x[1])):
             dropped = sum(v for k, v in c.counters.items() if k.startswith("dropped"))
             rows.append([
                 c.room.name if c.room else "-", c.address or "-", c.name, c.peer, c.counters["datagrams_in"],
-                c.counters["datagrams_out"], c.counters["bytes_in"], c.counters["bytes_out"], dropped,
+                c.counters["datagrams_out"], c.counters["bytes_in"], c.counters["bytes_out"], dropped, state,
             ])  # fmt: skip
         return headers, rows
+
+    def room_lines(self) -> list[str]:
+        """One line per room: members now, and what the hub relayed in it."""
+        return [
+            f"room {r.name} ({r.network}): {len(r.members)} member(s), relayed {r.counters['datagrams']} datagram(s) "
+            f"({r.counters['bytes']} bytes), {r.counters['broadcasts']} broadcast(s), {r.counters['joins']} join(s)"
+            for r in self.rooms.values()
+        ]
