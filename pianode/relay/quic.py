@@ -30,8 +30,11 @@ aioquic writes DATAGRAM frames before stream frames in each packet and serves
 streams round-robin; it has no priorities.  So bulk bytes wait in our own
 queue and are handed to aioquic only while the bytes in flight plus the bulk
 bytes aioquic holds stay under half the congestion window: the other half is
-always free for control and datagrams, which are handed over at once.  A full
-window would otherwise hold them behind bulk until acknowledgements free it.
+always free for control and datagrams, which are handed over at once, and
+never more than ``BULK_WINDOW``, so bulk cannot build a long queue at the
+bottleneck in front of them either.  Without this, a full window would hold
+them behind bulk until acknowledgements free it, and every queue on the path
+would be full of bulk.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from cryptography import x509
 
 from pianode.relay.certificates import CertificateRefused, Credentials, check_peer
 from protocols.errors import DecodeError
-from protocols.relay_control import ControlMessage, FrameDecoder, encode_frame
+from protocols.relay_control import ControlMessage, FrameDecoder, Ping, encode_frame
 
 __all__ = ["ALPN", "CONTROL_STREAM", "BULK_STREAM", "EventKind", "RelayConnection", "RelayEvent", "configuration"]
 
@@ -62,6 +65,11 @@ MAX_PACKET = 1452
 MAX_DATAGRAM_PAYLOAD = MAX_PACKET - 64
 #: Real-time datagrams waiting for congestion window; older ones are dropped beyond this (they are stale).
 MAX_PENDING_DATAGRAMS = 512
+#: Most bulk bytes in flight or waiting inside aioquic: beyond the half window, a bound on
+#: the queue bulk can build at the bottleneck (the hub's receive queue, a router's) in front
+#: of the datagrams that follow it.  48 KiB is ~34 full packets: a few ms at the rates a
+#: Python hub relays, and still 1 MB/s of bulk over a 50 ms path.
+BULK_WINDOW = 16 * 1024
 #: Largest bulk frame body.
 MAX_BULK_FRAME = 16 * 1024 * 1024
 #: Error code of a CONNECTION_CLOSE that refuses the peer (an application error code).
@@ -146,8 +154,14 @@ class RelayConnection:
         self._decoders = {CONTROL_STREAM: FrameDecoder(), BULK_STREAM: FrameDecoder(MAX_BULK_FRAME)}
         self._bulk_queue: deque[bytes] = deque()
         self._bulk_queued = 0
-        self._held: list[tuple[str, object]] = []  # sends asked for before admission (a client's Hello)
-        self.counters: dict[str, int] = {"datagrams_sent": 0, "datagrams_received": 0, "stale_dropped": 0, "oversized": 0}
+        self._held: list[tuple[str, object]] = []
+        self._head_started = False  # the first queued bulk frame is partly handed over
+        #: See BULK_WINDOW; None hands every bulk byte to aioquic at once (no priority: for comparison).
+        self.bulk_window: int | None = BULK_WINDOW  # sends asked for before admission (a client's Hello)
+        self.counters: dict[str, int] = {
+            "datagrams_sent": 0, "datagrams_received": 0, "stale_dropped": 0, "oversized": 0, "datagrams_waiting": 0,
+            "control_waiting": 0,
+        }  # fmt: skip
 
     # ------------------------------------------------------------------ input
     def connect(self, addr: tuple[str, int], now: float) -> None:
@@ -210,6 +224,9 @@ class RelayConnection:
         for kind, value in held:
             if kind == "control":
                 self.send_control(value)  # type: ignore[arg-type]
+        if self.is_client:
+            # Open the bulk stream (client-initiated, after the control stream) so the hub can send on it too.
+            self.quic.send_stream_data(BULK_STREAM, encode_frame(Ping(0)))
 
     # ------------------------------------------------------------------ output
     def send_control(self, msg: ControlMessage) -> None:
@@ -238,6 +255,15 @@ class RelayConnection:
         self._bulk_queue.append(frame)
         self._bulk_queued += len(frame)
 
+    def drop_queued_bulk(self) -> int:
+        """Forget the bulk frames not yet begun (a partly sent one is finished); returns the bytes dropped."""
+        keep = [self._bulk_queue.popleft()] if self._head_started and self._bulk_queue else []
+        dropped = self._bulk_queued - sum(map(len, keep))
+        self._bulk_queue.clear()
+        self._bulk_queue.extend(keep)
+        self._bulk_queued -= dropped
+        return dropped
+
     @property
     def bulk_backlog(self) -> int:
         """Bulk bytes not yet handed to QUIC."""
@@ -249,22 +275,37 @@ class RelayConnection:
             return
         loss = self.quic._loss
         stream = self.quic._streams.get(BULK_STREAM)
+        if stream is None and not self.is_client:
+            return  # the site has not opened it yet
         held = 0 if stream is None else stream.sender._buffer_stop - stream.sender.next_offset  # not yet sent
-        room = loss.congestion_window // 2 - loss.bytes_in_flight - held
+        if self.bulk_window is None:
+            room = self._bulk_queued
+        else:
+            room = min(loss.congestion_window // 2, self.bulk_window) - loss.bytes_in_flight - held
         while room > 0 and self._bulk_queue:
             frame = self._bulk_queue[0]
             piece = frame[:room]
             if len(piece) == len(frame):
                 self._bulk_queue.popleft()
+                self._head_started = False
             else:
                 self._bulk_queue[0] = frame[len(piece):]
+                self._head_started = True
             self._bulk_queued -= len(piece)
             room -= len(piece)
             self.quic.send_stream_data(BULK_STREAM, piece)
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, tuple[str, int]]]:
         self._release_bulk()
-        return [(data, (str(addr[0]), int(addr[1]))) for data, addr in self.quic.datagrams_to_send(now)]
+        out = [(data, (str(addr[0]), int(addr[1]))) for data, addr in self.quic.datagrams_to_send(now)]
+        # What the congestion window held back: with the scheduler, bulk never leaves the
+        # higher classes waiting (measured in tests/pianode/relay/test_relay_priority.py).
+        if self.quic._datagrams_pending:
+            self.counters["datagrams_waiting"] += 1
+        control = self.quic._streams.get(CONTROL_STREAM)
+        if control is not None and control.sender._buffer_stop > control.sender.next_offset:
+            self.counters["control_waiting"] += 1
+        return out
 
     def get_timer(self) -> float | None:
         return self.quic.get_timer()

@@ -81,7 +81,7 @@ class QuicDriver:
                 self._scope = None
                 now = trio.current_time()
                 touched: dict[int, RelayConnection] = {}
-                for _ in range(256):
+                for _ in range(32):
                     try:
                         data, addr = self.sock.recvfrom(65536)
                     except BlockingIOError:
