@@ -67,8 +67,8 @@ MAX_DATAGRAM_PAYLOAD = MAX_PACKET - 64
 MAX_PENDING_DATAGRAMS = 512
 #: Most bulk bytes in flight or waiting inside aioquic: beyond the half window, a bound on
 #: the queue bulk can build at the bottleneck (the hub's receive queue, a router's) in front
-#: of the datagrams that follow it.  48 KiB is ~34 full packets: a few ms at the rates a
-#: Python hub relays, and still 1 MB/s of bulk over a 50 ms path.
+#: of the datagrams that follow it.  16 KiB is ~11 full packets: about a millisecond at the rates a
+#: Python hub relays, and still 320 KB/s of bulk over a 50 ms path.
 BULK_WINDOW = 16 * 1024
 #: Largest bulk frame body.
 MAX_BULK_FRAME = 16 * 1024 * 1024

@@ -33,6 +33,14 @@ def _p95(xs: list[float]) -> float:
     return xs[min(len(xs) - 1, int(0.95 * len(xs)))]
 
 
+def _waiting_bulk(site: RelayClient) -> int:
+    """Bulk bytes the site has not sent yet: in the scheduler's queue, or handed to aioquic and unsent."""
+    assert site.conn is not None
+    stream = site.conn.quic._streams.get(4)
+    unsent = 0 if stream is None else stream.sender._buffer_stop - stream.sender.next_offset
+    return site.conn.bulk_backlog + unsent
+
+
 async def _phase(hub: RelayHub, a: RelayClient, b: RelayClient, sa, sb, seconds: float, bulk: bool) -> dict[str, object]:  # type: ignore[no-untyped-def]
     pings: list[float] = []
     delays: list[float] = []
@@ -60,9 +68,15 @@ async def _phase(hub: RelayHub, a: RelayClient, b: RelayClient, sa, sb, seconds:
                 await trio.sleep(0.01)
 
         nursery.start_soon(read)
+        async def feed_bulk() -> None:
+            while True:  # keep megabytes waiting: the bulk stream is never short of data
+                for _ in range(10):
+                    if a.conn is not None and _waiting_bulk(a) < 2_000_000:
+                        a.send_bulk(b.address, "capture", bytes(200_000))
+                await trio.sleep(0.01)
+
         if bulk:
-            for _ in range(40):
-                a.send_bulk(b.address, "capture", bytes(200_000))  # 8 MB: more than the phase can move
+            nursery.start_soon(feed_bulk)
         await trio.sleep(0.2)  # let the bulk stream reach its pace
         nursery.start_soon(send)
         nursery.start_soon(ping)
@@ -70,7 +84,7 @@ async def _phase(hub: RelayHub, a: RelayClient, b: RelayClient, sa, sb, seconds:
         while trio.current_time() < end:
             await trio.sleep(0.05)
             assert a.conn is not None
-            backlog = a.conn.bulk_backlog
+            backlog = _waiting_bulk(a)
             backlog_min = backlog if backlog_min is None else min(backlog_min, backlog)
         nursery.cancel_scope.cancel()
     assert a.conn is not None
@@ -111,7 +125,10 @@ async def test_saturated_bulk_does_not_delay_control_or_datagrams(pki: Pki) -> N
     # (On loopback the congestion window never fills: "held back by the window" stays 0 in every
     # phase, and the delays are queues behind bulk packets at each hop, which BULK_WINDOW bounds;
     # "loaded, no scheduler" shows them unbounded: 2-3 times the loaded figures here.)
-    # End to end; all three ends share one Python thread here, so the bulk's CPU time shows up as
-    # delay too (the loaded p95 measured 6-9 ms against 1 ms idle); still a few milliseconds.
-    assert loaded["ping"] - base_ping < 0.010, figures  # type: ignore[operator]
-    assert loaded["datagram"] - base_dgram < 0.010, figures  # type: ignore[operator]
+    # End to end; all three ends and the bulk feeder share one Python thread here, so the bulk's
+    # CPU time shows up as delay too: measured 9-12 ms p95 loaded against 1 ms idle, and 35-50 ms
+    # with the scheduler off.  The bound is loose for a loaded machine; the comparison is the point.
+    assert loaded["ping"] - base_ping < 0.015, figures  # type: ignore[operator]
+    assert loaded["datagram"] - base_dgram < 0.015, figures  # type: ignore[operator]
+    assert loaded["datagram"] < unscheduled["datagram"], figures  # type: ignore[operator]
+    assert loaded["ping"] < unscheduled["ping"], figures  # type: ignore[operator]
