@@ -139,6 +139,7 @@ class RelayClient:
         self._welcomed = trio.Event()
         self._closed: trio.Event = trio.Event()
         self.on_pong: Callable[[int, float], None] | None = None
+        self._abandoned: RelayConnection | None = None
 
     # ------------------------------------------------------------------ public
     async def run(self, *, task_status: trio.TaskStatus[Welcome] = trio.TASK_STATUS_IGNORED) -> None:
@@ -195,6 +196,15 @@ class RelayClient:
     async def wait_connected(self) -> None:
         await self._welcomed.wait()
 
+    def drop(self) -> None:
+        """Abandon the connection without a word to the hub, as a lost link or a new network
+        does; :meth:`run` connects again and the site takes its address back."""
+        conn = self.conn
+        if conn is not None:
+            self._abandoned = conn
+            conn.closed_reason = conn.closed_reason or "dropped"
+            self._closed.set()
+
     # ------------------------------------------------------------------ one connection
     async def _one_connection(self, task_status: trio.TaskStatus[Welcome] | None) -> str:
         self.driver = driver = QuicDriver(self.bind)
@@ -222,7 +232,7 @@ class RelayClient:
         except trio.TooSlowError:
             conn.closed_reason = conn.closed_reason or "no answer from the hub within 10 s"
         finally:
-            if conn.closed_reason is None:  # cancelled: tell the hub now rather than let it time out
+            if conn.closed_reason is None and self._abandoned is not conn:  # cancelled: tell the hub now
                 conn.close("site leaving", refused=False)
                 driver.flush(conn)
             self.conn = None
