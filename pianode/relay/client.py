@@ -171,7 +171,7 @@ class RelayClient:
             return False
         if not conn.send_datagram(envelope):
             return False
-        driver.flush(conn)
+        driver.mark(conn)
         return True
 
     def send_bulk(self, destination: str, channel: str, data: bytes) -> None:

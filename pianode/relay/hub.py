@@ -166,4 +166,4 @@ class RelayHub:
 
     def _flush(self, conn: RelayConnection) -> None:
         if self.driver is not None:
-            self.driver.flush(conn)
+            self.driver.mark(conn)  # sent at the end of this batch, with whatever else it gets

@@ -7,8 +7,8 @@ socket is readable or the earliest QUIC timer is due, drains the socket,
 hands each datagram to its connection (the owner's ``route``), runs due
 timers, and sends what every touched connection has to send, each datagram to
 the address QUIC gives with it.  A send from another task (a Pia datagram
-from a node) calls :meth:`flush` at once: no wake-up between a node's send
-and the wire.
+from a node) :meth:`mark` s its connection and wakes the loop, which sends
+everything marked in the meantime together.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class QuicDriver:
         sock.setblocking(False)
         self.sock = sock
         self._scope: trio.CancelScope | None = None
+        self._dirty: dict[int, RelayConnection] = {}
         self.send_errors = 0
 
     @property
@@ -63,6 +64,16 @@ class QuicDriver:
         timer = conn.get_timer()
         if timer is not None and self._scope is not None and timer < self._scope.deadline:
             self._scope.deadline = timer
+
+    def mark(self, conn: RelayConnection) -> None:
+        """*conn* has something to send: the loop sends it as soon as the running task yields.
+
+        Everything marked meanwhile goes out together, so the datagrams of one burst (a
+        broadcast to every station, a frame of every node) share QUIC packets: one packet and
+        one encryption for several Pia datagrams, at every hop."""
+        self._dirty[id(conn)] = conn
+        if self._scope is not None:
+            self._scope.cancel()
 
     async def run(
         self,
@@ -96,6 +107,8 @@ class QuicDriver:
                     if timer is not None and timer <= now:
                         on_timer(conn, now)
                         touched[id(conn)] = conn
+                touched.update(self._dirty)
+                self._dirty.clear()
                 for conn in touched.values():
                     self.flush(conn, now)
         finally:

@@ -116,3 +116,18 @@ async def test_lan_host_and_join_in_places_that_cannot_reach_each_other_meet_thr
     assert set(table) == {"site-a", "site-b"}, hub.lines
     assert all(int(row[4]) > 0 and int(row[5]) > 0 and row[-1] == "left" for row in table.values()), "\n".join(hub.lines)
     assert any(line.startswith("room lan (10.77.0.0/24): 0 member(s), relayed") for line in hub.lines), hub.lines
+
+
+@pytest.mark.slow
+def test_eight_stations_in_two_places_at_60_hz_through_the_relay() -> None:
+    """``scripts/netns/relay_frames.py``: 8 stations, 4 per site, 60 Hz frames, relay then direct UDP in one run."""
+    why = segment_tools.netns_unavailable()
+    if why:
+        peer_unavailable(f"NETNS TEST NOT RUN: {why}")
+    figures = _load("relay_frames").run(duration=5.0, rounds=1)
+    print(figures)
+    relay, direct = figures["relay"], figures["direct"]
+    assert relay["frames_expected"] >= 8 * 7 * 60 * 5 * 0.95  # every station sent at (about) 60 Hz
+    assert relay["share_within_50ms"] >= 0.99, figures
+    assert direct["share_within_50ms"] >= 0.99, figures  # the baseline of the same run
+    assert figures["relay_added_ms_per_hop"] is not None
