@@ -25,18 +25,19 @@ import ipaddress
 import math
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import trio
 
 from pianode.cli.common import CliError, CliFailure, Stop, number_arg, parse_hostport, parse_remote, render_table
 from pianode.mesh.config import NodeConfig
-from pianode.relay.certificates import CertificateRefused, Credentials, check_peer, init_ca, issue, load_credentials
-from pianode.relay.client import RelayClient, RelayRefused
-from pianode.relay.hub import RelayHub
-from pianode.relay.hub_state import HubState
-from protocols.relay_control import Welcome
+
+if TYPE_CHECKING:
+    from pianode.relay.certificates import Credentials
+    from pianode.relay.client import RelayClient
+    from pianode.relay.hub import RelayHub
+    from protocols.relay_control import Welcome
 
 __all__ = ["RelayPlan", "add_parser", "add_relay_arguments", "relay_address", "relay_broadcast", "relay_node_config", "relay_plan", "run_trio"]
 
@@ -75,6 +76,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=lambda args: _help(p))
 
 
+def _relay_modules() -> Any:
+    """pianode.relay, imported when a command needs it: it needs the [relay] extra (aioquic)."""
+    try:
+        import pianode.relay.certificates
+        import pianode.relay.client
+        import pianode.relay.hub
+        import pianode.relay.hub_state
+    except ImportError as exc:
+        raise CliError(f"the relay needs aioquic and cryptography: pip install 'pianode[relay]' ({exc})") from None
+    return pianode.relay
+
+
 def _help(p: argparse.ArgumentParser) -> int:
     p.print_help(sys.stderr)
     return 2
@@ -84,8 +97,9 @@ def _help(p: argparse.ArgumentParser) -> int:
 
 
 def run_ca_init(args: argparse.Namespace) -> int:
+    relay = _relay_modules()
     try:
-        path = init_ca(args.dir)
+        path = relay.certificates.init_ca(args.dir)
     except FileExistsError as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:
@@ -97,8 +111,9 @@ def run_ca_init(args: argparse.Namespace) -> int:
 
 def run_ca_issue(args: argparse.Namespace) -> int:
     role, name = ("server", args.server) if args.server else ("client", args.client)
+    relay = _relay_modules()
     try:
-        pem, key = issue(args.dir, name, role=role, days=args.days)
+        pem, key = relay.certificates.issue(args.dir, name, role=role, days=args.days)
     except FileNotFoundError as exc:
         raise CliError(f"{args.dir}: no CA there ({exc.filename} missing; make one with pianode relay ca init {args.dir})") from None
     except ValueError as exc:
@@ -114,15 +129,16 @@ def run_ca_issue(args: argparse.Namespace) -> int:
 
 def _credentials(ca: str, cert: str, key: str, flags: tuple[str, str, str], role: str) -> Credentials:
     """The three files, and our own certificate checked as one the other side will take."""
+    certificates = _relay_modules().certificates
     try:
-        creds = load_credentials(ca, cert, key)
+        creds = certificates.load_credentials(ca, cert, key)
     except ValueError as exc:
         text = str(exc)
         flag = flags[0] if text.startswith("CA") else flags[2] if text.startswith("key") else flags[1]
         raise CliError(f"{flag}: {text}") from None
     try:
-        check_peer(creds.certificate, [], creds.ca, role=role)
-    except CertificateRefused as exc:
+        certificates.check_peer(creds.certificate, [], creds.ca, role=role)
+    except certificates.CertificateRefused as exc:
         raise CliError(f"{flags[1]} {cert}: {exc} (issue one with pianode relay ca issue DIR --{role} NAME)") from None
     return creds
 
@@ -130,8 +146,9 @@ def _credentials(ca: str, cert: str, key: str, flags: tuple[str, str, str], role
 def run_serve(args: argparse.Namespace) -> int:
     listen = parse_hostport(args.listen, flag="--listen")
     creds = _credentials(args.ca, args.cert, args.key, ("--ca", "--cert", "--key"), "server")
+    relay = _relay_modules()
     try:
-        state = HubState(args.network)
+        state = relay.hub_state.HubState(args.network)
     except ValueError as exc:
         raise CliError(f"--network {args.network}: {exc}") from None
     duration = math.inf if args.duration is None else args.duration
@@ -141,7 +158,7 @@ def run_serve(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"relay: {line}", flush=True)
 
-    hub = RelayHub(creds, listen, state=state, log=say)
+    hub = relay.hub.RelayHub(creds, listen, state=state, log=say)
 
     async def main() -> None:
         stop.deadline = trio.current_time() + duration
@@ -234,12 +251,13 @@ async def _with_relay(plan: RelayPlan, fn: Callable[..., Awaitable[T]], args: tu
 
 
 async def _connect(plan: RelayPlan, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    plan.client = client = RelayClient(plan.credentials, plan.hub, room=plan.room)
+    client_module = _relay_modules().client
+    plan.client = client = client_module.RelayClient(plan.credentials, plan.hub, room=plan.room)
     try:
         async with trio.open_nursery() as nursery:
             plan.welcome = await nursery.start(client.run)
             task_status.started()
-    except RelayRefused as exc:
+    except client_module.RelayRefused as exc:
         raise CliFailure(f"relay {plan.hub[0]}:{plan.hub[1]}: {exc}") from None
 
 
