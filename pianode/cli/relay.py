@@ -253,12 +253,16 @@ async def _with_relay(plan: RelayPlan, fn: Callable[..., Awaitable[T]], args: tu
 async def _connect(plan: RelayPlan, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     client_module = _relay_modules().client
     plan.client = client = client_module.RelayClient(plan.credentials, plan.hub, room=plan.room)
-    try:
-        async with trio.open_nursery() as nursery:
-            plan.welcome = await nursery.start(client.run)
-            task_status.started()
-    except client_module.RelayRefused as exc:
-        raise CliFailure(f"relay {plan.hub[0]}:{plan.hub[1]}: {exc}") from None
+
+    async def guarded(*, task_status: trio.TaskStatus[Welcome] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await client.run(task_status=task_status)
+        except client_module.RelayRefused as exc:
+            raise CliFailure(f"relay {plan.hub[0]}:{plan.hub[1]}: {exc}") from None
+
+    async with trio.open_nursery() as nursery:
+        plan.welcome = await nursery.start(guarded)
+        task_status.started()
 
 
 def relay_address() -> tuple[str, str] | None:

@@ -72,8 +72,11 @@ MAX_PENDING_DATAGRAMS = 512
 BULK_WINDOW = 16 * 1024
 #: Largest bulk frame body.
 MAX_BULK_FRAME = 16 * 1024 * 1024
-#: Error code of a CONNECTION_CLOSE that refuses the peer (an application error code).
-REFUSED = 0x5201
+#: Error code of a CONNECTION_CLOSE that refuses the peer: the TLS alert bad_certificate (42) as a
+#: QUIC crypto error (0x100 + alert), sent as a transport close.  An application close sent before
+#: the handshake is confirmed loses its reason on the way (RFC 9000 §10.2.3); this one keeps it.
+REFUSED = 0x100 + 42
+_CRYPTO_FRAME = 0x06
 #: How long a connection may be silent before QUIC gives it up; the client pings well within it.
 IDLE_TIMEOUT = 5.0
 
@@ -313,4 +316,7 @@ class RelayConnection:
     def close(self, reason: str, *, refused: bool) -> None:
         if self.closed_reason is None:
             self.closed_reason = f"refused the {self.peer_label}: {reason}" if refused else reason
-        self.quic.close(error_code=REFUSED if refused else 0, reason_phrase=reason)
+        if refused:
+            self.quic.close(error_code=REFUSED, frame_type=_CRYPTO_FRAME, reason_phrase=reason)
+        else:
+            self.quic.close(error_code=0, reason_phrase=reason)
