@@ -174,13 +174,15 @@ class RelayClient:
         driver.mark(conn)
         return True
 
-    def send_bulk(self, destination: str, channel: str, data: bytes) -> None:
-        """A blob for one member (or ``0.0.0.0``: the whole room), on the lowest-priority stream."""
+    def send_bulk(self, destination: str, channel: str, data: bytes) -> bool:
+        """A blob for one member (or ``0.0.0.0``: the whole room), on the lowest-priority stream;
+        False when the connection's bulk backlog is full (try again later)."""
         conn, driver = self.conn, self.driver
         if conn is None or driver is None:
             raise RuntimeError("not connected to the hub")
-        conn.send_bulk(BulkData(destination, channel, data))
+        queued = conn.send_bulk(BulkData(destination, channel, data))
         driver.flush(conn)
+        return queued
 
     def ping(self) -> int:
         """Send a control ping now; returns its token (the pong is timed in ``pongs``)."""

@@ -70,6 +70,9 @@ MAX_PENDING_DATAGRAMS = 512
 #: of the datagrams that follow it.  16 KiB is ~11 full packets: about a millisecond at the rates a
 #: Python hub relays, and still 320 KB/s of bulk over a 50 ms path.
 BULK_WINDOW = 16 * 1024
+#: Most bulk bytes a connection queues for its peer; more is refused (counted): a site cannot make
+#: the hub hold without bound what a slow member has not taken yet.
+MAX_BULK_BACKLOG = 64 * 1024 * 1024
 #: Largest bulk frame body.
 MAX_BULK_FRAME = 16 * 1024 * 1024
 #: Error code of a CONNECTION_CLOSE that refuses the peer: the TLS alert bad_certificate (42) as a
@@ -163,7 +166,7 @@ class RelayConnection:
         self.bulk_window: int | None = BULK_WINDOW  # sends asked for before admission (a client's Hello)
         self.counters: dict[str, int] = {
             "datagrams_sent": 0, "datagrams_received": 0, "stale_dropped": 0, "oversized": 0, "datagrams_waiting": 0,
-            "control_waiting": 0,
+            "control_waiting": 0, "bulk_refused": 0,
         }  # fmt: skip
 
     # ------------------------------------------------------------------ input
@@ -253,10 +256,15 @@ class RelayConnection:
         self.counters["datagrams_sent"] += 1
         return True
 
-    def send_bulk(self, msg: ControlMessage) -> None:
+    def send_bulk(self, msg: ControlMessage) -> bool:
+        """Queue a bulk frame; False (counted) when the backlog is full."""
         frame = encode_frame(msg)
+        if self._bulk_queued + len(frame) > MAX_BULK_BACKLOG:
+            self.counters["bulk_refused"] += 1
+            return False
         self._bulk_queue.append(frame)
         self._bulk_queued += len(frame)
+        return True
 
     def drop_queued_bulk(self) -> int:
         """Forget the bulk frames not yet begun (a partly sent one is finished); returns the bytes dropped."""

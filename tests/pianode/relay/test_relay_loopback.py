@@ -13,6 +13,7 @@ from relay_pki import Pki, make_pki
 from pianode.relay.client import RelayClient, RelayRefused
 from pianode.relay.hub import RelayHub
 from pianode.relay.certificates import Credentials
+from protocols.relay_control import BulkData
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +145,27 @@ async def test_a_site_refuses_a_hub_from_another_ca(pki: Pki) -> None:
     assert str(info.value) == "refused the hub: server certificate is not issued by this relay's CA"
     assert hub.state.clients == {}
     assert site.site.relayed_out == 0
+
+
+async def test_bulk_reaches_its_member_and_a_full_backlog_is_refused(pki: Pki) -> None:
+    from pianode.relay import quic
+
+    got: list[tuple[str, str, int]] = []
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            hub = await _start_hub(nursery, pki, [])
+            a = RelayClient(pki.credentials("site-a"), hub.address)
+            b = RelayClient(pki.credentials("site-b"), hub.address, on_bulk=lambda m: got.append((m.address, m.channel, len(m.data))))
+            await nursery.start(a.run)
+            await nursery.start(b.run)
+            assert a.send_bulk(b.address, "capture", bytes(300_000))
+            while not got:
+                await trio.sleep(0.01)
+            assert got == [(a.address, "capture", 300_000)]  # the hub names the source
+            assert a.conn is not None
+            big = BulkData(b.address, "x", bytes(quic.MAX_BULK_BACKLOG * 6 // 10))
+            assert a.conn.send_bulk(big) is True
+            assert a.conn.send_bulk(big) is False  # 120 % of the limit: refused, counted
+            assert a.conn.counters["bulk_refused"] == 1
+            a.conn.drop_queued_bulk()
+            nursery.cancel_scope.cancel()
