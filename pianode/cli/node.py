@@ -42,7 +42,7 @@ from pianode.cli.common import (
     probe_udp,
     render_table,
 )
-from pianode.cli.relay import add_relay_arguments, relay_node_config, relay_plan, run_trio
+from pianode.cli.relay import add_relay_arguments, relay_join_flags, relay_node_config, relay_plan, run_trio
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.node import JoinError, Node, open_node
@@ -155,8 +155,9 @@ def _join_command(config: NodeConfig, addr: tuple[str, int], group_port: int | N
     parts = ip.split(".")
     next_ip = ".".join([*parts[:3], str(int(parts[3]) + 1)]) if ip.startswith("127.") and int(parts[3]) < 254 else "127.0.0.2"
     key = config.session_key.hex() if config.session_key else ""
+    relayed = relay_join_flags()  # through a relay the other sites have their own virtual address
     command = (f"pianode node --join {ip}:{addr[1]} --session-key {key} --version {config.profile.name} "
-               f"--network {config.network.value} --bind {next_ip}")  # fmt: skip
+               f"--network {config.network.value} " + (relayed or f"--bind {next_ip}"))  # fmt: skip
     if group_port is not None:
         command += f" --group-port {group_port}"
     return command
@@ -173,9 +174,10 @@ async def _main(args: argparse.Namespace, config: NodeConfig, join: tuple[str, i
             if join is None:
                 await node.create_mesh()
                 command = _join_command(config, addr, args.group_port)
+                where = "" if relay_join_flags() else " (each on its own 127.0.0.x)"
                 _emit(args, "created",
                       f"created the mesh on {addr[0]}:{addr[1]} (Pia {config.profile.name} {config.network.value}); "
-                      f"others join with (each on its own 127.0.0.x):\n  {command}",
+                      f"others join with{where}:\n  {command}",
                       address=f"{addr[0]}:{addr[1]}", session_key=config.session_key.hex() if config.session_key else None,
                       version=config.profile.name, network=config.network.value, join_with=command)  # fmt: skip
                 log.info("created the mesh on %s:%d", *addr)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from pianode.relay.hub import RelayHub
     from protocols.relay_control import Welcome
 
-__all__ = ["RelayPlan", "add_parser", "add_relay_arguments", "relay_address", "relay_broadcast", "relay_node_config", "relay_plan", "run_trio"]
+__all__ = ["RelayPlan", "add_parser", "add_relay_arguments", "relay_address", "relay_broadcast", "relay_join_flags", "relay_node_config", "relay_plan", "run_trio"]
 
 T = TypeVar("T")
 
@@ -291,3 +291,13 @@ def relay_broadcast(default: str, given: str | None) -> str:
     """The broadcast address to use: the room's in a run with a relay (unless one was *given*), else *default*."""
     where = relay_address()
     return default if where is None or given is not None else where[1]
+
+
+def relay_join_flags() -> str | None:
+    """In a run with a relay: the --relay flags another site joins with (its own certificate)."""
+    try:
+        plan = _ACTIVE.get()
+    except LookupError:
+        return None
+    return (f"--relay {plan.hub[0]}:{plan.hub[1]} --relay-room {plan.room} --relay-ca CA.pem "
+            "--relay-cert SITE.pem --relay-key SITE.key")

@@ -98,6 +98,7 @@ async def test_nodes_through_a_hub_and_a_hub_of_another_ca_refused_on_both_sides
             await until(lambda: join.returncode is not None and create.returncode is not None)
             hub.stop()
     assert create.records()[0]["address"] == "10.77.0.1:49152"
+    assert "--join 10.77.0.1:49152" in create.records()[0]["join_with"] and "--relay " in create.records()[0]["join_with"]
     assert join.returncode == 0, join.stderr.decode()
     joined = [r for r in join.records() if r["event"] == "joined"][0]
     assert joined["address"].startswith("10.77.0.2:")
