@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import pathlib
 
 import attrs
@@ -30,6 +31,8 @@ def make_pki(root: pathlib.Path) -> Pki:
     for site in ("site-a", "site-b", "site-c"):
         issue(root / "ca", site, role="client")
     issue(root / "ca", "hub-as-client", role="server")  # a server-only certificate offered by a site
+    long_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=30)
+    issue(root / "ca", "site-expired", role="client", days=2, not_before=long_ago)
     init_ca(root / "other")
     issue(root / "other", "stranger", role="client")
     issue(root / "other", "rogue-hub", role="server")
