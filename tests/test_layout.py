@@ -21,6 +21,7 @@ FLOORS = {
     "pianode.lan": 4,
     "pianode.ldn": 4,
     "pianode.sim": 5,
+    "pianode.relay": 5,
     "pianode.wireshark": 5,
     "pianode.bench": 6,
     "pianode.cli": 7,

@@ -54,6 +54,7 @@ from pianode.cli.common import (
     render_table,
     version_arg,
 )
+from pianode.cli.relay import add_relay_arguments, relay_broadcast, relay_node_config, relay_plan, run_trio
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.lan.discovery import (
@@ -86,6 +87,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         q.add_argument("--interval", dest="send_every", default="0.5", metavar="S",
                        help="broadcast a numbered reliable message to the mesh every S seconds (0: never; default 0.5)")
         q.add_argument("--send-every", dest="send_every", action=deprecated_alias("--interval"), help=argparse.SUPPRESS)
+        q.add_argument("--alternate-unreliable", action="store_true",
+                       help="send every second message unreliable (default: all reliable)")
 
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument("--game-key", required=True, help="game key: 32 hex digits or 16 ASCII characters")
@@ -94,6 +97,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         q.add_argument("--broadcast", default=None, metavar="ADDR[:PORT]",
                        help=f"broadcast address (default {DEFAULT_BROADCAST}; port 30000, or 35000 for 6.x); "
                             "its IPv4 also goes into the challenge nonce")  # fmt: skip
+        add_relay_arguments(q)
 
     h = lan_sub.add_parser("host", help="host a session: a mesh node that answers LAN browse requests")
     common(h)
@@ -166,8 +170,11 @@ def _game_key(args: argparse.Namespace) -> bytes:
         raise CliError(f"--game-key: {exc}") from None
 
 
-def _bind_address(text: str, flag: str = "--bind") -> tuple[str, int]:
-    """IP[:PORT] of a local socket, port 0 (any free port) allowed; checked as bindable now."""
+def _bind_address(text: str, flag: str = "--bind", *, relayed: bool = False) -> tuple[str, int]:
+    """IP[:PORT] of a local socket, port 0 (any free port) allowed; checked as bindable now.
+    Through a relay only the port counts: the IP is the site's virtual address."""
+    if relayed:
+        return "127.0.0.1", parse_hostport(text, 0, flag=flag)[1]
     host, port = parse_bind(text, flag)
     check_udp_free(flag, host, port)
     return host, port
@@ -239,10 +246,13 @@ def _host_sockets(args: argparse.Namespace, profile: VersionProfile) -> tuple[st
 def run_host(args: argparse.Namespace) -> int:
     profile = _profile(args)
     if args.discovery_only or not _node_speaks(profile):
+        if args.relay is not None:
+            raise CliError("--relay needs a host that runs a node (Pia 5.7-5.45, not --discovery-only)")
         return _run_discovery_host(args, profile)
     key = _game_key(args)
     fmt = _format(args)
     max_n = _number(args.max, "max", lo=2, hi=16)
+    relay = relay_plan(args)
     ip, port, bind = _host_sockets(args, profile)
     duration = _duration(args)
     send_every = _number(args.send_every, "interval", hi=3600, integer=False)
@@ -257,14 +267,16 @@ def run_host(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
     report = _Report(fmt, quiet=args.quiet)
+    report.alternate_unreliable = args.alternate_unreliable
     stop = Stop()
 
     async def main() -> None:
         stop.deadline = trio.current_time() + duration
+        broadcast_ip = relay_broadcast(_broadcast(args, profile)[0], args.broadcast)
         async with trio.open_nursery() as nursery:
             await nursery.start(stop.watch)
             session = await start_lan_host(
-                nursery, config, key, max_participants=max_n, name=args.name, game_mode=game_mode,
+                nursery, relay_node_config(config), key, max_participants=max_n, name=args.name, game_mode=game_mode,
                 application_version=app_version, host_address_size=size, browse_bind=bind, broadcast_ip=broadcast_ip,
             )  # fmt: skip
             node = session.node
@@ -288,7 +300,7 @@ def run_host(args: argparse.Namespace) -> int:
                 await node.leave(timeout=1.0)
             nursery.cancel_scope.cancel()
 
-    _trio_run(main)
+    run_trio(relay, main)
     stop.exit_if_interrupted()
     return 0
 
@@ -390,15 +402,20 @@ def run_join(args: argparse.Namespace) -> int:
     app_version = None if args.app_version is None else _number(
         args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)
     broadcast = _broadcast(args, profile)
+    relay = relay_plan(args)
     try:
-        config = NodeConfig(version=profile.name, bind=_bind_address(args.bind), name=args.name)
+        config = NodeConfig(version=profile.name, bind=_bind_address(args.bind, relayed=relay is not None), name=args.name)
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
     report = _Report(fmt, quiet=args.quiet)
+    report.alternate_unreliable = args.alternate_unreliable
     stop = Stop()
 
     async def main() -> int:
         stop.deadline = trio.current_time() + duration
+        nonlocal config, broadcast
+        config = relay_node_config(config)
+        broadcast = (relay_broadcast(broadcast[0], args.broadcast), broadcast[1])
         async with trio.open_nursery() as nursery:
             await nursery.start(stop.watch)
             join = None
@@ -440,7 +457,7 @@ def run_join(args: argparse.Namespace) -> int:
             nursery.cancel_scope.cancel()
         return 0
 
-    status = _trio_run(main)
+    status = run_trio(relay, main)
     stop.exit_if_interrupted()
     return status
 
@@ -455,6 +472,7 @@ class _Report:
         self.seen: set[int] = set()
         self.received: Counter[int] = Counter()
         self.sent = 0
+        self.alternate_unreliable = False
 
     def emit(self, record: dict[str, Any], text: str, *, result: bool = False) -> None:
         if self.quiet and not result and self.fmt != "jsonl":
@@ -474,7 +492,8 @@ class _Report:
             await trio.sleep(every)
             if node.station_index is None:
                 continue
-            self.sent += await node.broadcast(f"{name} #{number} from station {node.station_index}".encode())
+            reliable = not (self.alternate_unreliable and number % 2)
+            self.sent += await node.broadcast(f"{name} #{number} from station {node.station_index}".encode(), reliable=reliable)
             number += 1
 
     async def _consume(self, node: Node) -> None:
@@ -657,7 +676,8 @@ def run_browse(args: argparse.Namespace) -> int:
     app_version = None if args.app_version is None else _number(
         args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)
     broadcast = _broadcast(args, profile)
-    bind = _bind_address(args.bind)
+    relay = relay_plan(args)
+    bind = _bind_address(args.bind, relayed=relay is not None)
     try:
         client = BrowseClient(profile, key, broadcast_ip=broadcast[0], application_version=app_version)
     except (ConfigError, ValueError) as exc:
@@ -665,6 +685,10 @@ def run_browse(args: argparse.Namespace) -> int:
     stop = Stop()
 
     async def main() -> list[FoundSession]:
+        nonlocal bind, broadcast
+        bind = relay_node_config(NodeConfig(bind=bind)).bind
+        broadcast = (relay_broadcast(broadcast[0], args.broadcast), broadcast[1])
+        client.broadcast_ip = broadcast[0]
         async with trio.open_nursery() as nursery:
             await nursery.start(stop.watch)
             found: list[FoundSession] = []
@@ -673,7 +697,7 @@ def run_browse(args: argparse.Namespace) -> int:
             nursery.cancel_scope.cancel()
         return found
 
-    found = trio.run(main)
+    found = run_trio(relay, main)
     stop.exit_if_interrupted()
     ignored = ignored_replies(profile, client)
     if args.format == "jsonl":

@@ -42,6 +42,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("prudp", "pianode.cli.prudp", "PRUDP echo host and round-trip client"),
     ("bench", "pianode.cli.bench", "measure codec, receive rate, formation, memory, RTT and the real-time session"),
     ("wireshark", "pianode.cli.wireshark", "the Wireshark Lua dissector for Pia and PRUDP: print its path or install it"),
+    ("relay", "pianode.cli.relay", "a hub that joins meshes across places (QUIC, mutual TLS), and its CA"),
 )
 
 
@@ -133,7 +134,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def _command_name(args: argparse.Namespace) -> str:
     words = ["pianode", getattr(args, "command", None) or ""]
-    for attr in ("lan_command", "ldn_command", "prudp_command"):
+    for attr in ("lan_command", "ldn_command", "prudp_command", "relay_command", "ca_command"):
         if getattr(args, attr, None):
             words.append(getattr(args, attr))
     return " ".join(w for w in words if w)

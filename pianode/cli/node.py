@@ -37,11 +37,13 @@ from pianode.cli.common import (
     hex_key,
     number_arg,
     parse_bind,
+    parse_hostport,
     parse_remote,
     port_arg,
     probe_udp,
     render_table,
 )
+from pianode.cli.relay import add_relay_arguments, relay_join_flags, relay_node_config, relay_plan, run_trio
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.node import JoinError, Node, open_node
@@ -92,12 +94,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--leave", action="store_true",
                    help="leave gracefully when --duration ends (Ctrl-C always leaves) instead of just stopping")
     p.add_argument("--format", choices=("table", "jsonl"), default="table", help="event output format")
+    add_relay_arguments(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    host, port = parse_bind(args.bind, "--bind")
-    check_udp_free("--bind", host, port)
+    relay = relay_plan(args)
+    if relay is None:
+        host, port = parse_bind(args.bind, "--bind")
+        check_udp_free("--bind", host, port)
+    else:  # the IP is the virtual one the hub gives; the port is kept
+        host, port = "127.0.0.1", parse_hostport(args.bind, 0, flag="--bind")[1]
     if args.join and not args.session_key:
         raise CliError("--join needs --session-key (the creator prints it)")
     key = hex_key("--session-key", args.session_key)
@@ -119,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if group is not None and config.profile.footer == "none":
         raise CliError(f"--group-port needs a version with group packets (5.27+), not {config.profile.name}")
-    return trio.run(_main, args, config, join)
+    return run_trio(relay, _main, args, config, join)
 
 
 def _emit(args: argparse.Namespace, kind: str, text: str | None = None, **fields: Any) -> None:
@@ -149,14 +156,16 @@ def _join_command(config: NodeConfig, addr: tuple[str, int], group_port: int | N
     parts = ip.split(".")
     next_ip = ".".join([*parts[:3], str(int(parts[3]) + 1)]) if ip.startswith("127.") and int(parts[3]) < 254 else "127.0.0.2"
     key = config.session_key.hex() if config.session_key else ""
+    relayed = relay_join_flags()  # through a relay the other sites have their own virtual address
     command = (f"pianode node --join {ip}:{addr[1]} --session-key {key} --version {config.profile.name} "
-               f"--network {config.network.value} --bind {next_ip}")  # fmt: skip
+               f"--network {config.network.value} " + (relayed or f"--bind {next_ip}"))  # fmt: skip
     if group_port is not None:
         command += f" --group-port {group_port}"
     return command
 
 
 async def _main(args: argparse.Namespace, config: NodeConfig, join: tuple[str, int] | None) -> int:
+    config = relay_node_config(config)
     received: dict[int, int] = {}
     stop = Stop()
     async with trio.open_nursery() as outer:
@@ -166,9 +175,10 @@ async def _main(args: argparse.Namespace, config: NodeConfig, join: tuple[str, i
             if join is None:
                 await node.create_mesh()
                 command = _join_command(config, addr, args.group_port)
+                where = "" if relay_join_flags() else " (each on its own 127.0.0.x)"
                 _emit(args, "created",
                       f"created the mesh on {addr[0]}:{addr[1]} (Pia {config.profile.name} {config.network.value}); "
-                      f"others join with (each on its own 127.0.0.x):\n  {command}",
+                      f"others join with{where}:\n  {command}",
                       address=f"{addr[0]}:{addr[1]}", session_key=config.session_key.hex() if config.session_key else None,
                       version=config.profile.name, network=config.network.value, join_with=command)  # fmt: skip
                 log.info("created the mesh on %s:%d", *addr)

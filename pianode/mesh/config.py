@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Any, Protocol
 
 import attrs
 
@@ -10,7 +11,7 @@ from protocols.pia import session6
 from protocols.errors import ConfigError
 from protocols.pia.versions import NetworkType, VersionProfile, profile_for
 
-__all__ = ["NodeConfig"]
+__all__ = ["NodeConfig", "SocketFactory"]
 
 
 def _network(value: str | NetworkType) -> NetworkType:
@@ -56,6 +57,12 @@ def _default_network(version: str) -> NetworkType:
     return session6.default_network(profile) if session6.is_pia6(profile) else NetworkType.LAN
 
 
+class SocketFactory(Protocol):
+    """What ``NodeConfig.socket_factory`` needs: ``trio.abc.SocketFactory``'s one method."""
+
+    def socket(self, family: int, type: int, proto: int) -> Any: ...  # noqa: A002 - Trio's signature
+
+
 @attrs.frozen(kw_only=True)
 class NodeConfig:
     """Settings of one node.
@@ -89,6 +96,11 @@ class NodeConfig:
             A reliable broadcast then goes out as one such packet too, each
             station's segment under its destination bit.
             None (default): one unicast copy per station.
+        socket_factory: where the node's sockets come from: any ``trio.abc.SocketFactory``
+            (a relay site's virtual network, ``pianode.relay.client.RelaySite``; an
+            in-memory network); None (default): the Trio run's, the OS's unless
+            ``trio.socket.set_custom_socket_factory`` installed another.  ``bind`` is then
+            an address of that network.
     """
 
     version: str = "5.18"
@@ -117,6 +129,7 @@ class NodeConfig:
     #: message, and keeps a member from making the node hold megabytes per message.
     max_message_size: int = 64 * 1024
     group_broadcast: tuple[str, int] | None = attrs.field(default=None, converter=attrs.converters.optional(_bind))
+    socket_factory: SocketFactory | None = attrs.field(default=None, eq=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.rtt_probe_rate > 0:

@@ -49,32 +49,35 @@ class GroupMember(Protocol):
 #: Datagrams read per pass: two frames of a 32-station session.
 BATCH = 64
 
-_LISTENERS: trio.lowlevel.RunVar[dict[int, GroupListener]] = trio.lowlevel.RunVar("pianode_group_listeners")
+_LISTENERS: trio.lowlevel.RunVar[dict[tuple[int, int], GroupListener]] = trio.lowlevel.RunVar("pianode_group_listeners")
 
 
 class GroupListener:
     """One socket on ``0.0.0.0:port`` serving the nodes registered with it."""
 
-    def __init__(self, endpoint: UdpEndpoint, port: int) -> None:
+    def __init__(self, endpoint: UdpEndpoint, port: int, key: tuple[int, int] | None = None) -> None:
         self._endpoint = endpoint
         self.port = port
+        self._key = (port, id(None)) if key is None else key
         self._nodes: dict[tuple[str, int], GroupMember] = {}
         self._running = False
         self._handover = trio.Event()
         self.received = 0
 
     @classmethod
-    async def for_port(cls, port: int) -> GroupListener:
-        """The run's listener on *port*, opened (``0.0.0.0:port``, SO_REUSEADDR) by its first user."""
+    async def for_port(cls, port: int, factory: trio.abc.SocketFactory | None = None) -> GroupListener:
+        """The run's listener on *port* (of *factory*'s network), opened (``0.0.0.0:port``,
+        SO_REUSEADDR) by its first user."""
         try:
             listeners = _LISTENERS.get()
         except LookupError:
             listeners = {}
             _LISTENERS.set(listeners)
-        listener = listeners.get(port)
+        key = (port, id(factory))
+        listener = listeners.get(key)
         if listener is None:
-            listener = cls(await open_udp_endpoint(("0.0.0.0", port), reuse=True), port)
-            listeners[port] = listener
+            listener = cls(await open_udp_endpoint(("0.0.0.0", port), reuse=True, factory=factory), port, key)
+            listeners[key] = listener
         return listener
 
     async def serve(self, node: GroupMember) -> None:
@@ -98,8 +101,8 @@ class GroupListener:
             if not self._nodes:
                 self._endpoint.close()
                 listeners = _LISTENERS.get()
-                if listeners.get(self.port) is self:
-                    del listeners[self.port]
+                if listeners.get(self._key) is self:
+                    del listeners[self._key]
 
     async def _receive_loop(self) -> None:
         endpoint = self._endpoint

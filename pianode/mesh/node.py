@@ -75,10 +75,11 @@ class Node:
 
     async def _run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
         group = self.config.group_broadcast
-        endpoint = await open_udp_endpoint(self.config.bind, broadcast=group is not None)
+        factory = self.config.socket_factory
+        endpoint = await open_udp_endpoint(self.config.bind, broadcast=group is not None, factory=factory)
         self._endpoint = endpoint
         try:
-            listener = None if group is None else await GroupListener.for_port(group[1])
+            listener = None if group is None else await GroupListener.for_port(group[1], factory)
             self.session = MeshSession(self.config, endpoint.address, now=trio.current_time())
             self.session.tap = self.tap
             self.session.data_handler = self._data_handler

@@ -123,10 +123,15 @@ class UdpEndpoint:
 
 
 async def open_udp_endpoint(
-    bind: tuple[str, int], *, broadcast: bool = False, reuse: bool = False, rcvbuf: int = 1 << 20
+    bind: tuple[str, int], *, broadcast: bool = False, reuse: bool = False, rcvbuf: int = 1 << 20,
+    factory: trio.abc.SocketFactory | None = None,
 ) -> UdpEndpoint:
-    """Create and bind a UDP socket through ``trio.socket`` (so custom socket factories apply)."""
-    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+    """Create and bind a UDP socket through ``trio.socket`` (so custom socket factories apply), or
+    through *factory* (``NodeConfig.socket_factory``: a relay site's network, for one)."""
+    if factory is None:
+        sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+    else:
+        sock = factory.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM, 0)
     options = [(stdlib_socket.SO_RCVBUF, rcvbuf)]
     if broadcast:
         options.append((stdlib_socket.SO_BROADCAST, 1))

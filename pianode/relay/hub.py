@@ -1,0 +1,169 @@
+"""The relay hub: admits sites by certificate, places them in rooms and forwards their datagrams.
+
+Theory of operation: one UDP socket (:class:`~pianode.relay.udp_driver.QuicDriver`)
+carries every site's QUIC connection.  A datagram is routed by its destination
+connection id; an Initial with an unknown one opens a new
+:class:`~pianode.relay.quic.RelayConnection`.  Each connection's events go to
+:class:`~pianode.relay.hub_state.HubState`: a site admitted by its certificate
+sends Hello and gets its room and address; its envelopes are forwarded to the
+members the state names, as DATAGRAM frames, at once.  Refusals and departures
+are logged in one line each through *log*.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import trio
+from aioquic.buffer import Buffer, BufferReadError
+from aioquic.quic.packet import QuicPacketType, pull_quic_header
+
+from pianode.relay.certificates import Credentials
+from pianode.relay.hub_state import HubState
+from pianode.relay.quic import EventKind, RelayConnection, RelayEvent, configuration
+from pianode.relay.udp_driver import QuicDriver
+from protocols.relay_control import BulkData, Hello, Ping, Pong, Refused
+
+__all__ = ["RelayHub"]
+
+
+class RelayHub:
+    def __init__(
+        self,
+        credentials: Credentials,
+        listen: tuple[str, int],
+        *,
+        state: HubState | None = None,
+        log: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        self.credentials = credentials
+        self.listen = listen
+        self.state = state or HubState()
+        self.log = log
+        self._config = configuration(credentials, is_client=False)
+        self._by_cid: dict[bytes, RelayConnection] = {}
+        self._ids: dict[RelayConnection, int] = {}
+        self._conns: dict[int, RelayConnection] = {}
+        self._peers: dict[int, tuple[str, int]] = {}
+        self._next_id = itertools.count(1)
+        self.driver: QuicDriver | None = None
+        self.refusals: list[str] = []
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self.driver is not None
+        return self.driver.address
+
+    async def serve(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
+        self.driver = QuicDriver(self.listen)
+        try:
+            task_status.started(self.driver.address)
+            await self.driver.run(lambda: list(self._conns.values()), self._route, self._on_timer)
+        finally:
+            self.driver.close()
+
+    # ------------------------------------------------------------------ datagrams
+    def _route(self, data: bytes, addr: tuple[str, int], now: float) -> RelayConnection | None:
+        try:
+            header = pull_quic_header(Buffer(data=data), host_cid_length=self._config.connection_id_length)
+        except (ValueError, BufferReadError):
+            self.state.drops["not QUIC"] += 1
+            return None
+        conn = self._by_cid.get(header.destination_cid)
+        if conn is None:
+            if header.packet_type != QuicPacketType.INITIAL or len(data) < 1200:
+                self.state.drops["unknown connection"] += 1
+                return None
+            conn = RelayConnection(
+                self._config, self.credentials.ca, original_destination_connection_id=header.destination_cid
+            )
+            cid = next(self._next_id)
+            self._ids[conn] = cid
+            self._conns[cid] = conn
+            self._peers[cid] = addr
+            self._by_cid[header.destination_cid] = conn
+            self._by_cid[conn.quic.host_cid] = conn
+        self._handle(conn, conn.receive_datagram(data, addr, now))
+        return conn
+
+    def _on_timer(self, conn: RelayConnection, now: float) -> None:
+        self._handle(conn, conn.handle_timer(now))
+
+    def _handle(self, conn: RelayConnection, events: list[RelayEvent]) -> None:
+        cid = self._ids.get(conn)
+        if cid is None:
+            return
+        peer = f"{self._peers[cid][0]}:{self._peers[cid][1]}"
+        for ev in events:
+            if ev.kind is EventKind.DATAGRAM:
+                data = ev.value
+                assert isinstance(data, bytes)
+                for target in self.state.forward(cid, data):
+                    other = self._conns.get(target)
+                    if other is not None and other.send_datagram(data):
+                        self._flush(other)
+            elif ev.kind is EventKind.CONTROL:
+                self._control(cid, conn, ev.value)
+            elif ev.kind is EventKind.BULK:
+                if isinstance(ev.value, BulkData):
+                    for target, msg in self.state.bulk(cid, ev.value):
+                        other = self._conns.get(target)
+                        if other is not None:
+                            other.send_bulk(msg)
+                            self._flush(other)
+            elif ev.kind is EventKind.ADMITTED:
+                self.state.admit(cid, str(ev.value), peer)
+            elif ev.kind is EventKind.CID_ISSUED:
+                self._by_cid[ev.value] = conn  # type: ignore[index]
+            elif ev.kind is EventKind.CID_RETIRED:
+                self._by_cid.pop(ev.value, None)  # type: ignore[arg-type]
+            elif ev.kind is EventKind.CLOSED:
+                self._closed(cid, conn, str(ev.value), peer)
+
+    def _control(self, cid: int, conn: RelayConnection, msg: object) -> None:
+        if isinstance(msg, Ping):
+            conn.send_control(Pong(msg.token))
+        elif isinstance(msg, Hello):
+            for target, out in self.state.hello(cid, msg):
+                other = self._conns.get(target)
+                if other is None:
+                    continue
+                other.send_control(out)  # type: ignore[arg-type]
+                if isinstance(out, Refused):
+                    other.close(out.reason, refused=True)
+                self._flush(other)
+            record = self.state.clients.get(cid)
+            if record is not None and record.address is not None:
+                self.log(f"joined: {record.name} from {record.peer} as {record.address} in room {msg.room}")
+            for stale in self.state.superseded:
+                old = self._conns.get(stale)
+                if old is not None:
+                    old.close("superseded by a new connection of the same site", refused=False)
+                    self._flush(old)
+            self.state.superseded.clear()
+        else:
+            conn.close(f"unexpected {type(msg).__name__} from a site", refused=False)
+
+    def _closed(self, cid: int, conn: RelayConnection, reason: str, peer: str) -> None:
+        record = self.state.clients.get(cid)
+        if not conn.admitted:
+            line = f"{peer}: {reason}"
+            self.refusals.append(line)
+            self.log(f"refused: {line}")
+        elif record is not None:
+            self.log(f"left: {record.name} ({record.address or 'no room'}) from {peer}: {reason}")
+        for target, out in self.state.leave(cid):
+            other = self._conns.get(target)
+            if other is not None:
+                other.send_control(out)  # type: ignore[arg-type]
+                self._flush(other)
+        self._conns.pop(cid, None)
+        self._ids.pop(conn, None)
+        self._peers.pop(cid, None)
+        for key in [k for k, v in self._by_cid.items() if v is conn]:
+            del self._by_cid[key]
+
+    def _flush(self, conn: RelayConnection) -> None:
+        if self.driver is not None:
+            self.driver.mark(conn)  # sent at the end of this batch, with whatever else it gets

@@ -1,0 +1,235 @@
+"""The hub's rooms, virtual addresses and forwarding, sans-IO: messages and datagrams in, messages and datagrams out.
+
+Theory of operation
+-------------------
+A *room* stands for one LAN or LDN network: a private subnet (by default the
+room's own /24 of ``10.77.0.0/16``) whose members are relay clients.  A client
+joins a room with :class:`~protocols.relay_control.Hello` and gets a virtual
+IPv4 address in it (the one it asks for, after a reconnect, when that is still
+free), which its node then uses as its own: Pia's addresses, nonces and
+LanSessionInfo carry it, so nothing above the socket changes.
+
+A relayed datagram comes in an envelope naming its source and destination.
+The hub checks the source is the sender's own virtual address (a member cannot
+speak for another) and forwards the envelope unchanged:
+
+* to the member whose address is the destination;
+* to every other member of the room when the destination is ``255.255.255.255``
+  or the room's broadcast address (LAN browse on 30000/35000, group packets,
+  LDN advertisements: every broadcast a LAN would carry);
+* nowhere otherwise (counted).
+
+The hub never decrypts Pia; it counts datagrams and bytes per client and room,
+and drops by reason.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+
+import attrs
+
+from protocols.errors import DecodeError
+from protocols.relay_control import (
+    ENVELOPE_SIZE, PROTOCOL_VERSION, BulkData, Hello, Member, MemberJoined, MemberLeft, Refused, Welcome,
+    decode_envelope,
+)  # fmt: skip
+
+__all__ = ["ClientRecord", "HubState", "Room"]
+
+LIMITED_BROADCAST = "255.255.255.255"
+
+
+@attrs.define(eq=False)
+class Room:
+    name: str
+    room_id: int
+    network: ipaddress.IPv4Network
+    members: dict[str, int] = attrs.Factory(dict)  # virtual address -> client id
+    counters: Counter[str] = attrs.Factory(Counter)
+
+    @property
+    def broadcast(self) -> str:
+        return str(self.network.broadcast_address)
+
+
+@attrs.define(eq=False)
+class ClientRecord:
+    client_id: int
+    name: str
+    peer: str
+    room: Room | None = None
+    address: str | None = None
+    counters: Counter[str] = attrs.Factory(Counter)
+
+
+class HubState:
+    """Every room and admitted client of one hub."""
+
+    def __init__(self, network: str = "10.77.0.0/16", room_prefix: int = 24, max_rooms: int = 256) -> None:
+        self.network = ipaddress.IPv4Network(network)
+        if not self.network.prefixlen <= room_prefix <= 30:
+            raise ValueError(f"room prefix /{room_prefix} must be within {self.network} and at most /30")
+        self.room_prefix = room_prefix
+        self._subnets = list(self.network.subnets(new_prefix=room_prefix))[:max_rooms]
+        self.rooms: dict[str, Room] = {}
+        self.clients: dict[int, ClientRecord] = {}
+        self.drops: Counter[str] = Counter()
+        #: Clients whose address a reconnection of the same site took over; the driver closes them.
+        self.superseded: list[int] = []
+        #: Clients gone, newest last (their counters stay in the table).
+        self.departed: list[ClientRecord] = []
+
+    # ------------------------------------------------------------------ membership
+    def admit(self, client_id: int, name: str, peer: str) -> None:
+        """A client whose certificate passed; it joins a room with :meth:`hello`."""
+        self.clients[client_id] = ClientRecord(client_id, name, peer)
+
+    def hello(self, client_id: int, hello: Hello) -> list[tuple[int, object]]:
+        """Place the client in its room; returns (client id, message) to send: a Welcome and
+        MemberJoined for the others, or a Refused."""
+        client = self.clients[client_id]
+        if hello.version != PROTOCOL_VERSION:
+            return [(client_id, Refused(f"relay protocol version {hello.version} not supported (hub speaks {PROTOCOL_VERSION})"))]
+        if client.room is not None:
+            return [(client_id, Refused("already in a room"))]
+        if not hello.room or len(hello.room) > 64:
+            return [(client_id, Refused("room name must be 1..64 characters"))]
+        room = self.rooms.get(hello.room)
+        if room is None:
+            if len(self.rooms) >= len(self._subnets):
+                return [(client_id, Refused(f"hub is full ({len(self.rooms)} rooms)"))]
+            used = {r.network for r in self.rooms.values()}
+            subnet = next(s for s in self._subnets if s not in used)
+            room = Room(hello.room, self._subnets.index(subnet) + 1, subnet)
+            self.rooms[hello.room] = room
+        out: list[tuple[int, object]] = []
+        holder = room.members.get(hello.address)
+        if holder is not None and self.clients[holder].name == client.name:
+            # The same site (same certificate) coming back before the hub noticed its old
+            # connection die: the new connection takes the address over, so the mesh above keeps it.
+            out.extend(self.leave(holder))
+            self.superseded.append(holder)
+        address = self._pick_address(room, hello.address)
+        if address is None:
+            return [(client_id, Refused(f"room {room.name} is full"))]
+        others = list(room.members.items())
+        room.members[address] = client_id
+        client.room, client.address = room, address
+        room.counters["joins"] += 1
+        member = Member(address, client.name)
+        welcome = Welcome(
+            room.name, room.room_id, address, room.network.prefixlen,
+            tuple(Member(a, self.clients[c].name) for a, c in others),
+        )  # fmt: skip
+        out.append((client_id, welcome))
+        out.extend((c, MemberJoined(member)) for _, c in others)
+        return out
+
+    def _pick_address(self, room: Room, wanted: str) -> str | None:
+        if wanted != "0.0.0.0":
+            ip = ipaddress.IPv4Address(wanted)
+            if ip in room.network and ip not in (room.network.network_address, room.network.broadcast_address) and (
+                wanted not in room.members
+            ):
+                return wanted
+        for ip in room.network.hosts():
+            if str(ip) not in room.members:
+                return str(ip)
+        return None
+
+    def leave(self, client_id: int) -> list[tuple[int, object]]:
+        """The client's connection ended; tells the rest of its room."""
+        client = self.clients.pop(client_id, None)
+        if client is None:
+            return []
+        self.departed = [*self.departed[-255:], client]
+        if client.room is None or client.address is None:
+            return []
+        room = client.room
+        room.members.pop(client.address, None)
+        room.counters["leaves"] += 1
+        return [(c, MemberLeft(client.address)) for c in room.members.values()]
+
+    # ------------------------------------------------------------------ forwarding
+    def forward(self, client_id: int, data: bytes) -> list[int]:
+        """The clients that get this envelope (unchanged), or none (the drop is counted)."""
+        client = self.clients.get(client_id)
+        if client is None or client.room is None:
+            self.drops["not in a room"] += 1
+            return []
+        room = client.room
+        client.counters["datagrams_in"] += 1
+        client.counters["bytes_in"] += len(data)
+        try:
+            env = decode_envelope(data)
+        except DecodeError:
+            return self._drop(client, "bad envelope")
+        if env.source[0] != client.address:
+            return self._drop(client, "spoofed source")
+        dst = env.destination[0]
+        if dst in (LIMITED_BROADCAST, room.broadcast):
+            targets = [c for a, c in room.members.items() if c != client_id]
+            room.counters["broadcasts"] += 1
+        else:
+            target = room.members.get(dst)
+            if target is None:
+                return self._drop(client, "no such member")
+            targets = [target]
+        payload = len(data) - ENVELOPE_SIZE
+        room.counters["datagrams"] += len(targets)
+        room.counters["bytes"] += payload * len(targets)
+        for t in targets:
+            rec = self.clients[t]
+            rec.counters["datagrams_out"] += 1
+            rec.counters["bytes_out"] += len(data)
+        return targets
+
+    def bulk(self, client_id: int, msg: BulkData) -> list[tuple[int, BulkData]]:
+        """Bulk data for a member (or the whole room, ``0.0.0.0``), its source filled in."""
+        client = self.clients.get(client_id)
+        if client is None or client.room is None or client.address is None:
+            self.drops["not in a room"] += 1
+            return []
+        room = client.room
+        client.counters["bulk_in"] += len(msg.data)
+        if msg.address == "0.0.0.0":
+            targets = [c for c in room.members.values() if c != client_id]
+        elif msg.address in room.members:
+            targets = [room.members[msg.address]]
+        else:
+            self._drop(client, "no such member")
+            return []
+        out = BulkData(client.address, msg.channel, msg.data)
+        for t in targets:
+            self.clients[t].counters["bulk_out"] += len(msg.data)
+        return [(t, out) for t in targets]
+
+    def _drop(self, client: ClientRecord, reason: str) -> list[int]:
+        client.counters[f"dropped: {reason}"] += 1
+        self.drops[reason] += 1
+        return []
+
+    # ------------------------------------------------------------------ reporting
+    def table(self) -> tuple[list[str], list[list[object]]]:
+        """One row per client (with its room), for the hub's counters table."""
+        headers = ["room", "address", "client", "peer", "dgrams in", "dgrams out", "bytes in", "bytes out", "dropped",
+                   "state"]  # fmt: skip
+        rows: list[list[object]] = []
+        here = [(c, "here") for c in self.clients.values()] + [(c, "left") for c in self.departed]
+        for c, state in sorted(here, key=lambda x: (x[0].room.name if x[0].room else "", x[0].address or "", x[1])):
+            dropped = sum(v for k, v in c.counters.items() if k.startswith("dropped"))
+            rows.append([
+                c.room.name if c.room else "-", c.address or "-", c.name, c.peer, c.counters["datagrams_in"],
+                c.counters["datagrams_out"], c.counters["bytes_in"], c.counters["bytes_out"], dropped, state,
+            ])  # fmt: skip
+        return headers, rows
+
+    def room_lines(self) -> list[str]:
+        """One line per room: members now, and what the hub relayed in it."""
+        return [
+            f"room {r.name} ({r.network}): {len(r.members)} member(s), relayed {r.counters['datagrams']} datagram(s) "
+            f"({r.counters['bytes']} bytes), {r.counters['broadcasts']} broadcast(s), {r.counters['joins']} join(s)"
+            for r in self.rooms.values()
+        ]

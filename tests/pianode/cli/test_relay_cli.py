@@ -1,0 +1,113 @@
+"""pianode relay and --relay on the real program: CA tooling, one-line errors, a refused site, a node through a hub."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import trio
+from cli_processes import CliProcess, until
+from loopback_addresses import free_port, loopback_block
+from relay_pki import Pki, make_pki
+
+PIANODE = [sys.executable, "-m", "pianode"]
+
+
+def run(*argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PIANODE, *argv], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def test_ca_init_and_issue_make_the_files_with_their_roles(tmp_path: pathlib.Path) -> None:
+    done = run("relay", "ca", "init", str(tmp_path / "pki"))
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "pki").iterdir()) == ["ca.key", "ca.pem"]
+    assert run("relay", "ca", "issue", str(tmp_path / "pki"), "--server", "hub").returncode == 0
+    done = run("relay", "ca", "issue", str(tmp_path / "pki"), "--client", "site-a")
+    assert done.returncode == 0 and "client-only" in done.stdout
+    assert (tmp_path / "pki" / "site-a.pem").exists() and (tmp_path / "pki" / "site-a.key").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (("relay", "ca", "init", "{root}/ca"), "already holds a CA"),
+        (("relay", "ca", "issue", "{root}/nowhere", "--client", "x"), "no CA there"),
+        (("relay", "ca", "issue", "{root}/ca", "--client", "../x"), "--client ../x: certificate name"),
+        (("relay", "serve", "--listen", "127.0.0.1:9", "--ca", "{root}/ca/ca.pem", "--cert", "{root}/ca/site-a.pem",
+          "--key", "{root}/ca/site-a.key"), "--cert {root}/ca/site-a.pem: server certificate wanted, got a client-only"),
+        (("relay", "serve", "--listen", "127.0.0.1:9", "--ca", "{root}/ca/ca.pem", "--cert", "{root}/ca/hub.pem",
+          "--key", "{root}/ca/site-a.key"), "--key: key {root}/ca/site-a.key does not belong"),
+        (("node", "--create", "--relay", "127.0.0.1:7777"), "--relay needs --relay-ca, --relay-cert, --relay-key"),
+        (("node", "--create", "--relay-ca", "x"), "need --relay HOST:PORT"),
+        (("lan", "join", "--game-key", "ee182a63e216cdb1f51ad4bed8cf6508", "--relay", "127.0.0.1:7777", "--relay-ca",
+          "{root}/ca/ca.pem", "--relay-cert", "{root}/ca/hub.pem", "--relay-key", "{root}/ca/hub.key"),
+         "--relay-cert {root}/ca/hub.pem: client certificate wanted, got a server-only"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(pki: Pki, argv: tuple[str, ...], needle: str) -> None:
+    done = run(*(a.format(root=pki.root) for a in argv))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert needle.format(root=pki.root) in done.stderr
+
+
+def _flags(pki: Pki, name: str, ca: str, hub: tuple[str, int]) -> list[str]:
+    ca_pem, pem, key = pki.files(name, ca)
+    return ["--relay", f"{hub[0]}:{hub[1]}", "--relay-ca", str(pki.root / "ca" / "ca.pem"), "--relay-cert", str(pem),
+            "--relay-key", str(key)]
+
+
+async def test_nodes_through_a_hub_and_a_hub_of_another_ca_refused_on_both_sides(pki: Pki) -> None:
+    hub_addr = (loopback_block() + "1", free_port())
+    rogue_addr = (hub_addr[0], free_port())
+    ca, pem, key = pki.files("hub")
+    rca, rpem, rkey = pki.files("rogue-hub", "other")
+    rogue = CliProcess([*PIANODE, "relay", "serve", "--listen", f"{rogue_addr[0]}:{rogue_addr[1]}", "--ca", str(rca),
+                        "--cert", str(rpem), "--key", str(rkey), "--report", "0"])  # fmt: skip
+    hub = CliProcess([*PIANODE, "relay", "serve", "--listen", f"{hub_addr[0]}:{hub_addr[1]}", "--ca", str(ca),
+                      "--cert", str(pem), "--key", str(key), "--report", "0"])  # fmt: skip
+    key_hex = "00112233445566778899aabbccddeeff"
+    create = CliProcess([*PIANODE, "node", "--create", "--session-key", key_hex, "--format", "jsonl", "--interval", "0.2",
+                         "--duration", "30", *_flags(pki, "site-a", "ca", hub_addr)])  # fmt: skip
+    join = CliProcess([*PIANODE, "node", "--join", "10.77.0.1:0", "--session-key", key_hex, "--format", "jsonl",
+                       "--interval", "0.2", "--duration", "30", *_flags(pki, "site-b", "ca", hub_addr)])  # fmt: skip
+    join.argv[join.argv.index("10.77.0.1:0")] = "10.77.0.1:49152"
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hub.run)
+            await until(lambda: bool(hub.lines))
+            await nursery.start(create.run)
+            await until(lambda: bool(create.lines) or create.returncode is not None)
+            await nursery.start(join.run)
+            await until(lambda: any(r["event"] == "data" for r in join.records()) or join.returncode is not None)
+            await nursery.start(rogue.run)
+            await until(lambda: bool(rogue.lines))
+            stranger = await trio.run_process([*PIANODE, "node", "--create", *_flags(pki, "site-c", "ca", rogue_addr)],
+                                              capture_stdout=True, capture_stderr=True, check=False)  # fmt: skip
+            await until(lambda: any("refused" in line for line in rogue.lines))
+            rogue.stop()
+            join.stop()
+            create.stop()
+            await until(lambda: join.returncode is not None and create.returncode is not None)
+            hub.stop()
+    assert create.records()[0]["address"] == "10.77.0.1:49152"
+    assert "--join 10.77.0.1:49152" in create.records()[0]["join_with"] and "--relay " in create.records()[0]["join_with"]
+    assert join.returncode == 0, join.stderr.decode()
+    joined = [r for r in join.records() if r["event"] == "joined"][0]
+    assert joined["address"].startswith("10.77.0.2:")
+    assert stranger.returncode == 1
+    err = stranger.stderr.decode()
+    assert err.splitlines() == [
+        f"pianode node: relay {rogue_addr[0]}:{rogue_addr[1]}: refused the hub: server certificate is not issued by this relay's CA"
+    ], err
+    refusal = [line for line in rogue.lines if "refused" in line]
+    assert len(refusal) == 1 and refusal[0].endswith(
+        "refused by the site: server certificate is not issued by this relay's CA"), rogue.lines
+    assert not any("joined" in line for line in rogue.lines)

@@ -1,0 +1,78 @@
+"""The relay's CA tooling and the checks of a peer's certificate, each refusal with its reason."""
+
+from __future__ import annotations
+
+import datetime
+import pathlib
+
+import pytest
+from cryptography import x509
+
+from pianode.relay.certificates import CertificateRefused, check_peer, init_ca, issue, load_credentials
+
+
+def _cert(path: pathlib.Path) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(path.read_bytes())
+
+
+@pytest.fixture
+def pki(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
+    init_ca(tmp_path / "ca")
+    init_ca(tmp_path / "other")
+    out = {"ca": tmp_path / "ca" / "ca.pem", "other_ca": tmp_path / "other" / "ca.pem"}
+    out["hub"], out["hub_key"] = issue(tmp_path / "ca", "hub", role="server")
+    out["site"], out["site_key"] = issue(tmp_path / "ca", "site-a", role="client")
+    out["stranger"], _ = issue(tmp_path / "other", "site-x", role="client")
+    out["rogue_hub"], _ = issue(tmp_path / "other", "hub", role="server")
+    return out
+
+
+def test_issued_certificates_carry_the_usage_of_their_role(pki: dict[str, pathlib.Path]) -> None:
+    ca = _cert(pki["ca"])
+    assert check_peer(_cert(pki["site"]), [], ca, role="client") == "site-a"
+    assert check_peer(_cert(pki["hub"]), [], ca, role="server") == "hub"
+    eku = _cert(pki["site"]).extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert oct(pki["site_key"].stat().st_mode & 0o777) == "0o600"
+    creds = load_credentials(pki["ca"], pki["site"], pki["site_key"])
+    assert creds.certificate == _cert(pki["site"])
+
+
+@pytest.mark.parametrize(
+    ("cert", "role", "reason"),
+    [
+        (None, "client", "no client certificate presented"),
+        ("stranger", "client", "is not issued by this relay's CA"),
+        ("hub", "client", "got a server-only certificate"),
+        ("site", "server", "got a client-only certificate"),
+        ("rogue_hub", "server", "is not issued by this relay's CA"),
+        ("other_ca", "client", "is self-signed"),
+    ],
+)
+def test_refusals_name_their_reason(pki: dict[str, pathlib.Path], cert: str | None, role: str, reason: str) -> None:
+    with pytest.raises(CertificateRefused, match=reason) as info:
+        check_peer(None if cert is None else _cert(pki[cert]), [], _cert(pki["ca"]), role=role)
+    assert "\n" not in str(info.value)
+
+
+def test_an_expired_certificate_is_refused(tmp_path: pathlib.Path) -> None:
+    init_ca(tmp_path)
+    old = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=30)
+    pem, _ = issue(tmp_path, "late", role="client", days=2, not_before=old)
+    with pytest.raises(CertificateRefused, match="expired on"):
+        check_peer(_cert(pem), [], _cert(tmp_path / "ca.pem"), role="client")
+
+
+def test_ca_init_does_not_overwrite_and_issue_checks_names(tmp_path: pathlib.Path) -> None:
+    init_ca(tmp_path)
+    with pytest.raises(FileExistsError):
+        init_ca(tmp_path)
+    with pytest.raises(ValueError):
+        issue(tmp_path, "../x", role="client")
+    with pytest.raises(ValueError):
+        issue(tmp_path, "x", role="both")
+
+
+def test_a_key_of_another_certificate_is_refused_on_load(pki: dict[str, pathlib.Path]) -> None:
+    with pytest.raises(ValueError, match="does not belong"):
+        load_credentials(pki["ca"], pki["site"], pki["hub_key"])

@@ -1,0 +1,57 @@
+"""Pia nodes whose transport is a relay site (``NodeConfig.socket_factory``): a mesh across two sites."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from loopback_addresses import loopback_block
+from relay_pki import Pki, make_pki
+
+from pianode.mesh.config import NodeConfig
+from pianode.mesh.events import DataReceived
+from pianode.mesh.node import open_node
+from pianode.relay.client import RelayClient
+from pianode.relay.hub import RelayHub
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+async def _received(node, count: int) -> list[tuple[int, bytes, bool]]:  # type: ignore[no-untyped-def]
+    got = []
+    async for event in node.events():
+        if isinstance(event, DataReceived):
+            got.append((event.source_index, event.data, event.reliable))
+            if len(got) == count:
+                return got
+    return got
+
+
+async def test_a_mesh_spans_two_sites_through_the_hub(pki: Pki) -> None:
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            hub = RelayHub(pki.credentials("hub"), (loopback_block() + "1", 0))
+            await nursery.start(hub.serve)
+            a = RelayClient(pki.credentials("site-a"), hub.address)
+            b = RelayClient(pki.credentials("site-b"), hub.address)
+            wa, wb = await nursery.start(a.run), await nursery.start(b.run)
+            key = bytes(range(16))
+            ca = NodeConfig(version="5.18", bind=(wa.address, 49152), socket_factory=a.site, seed=1, session_key=key)
+            cb = NodeConfig(version="5.18", bind=(wb.address, 49152), socket_factory=b.site, seed=2, session_key=key)
+            async with open_node(ca) as host, open_node(cb) as guest:
+                assert host.address == (wa.address, 49152)
+                await host.create_mesh()
+                index = await guest.join(host.address)
+                assert index == 1
+                assert await host.wait_connected(1, timeout=5)
+                await guest.send(0, b"reliable to host", reliable=True)
+                await guest.send(0, b"unreliable to host", reliable=False)
+                await host.send(1, b"reliable to guest", reliable=True)
+                await host.send(1, b"unreliable to guest", reliable=False)
+                assert sorted(await _received(host, 2)) == [(1, b"reliable to host", True), (1, b"unreliable to host", False)]
+                assert sorted(await _received(guest, 2)) == [(0, b"reliable to guest", True), (0, b"unreliable to guest", False)]
+                assert [s.address for s in host.stations() if s.index == 1] == [(wb.address, 49152)]
+            assert a.site.relayed_out > 0 and b.site.relayed_in > 0
+            nursery.cancel_scope.cancel()
