@@ -20,10 +20,13 @@ Defects of this NC-2020 commit worked around (see the README's interop section)
     * ``nintendo/pia/message.py`` logs through ``logger`` without defining it:
       a name error on its error paths.  The module gets its logger.
     * It adopts the connection ids negotiated in the handshake only for the
-      host, and only after the join response: it stamps every packet to another
-      member with connection id 0 and drops every packet of theirs that carries
-      their id ("unexpected connection id").  Once a station is connected and
-      in the mesh, its ids are adopted here.
+      host, and only after parsing the join response: it drops the join
+      response itself when the host sends it with its own connection id, as the
+      real 3DS host does (captures/mgba-uds-frames, frame "join 8"), stamps
+      every packet to another member with connection id 0, and drops every
+      packet of theirs that carries their id ("unexpected connection id").
+      Here a station's id is accepted once its handshake completes, and both
+      ids are used once it is connected and NC has joined.
     * It has no Keep Alive and no RTT protocol: this harness sends an empty
       keep-alive (protocol 0x08, port 0) every second to each connected
       station and answers RTT requests (protocol 0x58) on their port.
