@@ -63,8 +63,12 @@ PIA_PORT = 49152
 NC_DATA_SECONDS = 13
 INTERVAL = 0.2
 UNACKED = "unacknowledged reliable data for 15 s"
-#: What NC-2020 may log against pianode: its own gaps (no reliable mesh port for the update mesh).
+#: What NC-2020 may log against pianode: its own gaps (no reliable mesh port for the update mesh) ...
 NC_GAPS = {"Reliable mesh protocol is not supported"}
+#: ... and, a few times at most, what a retransmission overtaking an answer causes on a loaded machine: a
+#: second ack for a request it resent, a join response resent before our ack arrived.  (Acking the wrong
+#: ack id shows as ten "unknown ack id" lines: NC resends ten times.)
+NC_RACES = {"Received ack with unknown ack id": 3, "Received unexpected join response": 3}
 
 
 def _load_segment() -> Any:
@@ -170,8 +174,13 @@ def _numbers_from(p: CliProcess, source_index: int) -> list[int]:
 
 
 def _explain(*procs: CliProcess) -> str:
-    return "\n".join(f"--- {p.argv[-1]} ... rc={p.returncode}\n{chr(10).join(p.lines[-40:])}\n{p.stderr.decode()[-1500:]}"
-                     for p in procs)  # fmt: skip
+    """What each process printed last (for an assertion's message)."""
+    parts = []
+    for p in procs:
+        namespace, command = p.argv[3], next((a for a in p.argv if a in ("host", "join")), "?")
+        parts.append(f"--- {command} in {namespace}, exit {p.returncode}\n" + "\n".join(p.lines[-40:])
+                     + "\n" + p.stderr.decode()[-1500:])  # fmt: skip
+    return "\n".join(parts)
 
 
 def _assert_nc_joined(nc: CliProcess, segment: Any, host: dict[str, Any], stations: int) -> dict[str, Any]:
@@ -200,7 +209,8 @@ def _assert_nc_joined(nc: CliProcess, segment: Any, host: dict[str, Any], statio
     assert sorted(s["index"] for s in joined["stations"]) == list(range(stations)), why
     assert all(s["connected"] for s in joined["stations"]), why
     (summary,) = _events(nc, "summary")
-    assert set(summary["warnings"]) <= NC_GAPS, why
+    for warning, count in summary["warnings"].items():
+        assert warning in NC_GAPS or count <= NC_RACES.get(warning, 0), why
     return summary
 
 
