@@ -85,10 +85,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     def mesh_flags(q: argparse.ArgumentParser) -> None:
         q.add_argument("--format", default="table", help="table (default) or jsonl: one object per event")
         q.add_argument("--interval", dest="send_every", default="0.5", metavar="S",
-                       help="broadcast a numbered reliable message to the mesh every S seconds (0: never; default 0.5)")
+                       help="broadcast a numbered message (reliable unless --unreliable) to the mesh every S seconds (0: never; default 0.5)")
         q.add_argument("--send-every", dest="send_every", action=deprecated_alias("--interval"), help=argparse.SUPPRESS)
         q.add_argument("--alternate-unreliable", action="store_true",
                        help="send every second message unreliable (default: all reliable)")
+        q.add_argument("--unreliable", action="store_true",
+                       help="send the numbered messages unreliably (for a peer without the Reliable protocol)")
 
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument("--game-key", required=True, help="game key: 32 hex digits or 16 ASCII characters")
@@ -292,7 +294,7 @@ def run_host(args: argparse.Namespace) -> int:
             )  # fmt: skip
             nursery.start_soon(_report_ignored_requests, report, session.lan_host, profile)
             with stop.phase():
-                await report.participate(node, send_every, args.name)
+                await report.participate(node, send_every, args.name, reliable=not args.unreliable)
             session.cancel_scope.cancel()  # stop answering browse requests first
             s = session.lan_host.statistics()
             report.summary(node, session.network_id, browse={"answered": s.answered, "dropped": s.dropped})
@@ -450,7 +452,7 @@ def run_join(args: argparse.Namespace) -> int:
                 f"{info.host_port}) as station {join.station_index} from {ip}:{port}",
             )  # fmt: skip
             with stop.phase():
-                await report.participate(node, send_every, args.name)
+                await report.participate(node, send_every, args.name, reliable=not args.unreliable)
             report.summary(node, info.network_id)
             with trio.move_on_after(2.0):
                 await node.leave(timeout=1.0)
@@ -480,20 +482,20 @@ class _Report:
         self.out.write((json.dumps(record) if self.fmt == "jsonl" else text) + "\n")
         self.out.flush()
 
-    async def participate(self, node: Node, send_every: float, name: str) -> None:
+    async def participate(self, node: Node, send_every: float, name: str, *, reliable: bool = True) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._consume, node)
             if send_every > 0:
-                nursery.start_soon(self._send, node, send_every, name)
+                nursery.start_soon(self._send, node, send_every, name, reliable)
 
-    async def _send(self, node: Node, every: float, name: str) -> None:
+    async def _send(self, node: Node, every: float, name: str, reliable: bool) -> None:
         number = 0
         while True:
             await trio.sleep(every)
             if node.station_index is None:
                 continue
-            reliable = not (self.alternate_unreliable and number % 2)
-            self.sent += await node.broadcast(f"{name} #{number} from station {node.station_index}".encode(), reliable=reliable)
+            text = f"{name} #{number} from station {node.station_index}".encode()
+            self.sent += await node.broadcast(text, reliable=reliable and not (self.alternate_unreliable and number % 2))
             number += 1
 
     async def _consume(self, node: Node) -> None:

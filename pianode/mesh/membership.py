@@ -9,9 +9,10 @@ is leaving or has closed, and why a join failed.
 * **Create.** The creator is host and station index 0.
 * **Join.** The joiner connects to the host (the station handshake), sends
   a join request, and gets a join response (in fragments) with its index and
-  the table; it then connects to every member.  The host sends every member
-  an update mesh with a higher counter.  An update that overtakes the join
-  response is kept and applied once the station is in.
+  the table.  The host sends every member an update mesh with a higher
+  counter, and the members connect to the newcomer, which waits for them
+  (spec §5.4).  An update that overtakes the join response is kept and
+  applied once the station is in.
 * **Updates.** Only the station an update names as host may send it, and
   only a member (or, before the join completes, the join host).
 * **Leave.** A leave request goes to every member through the mesh window;
@@ -274,7 +275,7 @@ class Membership:
             if msg.trailing:
                 # Liberal where it costs nothing: the request's fields are all there.
                 self._tally.counters["trailing_bytes"] += 1
-                _log.info("%s:%d: join request with %d bytes after its documented layout: taken", *peer.address, msg.trailing)
+                _log.info("%s:%d: join request with %d bytes beyond its documented layout: taken", *peer.address, msg.trailing)
             self._ack(peer, msg.ack_id)
             self._on_join_request(peer, now)
         elif isinstance(msg, wire.JoinResponse):
@@ -342,8 +343,12 @@ class Membership:
             self._links.touched[member] = None
 
     def _apply_table(
-        self, entries: list[StationEntry], host_index: int, counter: int, now: float, *, connect_new: bool = False
+        self, entries: list[StationEntry], host_index: int, counter: int, now: float, *, newcomer: bool = False
     ) -> None:
+        """Take the host's table (*newcomer*: from our join response).  The members connect to a station
+        new in the host's update; the newcomer connects to no one and waits for them.  Spec §5.4 join
+        sequence, and the wiki's "Joining a mesh" step 6: after the update "the other consoles now try to
+        establish a connection with your console"; NintendoClients-2020's joiner waits for exactly that."""
         old_host = self.table.host_index
         old = {e.index: e for e in self.table.entries()}
         self.table.replace_all(entries, host_index, counter)
@@ -360,9 +365,9 @@ class Membership:
                 continue
             peer = peers.get(e.address)
             if peer is None:
-                if not connect_new:
-                    continue  # the newcomer connects to us
-                # The newcomer connects to every member (spec §5.4 join sequence), naming it.
+                known = old.get(e.index)
+                if newcomer or (known is not None and known.address == e.address):
+                    continue  # the members connect to a newcomer; a lost link is healed (_heal)
                 peer = self._handshake.connect(e.address, now, (e.constant_id, e.variable_id))
             peer.index = e.index
             if not peer.constant_id:
@@ -394,10 +399,10 @@ class Membership:
         self._join_deadline = None
         self._next_heal = now + HEAL_INTERVAL
         self._host.emit(MeshJoined(station_index=msg.joiner_index, host_index=msg.host_index))
-        self._apply_table(entries, msg.host_index, msg.update_counter, now, connect_new=True)
+        self._apply_table(entries, msg.host_index, msg.update_counter, now, newcomer=True)
         early, self._early_update = self._early_update, None
         if early is not None and early[2] > self.table.update_counter:
-            self._apply_table(early[0], early[1], early[2], now, connect_new=True)
+            self._apply_table(early[0], early[1], early[2], now, newcomer=True)
 
     def _on_update_mesh(self, peer: Peer, msg: wire.UpdateMesh, now: float) -> None:
         # Only our host may send an update, naming itself host; before our join

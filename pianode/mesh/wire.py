@@ -508,6 +508,10 @@ def encode_connect_request(
 #: A connection response's players: fragment 0 holds four PlayerInfo slots, the unused ones zero-filled
 #: (spec §5.3 "PlayerInfo × 2 or 4"; NintendoClients sends and expects exactly this, and fails on none).
 #: Where four do not fit the MTU, two, then our one player alone (still fragment 0: it holds all players).
+#: "Number of player infos" counts the slots that describe a player, not the slots: the documented layout
+#: sizes the array apart from that count (2 or 4), and NintendoClients-2020, written with that
+#: documentation, writes len(players) there and refuses a response whose count differs from the
+#: number of players ("Number of players is different from number of player infos").
 PLAYER_SLOTS = (4, 2, 1)
 _PLAYER_INFO_SIZE = 195  # 5.7+ (spec §5.2; 187 before)
 _RESPONSE_ROOM = 200  # the response's other fields, the message header and the packet's, with margin
@@ -530,7 +534,7 @@ def encode_connect_response(
         ack_id=ack_id,
         player_count=1,
         participant_count=1,
-        player_info_count=slots,
+        player_info_count=1,
         players=(PlayerInfo.from_text(name, profile), *[_EMPTY_PLAYER] * (slots - 1)),
     )
     if profile.version >= (5, 7):
@@ -595,7 +599,8 @@ def decode_station(profile: VersionProfile, payload: bytes) -> StationMessage:
 @attrs.frozen
 class JoinRequest:
     ack_id: int
-    #: How many bytes followed the documented layout (processed anyway, and counted).
+    #: How many bytes the request had beyond its documented layout, before its ack id (processed anyway,
+    #: and counted as trailing_bytes).
     trailing: int = 0
 
 
@@ -820,7 +825,7 @@ def encode_leave(profile: VersionProfile, index: int, location: Location) -> byt
 def decode_mesh(profile: VersionProfile, payload: bytes) -> MeshMessage:
     msg = pmesh.decode_mesh_message(payload, profile)
     if isinstance(msg, pmesh.JoinRequest):
-        return JoinRequest(msg.ack_id, len(msg.trailing))
+        return JoinRequest(msg.ack_id, len(msg.extra))
     if isinstance(msg, pmesh.JoinResponse):
         return JoinResponse(
             host_index=msg.host_index,

@@ -121,14 +121,17 @@ class JoinRequest:
     station_index: int = UNASSIGNED_STATION_INDEX
     #: <= 5.10 only: the joiner's StationAddress (8 bytes <= 4.10, 6 in 5.2-5.10).
     address: StationAddress = StationAddress()
-    #: Bytes after the ack id, which the documented layout does not have.  Kept, not refused:
-    #: NintendoClients e8f85f5 appends a 2-byte pad and a StationAddress to its 5.11+ request
-    #: (the <= 5.10 fields, after the ack id), and a node that drops that request cannot admit it.
-    trailing: bytes = b""
+    #: Bytes the documented layout does not have, between its fields and the ack id.  Kept, not
+    #: refused: NintendoClients e8f85f5 sends the <= 5.10 request (a 2-byte pad and a StationAddress
+    #: after the station index) at 5.11+ too, and a node that drops that request cannot admit it.
+    #: The ack id is the request's last u32 whatever comes before it: a message that asks for an
+    #: ack ends with its ack id in every documented layout (spec §5.3, §5.4), and NintendoClients
+    #: appends it last to every message it resends.
+    extra: bytes = b""
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check_mesh(profile)
-        used = {"ack_id", "station_index", "trailing"} | ({"address"} if profile.version <= V5_10 else set())
+        used = {"ack_id", "station_index", "extra"} | ({"address"} if profile.version <= V5_10 else set())
         require_only(self, used, profile)
         w = Writer()
         w.u8(MeshMessageType.JOIN_REQUEST)
@@ -136,8 +139,8 @@ class JoinRequest:
         if profile.version <= V5_10:
             w.zeros(2)
             self.address.write(w, profile)
+        w.bytes(self.extra)
         w.u32(self.ack_id, "ack id")
-        w.bytes(self.trailing)
         return w.getvalue()
 
 
@@ -148,7 +151,8 @@ def _decode_join_request(r: Reader, profile: VersionProfile) -> JoinRequest:
     if profile.version <= V5_10:
         r.zeros(2, "join request padding")
         address = decode_station_address(r, profile)
-    return JoinRequest(r.u32("ack id"), index, address, r.rest())
+    extra = r.bytes(max(r.remaining() - 4, 0), "join request extra bytes")
+    return JoinRequest(r.u32("ack id"), index, address, extra)
 
 
 # ---------------------------------------------------------------------------

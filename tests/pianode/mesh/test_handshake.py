@@ -101,7 +101,9 @@ def test_a_request_names_the_station_it_is_for_where_its_ids_are_known() -> None
 
 def test_a_connection_response_names_our_player_in_four_slots() -> None:
     """Spec §5.3: PlayerInfo x 2 or 4 (fragment 0: four slots, the unused ones zero-filled); NintendoClients
-    fails on a response without them.  Ours names the node's player."""
+    fails on a response without them.  Ours names the node's player, and its number of player infos counts
+    the one slot that describes a player (NintendoClients-2020 refuses a count that differs from the number
+    of players)."""
     from protocols.pia import station as pstation
 
     for version in ("5.8", "5.18", "5.26", "5.29", "5.45"):
@@ -116,7 +118,7 @@ def test_a_connection_response_names_our_player_in_four_slots() -> None:
             p.handshake.on_message(peer, _request(), 0.0)
         decoded = [pstation.decode_station_message(q.payload, profile) for q in peer.pending.values()]
         (response,) = [m for m in decoded if isinstance(m, pstation.ConnectionResponse)]
-        assert (response.player_count, response.participant_count, response.player_info_count) == (1, 1, 4), version
+        assert (response.player_count, response.participant_count, response.player_info_count) == (1, 1, 1), version
         assert len(response.players) == 4 and response.players[0].name_text == "pianode-7", version
 
 

@@ -196,3 +196,72 @@ def test_a_join_request_with_trailing_bytes_is_admitted_and_counted() -> None:
     a = _member(p, A, 0xA)
     m.on_message(a, wire.JoinRequest(ack_id=5, trailing=8), 0.0)
     assert a.index == 1 and p.tally.counters["trailing_bytes"] == 1
+
+
+def test_the_join_request_of_nintendoclients_2020_is_acked_with_its_own_ack_id() -> None:
+    """NC-2020's 5.11+ join request carries a pad and a StationAddress before the ack id its resender
+    appends last (bytes seen on the wire in the interop test).  The ack names that id: acking bytes 2-5
+    instead leaves it resending the request, ten times, and being answered each time."""
+    from protocols.pia import station as pstation
+
+    p = build()
+    profile = p.config.profile
+    m = p.membership
+    m.create(0.0)
+    a = _member(p, A, 0xA)
+    theirs = bytes([1, 253, 0, 0, 10, 251, 0, 3, 0xC0, 0x00]) + (0xA1B2C3D4).to_bytes(4, "big")
+    msg = wire.decode_mesh(profile, theirs)
+    assert msg == wire.JoinRequest(ack_id=0xA1B2C3D4, trailing=8)
+    m.on_message(a, msg, 0.0)
+    station_id = profile.protocol_ids[Proto.STATION]
+    acks = [
+        pstation.decode_station_message(payload, profile)
+        for _addr, proto, _port, payload in decoded(p, p.outbox.drain(a, 0.0))
+        if proto == station_id and payload[0] == 5
+    ]
+    assert [ack.ack_id for ack in acks] == [0xA1B2C3D4]
+    assert a.index == 1 and p.tally.counters["trailing_bytes"] == 1
+
+
+def test_the_members_connect_to_a_newcomer_and_the_newcomer_waits_for_them() -> None:
+    """Spec §5.4 join sequence (wiki "Joining a mesh", step 6): after the host's update mesh "the other
+    consoles now try to establish a connection with your console".  NintendoClients-2020's joiner waits for
+    exactly that and never starts a handshake to a member itself."""
+    me = ("127.0.0.9", 40009)
+
+    # The newcomer (us, index 3): its join response lists the host and two members; it connects to no one.
+    p = build(address=me)
+    m = p.membership
+    m.join(HOST, 0.0)
+    host = p.links.peers[HOST]
+    p.links.learn(host, 0x1, 0x2)
+    p.links.set_connected(host, 0.1)
+    m.on_connected(host, 0.1)
+    table = (
+        StationEntry(0, 0x1, 0x2, HOST, 0),
+        StationEntry(1, 0xA, 0xB, A, 1),
+        StationEntry(2, 0xC, 0xD, B, 2),
+        StationEntry(3, p.local.constant_id, p.local.variable_id, me, 3),
+    )
+    m.on_message(host, wire.JoinResponse(0, 3, 1, 0, 4, table, ack_id=9), 0.2)
+    assert m.joined and m.index == 3
+    assert set(p.links.peers) == {HOST}
+    # A member's request then gets its index from the table once the handshake completes.
+    a = _member(p, A, 0xA)
+    m.on_connected(a, 0.3)
+    assert a.index == 1
+
+    # A member (us, index 1): the host's update lists a newcomer at index 2; we start the handshake to it.
+    q = build(address=me)
+    n = q.membership
+    n.join(HOST, 0.0)
+    qhost = q.links.peers[HOST]
+    q.links.learn(qhost, 0x1, 0x2)
+    q.links.set_connected(qhost, 0.1)
+    n.on_connected(qhost, 0.1)
+    mine = (StationEntry(0, 0x1, 0x2, HOST, 0), StationEntry(1, q.local.constant_id, q.local.variable_id, me, 1))
+    n.on_message(qhost, wire.JoinResponse(0, 1, 1, 0, 2, mine, ack_id=9), 0.2)
+    qhost.index = 0
+    n.on_message(qhost, wire.UpdateMesh(0, 3, 1, 0, (*mine, StationEntry(2, 0xC, 0xD, B, 2))), 0.3)
+    newcomer = q.links.peers[B]
+    assert newcomer.initiator and newcomer.index == 2 and newcomer.pending

@@ -266,7 +266,7 @@ def test_encode_refuses_or_round_trips(version: str, data: st.DataObject) -> Non
     field = data.draw(st.sampled_from([f.name for f in attrs.fields(type(msg)) if f.name != "stations"]))
     if field == "address":
         value: object = StationAddress(InetAddress(), 1)
-    elif field == "trailing":
+    elif field == "extra":
         value = data.draw(st.binary(min_size=1, max_size=16))
     else:
         value = data.draw(st.integers(1, 255))
@@ -280,13 +280,15 @@ def test_encode_refuses_or_round_trips(version: str, data: st.DataObject) -> Non
     assert decode_mesh_message(raw, p) == msg
 
 
-def test_a_join_request_with_bytes_after_its_layout_keeps_its_fields_and_the_rest() -> None:
-    """NintendoClients e8f85f5 appends a 2-byte pad and a StationAddress (here 6 bytes) after the
-    ack id of its 5.11+ join request; the documented fields are all there, so it decodes."""
+def test_a_join_request_with_bytes_beyond_its_layout_keeps_its_fields_and_its_last_u32_is_the_ack_id() -> None:
+    """NintendoClients e8f85f5 sends the <= 5.10 join request at 5.11+ too: a 2-byte pad and a StationAddress
+    (6 bytes) after the station index, then the ack id its resender appends last.  The documented fields are
+    all there, so it decodes, and the ack id is the last u32 (acking bytes 2-5 instead never stops its resends)."""
     p = profile_for("5.18")
     documented = JoinRequest(0x01020304).encode(p)
     assert documented == bytes([1, 253]) + bytes.fromhex("01020304")
-    extra = b"\x00\x00" + bytes([127, 0, 0, 5]) + (49152).to_bytes(2, "big")
-    msg = decode_mesh_message(documented + extra, p)
-    assert msg == JoinRequest(0x01020304, trailing=extra)
-    assert msg.encode(p) == documented + extra
+    extra = b"\x00\x00" + bytes([10, 0, 0, 5]) + (49152).to_bytes(2, "big")
+    theirs = bytes([1, 253]) + extra + bytes.fromhex("01020304")
+    msg = decode_mesh_message(theirs, p)
+    assert msg == JoinRequest(0x01020304, extra=extra)
+    assert msg.encode(p) == theirs
