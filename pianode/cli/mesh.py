@@ -42,7 +42,6 @@ from pianode.cli.common import (
     port_arg,
 )
 from pianode.mesh.config import NodeConfig
-from pianode.sim.mesh_procs import ProcessMeshRun, default_processes
 from pianode.sim.mesh_run import MeshRun, MeshRunResult
 
 __all__ = ["add_parser"]
@@ -155,12 +154,14 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--fanout broadcast needs a version with group packets (5.27+), not {config.profile.name}")
     fanout = "broadcast" if args.fanout == "broadcast" or (args.fanout == "auto" and has_footer) else "unicast"
     extra: dict[str, Any] = {}
-    run_class: type[MeshRun] | type[ProcessMeshRun] = MeshRun
+    run_class: Any = MeshRun
     network = config.network.value
     if args.processes is not None and args.processes > args.nodes:
         raise CliError(f"--processes {args.processes}: more processes than the {args.nodes} stations")
     if args.discovery == "on" and (args.processes or 1) > 1:
         raise CliError("--processes: a mesh split over processes is formed by hand-off, not --discovery on")
+    from pianode.sim.mesh_procs import default_processes
+
     processes = args.processes or (1 if args.discovery == "on" else default_processes(args.nodes, args.rate))
     # auto: discovery as consoles do it, unless the stations are split over processes (hand-off then)
     discover = args.discovery == "on" or (
@@ -195,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
         live = LiveView(tty=False)
         live.calls = -10**9  # no progress lines either
     if processes > 1:
+        from pianode.sim.mesh_procs import ProcessMeshRun  # (its workers: the same interpreter, spawned)
+
         run_class, extra = ProcessMeshRun, {"processes": processes}
     try:
         mesh = run_class(

@@ -160,8 +160,7 @@ class Node:
                 while True:
                     batch = endpoint.receive_batch(BATCH)
                     now = trio.current_time()
-                    for data, addr in batch:
-                        session.receive_datagram(data, addr, now)
+                    session.receive_datagrams(batch, now)
                     timer = session.get_timer()
                     if timer is not None and timer <= now:
                         session.handle_timer(now)
