@@ -97,7 +97,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default="auto",
         help="how joiners find the host: as consoles do (on: LAN browse up to 16 stations, LDN scan up to 8) "
         "or handed its address and key, the way a matchmaking server does (off; always for nex). "
-        "Default auto: discovery for lan (up to 16 stations) and ldn",
+        "Default auto: discovery for lan (up to 16 stations) and ldn, unless the stations are split over processes",
     )
     p.add_argument(
         "--fanout",
@@ -107,6 +107,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "that every station listens for, or one unicast copy per station. Default: broadcast where the "
         "version has a footer",
     )
+    p.add_argument("--processes", type=number_arg("--processes", 1, 32, integer=True), default=None, metavar="N",
+                   help="split the stations over N processes, one frame clock and one report (default: 2 or more "
+                   "where a real-time session needs more than one core, else 1); a split mesh is formed by hand-off")
     p.add_argument("--game-key", default=None,
                    help="LAN/LDN discovery: game key (32 hex digits or 16 characters) the keys derive from (default random)")
     add_fault_arguments(p)
@@ -152,10 +155,18 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--fanout broadcast needs a version with group packets (5.27+), not {config.profile.name}")
     fanout = "broadcast" if args.fanout == "broadcast" or (args.fanout == "auto" and has_footer) else "unicast"
     extra: dict[str, Any] = {}
-    run_class: type[MeshRun] = MeshRun
+    run_class: Any = MeshRun
     network = config.network.value
+    if args.processes is not None and args.processes > args.nodes:
+        raise CliError(f"--processes {args.processes}: more processes than the {args.nodes} stations")
+    if args.discovery == "on" and (args.processes or 1) > 1:
+        raise CliError("--processes: a mesh split over processes is formed by hand-off, not --discovery on")
+    from pianode.sim.mesh_procs import default_processes
+
+    processes = args.processes or (1 if args.discovery == "on" else default_processes(args.nodes, args.rate))
+    # auto: discovery as consoles do it, unless the stations are split over processes (hand-off then)
     discover = args.discovery == "on" or (
-        args.discovery == "auto" and (network == "ldn" or (network == "lan" and args.nodes <= 16))
+        args.discovery == "auto" and processes == 1 and (network == "ldn" or (network == "lan" and args.nodes <= 16))
     )
     if discover and network in ("nex", "npln"):
         raise CliError(f"{network.upper()} sessions are matched by a game server: --discovery applies to lan and ldn")
@@ -185,6 +196,10 @@ def run(args: argparse.Namespace) -> int:
     if args.quiet:
         live = LiveView(tty=False)
         live.calls = -10**9  # no progress lines either
+    if processes > 1:
+        from pianode.sim.mesh_procs import ProcessMeshRun  # (its workers: the same interpreter, spawned)
+
+        run_class, extra = ProcessMeshRun, {"processes": processes}
     try:
         mesh = run_class(
             config,
@@ -246,6 +261,7 @@ def render_summary(result: MeshRunResult) -> str:
             f"p99 {f['p99_ms']:.2f} ms, {f['late']} later than {f['late_threshold_ms']:.0f} ms "
             f"({f['within_threshold_pct']:.2f}% on time)"
             + (f"; process CPU {f['cpu_load_pct']:.0f}% of one core" if f.get("cpu_load_pct") is not None else "")
+            + (f" (sum of {s['processes']} processes)" if s.get("processes", 1) > 1 else "")
         )
         if f.get("late_by_second"):
             worst = sorted(f["late_by_second"].items(), key=lambda kv: -kv[1])[:5]
@@ -263,7 +279,12 @@ def render_summary(result: MeshRunResult) -> str:
         lines.append(f"recorded {s['record']['datagrams']} datagrams to {s['record']['pcap']} (session {s['record']['session']})")
     for problem in s["problems"]:
         lines.append(f"PROBLEM: {problem}")
-    lines.append(f"result: {'OK' if s['ok'] else 'LATE' if result.late and not s['problems'] else 'FAILED'} in {s['wall_time']:.2f} s wall time")
+    if s.get("frames") and s["result"] == "LATE":
+        f = s["frames"]
+        lines.append(f"LATE: {f['within_threshold_pct']:.2f}% of frames within {f['late_threshold_ms']:.0f} ms, "
+                     f"the target is {f['on_time_target_pct']:.0f}%")  # fmt: skip
+    split = f" ({s['processes']} processes)" if s.get("processes", 1) > 1 else ""
+    lines.append(f"result: {s['result']} in {s['wall_time']:.2f} s wall time{split}")
     return "\n".join(lines)
 
 

@@ -161,8 +161,7 @@ class Node:
                 while True:
                     batch = endpoint.receive_batch(BATCH)
                     now = trio.current_time()
-                    for data, addr in batch:
-                        session.receive_datagram(data, addr, now)
+                    session.receive_datagrams(batch, now)
                     timer = session.get_timer()
                     if timer is not None and timer <= now:
                         session.handle_timer(now)
@@ -460,11 +459,8 @@ class Node:
 
 def _send_what_fits(endpoint: UdpEndpoint, out: list[tuple[bytes, tuple[str, int]]]) -> list[tuple[bytes, tuple[str, int]]]:
     """Send *out* in order as far as the kernel takes it now; returns the rest."""
-    send = endpoint.send_nowait
-    for i, (data, addr) in enumerate(out):
-        if not send(data, addr):
-            return out[i:]
-    return []
+    sent = endpoint.send_all_nowait(out)
+    return out[sent:] if sent < len(out) else []
 
 
 @asynccontextmanager

@@ -26,7 +26,7 @@ peer that never acks) comes through :class:`OutboxHost`.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from pianode.mesh import departure, wire
@@ -45,6 +45,7 @@ from protocols.pia.versions import MessageFormat, Proto
 
 __all__ = ["Datagram", "Outbox", "OutboxHost"]
 
+_NONCE_MASK = 0xFFFFFFFFFFFFFFFF  # the header nonce counter is 8 bytes
 MAX_PENDING = 64  # acked station/mesh messages awaiting their ack, per peer
 
 #: A datagram and the address it goes to.
@@ -128,7 +129,7 @@ class Outbox:
 
     def next_header_nonce(self) -> bytes:
         """The next 8-byte header nonce: one counter per node, never reused under the key."""
-        self._nonce_counter = (self._nonce_counter + 1) & 0xFFFFFFFFFFFFFFFF
+        self._nonce_counter = (self._nonce_counter + 1) & _NONCE_MASK
         return self._nonce_counter.to_bytes(8, "big")
 
     def _next_ack_id(self) -> int:
@@ -208,24 +209,53 @@ class Outbox:
         if len(members) > 1 and self._group_unreliable:
             return None  # one group packet for all of them (see broadcast)
         self._counters["unreliable_sent"] += len(members)
-        return len(members), [self.seal_unreliable(peer, data, now) for peer in members]
+        return len(members), self.seal_unreliable_each(members, data, now)
 
     def seal_unreliable(self, peer: Peer, data: bytes, now: float) -> Datagram:
         """The next packet to *peer*, of one unreliable message, through the peer's sealer."""
+        return self.seal_unreliable_each((peer,), data, now)[0]
+
+    def seal_unreliable_each(self, peers: Sequence[Peer], data: bytes, now: float) -> list[Datagram]:
+        """The next packet to each of *peers*, of one unreliable message (*data*), through each peer's sealer.
+
+        A game's frame to every station: per packet only the packet id, the
+        header nonce and the seal differ; the counting and the tap are done
+        once for the batch.  A peer whose sealer is missing or stale (made for
+        another codec or other ids) gets a new one, made from the packet the
+        general codec seals.
+        """
         codec = self.codec
         assert codec is not None
-        # The packets differ only in id, header nonce and payload while these hold.
-        made_for = (codec, peer.index, peer.variable_id, peer.own_conn_id, self.variable_id, self.message_source_id)
-        sealer = peer.sealer
-        if sealer is not None and sealer[0] == made_for:
-            seal = sealer[1]
-            if seal is not None:
-                return self._sent(peer, seal(peer.tx_ids.next(), self.next_header_nonce(), data), now)
-            return self._packet(peer, (self.message(peer, Proto.UNRELIABLE, 0, data),), now)
-        message = self.message(peer, Proto.UNRELIABLE, 0, data)
-        header = self._header(peer, now)
-        peer.sealer = (made_for, codec.lone_sealer(header, message, self._source_ip))
-        return self._sent(peer, codec.encode(Packet(header, (message,)), self._source_ip), now)
+        own_vid, own_source = self.variable_id, self.message_source_id
+        counter = self._nonce_counter
+        out: list[Datagram] = []
+        append = out.append
+        for peer in peers:
+            # The packets differ only in id, header nonce and payload while these hold.
+            made_for = (codec, peer.index, peer.variable_id, peer.own_conn_id, own_vid, own_source)
+            sealer = peer.sealer
+            if sealer is not None and sealer[0] == made_for and sealer[1] is not None:
+                counter = (counter + 1) & _NONCE_MASK
+                append((sealer[1](peer.tx_ids.next(), counter.to_bytes(8, "big"), data), peer.address))
+            else:
+                self._nonce_counter = counter
+                if sealer is not None and sealer[0] == made_for:  # the codec has no sealer for this shape
+                    append(self._packet_unsent(peer, (self.message(peer, Proto.UNRELIABLE, 0, data),), now))
+                else:
+                    message = self.message(peer, Proto.UNRELIABLE, 0, data)
+                    header = self._header(peer, now)
+                    peer.sealer = (made_for, codec.lone_sealer(header, message, self._source_ip))
+                    append((codec.encode(Packet(header, (message,)), self._source_ip), peer.address))
+                counter = self._nonce_counter
+            peer.packets_sent += 1
+            peer.last_sent = now
+        self._nonce_counter = counter
+        self._counters["packets_sent"] += len(out)
+        tap = self.tap
+        if tap is not None:
+            for datagram, address in out:
+                tap(datagram, self.local_address, address, now)
+        return out
 
     # ------------------------------------------------------------------ datagrams
     def datagrams_to_send(self, now: float) -> list[Datagram]:
@@ -292,8 +322,12 @@ class Outbox:
 
     def _packet(self, peer: Peer, messages: tuple[Message, ...], now: float) -> Datagram:
         """Seal *messages* into the next packet to *peer* and count it as sent."""
+        return self._sent(peer, self._packet_unsent(peer, messages, now)[0], now)
+
+    def _packet_unsent(self, peer: Peer, messages: tuple[Message, ...], now: float) -> Datagram:
+        """Seal *messages* into the next packet to *peer* (not counted yet)."""
         assert self.codec is not None
-        return self._sent(peer, self.codec.encode(Packet(self._header(peer, now), messages), self._source_ip), now)
+        return self.codec.encode(Packet(self._header(peer, now), messages), self._source_ip), peer.address
 
     def _sent(self, peer: Peer, data: bytes, now: float) -> Datagram:
         """Count *data*, the next packet to *peer*, as sent."""

@@ -115,6 +115,32 @@ class UdpEndpoint:
             self.send_errors += 1
         return True
 
+    def send_all_nowait(self, out: list[tuple[bytes, tuple[str, int]]]) -> int:
+        """Send *out* in order as far as the kernel takes it now; returns how many went.
+
+        :meth:`send_nowait` for a batch (a frame to every station): one loop
+        around the socket call, without a method call per datagram.
+        """
+        raw = self._raw
+        if raw is None:
+            for i, (data, addr) in enumerate(out):
+                if not self.send_nowait(data, addr):
+                    return i
+            return len(out)
+        sendto = raw.sendto
+        sent = 0
+        while True:
+            try:
+                for data, addr in out[sent:] if sent else out:
+                    sendto(data, addr)
+                    sent += 1
+                return sent
+            except BlockingIOError:
+                return sent
+            except OSError:
+                self.send_errors += 1  # this one is lost (as send_nowait loses it); go on with the rest
+                sent += 1
+
     def close(self) -> None:
         if self._raw is not None:
             self._raw.detach()  # the trio socket owns the descriptor

@@ -22,7 +22,7 @@ import random
 import socket as stdlib_socket
 import struct
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -33,7 +33,7 @@ from pianode.mesh.events import DataReceived, HostChanged, StationJoined, Statio
 from pianode.sim.faults import LinkFaults
 from pianode.mesh.node import JoinError, Node
 
-__all__ = ["LanMeshRun", "MeshRun", "MeshRunResult"]
+__all__ = ["LanMeshRun", "MeshRun", "MeshRunResult", "write_record"]
 
 _log = logging.getLogger("pianode.mesh")  # -v: stations joining and leaving, host changes
 
@@ -125,18 +125,42 @@ class MeshRunResult:
     indexes: dict[int, int] = attrs.field(factory=dict)
     host_views: list[int | None] = attrs.field(factory=list)
 
+    #: Real-time session: the share of frames that must arrive within ``late_threshold`` (percent).
+    on_time_target_pct: float = 99.0
+    #: How many processes ran the stations (:mod:`pianode.sim.mesh_procs`); CPU load sums them.
+    processes: int = 1
+
+    @property
+    def on_time_pct(self) -> float | None:
+        """Real-time session: frames delivered within ``late_threshold``, in percent of those expected."""
+        if not self.frames_expected:
+            return None
+        late = sum(1 for x in self.latencies if x > self.late_threshold)
+        return 100.0 * (self.frames_delivered - late) / self.frames_expected
+
+    @property
+    def late(self) -> bool:
+        """A real-time session that missed its latency target (fewer than ``on_time_target_pct`` on time)."""
+        pct = self.on_time_pct
+        return pct is not None and pct < self.on_time_target_pct
+
     @property
     def ok(self) -> bool:
         return not self.problems and not self.late
 
     @property
-    def late(self) -> bool:
-        """A real-time session that missed its latency target: fewer than 99 % of its frames within
-        ``late_threshold`` (issue 21: such a run reports ``result: LATE`` and exits 1)."""
-        if not self.frames_expected:
-            return False
-        on_time = self.frames_delivered - sum(1 for x in self.latencies if x > self.late_threshold)
-        return on_time < 0.99 * self.frames_expected
+    def verdict(self) -> str:
+        """OK, LATE (everything arrived, but too many frames late) or FAILED."""
+        return "FAILED" if self.problems else "LATE" if self.late else "OK"
+
+    def check_delivery(self) -> None:
+        """Add a problem for every broken delivery guarantee (reliable: exactly once, in order)."""
+        if self.reliable_delivered != self.reliable_expected:
+            self.problems.append(f"reliable messages delivered {self.reliable_delivered} of {self.reliable_expected}")
+        if self.duplicates:
+            self.problems.append(f"{self.duplicates} reliable messages delivered twice")
+        if self.out_of_order:
+            self.problems.append(f"{self.out_of_order} reliable messages out of order")
 
     def late_by_second(self) -> dict[int, int]:
         """Late frames by the second of the session they were scheduled in (only seconds with any):
@@ -175,10 +199,11 @@ class MeshRunResult:
             "faults": self.faults,
             "problems": self.problems,
             "ok": self.ok,
+            "result": self.verdict,
+            "processes": self.processes,
             "wall_time": self.wall_time,
         }
         if self.frames_expected:
-            on_time = self.frames_delivered - late
             out["frames"] = {
                 "expected": self.frames_expected,
                 "delivered": self.frames_delivered,
@@ -188,7 +213,8 @@ class MeshRunResult:
                 "max_ms": lat[-1] * 1000 if lat else 0.0,
                 "late": late,
                 "late_threshold_ms": self.late_threshold * 1000,
-                "within_threshold_pct": 100.0 * on_time / self.frames_expected,
+                "within_threshold_pct": self.on_time_pct,
+                "on_time_target_pct": self.on_time_target_pct,
                 "late_by_second": self.late_by_second(),
                 "cpu_load_pct": None if self.cpu_load is None else 100.0 * self.cpu_load,
             }
@@ -446,16 +472,28 @@ class MeshRun:
         await self._wait_delivered(nodes, 10.0 + self.duration)
 
     async def _realtime(self, nodes: list[Node]) -> None:
+        await self._frame_clock(list(enumerate(nodes)), len(nodes), trio.current_time())
+        await self._wait_delivered(nodes, 10.0)
+        await trio.sleep(0.2)  # let the last frames land
+
+    async def _frame_clock(
+        self, placed: list[tuple[int, Node]], total: int, start: float, *, stamp_shift: float = 0.0
+    ) -> None:
+        """Send the real-time session's frames for the stations *placed* here.
+
+        *placed* holds (position among all *total* stations, node); *start* is
+        the session's start on the Trio clock.  Frames carry their scheduled
+        time minus *stamp_shift*: the Trio clock itself in one process, the
+        system-wide monotonic clock when the stations are split over processes
+        (:mod:`pianode.sim.mesh_procs`), whose receivers read that clock.
+        """
         assert self.rate
         self._seq = {}
         period = 1.0 / self.rate
         frames = max(1, int(self.duration * self.rate))
         payload_pad = bytes(48)
-
-        start = trio.current_time()
         cpu_start = time.process_time()
-        self.result.session_start = start
-
+        self.result.session_start = start - stamp_shift
         every = max(1, int(self.rate))
 
         # The stations share one frame clock (as a clock-synchronised game
@@ -466,24 +504,25 @@ class MeshRun:
         # round trip and a timer per station per frame.
         first = 0.05
         stations = []
-        for position, node in enumerate(nodes):
+        for position, node in placed:
             src = node.station_index
             assert src is not None
             # One reliable message a second per station, the stations' phases
             # spread over the second (a burst of every station's at once
             # would be a load spike no game produces).
-            phase = (position * every) // len(nodes)
+            phase = (position * every) // total
             peers = sum(1 for s in node.stations() if s.state == "connected")
             stations.append((node, src, phase, peers))
         sequence = [0] * len(stations)
         for frame in range(frames):
             due = start + first + frame * period
             await trio.sleep_until(due)
+            stamp = due - stamp_shift
             tick = frame % every
             for k, (node, src, phase, peers) in enumerate(stations):
                 # Stamp the scheduled time: a station that falls behind real
                 # time shows up as latency, not as a slower but "on time" game.
-                node.broadcast_nowait(_FRAME.pack(b"F", src, frame, due) + payload_pad, reliable=False)
+                node.broadcast_nowait(_FRAME.pack(b"F", src, frame, stamp) + payload_pad, reliable=False)
                 self.result.frames_expected += peers
                 if tick == phase:
                     node.broadcast_nowait(_RELIABLE.pack(b"R", src, sequence[k]), reliable=True)
@@ -493,8 +532,6 @@ class MeshRun:
         # process cannot keep up and frames queue (one core; Trio runs on one thread).
         self.result.cpu_time = time.process_time() - cpu_start
         self.result.cpu_load = self.result.cpu_time / max(1e-9, trio.current_time() - start)
-        await self._wait_delivered(nodes, 10.0)
-        await trio.sleep(0.2)  # let the last frames land
 
     async def _migrate(self, nodes: list[Node]) -> None:
         host = next(n for n in nodes if n.station_index == n.host_index)
@@ -552,6 +589,11 @@ class MeshRun:
             await trio.sleep(self.live_interval)
 
     def _collect(self, nodes: list[Node]) -> None:
+        self._gather(nodes)
+        self.result.check_delivery()
+
+    def _gather(self, nodes: list[Node]) -> None:
+        """The receivers' counts, the stations' rows and drops into the result (no verdict)."""
         r = self.result
         all_nodes = nodes
         r.reliable_delivered = sum(self.receivers[id(n)].delivered for n in all_nodes if id(n) in self.receivers)
@@ -573,28 +615,12 @@ class MeshRun:
                 drops[k] = drops.get(k, 0) + v
         r.drops = drops
         r.stations = self.station_rows(live)
-        if r.reliable_delivered != r.reliable_expected:
-            r.problems.append(f"reliable messages delivered {r.reliable_delivered} of {r.reliable_expected}")
-        if r.duplicates:
-            r.problems.append(f"{r.duplicates} reliable messages delivered twice")
-        if r.out_of_order:
-            r.problems.append(f"{r.out_of_order} reliable messages out of order")
+
+
 
     def _write_record(self) -> None:
-        from pianode.capture.pcap import PcapWriter
-
         assert self.record is not None
-        path = self.record
-        session_path = (path[:-5] if path.endswith(".pcap") else path) + ".session.json"
-        with open(path, "wb") as f:
-            writer = PcapWriter(f)
-            for data, src, dst, now in self._records:
-                writer.write_udp(data, src, dst, now)
-        context = self._session_context()
-        with open(session_path, "w") as f:
-            json.dump(context, f, indent=2, sort_keys=True)
-            f.write("\n")
-        self.result.record = {"pcap": path, "session": session_path, "datagrams": len(self._records)}
+        self.result.record = write_record(self.record, self._records, self._session_context())
 
     def _session_context(self) -> dict[str, Any]:
         nodes = getattr(self, "all_nodes", [])
@@ -604,6 +630,26 @@ class MeshRun:
             ctx["session_key"] = host.session_key.hex()
             ctx.update(host.decode_context())
         return ctx
+
+
+def write_record(
+    path: str, records: Iterable[tuple[bytes, tuple[str, int], tuple[str, int], float]], context: dict[str, Any]
+) -> dict[str, Any]:
+    """Write the datagrams (data, source, destination, wall time) to the pcap *path* and the
+    session file beside it (FILE.session.json); returns the summary's ``record`` entry."""
+    from pianode.capture.pcap import PcapWriter
+
+    session_path = (path[:-5] if path.endswith(".pcap") else path) + ".session.json"
+    count = 0
+    with open(path, "wb") as f:
+        writer = PcapWriter(f)
+        for data, src, dst, now in records:
+            writer.write_udp(data, src, dst, now)
+            count += 1
+    with open(session_path, "w") as f:
+        json.dump(context, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return {"pcap": path, "session": session_path, "datagrams": count}
 
 
 class LanMeshRun(MeshRun):

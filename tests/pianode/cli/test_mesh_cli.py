@@ -190,8 +190,9 @@ def test_group_packets_go_once_to_the_broadcast_address(tmp_path: pathlib.Path, 
 
 def test_realtime_session_defaults_to_group_packets() -> None:
     out = pianode("mesh", "-n", "4", "--rate", "30", "--duration", "0.5", "--format", "jsonl")
-    assert out.returncode == 0, out.stdout + out.stderr
     s = summary(out)
+    # On time (exit 0) or, on a machine too busy for real time, LATE (exit 1): not a timing test.
+    assert (out.returncode, s["result"]) in ((0, "OK"), (1, "LATE")), out.stdout + out.stderr
     assert s["version"] == "5.29"
     assert s["frames"]["delivered"] == s["frames"]["expected"] == 4 * 3 * 15
 

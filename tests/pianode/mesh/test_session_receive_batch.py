@@ -1,0 +1,111 @@
+"""``MeshSession.receive_datagrams`` (a driver's batch) is ``receive_datagram`` for each datagram in order.
+
+Two meshes formed alike from the same seeds; the same datagrams (a station's
+stream of frames, replays, tampered and truncated copies, packets of other
+shapes, datagrams from unknown addresses) go to one receiver one by one and to
+its twin as one batch.  What the application gets, the counters and the drops
+must be the same.
+"""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, given, settings
+from mesh_harness import BatchHarness
+
+from pianode.mesh.session import MeshSession
+
+VERSIONS = ("5.18", "5.29")
+
+
+def _formed(version: str) -> BatchHarness:
+    h = BatchHarness(3, version=version)
+    assert h.form()
+    return h
+
+
+def _take(h: BatchHarness, sender: MeshSession) -> list[tuple[bytes, tuple[str, int]]]:
+    out = sender.datagrams_to_send(h.now)
+    return [(data, addr) for data, addr in out]
+
+
+def _stream(h: BatchHarness, kinds: list[int]) -> list[tuple[bytes, tuple[str, int]]]:
+    """Datagrams for station 1 (sent by 0 and 2, and mangled), in the order *kinds* says."""
+    s0, s1, s2 = h.sessions
+    to1 = s1.local_address
+    out: list[tuple[bytes, tuple[str, int]]] = []
+    sent: list[bytes] = []
+    for k, kind in enumerate(kinds):
+        sender = s2 if kind == 1 else s0
+        frame = b"F" + bytes([kind]) + k.to_bytes(4, "big") + bytes(40)
+        if kind in (0, 1):  # a frame on the stream (sealed now, or queued behind other output)
+            index = s1.index
+            assert index is not None
+            ready = sender.send_unreliable_now(index, frame, h.now)
+            if ready is None:
+                sender.send(index, frame, reliable=False, now=h.now)
+                datagrams = [d for d, a in _take(h, sender) if a == to1]
+            else:
+                datagrams = [ready[0]]
+            for data in datagrams:
+                out.append((data, sender.local_address))
+                sent.append(data)
+        elif kind == 2 and sent:  # a replay
+            out.append((sent[k % len(sent)], s0.local_address))
+        elif kind == 3 and sent:  # one bit flipped
+            data = bytearray(sent[-1])
+            data[k % len(data)] ^= 0x10
+            out.append((bytes(data), s0.local_address))
+        elif kind == 4 and sent:  # cut short
+            out.append((sent[-1][: k % len(sent[-1])], s0.local_address))
+        elif kind == 5:  # a reliable message: another shape, the general path
+            index = s1.index
+            assert index is not None
+            sender.send(index, b"R" + k.to_bytes(4, "big"), reliable=True, now=h.now)
+            out.extend((d, sender.local_address) for d, a in _take(h, sender) if a == to1)
+        elif kind == 6 and sent:  # a stream datagram from an address that is no peer
+            out.append((sent[-1], ("127.0.0.99", 49152)))
+    return out
+
+
+def _state(session: MeshSession, got: list[tuple[int, bytes, bool]]) -> tuple[object, ...]:
+    peers = sorted((p.address, p.packets_received, p.last_heard) for p in session.peers.values())
+    return (got, dict(session.counters), dict(session.drops), peers, list(session.take_events()))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(version=st.sampled_from(VERSIONS), kinds=st.lists(st.integers(0, 6), min_size=1, max_size=40),
+       cut=st.integers(0, 40))  # fmt: skip
+def test_a_batch_is_received_as_its_datagrams_one_by_one(version: str, kinds: list[int], cut: int) -> None:
+    one, twin = _formed(version), _formed(version)
+    datagrams = _stream(one, kinds)
+    assert _stream(twin, kinds) == datagrams  # the twins seal the very same bytes
+    receivers = one.sessions[1], twin.sessions[1]
+    got: tuple[list[tuple[int, bytes, bool]], list[tuple[int, bytes, bool]]] = ([], [])
+    for receiver, into in zip(receivers, got):
+        receiver.data_handler = lambda index, data, reliable, into=into: into.append((index, data, reliable))
+    before = [_state(r, []) for r in receivers]
+    assert before[0][1:3] == before[1][1:3]
+    now = one.now + 0.001
+    for data, addr in datagrams:
+        receivers[0].receive_datagram(data, addr, now)
+    # The batch in two parts, as a driver reads it.
+    receivers[1].receive_datagrams(datagrams[:cut], now)
+    receivers[1].receive_datagrams(datagrams[cut:], now)
+    assert _state(receivers[0], got[0]) == _state(receivers[1], got[1])
+    frames = [data for _, data, reliable in got[0] if not reliable and data[:1] == b"F"]
+    assert len(frames) == len({data for data in frames})  # replays dropped, each frame once
+
+
+def test_a_stream_of_frames_takes_the_batch_path_after_its_first_frame() -> None:
+    h = _formed("5.18")
+    datagrams = _stream(h, [0] * 10)
+    receiver = h.sessions[1]
+    slow: list[bytes] = []
+    general = receiver.receive_datagram
+    receiver.receive_datagram = lambda data, addr, now: (slow.append(data), general(data, addr, now))  # type: ignore[method-assign]
+    got: list[bytes] = []
+    receiver.data_handler = lambda index, data, reliable: got.append(data)
+    receiver.receive_datagrams(datagrams, h.now)
+    assert len(got) == 10
+    assert len(slow) <= 1  # the first frame sets the peer's opener up; the rest are the stream's
