@@ -6,10 +6,18 @@ import ipaddress
 
 import attrs
 
+from pianode.mesh import legacy
 from protocols.errors import ConfigError
 from protocols.pia.versions import NetworkType, VersionProfile, profile_for
 
-__all__ = ["NodeConfig"]
+__all__ = ["NodeConfig", "node_refusal"]
+
+
+def node_refusal(profile: VersionProfile, network: NetworkType) -> str | None:
+    """Why the node does not run *profile* on *network* (one line), or None when it does."""
+    if profile.version > (5, 45):
+        return f"the node speaks Pia 3.3-5.45 (station and mesh protocols); {profile.name} is decode-only"
+    return legacy.refusal(profile, network)  # 3.3-5.6 (None from 5.7 on)
 
 
 def _network(value: str | NetworkType) -> NetworkType:
@@ -119,10 +127,9 @@ class NodeConfig:
         prof = self.profile
         if self.group_broadcast is not None and self.group_broadcast[1] == 0:
             raise ConfigError("group broadcast needs a fixed port (every station listens on it)")
-        if prof.version < (5, 7) or prof.version > (5, 45):
-            raise ConfigError(
-                f"the node speaks Pia 5.7-5.45 (station and mesh protocols); {prof.name} is decode-only"
-            )
+        why = node_refusal(prof, self.network)
+        if why is not None:
+            raise ConfigError(why)
 
     @property
     def profile(self) -> VersionProfile:

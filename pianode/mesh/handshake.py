@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pianode.mesh import wire
+from pianode.mesh import legacy, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
 from pianode.mesh.outbox import Outbox
@@ -76,6 +76,8 @@ class StationHandshake:
         self._tally = tally
         self._host = host
         self._has_conn_id = self.profile.has_connection_id
+        #: Inverse requests echo our connection id from 5.7 (spec §5.3); before, there is nothing to check.
+        self._inverse_id = self.profile.version >= (5, 7)
         #: The session's network id, as connection requests and responses carry it (set by :meth:`use_network`).
         self.network_id = 0
         self._denied: dict[tuple[str, int], float] = {}
@@ -143,7 +145,7 @@ class StationHandshake:
         self._links.learn(peer, msg.location.constant_id, msg.location.variable_id)
         if msg.inverse:
             # We initiated; this is the peer's inverse request (<= 5.26).
-            if msg.inverse_conn_id != peer.own_conn_id:
+            if self._inverse_id and msg.inverse_conn_id != peer.own_conn_id:
                 self._tally.drop(DropReason.IDENTITY_MISMATCH)
                 return
             peer.peer_conn_id = msg.conn_id
@@ -242,7 +244,9 @@ class StationHandshake:
         if seen is None or peer.last_heard > seen:
             # First sign, or the old identity spoke since the last one: probe it and wait.
             peer.restart_seen = now
-            self._outbox.enqueue(peer, Proto.RTT, 1, wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now)))
+            self._outbox.enqueue(
+                peer, Proto.RTT, legacy.rtt_port(self.profile), wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now))
+            )
             self._tally.counters["restart_probes"] += 1
             self._tally.drop(DropReason.UNCONFIRMED_RESTART)
             return False

@@ -29,7 +29,9 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
-from pianode.mesh import wire
+import attrs
+
+from pianode.mesh import legacy, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
 from pianode.mesh.packet_ids import PacketIdCounter
@@ -40,7 +42,7 @@ from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
 from protocols.pia.packet import PacketCodec
 from protocols.pia.packet_values import Packet
-from protocols.pia.versions import Proto
+from protocols.pia.versions import MessageFormat, Proto
 
 __all__ = ["Datagram", "Outbox", "OutboxHost"]
 
@@ -55,6 +57,9 @@ class OutboxHost(Protocol):
 
     def peer_lost(self, peer: Peer, reason: str, now: float) -> None:
         """*peer* never acked a message: the membership decides what follows."""
+
+    def station_index(self) -> int | None:
+        """This station's index (None: not in a mesh yet); M-A messages and H-A headers carry it."""
 
 
 class Outbox:
@@ -86,6 +91,10 @@ class Outbox:
         self.protocol_ids: dict[Proto, int] = dict(profile.protocol_ids)
         self._unreliable_id = self.protocol_ids[Proto.UNRELIABLE]
         self._bitmap_flag = profile.bitmap_flag
+        #: <= 5.6 (pianode.mesh.legacy): H-A headers, M-A messages carrying our station index.
+        self._legacy = legacy.is_legacy(profile)
+        self._encrypted = not legacy.plain_packets(profile, config.network)
+        self._source_index = profile.message_format is MessageFormat.A
         #: Group mode (5.27+ footer, one broadcast per group packet): a reliable
         #: broadcast goes out as one group packet too (see broadcast).
         self._group_mode = config.group_broadcast is not None and profile.footer == "plain"
@@ -114,7 +123,13 @@ class Outbox:
 
     # ------------------------------------------------------------------ messages
     def message(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> Message:
-        return wire.make_message(self.profile, self.protocol_ids, self.message_source_id, peer, proto, port, payload)
+        message = wire.make_message(self.profile, self.protocol_ids, self.message_source_id, peer, proto, port, payload)
+        if self._source_index:
+            # M-A (<= 5.4): the sender's station index, 253 before it has one (spec §2.1, §2.6); the
+            # source constant id is 0, as in every message of the real 3DS frames.
+            index = self._host.station_index()
+            return attrs.evolve(message, source_station_index=253 if index is None else index, source_constant_id=0)
+        return message
 
     def enqueue(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> None:
         peer.outbox.append(self.message(peer, proto, port, payload))
@@ -279,6 +294,8 @@ class Outbox:
         return [self._packet(peer, tuple(bundle), now) for bundle in bundles]
 
     def _header(self, peer: Peer, now: float) -> PacketHeader:
+        if self._legacy:
+            return legacy.make_header(self.profile, peer, self._host.station_index(), self._encrypted, now)
         return wire.make_header(self.profile, peer, self.variable_id, self.next_header_nonce(), now)
 
     def _packet(self, peer: Peer, messages: tuple[Message, ...], now: float) -> Datagram:

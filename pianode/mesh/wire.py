@@ -20,6 +20,7 @@ from typing import Iterator, Protocol
 
 import attrs
 
+from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.packet_ids import PacketIdCounter
 from pianode.mesh.reliable import ReliableWindow, WindowConfig
@@ -162,6 +163,10 @@ def _new_packet_codec(
     config: NodeConfig, profile: VersionProfile, key: bytes, network_id: int
 ) -> tuple[PacketCodec, Callable[[PacketHeader, str], bytes]]:
     net = config.network
+    if legacy.is_legacy(profile):
+        # <= 5.6: AES-ECB + HMAC-MD5 keyed with the session key, no nonce (spec §3.1); the
+        # replay checks read the header instead (pianode.mesh.legacy.replay_nonce).
+        return PacketCodec(profile, key, None, backend=config.aead_backend), _legacy_nonce
     if net is NetworkType.NEX:
         builder = nonce_builder(profile, net, gathering_id=network_id)
     elif net is NetworkType.LDN:
@@ -169,6 +174,10 @@ def _new_packet_codec(
     else:
         builder = nonce_builder(profile, net)
     return PacketCodec(profile, key, builder, backend=config.aead_backend), builder
+
+
+def _legacy_nonce(header: PacketHeader, source: str) -> bytes:
+    return legacy.replay_nonce(header)
 
 
 def decode_context(config: NodeConfig, network_id: int, addresses: Iterable[tuple[str, int]]) -> dict[str, object]:
@@ -470,6 +479,12 @@ def _protocol_list(profile: VersionProfile) -> tuple[tuple[int, int], ...]:
 def encode_connect_request(
     profile: VersionProfile, local: Location, network_id: int, peer: PeerLink, *, inverse: bool, ack_id: int
 ) -> bytes:
+    if profile.version < (5, 7):
+        # 3.3-5.6: no target variable id, no inverse connection id; the target constant id from 5.2 (spec §5.3).
+        old: dict[str, object] = dict(ack_id=ack_id, connection_id=peer.own_conn_id, is_inverse=inverse)
+        if profile.version >= (5, 2):
+            old["target_constant_id"] = peer.constant_id
+        return pstation.ConnectionRequest(**old, **_location_fields(profile, local)).encode(profile)  # type: ignore[arg-type]
     fields: dict[str, object] = dict(
         ack_id=ack_id,
         target_constant_id=peer.constant_id,
@@ -514,6 +529,14 @@ def encode_connect_response(
     mtu: int = 1364,
 ) -> bytes:
     """An accepting connection response that names our one player (*name*), in as many slots as *mtu* allows."""
+    if profile.version <= (4, 10):
+        # One PlayerInfo, the player's name as the token (the real 3DS 4.10 frames), spec §5.3.
+        return pstation.ConnectionResponse(
+            ack_id=ack_id,
+            platform=legacy.platform(profile),
+            token=legacy.token(profile, name),
+            players=(legacy.player_info(profile, name, network_id),),
+        ).encode(profile)
     slots = next((n for n in PLAYER_SLOTS if n * _PLAYER_INFO_SIZE + _RESPONSE_ROOM <= mtu), 1)
     fields: dict[str, object] = dict(
         ack_id=ack_id,
@@ -534,7 +557,7 @@ def encode_connect_response(
             platform=4,
         )
     else:
-        fields.update(platform=4, network_id=network_id & 0xFFFFFFFF)
+        fields.update(platform=legacy.platform(profile), network_id=network_id & 0xFFFFFFFF)
     return pstation.ConnectionResponse(**fields).encode(profile)  # type: ignore[arg-type]
 
 
@@ -751,6 +774,12 @@ def encode_join_response(
     host = table.host_index or 0
     counter = table.update_counter
     builds: list[Callable[[int], bytes]] = []
+    # The fields after the counts (spec §5.4): none up to 3.10, max active/buffer in 4.x, all from 5.x.
+    extra: dict[str, int] = {}
+    if profile.version >= (4, 0):
+        extra.update(max_active=max_stations, max_buffer=max_stations)
+    if profile.version >= (5, 0):
+        extra.update(max_total=max_stations, update_counter=counter)
     base = 0
     for i, frag in enumerate(frags):
         infos = tuple(_infos(profile, frag))
@@ -764,11 +793,8 @@ def encode_join_response(
                 fragment_index=i,
                 base_index=base,
                 stations=infos,
-                max_active=max_stations,
-                max_buffer=max_stations,
-                max_total=max_stations,
-                update_counter=counter,
                 ack_id=ack_id,
+                **extra,
             ).encode(profile)
 
         builds.append(build)
@@ -854,7 +880,9 @@ def new_window(profile: VersionProfile, config: NodeConfig, now: float) -> Relia
     from protocols.pia.reliable import WindowLayout, layout_for
 
     layout = layout_for(profile)
-    if layout not in (WindowLayout.V5_17, WindowLayout.V5_29, WindowLayout.V7_0):
+    if legacy.is_legacy(profile):
+        layout = WindowLayout.V5_12  # 32-bit ids from 0xFFFFF82F, as real 4.10 traffic carries (spec §5.8)
+    elif layout not in (WindowLayout.V5_17, WindowLayout.V5_29, WindowLayout.V7_0):
         layout = WindowLayout.V5_17
     return ReliableWindow(
         WindowConfig(
