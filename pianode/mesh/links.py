@@ -45,7 +45,7 @@ from pianode.mesh.stats import DropReason, Tally
 from pianode.mesh.table import MeshTable
 from protocols.pia.message import Message
 from protocols.pia.packet_values import Packet
-from protocols.pia.versions import Proto
+from protocols.pia.versions import MessageFormat, Proto
 
 __all__ = ["GroupView", "LinkHost", "Links"]
 
@@ -89,6 +89,8 @@ class Links:
         self._conn_ids_any = (0, 1) if legacy.is_legacy(self.profile) else (0,)
         self._legacy = legacy.is_legacy(self.profile)
         self._rtt_port = legacy.rtt_port(self.profile)
+        #: M-A messages carry source constant id 0 (pianode.mesh.legacy): nothing to check there.
+        self._message_ids = self.profile.message_format is not MessageFormat.A
         self._never_joined = config.join_timeout + config.station_timeout
         self.peers: dict[tuple[str, int], Peer] = {}
         #: Peers whose output may have changed since the last flush (a dict: ordered, no duplicates).
@@ -304,7 +306,7 @@ class Links:
         if peer.connected:
             if not self.same_identity(peer, header.connection_id, header.source_variable_id, None):
                 return False
-        if peer.constant_id:
+        if peer.constant_id and self._message_ids:
             for m in packet.messages:
                 if m.source_constant_id is not None and m.source_constant_id != peer.constant_id:
                     self._tally.drop(DropReason.IDENTITY_MISMATCH)

@@ -95,6 +95,11 @@ class Membership:
         self._leave_deadline: float | None = None
         self._next_heal: float | None = None
         self._early_update: tuple[list[StationEntry], int, int] | None = None
+        #: Before 5.0 the join response carries no update counter (spec §5.4): the counter of the
+        #: last update that listed us, below which an update that does not is stale, not a reason
+        #: to join again (None: none yet).  Only read where the join response has no counter.
+        self._counterless_join = self.profile.version < (5, 0)
+        self._listed_counter: int | None = None
         #: An update from the station the migration rule would elect, sent before we saw our host
         #: go: (its index, entries, counter), applied if we do elect it (see peer_lost).
         self._successor_update: tuple[int, list[StationEntry], int] | None = None
@@ -352,8 +357,13 @@ class Membership:
         self._join_deadline = None
         self._next_heal = now + HEAL_INTERVAL
         self._host.emit(MeshJoined(station_index=msg.joiner_index, host_index=msg.host_index))
-        self._apply_table(entries, msg.host_index, msg.update_counter, now, connect_new=True)
         early, self._early_update = self._early_update, None
+        counter = msg.update_counter
+        if self._counterless_join and early is not None:
+            # No counter in the response (before 5.0): it is newer than any update that came before
+            # it (the host answered our join after sending those), so it takes their counter.
+            counter, early = early[2], None
+        self._apply_table(entries, msg.host_index, counter, now, connect_new=True)
         if early is not None and early[2] > self.table.update_counter:
             self._apply_table(early[0], early[1], early[2], now, connect_new=True)
 
@@ -409,10 +419,17 @@ class Membership:
         self._departed.clear()
         self._successor_update = None
         if self.index is not None and all(e.index != self.index or e.address != self.local_address for e in entries):
+            if self._counterless_join and (self._listed_counter is None or counter <= self._listed_counter):
+                # An update the host queued before it admitted us, overtaken by the join response
+                # (no counter in it to tell them apart): stale.
+                self._tally.counters["stale_updates"] += 1
+                return
             # The host's table does not list us (we were admitted by a host
             # that left before telling the others): join again through it.
             self._rejoin(host, now)
             return
+        if self.index is not None:
+            self._listed_counter = counter
         self._apply_table(entries, host.index, counter, now)
 
     # ------------------------------------------------------------------ departures

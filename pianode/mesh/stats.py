@@ -34,6 +34,7 @@ COUNTERS = (
     "restart_probes",
     "restarts",
     "retransmissions",
+    "stale_updates",
     "rtt_requests_received",
     "successor_updates_held",
     "unreliable_delivered",

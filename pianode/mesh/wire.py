@@ -112,6 +112,10 @@ def local_identity(config: NodeConfig, address: tuple[str, int], rng: random.Ran
     profile = config.profile
     var_bits = 16 if profile.variable_id_size == 2 else 32
     variable_id = rng.randrange(2, 1 << var_bits)
+    if config.network is NetworkType.LDN and profile.constant_id_size == 4:
+        # 3DS local play (<= 4.10): the real frames carry zero ids in every StationLocation (the
+        # local network names stations by node id); the address stays, as the simulation routes by it.
+        return Location(address, 0, 0, 0)
     if config.network is NetworkType.LDN:
         mac = mac_for(ip)
         return Location(address, keys.ldn_constant_id(mac), variable_id, keys.ldn_service_variable_id(mac))
