@@ -41,7 +41,9 @@ from pianode.cli.common import (
     parse_hostport,
     port_arg,
 )
+from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
+from protocols.pia.versions import profile_for
 from pianode.sim.mesh_run import MeshRun, MeshRunResult
 
 __all__ = ["add_parser"]
@@ -72,6 +74,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         version_help=f"Pia version (default {DEFAULT_VERSION}; {REALTIME_VERSION} for a real-time session (--rate), "
         "whose frames go out as one group packet per frame with the receivers in its footer)",
     )
+    # No --network: lan, or nex for Pia 3.x/4.x, which have no LAN mode (pianode.mesh.legacy).
+    p.set_defaults(network=None)
     p.add_argument("--duration", type=number_arg("--duration", 0, 3600), default=2.0, metavar="S",
                    help="seconds of data exchange after the mesh formed (0..3600, default 2)")
     p.add_argument("--rate", type=number_arg("--rate", 0, 240, lo_open=True), default=None, metavar="HZ",
@@ -138,9 +142,12 @@ def run(args: argparse.Namespace) -> int:
     check_output_path("--record", args.record)
     fmt = args.format
     version = args.version or (REALTIME_VERSION if args.rate else DEFAULT_VERSION)
+    network_name = args.network
+    if network_name is None:
+        network_name = legacy.default_network(profile_for(version, allow_nearest=args.allow_nearest_version)).value
     config = NodeConfig(
         version=version,
-        network=args.network,
+        network=network_name,
         allow_nearest_version=args.allow_nearest_version,
         aead_backend=args.backend,
         seed=args.seed,
@@ -153,8 +160,13 @@ def run(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
     run_class: type[MeshRun] = MeshRun
     network = config.network.value
+    no_discovery = legacy.discovery_refusal(config.profile, config.network)
+    if args.discovery == "on" and no_discovery is not None:
+        raise CliError(f"--discovery on: {no_discovery}")
     discover = args.discovery == "on" or (
-        args.discovery == "auto" and (network == "ldn" or (network == "lan" and args.nodes <= 16))
+        args.discovery == "auto"
+        and no_discovery is None
+        and (network == "ldn" or (network == "lan" and args.nodes <= 16))
     )
     if discover and network == "nex":
         raise CliError("NEX sessions are matched by a game server: --discovery applies to lan and ldn")

@@ -90,6 +90,37 @@ def refusal(profile: VersionProfile, network: NetworkType) -> str | None:
     return None
 
 
+def default_network(profile: VersionProfile) -> NetworkType:
+    """The network a tool runs *profile* on when none is named: LAN where it exists (5.2+), else NEX."""
+    return NetworkType.NEX if profile.version < (5, 2) else NetworkType.LAN
+
+
+def discovery_refusal(profile: VersionProfile, network: NetworkType) -> str | None:
+    """Why stations of *profile* cannot find each other on *network* as consoles do (None: they can).
+
+    The node itself runs; only the discovery step lacks a documented rule, so the
+    host address and session key must be handed over (as a matchmaking server does).
+    """
+    if not is_legacy(profile):
+        return None
+    if network is NetworkType.LAN:
+        return (
+            f"Pia {profile.name} LAN discovery cannot give a session key: LanSessionInfo carries the session key"
+            " param only from 5.7 (spec §6.3) and no other LAN key source is documented (§3.3)"
+        )
+    if network is NetworkType.LDN:
+        if profile.version < (5, 2):
+            return (
+                f"Pia {profile.name} local play runs on the 3DS local network, whose beacon (Pia application data)"
+                " the spec does not document (§7.2 starts at 5.2)"
+            )
+        return (
+            f"Pia {profile.name} LDN sessions are not encrypted (spec §3.3) and no LDN rule says which key signs"
+            " their HMAC-MD5 trailer"
+        )
+    return None
+
+
 def plain_packets(profile: VersionProfile, network: NetworkType) -> bool:
     """Whether the node sends (and accepts) plain, HMAC-signed packets: local play up to 5.6 (spec §3.3)."""
     return is_legacy(profile) and network is NetworkType.LDN
