@@ -100,6 +100,7 @@ class Membership:
         #: to join again (None: none yet).  Only read where the join response has no counter.
         self._counterless_join = self.profile.version < (5, 0)
         self._listed_counter: int | None = None
+        self._update_newcomer = self.profile.version <= (5, 6)
         #: An update from the station the migration rule would elect, sent before we saw our host
         #: go: (its index, entries, counter), applied if we do elect it (see peer_lost).
         self._successor_update: tuple[int, list[StationEntry], int] | None = None
@@ -121,7 +122,8 @@ class Membership:
         entry = self.table.add(self.local.constant_id, self.local.variable_id, self.local_address)
         self.index = entry.index
         self.table.host_index = entry.index
-        self.table.update_counter = 1
+        # Up to 5.6 the first joiner's update carries 1, as in the real 4.10 frames (pianode.mesh.legacy).
+        self.table.update_counter = 0 if self._update_newcomer else 1
         self.joined = True
         self._next_heal = now + HEAL_INTERVAL
         self._host.emit(MeshJoined(station_index=entry.index, host_index=entry.index))
@@ -282,7 +284,9 @@ class Membership:
             return
         self.table.update_counter += 1
         self._answer_join(peer, entry.index, now)
-        self._send_update_mesh(now, exclude={peer.address})
+        # Up to 5.6 the newcomer gets the update too, after its join response, as in the real 4.10
+        # frames (pianode.mesh.legacy); later, the join response alone tells it the table.
+        self._send_update_mesh(now, exclude=() if self._update_newcomer else {peer.address})
 
     def _answer_join(self, peer: Peer, index: int, now: float) -> None:
         self._links.set_index(peer, index)

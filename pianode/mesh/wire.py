@@ -445,6 +445,14 @@ def _station_location(profile: VersionProfile, loc: Location) -> StationLocation
     return StationLocation(public=inet, private=inet, nat_location=0, private_available=1, **ids)
 
 
+def _connection_info(profile: VersionProfile, loc: Location, sl: StationLocation) -> StationConnectionInfo:
+    """A <= 5.9 StationConnectionInfo: the location as public and private one, or, in 3DS local play
+    (zero ids, pianode.mesh.legacy), as the real 4.10 frames carry it: URL type 0, private location empty."""
+    if not (loc.constant_id or loc.variable_id or loc.service_variable_id) and profile.constant_id_size == 4:
+        return StationConnectionInfo(public=attrs.evolve(sl, url_type=0), private=StationLocation())
+    return StationConnectionInfo(public=sl, private=sl)
+
+
 def _from_station_location(loc: StationLocation | StationConnectionInfo | None) -> Location:
     if isinstance(loc, StationConnectionInfo):
         loc = loc.public
@@ -467,7 +475,7 @@ def _from_station_location(loc: StationLocation | StationConnectionInfo | None) 
 def _location_fields(profile: VersionProfile, loc: Location) -> dict[str, object]:
     sl = _station_location(profile, loc)
     if profile.version <= (5, 9):
-        return {"connection_info": StationConnectionInfo(public=sl, private=sl)}
+        return {"connection_info": _connection_info(profile, loc, sl)}
     return {"location": sl}
 
 
@@ -656,7 +664,7 @@ def _infos(profile: VersionProfile, entries: list[StationEntry]) -> list[MeshSta
         loc = Location(e.address, e.constant_id, e.variable_id, _service_id(e))
         sl = _station_location(profile, loc)
         location: StationLocation | StationConnectionInfo = (
-            StationConnectionInfo(public=sl, private=sl) if profile.version <= (5, 9) else sl
+            _connection_info(profile, loc, sl) if profile.version <= (5, 9) else sl
         )
         join_order = e.join_order & 0xFFFF if (5, 29) < profile.version <= (5, 45) else 0
         out.append(MeshStationInfo(location=location, index=e.index, join_order=join_order))
@@ -664,6 +672,8 @@ def _infos(profile: VersionProfile, entries: list[StationEntry]) -> list[MeshSta
 
 
 def _service_id(e: StationEntry) -> int:
+    if not (e.constant_id or e.variable_id):
+        return 0  # 3DS local play: zero ids throughout (pianode.mesh.legacy)
     try:
         return keys.lan_service_variable_id(e.address[0], e.address[1])
     except (ValueError, DecodeError):
@@ -780,9 +790,9 @@ def encode_join_response(
     builds: list[Callable[[int], bytes]] = []
     # The fields after the counts (spec §5.4): none up to 3.10, max active/buffer in 4.x, all from 5.x.
     extra: dict[str, int] = {}
-    if profile.version >= (4, 0):
-        extra.update(max_active=max_stations, max_buffer=max_stations)
     if profile.version >= (5, 0):
+        # (4.x: both 0, as the real 4.10 frames carry them.)
+        extra.update(max_active=max_stations, max_buffer=max_stations)
         extra.update(max_total=max_stations, update_counter=counter)
     base = 0
     for i, frag in enumerate(frags):
