@@ -50,11 +50,13 @@ so the GCM-era code paths stay as they are and each difference can be read
 
 from __future__ import annotations
 
+import attrs
+
 from pianode.mesh.replay import NonceReplayFilter
 from protocols.errors import DecodeError
 from protocols.pia import station as pstation
 from protocols.pia.header import PacketHeader
-from protocols.pia.types import PlayerInfo
+from protocols.pia.types import PlayerInfo, StationConnectionInfo, StationLocation
 from protocols.pia.versions import HeaderFormat, NetworkType, VersionProfile
 
 __all__ = [
@@ -157,6 +159,34 @@ def player_info(profile: VersionProfile, name: str, network_id: int) -> PlayerIn
 def token(profile: VersionProfile, name: str) -> bytes:
     """The identification token of a <= 4.10 connection response: the real 3DS frames carry the player's name."""
     return _text(profile, name[:16])
+
+
+def connect_request(
+    profile: VersionProfile, info: StationConnectionInfo, conn_id: int, inverse: bool, target: int, ack_id: int
+) -> bytes:
+    """A 3.3-5.6 connection request: no target variable id, no inverse connection id; the target
+    constant id from 5.2 (spec §5.3)."""
+    fields: dict[str, object] = dict(ack_id=ack_id, connection_id=conn_id, is_inverse=inverse, connection_info=info)
+    if profile.version >= (5, 2):
+        fields["target_constant_id"] = target
+    return pstation.ConnectionRequest(**fields).encode(profile)  # type: ignore[arg-type]
+
+
+def connect_response(profile: VersionProfile, name: str, network_id: int, ack_id: int) -> bytes:
+    """A <= 4.10 accepting connection response: one PlayerInfo, the player's name as the token (spec §5.3,
+    as the real 3DS 4.10 frames carry it)."""
+    return pstation.ConnectionResponse(
+        ack_id=ack_id,
+        platform=platform(profile),
+        token=token(profile, name),
+        players=(player_info(profile, name, network_id),),
+    ).encode(profile)
+
+
+def local_connection_info(location: StationLocation) -> StationConnectionInfo:
+    """3DS local play's StationConnectionInfo, as the real 4.10 frames carry it: zero ids (the caller's),
+    URL type 0 and an empty private location."""
+    return StationConnectionInfo(public=attrs.evolve(location, url_type=0), private=StationLocation())
 
 
 def make_header(profile: VersionProfile, peer: object, own_index: int | None, encrypted: bool, now: float) -> PacketHeader:

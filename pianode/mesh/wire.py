@@ -446,10 +446,9 @@ def _station_location(profile: VersionProfile, loc: Location) -> StationLocation
 
 
 def _connection_info(profile: VersionProfile, loc: Location, sl: StationLocation) -> StationConnectionInfo:
-    """A <= 5.9 StationConnectionInfo: the location as public and private one, or, in 3DS local play
-    (zero ids, pianode.mesh.legacy), as the real 4.10 frames carry it: URL type 0, private location empty."""
+    """A <= 5.9 StationConnectionInfo: the location as public and private one (3DS local play: see legacy)."""
     if not (loc.constant_id or loc.variable_id or loc.service_variable_id) and profile.constant_id_size == 4:
-        return StationConnectionInfo(public=attrs.evolve(sl, url_type=0), private=StationLocation())
+        return legacy.local_connection_info(sl)
     return StationConnectionInfo(public=sl, private=sl)
 
 
@@ -492,11 +491,8 @@ def encode_connect_request(
     profile: VersionProfile, local: Location, network_id: int, peer: PeerLink, *, inverse: bool, ack_id: int
 ) -> bytes:
     if profile.version < (5, 7):
-        # 3.3-5.6: no target variable id, no inverse connection id; the target constant id from 5.2 (spec §5.3).
-        old: dict[str, object] = dict(ack_id=ack_id, connection_id=peer.own_conn_id, is_inverse=inverse)
-        if profile.version >= (5, 2):
-            old["target_constant_id"] = peer.constant_id
-        return pstation.ConnectionRequest(**old, **_location_fields(profile, local)).encode(profile)  # type: ignore[arg-type]
+        info = _location_fields(profile, local)["connection_info"]
+        return legacy.connect_request(profile, info, peer.own_conn_id, inverse, peer.constant_id, ack_id)  # type: ignore[arg-type]
     fields: dict[str, object] = dict(
         ack_id=ack_id,
         target_constant_id=peer.constant_id,
@@ -542,13 +538,7 @@ def encode_connect_response(
 ) -> bytes:
     """An accepting connection response that names our one player (*name*), in as many slots as *mtu* allows."""
     if profile.version <= (4, 10):
-        # One PlayerInfo, the player's name as the token (the real 3DS 4.10 frames), spec §5.3.
-        return pstation.ConnectionResponse(
-            ack_id=ack_id,
-            platform=legacy.platform(profile),
-            token=legacy.token(profile, name),
-            players=(legacy.player_info(profile, name, network_id),),
-        ).encode(profile)
+        return legacy.connect_response(profile, name, network_id, ack_id)
     slots = next((n for n in PLAYER_SLOTS if n * _PLAYER_INFO_SIZE + _RESPONSE_ROOM <= mtu), 1)
     fields: dict[str, object] = dict(
         ack_id=ack_id,
