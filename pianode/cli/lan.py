@@ -54,6 +54,7 @@ from pianode.cli.common import (
     render_table,
     version_arg,
 )
+from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.lan.discovery import (
@@ -70,7 +71,7 @@ from pianode.mesh.node import JoinError, Node
 from protocols.errors import ConfigError
 from protocols.pia.keys import parse_game_key
 from protocols.pia.lan import LanNetworkProperty, LanSessionInfo, browse_port
-from protocols.pia.versions import VersionProfile, profile_for
+from protocols.pia.versions import NetworkType, VersionProfile, profile_for
 
 __all__ = ["add_parser", "run_browse", "run_host", "run_join", "session_record"]
 
@@ -369,6 +370,11 @@ async def _diagnose_join(profile: VersionProfile, key: bytes, network_id: int | 
 
 def run_join(args: argparse.Namespace) -> int:
     profile = _profile(args)
+    if legacy.refusal(profile, NetworkType.LAN) is not None:
+        raise CliError(str(legacy.refusal(profile, NetworkType.LAN)))
+    why = legacy.discovery_refusal(profile, NetworkType.LAN)  # 5.2-5.6: the node runs, discovery gives no key
+    if why is not None:
+        raise CliError(f"{why}: use pianode node --join with the session key")
     if not _node_speaks(profile):
         raise CliError(f"joining needs Pia 5.7-5.45 (the node's versions), not {profile.name}")
     key = _game_key(args)

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
+from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from pianode.lan.discovery import DEFAULT_BROADCAST, PIA_PORT, FoundSession, LanHost, browse, make_session_info
 from pianode.mesh.node import JoinError, Node, open_node
@@ -316,7 +317,8 @@ async def start_lan_join(
         raise LanJoinError(f"no answer from {which} within {browse_timeout:g} s of browsing")
     info = found.info
     if not isinstance(info, LanSessionInfo):
-        raise LanJoinError(f"Pia {profile.name} sessions cannot be joined (the node speaks 5.7-5.45)")
+        why = legacy.discovery_refusal(profile, NetworkType.LAN)
+        raise LanJoinError(why or f"Pia {profile.name} sessions cannot be joined (the node speaks 5.7-5.45)")
     assert found.session_key is not None
     node = await _start_node(nursery, attrs.evolve(config, session_key=found.session_key), tap)
     index = await node.join(

@@ -59,6 +59,7 @@ from typing import Any
 import attrs
 import trio
 
+from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from pianode.ldn.frames import (
     DISCOVERY_PORT,
@@ -161,7 +162,8 @@ def derive_session(
         DecodeError: the application data does not decode for *profile*.
     """
     if profile.cipher is Cipher.ECB_HMAC:
-        raise ConfigError(f"Pia {profile.name} does not encrypt LDN traffic (spec §3.3)")
+        # The node runs these versions in local play (pianode.mesh.legacy) with the key handed over.
+        raise ConfigError(f"{legacy.discovery_refusal(profile, NetworkType.LDN)}: use pianode node with the session key")
     pia = decode_application_data(advertisement.application_data, profile)
     want = profile.ldn_system_version
     if want is not None and pia.system_communication_version != want:
