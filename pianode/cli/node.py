@@ -41,9 +41,11 @@ from pianode.cli.common import (
     probe_udp,
     render_table,
 )
+from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.node import JoinError, Node, open_node
+from protocols.pia.versions import profile_for
 
 __all__ = ["add_parser", "join_failure"]
 
@@ -75,6 +77,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--bind", default="127.0.0.1", metavar="IP[:PORT]", help="local address (default 127.0.0.1, any port)")
     p.add_argument("--session-key", metavar="HEX", help="16-byte session key (required to join; random when creating)")
     add_network_arguments(p)
+    p.set_defaults(network=None)  # lan, or nex for Pia 3.x/4.x, which have no LAN mode (pianode.mesh.legacy)
     p.add_argument("--network-id", type=number_arg("--network-id", 0, 0xFFFFFFFF, integer=True), default=None,
                    help="network id (LDN; default derived from the host)")
     p.add_argument("--duration", type=number_arg("--duration", 0, 86400 * 365, lo_open=True), default=None,
@@ -106,9 +109,12 @@ def run(args: argparse.Namespace) -> int:
     group = None
     if args.group_port is not None:
         group = ("127.255.255.255", args.group_port)
+    network = args.network
+    if network is None:
+        network = legacy.default_network(profile_for(args.version, allow_nearest=args.allow_nearest_version)).value
     config = NodeConfig(
         version=args.version,
-        network=args.network,
+        network=network,
         bind=(host, port),
         session_key=key,
         allow_nearest_version=args.allow_nearest_version,

@@ -75,3 +75,10 @@ def test_what_cannot_run_is_refused_in_one_line(argv: tuple[str, ...], needle: s
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in out.stderr
+
+
+def test_node_runs_3ds_versions_on_nex_by_default() -> None:
+    out = pianode("node", "--create", "--version", "4.10", "--bind", "127.0.0.1", "--duration", "0.3", "--format", "jsonl")
+    assert out.returncode == 0, out.stderr
+    created = json.loads(out.stdout.splitlines()[0])
+    assert created["event"] == "created" and created["network"] == "nex" and "--network nex" in created["join_with"]
