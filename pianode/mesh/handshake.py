@@ -78,6 +78,8 @@ class StationHandshake:
         self._has_conn_id = self.profile.has_connection_id
         #: Inverse requests echo our connection id from 5.7 (spec §5.3); before, there is nothing to check.
         self._inverse_id = self.profile.version >= (5, 7)
+        #: Up to 5.6 an answer stands for the ack of what it answers (pianode.mesh.legacy.answered).
+        self._implicit_acks = legacy.is_legacy(self.profile)
         #: The session's network id, as connection requests and responses carry it (set by :meth:`use_network`).
         self.network_id = 0
         self._denied: dict[tuple[str, int], float] = {}
@@ -149,6 +151,8 @@ class StationHandshake:
                 self._tally.drop(DropReason.IDENTITY_MISMATCH)
                 return
             peer.peer_conn_id = msg.conn_id
+            if self._implicit_acks:
+                legacy.answered(peer.pending, Proto.STATION, ("connect",))
             if not peer.sent_response:
                 self._respond(peer, now)
             return
@@ -173,7 +177,8 @@ class StationHandshake:
         if self.profile.inverse_handshake:
             if not any(isinstance(p, Pending) and p.proto is Proto.STATION for p in peer.pending.values()):
                 self._outbox.queue_acked(
-                    peer, Proto.STATION, 0, lambda ack: self._request(peer, inverse=True, ack_id=ack), now
+                    peer, Proto.STATION, 0, lambda ack: self._request(peer, inverse=True, ack_id=ack), now,
+                    kind="inverse",
                 )
         elif not peer.sent_response:
             self._respond(peer, now)
@@ -194,6 +199,8 @@ class StationHandshake:
             return
         if msg.ack_id is not None:  # (a response with result 0 always carries one)
             self._ack(peer, msg.ack_id)
+        if self._implicit_acks:
+            legacy.answered(peer.pending, Proto.STATION)  # our request and response: answered
         if msg.location is not None:
             self._links.learn(peer, msg.location.constant_id, msg.location.variable_id)
         peer.got_response = True

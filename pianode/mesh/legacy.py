@@ -50,6 +50,8 @@ so the GCM-era code paths stay as they are and each difference can be read
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from pianode.mesh.replay import NonceReplayFilter
@@ -57,7 +59,7 @@ from protocols.errors import DecodeError
 from protocols.pia import station as pstation
 from protocols.pia.header import PacketHeader
 from protocols.pia.types import PlayerInfo, StationConnectionInfo, StationLocation
-from protocols.pia.versions import HeaderFormat, NetworkType, VersionProfile
+from protocols.pia.versions import HeaderFormat, NetworkType, Proto, VersionProfile
 
 __all__ = [
     "PacketIdReplayFilter",
@@ -187,6 +189,21 @@ def local_connection_info(location: StationLocation) -> StationConnectionInfo:
     """3DS local play's StationConnectionInfo, as the real 4.10 frames carry it: zero ids (the caller's),
     URL type 0 and an empty private location."""
     return StationConnectionInfo(public=attrs.evolve(location, url_type=0), private=StationLocation())
+
+
+def answered(pending: dict[int, Any], proto: Proto, kinds: tuple[str, ...] | None = None) -> int:
+    """Forget the messages awaiting an ack that an answer has acknowledged; returns how many.
+
+    The real 4.10 frames show a 3DS host that never acks what it answers: the joiner's
+    connection request is answered by the inverse request, its connection response by the
+    host's, its join request by the join response; none gets a Station-protocol ack.  So
+    up to 5.6 such an answer stands for the ack (the node still acks explicitly itself).
+    *pending* maps ack ids to :class:`pianode.mesh.peer.Pending`; *kinds* None: every one of *proto*.
+    """
+    done = [k for k, p in pending.items() if p.proto is proto and (kinds is None or p.kind in kinds)]
+    for k in done:
+        del pending[k]
+    return len(done)
 
 
 def make_header(profile: VersionProfile, peer: object, own_index: int | None, encrypted: bool, now: float) -> PacketHeader:

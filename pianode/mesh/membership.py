@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from pianode.mesh import wire
+from pianode.mesh import legacy, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.handshake import StationHandshake
@@ -210,7 +210,7 @@ class Membership:
     def on_connected(self, peer: Peer, now: float) -> None:
         """*peer* completed the handshake: join through it, or give it its index."""
         if peer.address == self.join_host and not self.joined:
-            self._outbox.queue_acked(peer, Proto.MESH, 0, self._join_request, now)
+            self._outbox.queue_acked(peer, Proto.MESH, 0, self._join_request, now, kind="join")
         entry = self.table.by_address(peer.address)
         if entry is not None and entry.index != self.index:
             self._links.set_index(peer, entry.index)
@@ -340,6 +340,8 @@ class Membership:
     def _on_join_response(self, peer: Peer, msg: wire.JoinResponse, now: float) -> None:
         if self.joined or peer.address != self.join_host:
             return
+        if self._update_newcomer:
+            legacy.answered(peer.pending, Proto.MESH, ("join",))  # up to 5.6 the response is the ack
         if not wire.valid_table(msg.entries, None, self.config.max_stations, msg.fragment_count) or not (
             msg.joiner_index < self.config.max_stations and msg.host_index < self.config.max_stations
         ):
@@ -495,4 +497,4 @@ class Membership:
         self.join_host = host.address
         self._join_deadline = now + self.config.join_timeout
         self._next_heal = None
-        self._outbox.queue_acked(host, Proto.MESH, 0, self._join_request, now)
+        self._outbox.queue_acked(host, Proto.MESH, 0, self._join_request, now, kind="join")

@@ -219,3 +219,29 @@ def test_connection_ids_follow_the_real_rule() -> None:
     assert len(own_j) == 1 and len(own_h) == 1 and min(own_j | own_h) >= 2
     ids = [p for c, p in joiner if p]
     assert ids[:3] == [1, 2, 3]
+
+
+def test_joins_a_host_that_acks_nothing_it_answers() -> None:
+    """A 3DS host never acks what it answers (the real frames: no ack of the joiner's connection
+    request, connection response or join request).  The node's joiner takes each answer as the ack:
+    it joins without resending any of them."""
+    h = MeshHarness(2, version="4.10", network="ldn", key=KEY)
+    host = h.sessions[0].local_address
+    codec = PacketCodec(PROFILE, KEY)
+    resent = []
+
+    def no_host_acks(data: bytes, src: tuple[str, int], dst: tuple[str, int]) -> bytes | None:
+        packet = codec.decode(data, src[0])
+        if src == host:
+            kept = tuple(m for m in packet.messages if not (m.protocol_type == 0x0100 and m.payload[:1] == b"\x05"))
+            if not kept:
+                return None
+            return codec.encode(attrs.evolve(packet, messages=kept), src[0])
+        return data
+
+    h.hook = no_host_acks
+    assert h.form(timeout=10)
+    h.run_for(3.0)
+    resent.append(h.sessions[1].counters["retransmissions"])
+    assert resent == [0]
+    assert h.sessions[1].joined and h.sessions[1].index == 1
