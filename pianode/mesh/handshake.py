@@ -117,6 +117,7 @@ class StationHandshake:
                 self.profile, self.local, self.network_id, peer, 0, ack, self.config.name, self.config.mtu
             ),
             now,
+            kind="response",
         )
 
     def _ack(self, peer: Peer, ack_id: int) -> None:
@@ -200,7 +201,10 @@ class StationHandshake:
         if msg.ack_id is not None:  # (a response with result 0 always carries one)
             self._ack(peer, msg.ack_id)
         if self._implicit_acks:
-            legacy.answered(peer.pending, Proto.STATION)  # our request and response: answered
+            # It answers our request, and, if we initiated, our response (sent before theirs); a
+            # non-initiator's own response follows this one, so a resent one of theirs cannot answer it.
+            kinds = ("connect", "inverse", "response") if peer.initiator else ("connect", "inverse")
+            legacy.answered(peer.pending, Proto.STATION, kinds)
         if msg.location is not None:
             self._links.learn(peer, msg.location.constant_id, msg.location.variable_id)
         peer.got_response = True

@@ -366,9 +366,13 @@ class Membership:
         early, self._early_update = self._early_update, None
         counter = msg.update_counter
         if self._counterless_join and early is not None:
-            # No counter in the response (before 5.0): it is newer than any update that came before
-            # it (the host answered our join after sending those), so it takes their counter.
-            counter, early = early[2], None
+            # No counter in the response (before 5.0).  An update that came before it and lists us
+            # was sent after it (the response was lost and resent): newer, applied after it.  One
+            # that does not list us was sent before the host admitted us: older, dropped.
+            if any(e.index == msg.joiner_index and e.address == self.local_address for e in early[0]):
+                counter = early[2] - 1
+            else:
+                counter, early = early[2], None
         self._apply_table(entries, msg.host_index, counter, now, connect_new=True)
         if early is not None and early[2] > self.table.update_counter:
             self._apply_table(early[0], early[1], early[2], now, connect_new=True)

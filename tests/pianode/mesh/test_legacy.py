@@ -80,3 +80,23 @@ def test_profile_facts() -> None:
     # 4.x (3DS) names are UTF-16LE as the real frames show, 3.x (Wii U) big-endian.
     assert legacy.token(profile_for("4.10"), "BB") == "BB".encode("utf-16-le")
     assert legacy.token(profile_for("3.10"), "BB") == "BB".encode("utf-16-be")
+
+
+@pytest.mark.parametrize(("version", "network"), [("3.10", "nex"), ("4.10", "ldn"), ("5.6", "lan")])
+def test_forms_under_loss_duplication_and_reordering(version: str, network: str) -> None:
+    """10 % loss, 5 % duplicates, 10 % reordering, 40 seeds: every 4-station mesh forms and data flows
+    (a lost connection response, join response or update mesh is what the counter-less 3.x/4.x join
+    and the answers-as-acks must survive)."""
+    from mesh_harness import Link, MeshHarness, all_connected
+
+    for seed in range(40):
+        h = MeshHarness(4, version=version, network=network, link=Link(loss=0.1, duplicate=0.05, reorder=0.1, seed=seed))
+        h.sessions[0].create(h.now)
+        for s in h.sessions[1:]:
+            s.join(h.sessions[0].local_address, h.now)
+        assert h.run_until(lambda: all_connected(h.sessions), 20), f"seed {seed}"
+        h.sessions[3].send(0, b"ping", reliable=True, now=h.now)
+        h.sessions[0].send(h.sessions[3].index, b"pong", reliable=True, now=h.now)
+        h.run_for(3.0)
+        assert [e.data for e in h.events[0] if type(e).__name__ == "DataReceived"] == [b"ping"], f"seed {seed}"
+        assert [e.data for e in h.events[3] if type(e).__name__ == "DataReceived"] == [b"pong"], f"seed {seed}"
