@@ -59,7 +59,6 @@ from typing import Any
 import attrs
 import trio
 
-from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from pianode.ldn.frames import (
     DISCOVERY_PORT,
@@ -161,10 +160,13 @@ def derive_session(
             that is not the one *profile* speaks.
         DecodeError: the application data does not decode for *profile*.
     """
-    if profile.cipher is Cipher.ECB_HMAC:
-        # The node runs these versions in local play (pianode.mesh.legacy) with the key handed over.
-        raise ConfigError(f"{legacy.discovery_refusal(profile, NetworkType.LDN)}: use pianode node with the session key")
     pia = decode_application_data(advertisement.application_data, profile)
+    if profile.cipher is Cipher.ECB_HMAC:
+        # 5.2-5.6: not encrypted (§3.3); the packets are signed with the game's key, as the only real
+        # local traffic of this generation is (pianode.mesh.legacy: the 3DS frames, key "PokemonSIO").
+        if len(game_key) != 16:
+            raise ConfigError(f"Pia {profile.name} local play signs with the game key: it must be 16 bytes here")
+        return LdnSession(pia.network_id, game_key, pia)
     want = profile.ldn_system_version
     if want is not None and pia.system_communication_version != want:
         raise ConfigError(

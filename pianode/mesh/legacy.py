@@ -18,7 +18,7 @@ so the GCM-era code paths stay as they are and each difference can be read
   local traffic (``../shared/captures/mgba-uds-frames.jsonl``) carries plain
   packets (encryption byte 1) with an HMAC-MD5 trailer keyed with the game's
   key.  The node signs its plain local packets with the session key it is
-  given (the game's key there).
+  given; LDN discovery (5.2-5.6) hands it the game key, by that evidence.
 * **Header** (§1.1, §1.3-§1.5): encryption byte, connection id, packet id,
   source and destination timers.  Connection id 1 and packet id 0 while our
   own station index is still unknown (253), 0 / 0 to a station whose index we
@@ -104,6 +104,8 @@ def discovery_refusal(profile: VersionProfile, network: NetworkType) -> str | No
 
     The node itself runs; only the discovery step lacks a documented rule, so the
     host address and session key must be handed over (as a matchmaking server does).
+    LDN 5.2-5.6 discovers: its application data is documented (§7.2) and its packets
+    are signed with the game key, as the real 3DS local-play frames are.
     """
     if not is_legacy(profile):
         return None
@@ -118,10 +120,6 @@ def discovery_refusal(profile: VersionProfile, network: NetworkType) -> str | No
                 f"Pia {profile.name} local play runs on the 3DS local network, whose beacon (Pia application data)"
                 " the spec does not document (§7.2 starts at 5.2)"
             )
-        return (
-            f"Pia {profile.name} LDN sessions are not encrypted (spec §3.3) and no LDN rule says which key signs"
-            " their HMAC-MD5 trailer"
-        )
     return None
 
 

@@ -120,11 +120,12 @@ def test_no_lan_before_5_2_says_why(version: str) -> None:
     assert "\n" not in text and "no LAN mode" in text and "§5.1" in text
 
 
-@pytest.mark.parametrize(("version", "network", "section"), [("5.6", "lan", "§6.3"), ("4.10", "ldn", "§7.2"), ("5.3", "ldn", "§3.3")])
+@pytest.mark.parametrize(("version", "network", "section"), [("5.6", "lan", "§6.3"), ("4.10", "ldn", "§7.2")])
 def test_discovery_refusals_name_the_missing_rule(version: str, network: str, section: str) -> None:
     why = legacy.discovery_refusal(profile_for(version), NetworkType(network))
     assert why is not None and "\n" not in why and section in why
     assert legacy.discovery_refusal(profile_for("5.7"), NetworkType(network)) is None
+    assert legacy.discovery_refusal(profile_for("5.3"), NetworkType.LDN) is None  # the game key signs
 
 
 async def test_a_tampered_packet_is_dropped_and_counted() -> None:
