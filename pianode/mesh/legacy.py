@@ -35,8 +35,9 @@ so the GCM-era code paths stay as they are and each difference can be read
   source timer, so new trailer) is not.
 * **Messages**: M-A carries the sender's station index (253 before it has one,
   spec §2.6) and a 32-bit destination bitmap with flag 0 (§2.3, KW ≤ 5.4; the
-  3DS frames send flag 0 with a bitmap).  The source constant id is 0, as in
-  every message of the real 3DS frames.
+  3DS frames send flag 0 with a bitmap).  The source constant id is 0 in local
+  play, as in every message of the real 3DS frames, and the principal id on NEX,
+  as in the nDPI capture's plain messages (:func:`message_source_id`).
 * **RTT** (§5.6): real 4.10 traffic sends RTT requests and responses on port 0
   (the wiki says port 1; NC-old used 0).  Port 0 up to 5.6.
 * **Reliable windows** (§5.8): the ``<=5.12`` layout, 32-bit sequence ids
@@ -126,6 +127,15 @@ def discovery_refusal(profile: VersionProfile, network: NetworkType) -> str | No
 def plain_packets(profile: VersionProfile, network: NetworkType) -> bool:
     """Whether the node sends (and accepts) plain, HMAC-signed packets: local play up to 5.6 (spec §3.3)."""
     return is_legacy(profile) and network is NetworkType.LDN
+
+
+def message_source_id(network: NetworkType, constant_id: int) -> int:
+    """The source constant id of our M-A messages (a 32-bit field, spec §2.1): the principal id on NEX
+    (the nDPI Splatoon 2 capture's plain messages carry one), 0 in local play (every message of the real
+    3DS frames) and on LAN (its 64-bit ids do not fit)."""
+    if network is NetworkType.NEX and constant_id < 1 << 32:
+        return constant_id
+    return 0
 
 
 def platform(profile: VersionProfile) -> int:

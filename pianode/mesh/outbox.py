@@ -125,10 +125,12 @@ class Outbox:
     def message(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> Message:
         message = wire.make_message(self.profile, self.protocol_ids, self.message_source_id, peer, proto, port, payload)
         if self._source_index:
-            # M-A (<= 5.4): the sender's station index, 253 before it has one (spec §2.1, §2.6); the
-            # source constant id is 0, as in every message of the real 3DS frames.
+            # M-A (<= 5.4): the sender's station index, 253 before it has one (spec §2.1, §2.6), and
+            # the source id of pianode.mesh.legacy.message_source_id.
             index = self._host.station_index()
-            return attrs.evolve(message, source_station_index=253 if index is None else index, source_constant_id=0)
+            return attrs.evolve(
+                message, source_station_index=253 if index is None else index, source_constant_id=self.message_source_id
+            )
         return message
 
     def enqueue(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> None:

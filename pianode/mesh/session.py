@@ -93,6 +93,8 @@ class MeshSession:
         self.constant_id = self.location.constant_id
         self._footer_id = self.location.variable_id & 0xFFFF  # how group packets name this station (spec §1.6)
         source_id = self.constant_id if profile.message_format in wire.SOURCE_ID_FORMATS else None
+        if legacy.is_legacy(profile) and source_id is None:
+            source_id = legacy.message_source_id(config.network, self.constant_id)  # M-A
         self._tally = tally = Tally()
         self.counters = tally.counters
         self.drops = tally.drops

@@ -75,6 +75,8 @@ def test_profile_facts() -> None:
     assert not legacy.plain_packets(profile_for("5.6"), NetworkType.LAN)
     assert not legacy.plain_packets(profile_for("5.7"), NetworkType.LDN)
     assert [legacy.platform(profile_for(v)) for v in ("3.10", "4.10", "5.6")] == [3, 2, 4]
+    assert legacy.message_source_id(NetworkType.NEX, 0x654D48) == 0x654D48  # a PID, as in the nDPI capture
+    assert legacy.message_source_id(NetworkType.LDN, 5) == 0 == legacy.message_source_id(NetworkType.LAN, 1 << 40)
     assert legacy.default_network(profile_for("4.10")) is NetworkType.NEX
     assert legacy.default_network(profile_for("5.2")) is NetworkType.LAN
     # 4.x (3DS) names are UTF-16LE as the real frames show, 3.x (Wii U) big-endian.
