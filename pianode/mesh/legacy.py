@@ -193,10 +193,21 @@ def connect_response(profile: VersionProfile, name: str, network_id: int, ack_id
     ).encode(profile)
 
 
-def local_connection_info(location: StationLocation) -> StationConnectionInfo:
-    """3DS local play's StationConnectionInfo, as the real 4.10 frames carry it: zero ids (the caller's),
-    URL type 0 and an empty private location."""
-    return StationConnectionInfo(public=attrs.evolve(location, url_type=0), private=StationLocation())
+def connection_info(profile: VersionProfile, location: StationLocation) -> StationConnectionInfo:
+    """A <= 5.9 StationConnectionInfo: the location as public and private one; in 3DS local play (zero
+    ids, 32-bit constant ids) as the real 4.10 frames carry it: URL type 0, an empty private location."""
+    ids = location.constant_id or location.variable_id or location.service_variable_id
+    if not ids and profile.constant_id_size == 4:
+        return StationConnectionInfo(public=attrs.evolve(location, url_type=0), private=StationLocation())
+    return StationConnectionInfo(public=location, private=location)
+
+
+def join_response_extra(profile: VersionProfile, max_stations: int, counter: int) -> dict[str, int]:
+    """The join response's fields after the counts (spec §5.4): none up to 3.10; in 4.x the two max counts,
+    0 as the real 4.10 frames carry them; from 5.x the three max counts and the update counter."""
+    if profile.version >= (5, 0):
+        return {"max_active": max_stations, "max_buffer": max_stations, "max_total": max_stations, "update_counter": counter}
+    return {}
 
 
 def answered(pending: dict[int, Any], proto: Proto, kinds: tuple[str, ...] | None = None) -> int:

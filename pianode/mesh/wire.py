@@ -445,13 +445,6 @@ def _station_location(profile: VersionProfile, loc: Location) -> StationLocation
     return StationLocation(public=inet, private=inet, nat_location=0, private_available=1, **ids)
 
 
-def _connection_info(profile: VersionProfile, loc: Location, sl: StationLocation) -> StationConnectionInfo:
-    """A <= 5.9 StationConnectionInfo: the location as public and private one (3DS local play: see legacy)."""
-    if not (loc.constant_id or loc.variable_id or loc.service_variable_id) and profile.constant_id_size == 4:
-        return legacy.local_connection_info(sl)
-    return StationConnectionInfo(public=sl, private=sl)
-
-
 def _from_station_location(loc: StationLocation | StationConnectionInfo | None) -> Location:
     if isinstance(loc, StationConnectionInfo):
         loc = loc.public
@@ -474,7 +467,7 @@ def _from_station_location(loc: StationLocation | StationConnectionInfo | None) 
 def _location_fields(profile: VersionProfile, loc: Location) -> dict[str, object]:
     sl = _station_location(profile, loc)
     if profile.version <= (5, 9):
-        return {"connection_info": _connection_info(profile, loc, sl)}
+        return {"connection_info": legacy.connection_info(profile, sl)}
     return {"location": sl}
 
 
@@ -654,7 +647,7 @@ def _infos(profile: VersionProfile, entries: list[StationEntry]) -> list[MeshSta
         loc = Location(e.address, e.constant_id, e.variable_id, _service_id(e))
         sl = _station_location(profile, loc)
         location: StationLocation | StationConnectionInfo = (
-            _connection_info(profile, loc, sl) if profile.version <= (5, 9) else sl
+            legacy.connection_info(profile, sl) if profile.version <= (5, 9) else sl
         )
         join_order = e.join_order & 0xFFFF if (5, 29) < profile.version <= (5, 45) else 0
         out.append(MeshStationInfo(location=location, index=e.index, join_order=join_order))
@@ -778,12 +771,7 @@ def encode_join_response(
     host = table.host_index or 0
     counter = table.update_counter
     builds: list[Callable[[int], bytes]] = []
-    # The fields after the counts (spec §5.4): none up to 3.10, max active/buffer in 4.x, all from 5.x.
-    extra: dict[str, int] = {}
-    if profile.version >= (5, 0):
-        # (4.x: both 0, as the real 4.10 frames carry them.)
-        extra.update(max_active=max_stations, max_buffer=max_stations)
-        extra.update(max_total=max_stations, update_counter=counter)
+    extra = legacy.join_response_extra(profile, max_stations, counter)
     base = 0
     for i, frag in enumerate(frags):
         infos = tuple(_infos(profile, frag))
