@@ -203,7 +203,7 @@ def budget_from_args(args: argparse.Namespace) -> Budget:
             problems.append(f"{flag}: {' '.join(str(exc).split())}")
             continue
         if not (5, 7) <= profile.version <= (5, 45) and not (6, 16) <= profile.version <= (6, 41):
-            problems.append(f"{flag} {version}: the node speaks Pia 5.7-5.45 and 6.16-6.41")
+            problems.append(f"{flag} {version}: the benchmarks run Pia 5.7-5.45 and 6.16-6.41")
     if args.backend is not None and args.backend not in available_backends():
         problems.append(f"AEAD backend {args.backend} is not installed")
     if problems:

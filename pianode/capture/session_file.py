@@ -310,6 +310,12 @@ class DecodeContext:
         return cached
 
     def _derive(self, profile: VersionProfile) -> KeySet:
+        if (
+            profile.cipher is Cipher.ECB_HMAC and self.network is NetworkType.LDN
+            and self.session_key is None and self.game_key is not None
+        ):
+            # <= 5.6 local play: plain packets signed with the game's key (pianode.mesh.legacy).
+            return KeySet(None, self.hmac_key or self.game_key, None, "game_key (LDN <= 5.6 HMAC key)", None)
         try:
             key, source = self._session_key_for(profile)
         except ConfigError as exc:

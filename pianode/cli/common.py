@@ -323,7 +323,8 @@ def add_network_arguments(
 
 
 def network_for(network: str | None, version: str, allow_nearest: bool = False) -> str:
-    """``--network``, or its default for *version*: lan, or ldn for 6.32+ (see protocols.pia.session6)."""
+    """``--network``, or its default for *version*: lan; nex before 5.2 (pianode.mesh.legacy); ldn for 6.32+
+    (protocols.pia.session6)."""
     if network is not None:
         return network
     from protocols.pia import session6
@@ -334,7 +335,11 @@ def network_for(network: str | None, version: str, allow_nearest: bool = False) 
         profile = profile_for(version, allow_nearest=allow_nearest)
     except ConfigError:
         return "lan"  # the node configuration names the problem
-    return session6.default_network(profile).value if session6.is_pia6(profile) else "lan"
+    if session6.is_pia6(profile):
+        return session6.default_network(profile).value
+    from pianode.mesh import legacy
+
+    return legacy.default_network(profile).value  # nex before 5.2 (no LAN mode), else lan
 
 
 def add_fault_arguments(p: argparse.ArgumentParser) -> None:

@@ -55,6 +55,7 @@ from pianode.cli.common import (
     version_arg,
 )
 from pianode.cli.relay import add_relay_arguments, relay_broadcast, relay_node_config, relay_plan, run_trio
+from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.lan.discovery import (
@@ -71,7 +72,7 @@ from pianode.mesh.node import JoinError, Node
 from protocols.errors import ConfigError
 from protocols.pia.keys import parse_game_key
 from protocols.pia.lan import LanNetworkProperty, LanSessionInfo, browse_port
-from protocols.pia.versions import VersionProfile, profile_for
+from protocols.pia.versions import NetworkType, VersionProfile, profile_for
 
 __all__ = ["add_parser", "run_browse", "run_host", "run_join", "session_record"]
 
@@ -395,6 +396,9 @@ def run_join(args: argparse.Namespace) -> int:
     refusal = _node_refusal(profile)
     if refusal is not None:
         raise CliError(f"joining needs a version the node runs: {refusal}")
+    why = legacy.discovery_refusal(profile, NetworkType.LAN)  # 5.2-5.6: the node runs, discovery gives no key
+    if why is not None:
+        raise CliError(f"{why}: use pianode node --join with the session key")
     key = _game_key(args)
     fmt = _format(args)
     duration = _duration(args)

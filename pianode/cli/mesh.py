@@ -42,7 +42,9 @@ from pianode.cli.common import (
     parse_hostport,
     port_arg,
 )
+from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
+from protocols.pia.versions import profile_for
 from pianode.sim.mesh_run import MeshRun, MeshRunResult
 
 __all__ = ["add_parser"]
@@ -73,6 +75,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         version_help=f"Pia version (default {DEFAULT_VERSION}; {REALTIME_VERSION} for a real-time session (--rate), "
         "whose frames go out as one group packet per frame with the receivers in its footer)",
     )
+    # No --network: lan, or nex for Pia 3.x/4.x, which have no LAN mode (pianode.mesh.legacy).
+    p.set_defaults(network=None)
     p.add_argument("--duration", type=number_arg("--duration", 0, 3600), default=2.0, metavar="S",
                    help="seconds of data exchange after the mesh formed (0..3600, default 2)")
     p.add_argument("--rate", type=number_arg("--rate", 0, 240, lo_open=True), default=None, metavar="HZ",
@@ -157,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
     run_class: Any = MeshRun
     network = config.network.value
+    no_discovery = legacy.discovery_refusal(config.profile, config.network)
+    if args.discovery == "on" and no_discovery is not None:
+        raise CliError(f"--discovery on: {no_discovery}")
     if args.processes is not None and args.processes > args.nodes:
         raise CliError(f"--processes {args.processes}: more processes than the {args.nodes} stations")
     if args.discovery == "on" and (args.processes or 1) > 1:
@@ -166,7 +173,10 @@ def run(args: argparse.Namespace) -> int:
     processes = args.processes or (1 if args.discovery == "on" else default_processes(args.nodes, args.rate))
     # auto: discovery as consoles do it, unless the stations are split over processes (hand-off then)
     discover = args.discovery == "on" or (
-        args.discovery == "auto" and processes == 1 and (network == "ldn" or (network == "lan" and args.nodes <= 16))
+        args.discovery == "auto"
+        and processes == 1
+        and no_discovery is None
+        and (network == "ldn" or (network == "lan" and args.nodes <= 16))
     )
     if discover and network in ("nex", "npln"):
         raise CliError(f"{network.upper()} sessions are matched by a game server: --discovery applies to lan and ldn")

@@ -47,6 +47,7 @@ from pianode.cli.relay import add_relay_arguments, relay_join_flags, relay_node_
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.node import JoinError, Node, open_node
+from protocols.pia.versions import profile_for
 
 __all__ = ["add_parser", "join_failure"]
 
@@ -78,6 +79,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--bind", default="127.0.0.1", metavar="IP[:PORT]", help="local address (default 127.0.0.1, any port)")
     p.add_argument("--session-key", metavar="HEX", help="16-byte session key (required to join; random when creating)")
     add_network_arguments(p)
+    p.set_defaults(network=None)  # lan, or nex for Pia 3.x/4.x, which have no LAN mode (pianode.mesh.legacy)
     p.add_argument("--network-id", type=number_arg("--network-id", 0, 0xFFFFFFFF, integer=True), default=None,
                    help="network id (LDN; default derived from the host)")
     p.add_argument("--duration", type=number_arg("--duration", 0, 86400 * 365, lo_open=True), default=None,

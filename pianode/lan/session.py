@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
+from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from pianode.lan import property6
 from pianode.lan.discovery import DEFAULT_BROADCAST, PIA_PORT, FoundSession, LanHost, browse, make_session_info
@@ -330,6 +331,9 @@ async def start_lan_join(
         which = "a LAN session" if network_id is None else f"LAN session 0x{network_id:08x}"
         raise LanJoinError(f"no answer from {which} within {browse_timeout:g} s of browsing")
     info = found.info
+    if not isinstance(info, (LanSessionInfo, LanNetworkProperty)):
+        why = legacy.discovery_refusal(profile, NetworkType.LAN)
+        raise LanJoinError(why or f"Pia {profile.name} sessions cannot be joined (no documented LAN key source)")
     assert found.session_key is not None
     node = await _start_node(nursery, attrs.evolve(config, session_key=found.session_key), tap)
     if isinstance(info, LanNetworkProperty):

@@ -103,14 +103,16 @@ class UpdateSessionAnnouncer:
             LocalNode(StationAddress(InetAddress.from_ip(ip, port)), self._ranking[(ip, port)])
             for ip, port in self._order
         )
+        host_ids = {}
+        if self.profile.version >= (5, 7):  # (5.2-5.6 carry neither: spec §5.10)
+            host_ids = {"host_service_variable_id": self.host.service_variable_id, "host_constant_id": self.host.constant_id}
         return UpdateSession(
             sequence_id=self.sequence_id,
             network_id=self.network_id,
             host_variable_id=self.host.variable_id & 0xFFFFFFFF,
             allow_participation=int(self.allow_participation),
             nodes=nodes,
-            host_service_variable_id=self.host.service_variable_id,
-            host_constant_id=self.host.constant_id,
+            **host_ids,
         )
 
     def get_timer(self) -> float | None:

@@ -160,9 +160,13 @@ def derive_session(
             that is not the one *profile* speaks.
         DecodeError: the application data does not decode for *profile*.
     """
-    if profile.cipher is Cipher.ECB_HMAC:
-        raise ConfigError(f"Pia {profile.name} does not encrypt LDN traffic (spec §3.3)")
     pia = decode_application_data(advertisement.application_data, profile)
+    if profile.cipher is Cipher.ECB_HMAC:
+        # 5.2-5.6: not encrypted (§3.3); the packets are signed with the game's key, as the only real
+        # local traffic of this generation is (pianode.mesh.legacy: the 3DS frames, key "PokemonSIO").
+        if len(game_key) != 16:
+            raise ConfigError(f"Pia {profile.name} local play signs with the game key: it must be 16 bytes here")
+        return LdnSession(pia.network_id, game_key, pia)
     want = profile.ldn_system_version
     if want is not None and pia.system_communication_version != want:
         raise ConfigError(

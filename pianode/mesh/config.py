@@ -7,11 +7,25 @@ from typing import Any, Protocol
 
 import attrs
 
-from protocols.pia import session6
+from pianode.mesh import legacy
 from protocols.errors import ConfigError
+from protocols.pia import session6
 from protocols.pia.versions import NetworkType, VersionProfile, profile_for
 
-__all__ = ["NodeConfig", "SocketFactory"]
+__all__ = ["NodeConfig", "SocketFactory", "node_refusal"]
+
+
+def node_refusal(profile: VersionProfile, network: NetworkType) -> str | None:
+    """Why the node does not run *profile* on *network* (one line), or None when it does."""
+    if session6.is_pia6(profile):
+        return session6.refusal(profile, network)  # 6.16-6.41
+    if network is NetworkType.NPLN:
+        return "npln exists in Pia 6.x only (its nonce, spec §3.2)"
+    if profile.version > (5, 45):
+        return (
+            f"the node speaks Pia 3.3-5.45 and 6.16-6.41 (station and mesh protocols); {profile.name} is decode-only"
+        )
+    return legacy.refusal(profile, network)  # 3.3-5.6 (None from 5.7 on)
 
 
 def _network(value: str | NetworkType) -> NetworkType:
@@ -144,16 +158,9 @@ class NodeConfig:
         prof = self.profile
         if self.group_broadcast is not None and self.group_broadcast[1] == 0:
             raise ConfigError("group broadcast needs a fixed port (every station listens on it)")
-        if session6.is_pia6(prof):
-            reason = session6.refusal(prof, self.network)
-            if reason is not None:
-                raise ConfigError(reason)
-        elif self.network is NetworkType.NPLN:
-            raise ConfigError("npln exists in Pia 6.x only (its nonce, spec §3.2)")
-        elif prof.version < (5, 7) or prof.version > (5, 45):
-            raise ConfigError(
-                f"the node speaks Pia 5.7-5.45 and 6.16-6.41 (station and mesh protocols); {prof.name} is decode-only"
-            )
+        why = node_refusal(prof, self.network)
+        if why is not None:
+            raise ConfigError(why)
 
     @property
     def profile(self) -> VersionProfile:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pianode.mesh import departure, wire
+from pianode.mesh import departure, legacy, version_denial, wire
 from protocols.pia import session6
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
@@ -77,6 +77,10 @@ class StationHandshake:
         self._tally = tally
         self._host = host
         self._has_conn_id = self.profile.has_connection_id
+        #: Inverse requests echo our connection id from 5.7 (spec §5.3); before, there is nothing to check.
+        self._inverse_id = self.profile.version >= (5, 7)
+        #: Up to 5.6 an answer stands for the ack of what it answers (pianode.mesh.legacy.answered).
+        self._implicit_acks = legacy.is_legacy(self.profile)
         #: The session's network id, as connection requests and responses carry it (set by :meth:`use_network`).
         self.network_id = 0
         self._denied: dict[tuple[str, int], float] = {}
@@ -114,6 +118,7 @@ class StationHandshake:
                 self.profile, self.local, self.network_id, peer, 0, ack, self.config.name, self.config.mtu
             ),
             now,
+            kind="response",
         )
 
     def _ack(self, peer: Peer, ack_id: int) -> None:
@@ -144,10 +149,12 @@ class StationHandshake:
         self._links.learn(peer, msg.location.constant_id, msg.location.variable_id)
         if msg.inverse:
             # We initiated; this is the peer's inverse request (<= 5.26).
-            if msg.inverse_conn_id != peer.own_conn_id:
+            if self._inverse_id and msg.inverse_conn_id != peer.own_conn_id:
                 self._tally.drop(DropReason.IDENTITY_MISMATCH)
                 return
             peer.peer_conn_id = msg.conn_id
+            if self._implicit_acks:
+                legacy.answered(peer.pending, Proto.STATION, ("connect",))
             if not peer.sent_response:
                 self._respond(peer, now)
             return
@@ -172,7 +179,8 @@ class StationHandshake:
         if self.profile.inverse_handshake:
             if not any(isinstance(p, Pending) and p.proto is Proto.STATION for p in peer.pending.values()):
                 self._outbox.queue_acked(
-                    peer, Proto.STATION, 0, lambda ack: self._request(peer, inverse=True, ack_id=ack), now
+                    peer, Proto.STATION, 0, lambda ack: self._request(peer, inverse=True, ack_id=ack), now,
+                    kind="inverse",
                 )
         elif not peer.sent_response:
             self._respond(peer, now)
@@ -193,6 +201,11 @@ class StationHandshake:
             return
         if msg.ack_id is not None:  # (a response with result 0 always carries one)
             self._ack(peer, msg.ack_id)
+        if self._implicit_acks:
+            # It answers our request, and, if we initiated, our response (sent before theirs); a
+            # non-initiator's own response follows this one, so a resent one of theirs cannot answer it.
+            kinds = ("connect", "inverse", "response") if peer.initiator else ("connect", "inverse")
+            legacy.answered(peer.pending, Proto.STATION, kinds)
         if msg.location is not None:
             self._links.learn(peer, msg.location.constant_id, msg.location.variable_id)
         peer.got_response = True
@@ -243,7 +256,9 @@ class StationHandshake:
         if seen is None or peer.last_heard > seen:
             # First sign, or the old identity spoke since the last one: probe it and wait.
             peer.restart_seen = now
-            self._outbox.enqueue(peer, Proto.RTT, 1, wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now)))
+            self._outbox.enqueue(
+                peer, Proto.RTT, legacy.rtt_port(self.profile), wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now))
+            )
             self._tally.counters["restart_probes"] += 1
             self._tally.drop(DropReason.UNCONFIRMED_RESTART)
             return False
@@ -257,14 +272,14 @@ class StationHandshake:
         a denial it can read (result 2 "version too low" / 3 "too high",
         spec §5.3), at most once a second per address."""
         own = self.config.profile  # the packet profile (self.profile holds 5.45's message layouts in 6.x)
-        other = wire.profile_of_datagram(data, own)
+        other = version_denial.profile_of_datagram(data, own)
         if other is None or session_key is None:
             return False
         last = self._denied.get(addr)
         if last is not None and now - last < 1.0:
             return False
         result = 2 if other.version < own.version else 3
-        reply = wire.version_denial(
+        reply = version_denial.version_denial(
             self.config, self.local, session_key, self.network_id, other, data, addr, result, self._outbox.next_header_nonce
         )
         if reply is None:

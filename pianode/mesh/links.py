@@ -37,7 +37,7 @@ import math
 import random
 from typing import Protocol
 
-from pianode.mesh import departure, wire
+from pianode.mesh import departure, legacy, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.peer import Peer, PeerState, StationStats
 from pianode.mesh.replay import NonceReplayFilter
@@ -46,7 +46,7 @@ from pianode.mesh.stats import DropReason, Tally
 from pianode.mesh.table import MeshTable
 from protocols.pia.message import Message
 from protocols.pia.packet_values import Packet
-from protocols.pia.versions import Proto
+from protocols.pia.versions import MessageFormat, Proto
 
 _log = logging.getLogger("pianode.mesh")
 
@@ -89,6 +89,12 @@ class Links:
         self._host = host
         self._has_conn_id = self.profile.has_connection_id
         self._has_keepalive = Proto.KEEP_ALIVE in self.profile.protocol_ids
+        #: <= 5.6: a station whose own index is still 253 sends connection id 1 (pianode.mesh.legacy).
+        self._conn_ids_any = (0, 1) if legacy.is_legacy(self.profile) else (0,)
+        self._legacy = legacy.is_legacy(self.profile)
+        self._rtt_port = legacy.rtt_port(self.profile)
+        #: M-A messages carry source constant id 0 (pianode.mesh.legacy): nothing to check there.
+        self._message_ids = self.profile.message_format is not MessageFormat.A
         self._never_joined = config.join_timeout + config.station_timeout
         self.peers: dict[tuple[str, int], Peer] = {}
         #: Peers whose output may have changed since the last flush (a dict: ordered, no duplicates).
@@ -114,6 +120,8 @@ class Links:
             last_heard=now,
             header_timers=HeaderTimers(self._started),
         )
+        if self._legacy:
+            peer.replay = legacy.PacketIdReplayFilter()
         retired = self._retired_replay.pop(addr, None)
         if retired is not None and now < retired[1]:
             peer.replay = retired[0]
@@ -271,7 +279,7 @@ class Links:
     ) -> bool:
         """Whether a connected peer's packet names the peer (header id, and a message's constant id); counts a drop if not."""
         if self._has_conn_id:
-            same = connection_id in (0, peer.peer_conn_id)
+            same = connection_id == peer.peer_conn_id or connection_id in self._conn_ids_any
         else:
             same = source_variable_id in (None, peer.variable_id)
         if same and (constant_id is None or not peer.constant_id or constant_id == peer.constant_id):
@@ -303,7 +311,7 @@ class Links:
         if peer.connected:
             if not self.same_identity(peer, header.connection_id, header.source_variable_id, None):
                 return False
-        if peer.constant_id:
+        if peer.constant_id and self._message_ids:
             for m in packet.messages:
                 if m.source_constant_id is not None and m.source_constant_id != peer.constant_id:
                     self._tally.drop(DropReason.IDENTITY_MISMATCH)
@@ -388,7 +396,9 @@ class Links:
             else:
                 peer.next_keepalive = quiet_since
         if peer.connected and now >= peer.next_rtt:
-            self._host.enqueue(peer, Proto.RTT, 1, wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now)))
+            self._host.enqueue(
+                peer, Proto.RTT, self._rtt_port, wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now))
+            )
             # Each station every rtt_interval, but no more than rtt_probe_rate
             # probes a second from this node in all: RTT traffic stays bounded
             # however many stations the mesh has.
@@ -411,7 +421,7 @@ class Links:
         is_response, ticks = wire.decode_rtt(self.profile, payload)
         if not is_response:
             self._tally.counters["rtt_requests_received"] += 1
-            self._host.enqueue(peer, Proto.RTT, 1, wire.encode_rtt(self.profile, True, ticks))
+            self._host.enqueue(peer, Proto.RTT, self._rtt_port, wire.encode_rtt(self.profile, True, ticks))
             return
         sent = self._started + ticks / 1_000_000
         if sent <= now:

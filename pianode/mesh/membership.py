@@ -37,7 +37,7 @@ import logging
 from collections.abc import Iterable
 from typing import Protocol
 
-from pianode.mesh import departure, wire
+from pianode.mesh import departure, legacy, wire
 from protocols.pia import session6
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
@@ -100,6 +100,12 @@ class Membership:
         self._leave_deadline: float | None = None
         self._next_heal: float | None = None
         self._early_update: tuple[list[StationEntry], int, int] | None = None
+        #: Before 5.0 the join response carries no update counter (spec §5.4): the counter of the
+        #: last update that listed us, below which an update that does not is stale, not a reason
+        #: to join again (None: none yet).  Only read where the join response has no counter.
+        self._counterless_join = self.profile.version < (5, 0)
+        self._listed_counter: int | None = None
+        self._update_newcomer = self.profile.version <= (5, 6)
         #: An update from the station the migration rule would elect, sent before we saw our host
         #: go: (its index, entries, counter), applied if we do elect it (see peer_lost).
         self._successor_update: tuple[int, list[StationEntry], int] | None = None
@@ -121,7 +127,8 @@ class Membership:
         entry = self.table.add(self.local.constant_id, self.local.variable_id, self.local_address)
         self.index = entry.index
         self.table.host_index = entry.index
-        self.table.update_counter = 1
+        # Up to 5.6 the first joiner's update carries 1, as in the real 4.10 frames (pianode.mesh.legacy).
+        self.table.update_counter = 0 if self._update_newcomer else 1
         self.joined = True
         self._next_heal = now + HEAL_INTERVAL
         self._host.emit(MeshJoined(station_index=entry.index, host_index=entry.index))
@@ -241,7 +248,7 @@ class Membership:
     def on_connected(self, peer: Peer, now: float) -> None:
         """*peer* completed the handshake: join through it, or give it its index."""
         if peer.address == self.join_host and not self.joined:
-            self._outbox.queue_acked(peer, Proto.MESH, 0, self._join_request, now)
+            self._outbox.queue_acked(peer, Proto.MESH, 0, self._join_request, now, kind="join")
         entry = self.table.by_address(peer.address)
         if entry is not None and entry.index != self.index:
             self._links.set_index(peer, entry.index)
@@ -378,6 +385,8 @@ class Membership:
     def _on_join_response(self, peer: Peer, msg: wire.JoinResponse, now: float) -> None:
         if self.joined or peer.address != self.join_host:
             return
+        if self._update_newcomer:
+            legacy.answered(peer.pending, Proto.MESH, ("join",))  # up to 5.6 the response is the ack
         if not wire.valid_table(msg.entries, None, self.config.max_stations, msg.fragment_count) or not (
             msg.joiner_index < self.config.max_stations and msg.host_index < self.config.max_stations
         ):
@@ -399,8 +408,17 @@ class Membership:
         self._join_deadline = None
         self._next_heal = now + HEAL_INTERVAL
         self._host.emit(MeshJoined(station_index=msg.joiner_index, host_index=msg.host_index))
-        self._apply_table(entries, msg.host_index, msg.update_counter, now, newcomer=True)
         early, self._early_update = self._early_update, None
+        counter = msg.update_counter
+        if self._counterless_join and early is not None:
+            # No counter in the response (before 5.0).  An update that came before it and lists us
+            # was sent after it (the response was lost and resent): newer, applied after it.  One
+            # that does not list us was sent before the host admitted us: older, dropped.
+            if any(e.index == msg.joiner_index and e.address == self.local_address for e in early[0]):
+                counter = early[2] - 1
+            else:
+                counter, early = early[2], None
+        self._apply_table(entries, msg.host_index, counter, now, newcomer=True)
         if early is not None and early[2] > self.table.update_counter:
             self._apply_table(early[0], early[1], early[2], now, newcomer=True)
 
@@ -456,10 +474,17 @@ class Membership:
         self._departed.clear()
         self._successor_update = None
         if self.index is not None and all(e.index != self.index or e.address != self.local_address for e in entries):
+            if self._counterless_join and (self._listed_counter is None or counter <= self._listed_counter):
+                # An update the host queued before it admitted us, overtaken by the join response
+                # (no counter in it to tell them apart): stale.
+                self._tally.counters["stale_updates"] += 1
+                return
             # The host's table does not list us (we were admitted by a host
             # that left before telling the others): join again through it.
             self._rejoin(host, now)
             return
+        if self.index is not None:
+            self._listed_counter = counter
         self._apply_table(entries, host.index, counter, now)
 
     # ------------------------------------------------------------------ departures
@@ -524,4 +549,4 @@ class Membership:
         self.join_host = host.address
         self._join_deadline = now + self.config.join_timeout
         self._next_heal = None
-        self._outbox.queue_acked(host, Proto.MESH, 0, self._join_request, now)
+        self._outbox.queue_acked(host, Proto.MESH, 0, self._join_request, now, kind="join")

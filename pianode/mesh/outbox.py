@@ -29,7 +29,9 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from pianode.mesh import departure, wire
+import attrs
+
+from pianode.mesh import departure, legacy, wire
 from protocols.pia import session6
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
@@ -57,6 +59,9 @@ class OutboxHost(Protocol):
 
     def peer_lost(self, peer: Peer, reason: str, now: float) -> None:
         """*peer* never acked a message: the membership decides what follows."""
+
+    def station_index(self) -> int | None:
+        """This station's index (None: not in a mesh yet); M-A messages and H-A headers carry it."""
 
 
 class Outbox:
@@ -88,6 +93,10 @@ class Outbox:
         self.protocol_ids: dict[Proto, int] = session6.protocol_ids(profile)
         self._unreliable_id = self.protocol_ids[Proto.UNRELIABLE]
         self._bitmap_flag = profile.bitmap_flag
+        #: <= 5.6 (pianode.mesh.legacy): H-A headers, M-A messages carrying our station index.
+        self._legacy = legacy.is_legacy(profile)
+        self._encrypted = not legacy.plain_packets(profile, config.network)
+        self._source_index = profile.message_format is MessageFormat.A
         #: Group mode (5.27+ footer, one broadcast per group packet): a reliable
         #: broadcast goes out as one group packet too (see broadcast).
         #: It needs each message's destination bits, which M-G (6.32+) no longer has.
@@ -121,7 +130,15 @@ class Outbox:
 
     # ------------------------------------------------------------------ messages
     def message(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> Message:
-        return wire.make_message(self.profile, self.protocol_ids, self.message_source_id, peer, proto, port, payload)
+        message = wire.make_message(self.profile, self.protocol_ids, self.message_source_id, peer, proto, port, payload)
+        if self._source_index:
+            # M-A (<= 5.4): the sender's station index, 253 before it has one (spec §2.1, §2.6), and
+            # the source id of pianode.mesh.legacy.message_source_id.
+            index = self._host.station_index()
+            return attrs.evolve(
+                message, source_station_index=253 if index is None else index, source_constant_id=self.message_source_id
+            )
+        return message
 
     def enqueue(self, peer: Peer, proto: Proto, port: int, payload: bytes) -> None:
         peer.outbox.append(self.message(peer, proto, port, payload))
@@ -318,6 +335,8 @@ class Outbox:
         return [self._packet(peer, tuple(bundle), now) for bundle in bundles]
 
     def _header(self, peer: Peer, now: float) -> PacketHeader:
+        if self._legacy:
+            return legacy.make_header(self.profile, peer, self._host.station_index(), self._encrypted, now)
         return wire.make_header(self.profile, peer, self.variable_id, self.next_header_nonce(), now)
 
     def _packet(self, peer: Peer, messages: tuple[Message, ...], now: float) -> Datagram:

@@ -45,7 +45,7 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 
-from pianode.mesh import departure, wire
+from pianode.mesh import departure, legacy, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, Event
 from pianode.mesh.handshake import StationHandshake
@@ -93,6 +93,8 @@ class MeshSession:
         self.constant_id = self.location.constant_id
         self._footer_id = self.location.variable_id & 0xFFFF  # how group packets name this station (spec §1.6)
         source_id = self.constant_id if profile.message_format in wire.SOURCE_ID_FORMATS else None
+        if legacy.is_legacy(profile) and source_id is None:
+            source_id = legacy.message_source_id(config.network, self.constant_id)  # M-A
         self._tally = tally = Tally()
         self.counters = tally.counters
         self.drops = tally.drops
@@ -113,6 +115,8 @@ class MeshSession:
         self.codec: PacketCodec | None = None
         self._nonce_builder: Callable[[PacketHeader, str], bytes] | None = None
         self._group_offset = wire.footer_size_offset(profile)
+        self._legacy = legacy.is_legacy(profile)
+        self._plain = legacy.plain_packets(profile, config.network)
         self._codec_key = 0
         self._decode_lone: Callable[[bytes, str], Packet | LoneMessage] | None = None
         self._events: collections.deque[Event] = collections.deque()
@@ -265,14 +269,8 @@ class MeshSession:
         return wire.decode_context(self.config, self.network_id, addresses)
 
     def statistics(self) -> dict[str, object]:
-        return {
-            "station_index": self.index,
-            "host_index": self.table.host_index,
-            "stations": len(self.table),
-            "counters": {k: v for k, v in self.counters.items() if v},
-            "drops": dict(self.drops),
-            "departures": dict(self._tally.departures),
-        }
+        return {"station_index": self.index, "host_index": self.table.host_index, "stations": len(self.table),
+                **self._tally.report()}  # fmt: skip
 
     # ------------------------------------------------------------------ timers and output
     def get_timer(self) -> float | None:
@@ -308,6 +306,9 @@ class MeshSession:
 
     def peer_lost(self, peer: Peer, reason: str, now: float) -> None:
         self.membership.peer_lost(peer, reason, now)
+
+    def station_index(self) -> int | None:
+        return self.membership.index
 
     def rtt_ticks(self, now: float) -> int:
         return int(round((now - self.started) * 1_000_000)) & 0xFFFFFFFFFFFFFFFF
@@ -430,9 +431,13 @@ class MeshSession:
     ) -> None:
         """A decoded packet that is not a connected peer's lone message: first contact, handshake, bundles."""
         header = packet.header
-        if not header.encrypted:
+        if self._legacy:
+            # <= 5.6: the HMAC (checked by the codec) covers the header; the replay checks read it.
+            codec.last_nonce = legacy.replay_nonce(header)
+        if header.encrypted is self._plain:
             # The codec accepts plaintext 5.7+ packets (captures have them); a
-            # node with a session key never does: they carry no tag.
+            # node with a session key never does: they carry no tag.  Local play
+            # up to 5.6 is plain and HMAC-signed (spec §3.3): there an encrypted one is out of place.
             self._tally.drop(DropReason.UNENCRYPTED)
             return
         links = self.links

@@ -34,6 +34,7 @@ COUNTERS = (
     "restart_probes",
     "restarts",
     "retransmissions",
+    "stale_updates",
     "rtt_requests_received",
     "successor_updates_held",
     "trailing_bytes",
@@ -95,6 +96,14 @@ class Tally:
         self.drops: collections.Counter[str] = collections.Counter()
         #: Stations that left, by reason (:mod:`pianode.mesh.departure`).
         self.departures: collections.Counter[str] = collections.Counter()
+
+    def report(self) -> dict[str, object]:
+        """The non-zero counters, the drops and the departures by reason, for ``statistics()``."""
+        return {
+            "counters": {k: v for k, v in self.counters.items() if v},
+            "drops": dict(self.drops),
+            "departures": dict(self.departures),
+        }
 
     def drop(self, reason: DropReason) -> None:
         drops = self.drops

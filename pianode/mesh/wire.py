@@ -20,6 +20,7 @@ from typing import Iterator, Protocol
 
 import attrs
 
+from pianode.mesh import legacy
 from protocols.pia import session6
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.packet_ids import PacketIdCounter
@@ -112,6 +113,10 @@ def local_identity(config: NodeConfig, address: tuple[str, int], rng: random.Ran
     profile = config.profile
     var_bits = 16 if profile.variable_id_size == 2 else 32
     variable_id = rng.randrange(2, 1 << var_bits)
+    if config.network is NetworkType.LDN and profile.constant_id_size == 4:
+        # 3DS local play (<= 4.10): the real frames carry zero ids in every StationLocation (the
+        # local network names stations by node id); the address stays, as the simulation routes by it.
+        return Location(address, 0, 0, 0)
     if config.network is NetworkType.LDN:
         mac = mac_for(ip)
         return Location(address, keys.ldn_constant_id(mac), variable_id, keys.ldn_service_variable_id(mac))
@@ -163,6 +168,10 @@ def _new_packet_codec(
     config: NodeConfig, profile: VersionProfile, key: bytes, network_id: int
 ) -> tuple[PacketCodec, Callable[[PacketHeader, str], bytes]]:
     net = config.network
+    if legacy.is_legacy(profile):
+        # <= 5.6: AES-ECB + HMAC-MD5 keyed with the session key, no nonce (spec §3.1); the
+        # replay checks read the header instead (pianode.mesh.legacy.replay_nonce).
+        return PacketCodec(profile, key, None, backend=config.aead_backend), _legacy_nonce
     if net is NetworkType.NEX:
         builder = nonce_builder(profile, net, gathering_id=network_id)
     elif net is NetworkType.LDN:
@@ -173,6 +182,10 @@ def _new_packet_codec(
     else:
         builder = nonce_builder(profile, net)
     return PacketCodec(profile, key, builder, backend=config.aead_backend), builder
+
+
+def _legacy_nonce(header: PacketHeader, source: str) -> bytes:
+    return legacy.replay_nonce(header)
 
 
 def decode_context(config: NodeConfig, network_id: int, addresses: Iterable[tuple[str, int]]) -> dict[str, object]:
@@ -465,7 +478,7 @@ def _from_station_location(loc: StationLocation | StationConnectionInfo | None) 
 def _location_fields(profile: VersionProfile, loc: Location) -> dict[str, object]:
     sl = _station_location(profile, loc)
     if profile.version <= (5, 9):
-        return {"connection_info": StationConnectionInfo(public=sl, private=sl)}
+        return {"connection_info": legacy.connection_info(profile, sl)}
     return {"location": sl}
 
 
@@ -481,6 +494,9 @@ def _protocol_list(profile: VersionProfile) -> tuple[tuple[int, int], ...]:
 def encode_connect_request(
     profile: VersionProfile, local: Location, network_id: int, peer: PeerLink, *, inverse: bool, ack_id: int
 ) -> bytes:
+    if profile.version < (5, 7):
+        info = _location_fields(profile, local)["connection_info"]
+        return legacy.connect_request(profile, info, peer.own_conn_id, inverse, peer.constant_id, ack_id)  # type: ignore[arg-type]
     fields: dict[str, object] = dict(
         ack_id=ack_id,
         target_constant_id=peer.constant_id,
@@ -529,6 +545,8 @@ def encode_connect_response(
     mtu: int = 1364,
 ) -> bytes:
     """An accepting connection response that names our one player (*name*), in as many slots as *mtu* allows."""
+    if profile.version <= (4, 10):
+        return legacy.connect_response(profile, name, network_id, ack_id)
     slots = next((n for n in PLAYER_SLOTS if n * _PLAYER_INFO_SIZE + _RESPONSE_ROOM <= mtu), 1)
     fields: dict[str, object] = dict(
         ack_id=ack_id,
@@ -549,7 +567,7 @@ def encode_connect_response(
             platform=4,
         )
     else:
-        fields.update(platform=4, network_id=network_id & 0xFFFFFFFF)
+        fields.update(platform=legacy.platform(profile), network_id=network_id & 0xFFFFFFFF)
     return pstation.ConnectionResponse(**fields).encode(profile)  # type: ignore[arg-type]
 
 
@@ -647,7 +665,7 @@ def _infos(profile: VersionProfile, entries: list[StationEntry]) -> list[MeshSta
         loc = Location(e.address, e.constant_id, e.variable_id, _service_id(e))
         sl = _station_location(profile, loc)
         location: StationLocation | StationConnectionInfo = (
-            StationConnectionInfo(public=sl, private=sl) if profile.version <= (5, 9) else sl
+            legacy.connection_info(profile, sl) if profile.version <= (5, 9) else sl
         )
         join_order = e.join_order & 0xFFFF if (5, 29) < profile.version <= (5, 45) else 0
         out.append(MeshStationInfo(location=location, index=e.index, join_order=join_order))
@@ -655,6 +673,8 @@ def _infos(profile: VersionProfile, entries: list[StationEntry]) -> list[MeshSta
 
 
 def _service_id(e: StationEntry) -> int:
+    if not (e.constant_id or e.variable_id):
+        return 0  # 3DS local play: zero ids throughout (pianode.mesh.legacy)
     try:
         return keys.lan_service_variable_id(e.address[0], e.address[1])
     except (ValueError, DecodeError):
@@ -678,55 +698,6 @@ def _info_size(profile: VersionProfile) -> int:
     from protocols.pia.types import mesh_station_info_size
 
     return mesh_station_info_size(profile)
-
-
-# A representative node profile per header version byte (5.11-6.41, spec §0.3).
-_PROFILE_BY_HEADER_VERSION = {3: "5.11", 4: "5.18", 5: "5.26", 9: "5.29", 11: "6.20", 12: "6.26", 13: "6.30", 15: "6.34", 16: "6.41"}
-
-
-def profile_of_datagram(data: bytes, own: VersionProfile) -> VersionProfile | None:
-    """The profile of a Pia datagram in another version's header format (None: ours, or not Pia)."""
-    from protocols.pia.versions import profile_for
-
-    if len(data) < 5 or data[:4] != b"\x32\xab\x98\x64" or not data[4] & 0x80:
-        return None
-    name = _PROFILE_BY_HEADER_VERSION.get(data[4] & 0x7F)
-    if name is None or (own.header_version == data[4] & 0x7F):
-        return None
-    return profile_for(name)
-
-
-def version_denial(
-    config: NodeConfig,
-    local: Location,
-    session_key: bytes,
-    network_id: int,
-    other: VersionProfile,
-    data: bytes,
-    addr: tuple[str, int],
-    result: int,
-    next_header_nonce: Callable[[], bytes],
-) -> bytes | None:
-    """Encode, in *other*'s format, a denial of the connection request in *data*."""
-    try:
-        codec, _ = packet_codec(config, other, session_key, network_id)
-        packet = codec.decode(data, addr[0])
-        if not packet.messages or not is_connection_request(other, packet.messages[0]):
-            return None
-        deny = encode_connect_deny(session6.session_profile(other), local, result)
-        h = packet.header
-        header = PacketHeader(
-            encrypted=True,
-            packet_id=0,
-            version=other.header_version,
-            destination_variable_id=h.source_variable_id if other.variable_id_size else None,
-            source_variable_id=(local.variable_id & ((1 << 8 * other.variable_id_size) - 1)) if other.variable_id_size else None,
-            nonce=next_header_nonce(),
-        )
-        message = Message(protocol_type=session6.protocol_ids(other)[Proto.STATION], protocol_port=0, payload=deny)
-        return codec.encode(Packet(header=header, messages=(message,)), local.address[0])
-    except (DecodeError, ValueError):
-        return None
 
 
 def valid_table(
@@ -769,6 +740,7 @@ def encode_join_response(
     host = table.host_index or 0
     counter = table.update_counter
     builds: list[Callable[[int], bytes]] = []
+    extra = legacy.join_response_extra(profile, max_stations, counter)
     base = 0
     for i, frag in enumerate(frags):
         infos = tuple(_infos(profile, frag))
@@ -782,11 +754,8 @@ def encode_join_response(
                 fragment_index=i,
                 base_index=base,
                 stations=infos,
-                max_active=max_stations,
-                max_buffer=max_stations,
-                max_total=max_stations,
-                update_counter=counter,
                 ack_id=ack_id,
+                **extra,
             ).encode(profile)
 
         builds.append(build)
@@ -872,7 +841,9 @@ def new_window(profile: VersionProfile, config: NodeConfig, now: float) -> Relia
     from protocols.pia.reliable import WindowLayout, layout_for
 
     layout = layout_for(profile)
-    if layout not in (WindowLayout.V5_17, WindowLayout.V5_29, WindowLayout.V7_0):
+    if legacy.is_legacy(profile):
+        layout = WindowLayout.V5_12  # 32-bit ids from 0xFFFFF82F, as real 4.10 traffic carries (spec §5.8)
+    elif layout not in (WindowLayout.V5_17, WindowLayout.V5_29, WindowLayout.V7_0):
         layout = WindowLayout.V5_17
     return ReliableWindow(
         WindowConfig(

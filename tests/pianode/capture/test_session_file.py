@@ -11,6 +11,7 @@ import pytest
 from pianode.capture.session_file import load_session, parse_key_text
 from protocols.errors import ConfigError, UnknownVersion
 from protocols.pia.header import PacketHeader
+from protocols.pia.keys import parse_game_key
 from protocols.pia.versions import NetworkType, profile_for
 
 SPLATOON2 = "ee182a63e216cdb1f51ad4bed8cf6508"
@@ -78,9 +79,9 @@ def test_without_version_keys_follow_each_profile() -> None:
     assert ctx.profile is None
     assert ctx.keys_for(profile_for("5.18")).session_key.hex() == "f3aca7d4fba7f5b713f86ccace702c47"  # type: ignore[union-attr]
     assert ctx.keys_for(profile_for("6.20")).session_key.hex() == "c4fd49cc9971756176ee8c68c3043d7f"  # type: ignore[union-attr]
-    # <= 5.6 LDN is unencrypted: nothing to derive, and it says why.
+    # <= 5.6 LDN is unencrypted: no session key; the game key signs (as in the real 3DS local-play frames).
     keys = ctx.keys_for(profile_for("5.4"))
-    assert keys.session_key is None and keys.problem == "Pia 5.4 does not encrypt LDN traffic (spec §3.3)"
+    assert keys.session_key is None and keys.hmac_key == parse_game_key(SMM2) and keys.problem is None
 
 
 def test_hmac_key_of_any_length_hex_or_text() -> None:

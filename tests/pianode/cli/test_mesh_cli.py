@@ -346,7 +346,7 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
         ["mesh", "-n", "33"],
         ["mesh", "-n", "many"],
         ["mesh", "--version", "9.9"],
-        ["mesh", "--version", "4.5"],
+        ["mesh", "--version", "4.5", "--network", "lan"],  # no LAN mode before 5.2
         ["mesh", "--network", "wifi"],
         ["mesh", "--loss", "1.5"],
         ["mesh", "--duration", "-1"],

@@ -179,8 +179,9 @@ def test_derivation_refusals() -> None:
     with pytest.raises(ConfigError, match="supplied by the game"):
         ldn.derive_session(p57, GAME_KEY, _adv(app57))
     assert ldn.derive_session(p57, GAME_KEY, _adv(app57), session_key=b"k" * 16).session_key == b"k" * 16
-    with pytest.raises(ConfigError, match="does not encrypt"):
-        ldn.derive_session(profile_for("5.6"), GAME_KEY, _adv(app57))
+    # <= 5.6: not encrypted; the game key signs (as in the real 3DS local-play frames).
+    old = ldn.derive_session(profile_for("5.6"), GAME_KEY, _adv(app57))
+    assert old.session_key == GAME_KEY and old.network_id == 5
 
 
 # ---------------------------------------------------------------- host state

@@ -1,0 +1,289 @@
+"""The node in Pia 3.3-5.6: the AES-ECB + HMAC-MD5 generation (header H-A, messages M-A / M-B).
+
+Theory of operation
+-------------------
+The session's parts speak one vocabulary for every version; what differs in
+the oldest generation (3DS, Wii U, the first Switch builds) is gathered here,
+so the GCM-era code paths stay as they are and each difference can be read
+(and checked against the spec) in one place:
+
+* **Which versions run** (:func:`refusal`): every documented 3.3-5.6 version
+  whose station and mesh protocols the spec documents, on the network types
+  that exist for it.  3.x and 4.x have no LAN mode (no LAN protocol id before
+  5.2, spec §5.1) and 32-bit constant ids (§4), so they run on NEX and on
+  3DS-style local play (``ldn``); 5.2-5.6 run on NEX, LAN and LDN.
+* **Packet protection** (spec §3.1): NEX and LAN packets are AES-128-ECB
+  encrypted and carry an HMAC-MD5 trailer keyed with the session key.  Local
+  play (``ldn``) is not encrypted up to 5.6 (§3.3), but is signed: real 3DS
+  local traffic (``../shared/captures/mgba-uds-frames.jsonl``) carries plain
+  packets (encryption byte 1) with an HMAC-MD5 trailer keyed with the game's
+  key.  The node signs its plain local packets with the session key it is
+  given; LDN discovery (5.2-5.6) hands it the game key, by that evidence.
+* **Header** (§1.1, §1.3-§1.5): encryption byte, connection id, packet id,
+  source and destination timers.  Connection id 1 and packet id 0 while our
+  own station index is still unknown (253), 0 / 0 to a station whose index we
+  do not know, else our own connection id (the one our connection request
+  announced) and a per-connection packet id from 1.  That is what the real 3DS
+  frames and the nDPI capture show (the joiner opens with 1 / 0, the host
+  answers 0 / 0, each then switches to its own random id) and what NC-old did.
+* **Replay protection**: H-A has no nonce, but its HMAC covers the header,
+  so the packet id is authenticated.  A packet with a packet id is judged on
+  that id, unwrapped to an unbounded counter per peer
+  (:class:`PacketIdReplayFilter`).  A packet with packet id 0 (connection
+  set-up, join request) is judged, where a first contact is judged, on its
+  HMAC trailer: an identical datagram is refused, a retransmission (new
+  source timer, so new trailer) is not.
+* **Messages**: M-A carries the sender's station index (253 before it has one,
+  spec §2.6) and a 32-bit destination bitmap with flag 0 (§2.3, KW ≤ 5.4; the
+  3DS frames send flag 0 with a bitmap).  The source constant id is 0 in local
+  play, as in every message of the real 3DS frames, and the principal id on NEX,
+  as in the nDPI capture's plain messages (:func:`message_source_id`).
+* **RTT** (§5.6): real 4.10 traffic sends RTT requests and responses on port 0
+  (the wiki says port 1; NC-old used 0).  Port 0 up to 5.6.
+* **Reliable windows** (§5.8): the ``<=5.12`` layout, 32-bit sequence ids
+  from 0xFFFFF82F, as the 3DS frames carry on Mesh port 1 and Reliable.
+* **Station handshake** (§5.3): requests carry no inverse connection id before
+  5.7 (nothing to check), responses up to 4.10 carry one PlayerInfo; the name
+  and token are UTF-16 little-endian on 4.x (3DS, as the real frames show) and
+  big-endian on 3.x (Wii U, a big-endian console; NC-old).  Platform 3 (Wii U)
+  on 3.x, 2 on 4.x (the real 3DS frames' value), 4 (Switch) on 5.x.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from pianode.mesh.replay import NonceReplayFilter
+from protocols.errors import DecodeError
+from protocols.pia import station as pstation
+from protocols.pia.header import PacketHeader
+from protocols.pia.types import PlayerInfo, StationConnectionInfo, StationLocation
+from protocols.pia.versions import HeaderFormat, NetworkType, Proto, VersionProfile
+
+__all__ = [
+    "PacketIdReplayFilter",
+    "is_legacy",
+    "make_header",
+    "player_info",
+    "plain_packets",
+    "refusal",
+    "replay_nonce",
+    "rtt_port",
+]
+
+#: Connection id of a station whose own index is still 253 (spec §1.3, §10.1 item 11; real traffic).
+UNJOINED_CONNECTION_ID = 1
+
+
+def is_legacy(profile: VersionProfile) -> bool:
+    """Whether *profile* is of the H-A generation (3.3-5.6)."""
+    return profile.header_format is HeaderFormat.A
+
+
+def refusal(profile: VersionProfile, network: NetworkType) -> str | None:
+    """Why the node cannot run *profile* on *network* (one line), or None when it can."""
+    if not is_legacy(profile):
+        return None
+    v = profile.version
+    if network is NetworkType.LAN and v < (5, 2):
+        return (
+            f"Pia {profile.name} has no LAN mode (spec §5.1 lists no LAN protocol before 5.2, and its 32-bit"
+            " constant ids cannot hold LAN ids, §4): use --network nex or ldn (3DS local play)"
+        )
+    return None
+
+
+def default_network(profile: VersionProfile) -> NetworkType:
+    """The network a tool runs *profile* on when none is named: LAN where it exists (5.2+), else NEX."""
+    return NetworkType.NEX if profile.version < (5, 2) else NetworkType.LAN
+
+
+def discovery_refusal(profile: VersionProfile, network: NetworkType) -> str | None:
+    """Why stations of *profile* cannot find each other on *network* as consoles do (None: they can).
+
+    The node itself runs; only the discovery step lacks a documented rule, so the
+    host address and session key must be handed over (as a matchmaking server does).
+    LDN 5.2-5.6 discovers: its application data is documented (§7.2) and its packets
+    are signed with the game key, as the real 3DS local-play frames are.
+    """
+    if not is_legacy(profile):
+        return None
+    if network is NetworkType.LAN:
+        return (
+            f"Pia {profile.name} LAN discovery cannot give a session key: LanSessionInfo carries the session key"
+            " param only from 5.7 (spec §6.3) and no other LAN key source is documented (§3.3)"
+        )
+    if network is NetworkType.LDN:
+        if profile.version < (5, 2):
+            return (
+                f"Pia {profile.name} local play runs on the 3DS local network, whose beacon (Pia application data)"
+                " the spec does not document (§7.2 starts at 5.2)"
+            )
+    return None
+
+
+def plain_packets(profile: VersionProfile, network: NetworkType) -> bool:
+    """Whether the node sends (and accepts) plain, HMAC-signed packets: local play up to 5.6 (spec §3.3)."""
+    return is_legacy(profile) and network is NetworkType.LDN
+
+
+def message_source_id(network: NetworkType, constant_id: int) -> int:
+    """The source constant id of our M-A messages (a 32-bit field, spec §2.1): the principal id on NEX
+    (the nDPI Splatoon 2 capture's plain messages carry one), 0 in local play (every message of the real
+    3DS frames) and on LAN (its 64-bit ids do not fit)."""
+    if network is NetworkType.NEX and constant_id < 1 << 32:
+        return constant_id
+    return 0
+
+
+def platform(profile: VersionProfile) -> int:
+    """The platform byte of our connection responses (spec §5.3; 2 = 3DS as the real 4.10 frames show)."""
+    if profile.version < (4, 0):
+        return pstation.Platform.WII_U
+    if profile.version < (5, 0):
+        return pstation.Platform.CTR
+    return pstation.Platform.SWITCH
+
+
+def rtt_port(profile: VersionProfile) -> int:
+    """The RTT protocol's port: 0 up to 5.6 (real 4.10 traffic, NC-old), else 1 (spec §5.6)."""
+    return 0 if is_legacy(profile) else 1
+
+
+def _text(profile: VersionProfile, text: str) -> bytes:
+    # 4.x runs on the 3DS, whose frames carry UTF-16LE names; 3.x on the big-endian Wii U.
+    return text.encode("utf-16-le" if (4, 0) <= profile.version < (5, 0) else "utf-16-be")[:32]
+
+
+def player_info(profile: VersionProfile, name: str, network_id: int) -> PlayerInfo:
+    """Our one PlayerInfo for a <= 4.10 connection response (spec §5.2: 36 or 40 bytes)."""
+    name = name[:16]
+    if profile.version >= (4, 0):
+        # The real 4.10 frames carry the same value in both stations' PlayerInfo: the session's id.
+        return PlayerInfo(_text(profile, name), name_length=len(name), gathering_id=network_id & 0xFFFFFFFF)
+    return PlayerInfo(_text(profile, name), name_length=len(name))
+
+
+def token(profile: VersionProfile, name: str) -> bytes:
+    """The identification token of a <= 4.10 connection response: the real 3DS frames carry the player's name."""
+    return _text(profile, name[:16])
+
+
+def connect_request(
+    profile: VersionProfile, info: StationConnectionInfo, conn_id: int, inverse: bool, target: int, ack_id: int
+) -> bytes:
+    """A 3.3-5.6 connection request: no target variable id, no inverse connection id; the target
+    constant id from 5.2 (spec §5.3)."""
+    fields: dict[str, object] = dict(ack_id=ack_id, connection_id=conn_id, is_inverse=inverse, connection_info=info)
+    if profile.version >= (5, 2):
+        fields["target_constant_id"] = target
+    return pstation.ConnectionRequest(**fields).encode(profile)  # type: ignore[arg-type]
+
+
+def connect_response(profile: VersionProfile, name: str, network_id: int, ack_id: int) -> bytes:
+    """A <= 4.10 accepting connection response: one PlayerInfo, the player's name as the token (spec §5.3,
+    as the real 3DS 4.10 frames carry it)."""
+    return pstation.ConnectionResponse(
+        ack_id=ack_id,
+        platform=platform(profile),
+        token=token(profile, name),
+        players=(player_info(profile, name, network_id),),
+    ).encode(profile)
+
+
+def connection_info(profile: VersionProfile, location: StationLocation) -> StationConnectionInfo:
+    """A <= 5.9 StationConnectionInfo: the location as public and private one; in 3DS local play (zero
+    ids, 32-bit constant ids) as the real 4.10 frames carry it: URL type 0, an empty private location."""
+    ids = location.constant_id or location.variable_id or location.service_variable_id
+    if not ids and profile.constant_id_size == 4:
+        return StationConnectionInfo(public=attrs.evolve(location, url_type=0), private=StationLocation())
+    return StationConnectionInfo(public=location, private=location)
+
+
+def join_response_extra(profile: VersionProfile, max_stations: int, counter: int) -> dict[str, int]:
+    """The join response's fields after the counts (spec §5.4): none up to 3.10; in 4.x the two max counts,
+    0 as the real 4.10 frames carry them; from 5.x the three max counts and the update counter."""
+    if profile.version >= (5, 0):
+        return {"max_active": max_stations, "max_buffer": max_stations, "max_total": max_stations, "update_counter": counter}
+    return {}
+
+
+def answered(pending: dict[int, Any], proto: Proto, kinds: tuple[str, ...] | None = None) -> int:
+    """Forget the messages awaiting an ack that an answer has acknowledged; returns how many.
+
+    The real 4.10 frames show a 3DS host that never acks what it answers: the joiner's
+    connection request is answered by the inverse request, its connection response by the
+    host's, its join request by the join response; none gets a Station-protocol ack.  So
+    up to 5.6 such an answer stands for the ack (the node still acks explicitly itself).
+    *pending* maps ack ids to :class:`pianode.mesh.peer.Pending`; *kinds* None: every one of *proto*.
+    """
+    done = [k for k, p in pending.items() if p.proto is proto and (kinds is None or p.kind in kinds)]
+    for k in done:
+        del pending[k]
+    return len(done)
+
+
+def make_header(profile: VersionProfile, peer: object, own_index: int | None, encrypted: bool, now: float) -> PacketHeader:
+    """The H-A header of the next packet to *peer* (a :class:`pianode.mesh.wire.PeerLink`)."""
+    timers = peer.header_timers  # type: ignore[attr-defined]
+    if own_index is None:
+        connection_id, packet_id = UNJOINED_CONNECTION_ID, 0
+    elif peer.connected and peer.index is not None:  # type: ignore[attr-defined]
+        connection_id, packet_id = peer.own_conn_id, peer.tx_ids.next()  # type: ignore[attr-defined]
+    else:
+        connection_id, packet_id = 0, 0
+    return PacketHeader(
+        encrypted=encrypted,
+        packet_id=packet_id,
+        connection_id=connection_id,
+        source_timer=timers.source_timer(now),
+        destination_timer=timers.destination_timer(now),
+    )
+
+
+def replay_nonce(header: PacketHeader) -> bytes:
+    """What the replay checks read of an authenticated H-A packet, in place of a GCM nonce.
+
+    ``01 ‖ packet id (2)`` for a packet with a packet id; ``00 ‖ HMAC trailer[:7]``
+    for one without (the filters read the last 7 bytes, see the module docstring).
+    """
+    if header.packet_id:
+        return b"\x01" + header.packet_id.to_bytes(2, "big")
+    return b"\x00" + bytes(header.tag[:7]).rjust(7, b"\0")
+
+
+class PacketIdReplayFilter(NonceReplayFilter):
+    """The replay filter of an H-A peer: packet ids unwrapped to an unbounded counter.
+
+    A sender's packet ids to one station count up from 1 and skip 0 on rollover
+    (spec §1.4); each id is mapped to the nearest value of the counter, so a
+    reordered or rolled-over id needs no special case.  Packets without a packet
+    id pass (their freshness is judged at first contact, see the module docstring).
+    """
+
+    __slots__ = ("_high",)
+
+    def __init__(self, window: int = 1 << 9) -> None:
+        super().__init__(window)
+        self._high: int | None = None
+
+    def accept(self, nonce: bytes) -> bool:
+        if not nonce or nonce[0] == 0:
+            return True
+        if len(nonce) != 3:
+            raise DecodeError("an H-A replay value is 3 bytes")
+        return self.accept_value(int.from_bytes(nonce[1:], "big"))
+
+    def accept_value(self, value: int) -> bool:
+        value &= 0xFFFF
+        if self._high is None:
+            self._high = value
+        delta = (value - self._high) & 0xFFFF
+        if delta >= 0x8000:
+            delta -= 0x10000
+        unwrapped = self._high + delta
+        if unwrapped > self._high:
+            self._high = unwrapped
+        return super().accept_value(unwrapped + (1 << 20))  # kept positive
