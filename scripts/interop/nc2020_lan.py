@@ -191,8 +191,10 @@ class _Observer:
                   "state": station.connection_state})  # fmt: skip
 
         def handle_join_response(station: Any, data: bytes) -> None:
-            on_join_response(station, data)
+            # Taken before NC handles it: NC's join() on the main thread resets the parser as soon as
+            # this fragment completes it, which may be before the lines below run on the scheduler's.
             parser = mesh_protocol.join_response_parser
+            on_join_response(station, data)
             record: dict[str, Any] = {"event": "join_response", "from": _where(station), "size": len(data)}
             if len(data) > 1 and data[1] == 0:
                 record["denied"] = data[4] if len(data) > 4 else None
