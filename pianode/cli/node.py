@@ -291,13 +291,10 @@ async def _report(args: argparse.Namespace, node: Node, received: dict[int, int]
             received[event.source_index] = received.get(event.source_index, 0) + 1
             _emit(args, "data", source=event.source_index, reliable=event.reliable, data=event.data.decode("utf-8", "replace"))
         elif isinstance(event, StationJoined):
-            log.info("station %d joined from %s:%d", event.station_index, *event.address)
             _emit(args, "station-joined", index=event.station_index, address=f"{event.address[0]}:{event.address[1]}")
         elif isinstance(event, StationLeft):
-            log.info("station %d left (%s)", event.station_index, event.reason)
             _emit(args, "station-left", index=event.station_index, reason=event.reason)
         elif isinstance(event, HostChanged):
-            log.info("host moved from station %d to %d", event.old_host_index, event.new_host_index)
             _emit(args, "host-changed", old=event.old_host_index, new=event.new_host_index)
         elif isinstance(event, MeshJoined):
             pass

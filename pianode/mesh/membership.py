@@ -266,10 +266,16 @@ class Membership:
     def _join_request(self, ack_id: int) -> bytes:
         return wire.encode_join_request(self.profile, self.local_address, ack_id)
 
+    def _host_changed(self, old: int, new: int) -> None:
+        _log.info("station %s: the host moved from station %d to %d", self.index, old, new)
+        self._host.emit(HostChanged(old_host_index=old, new_host_index=new))
+
     def announce(self, peer: Peer) -> None:
         if peer.announced or peer.index is None or not peer.connected:
             return
         peer.announced = True
+        # -v: every membership change, logged where it happens (a run's formation included).
+        _log.info("station %s: station %d joined from %s:%d", self.index, peer.index, *peer.address)
         self._host.emit(StationJoined(station_index=peer.index, constant_id=peer.constant_id, address=peer.address))
         held, peer.held, peer.held_bytes = peer.held, [], 0
         for data, reliable in held:
@@ -360,7 +366,7 @@ class Membership:
         old = {e.index: e for e in self.table.entries()}
         self.table.replace_all(entries, host_index, counter)
         if old_host is not None and host_index != old_host and self.joined:
-            self._host.emit(HostChanged(old_host_index=old_host, new_host_index=host_index))
+            self._host_changed(old_host, host_index)
         peers = self._links.peers
         for idx, e in old.items():
             if idx not in self.table and idx != self.index:
@@ -505,7 +511,7 @@ class Membership:
             return
         if peer.announced:
             self._tally.departures[reason] += 1
-            _log.info("station %d (%s:%d) left: %s", index, *peer.address, reason)
+            _log.info("station %s: station %d (%s:%d) left: %s", self.index, index, *peer.address, reason)
             self._host.emit(StationLeft(station_index=index, constant_id=peer.constant_id, reason=reason))
         if index not in self.table:
             return
@@ -522,7 +528,7 @@ class Membership:
             if new_host is None:
                 return
             self.table.host_index = new_host
-            self._host.emit(HostChanged(old_host_index=index, new_host_index=new_host))
+            self._host_changed(index, new_host)
             if new_host == self.index:
                 self.table.update_counter += 1
                 self._send_update_mesh(now)

@@ -436,11 +436,7 @@ class MeshRun:
         elif isinstance(event, HostChanged):
             idx = node.station_index
             self.result.host_changes.append(f"station {idx}: {event.old_host_index} -> {event.new_host_index}")
-            _log.info("station %s: the host moved from station %d to %d", idx, event.old_host_index,
-                      event.new_host_index)  # fmt: skip
-        elif isinstance(event, (StationJoined, StationLeft)) and _log.isEnabledFor(logging.INFO):
-            what = "joined" if isinstance(event, StationJoined) else f"left ({event.reason})"
-            _log.info("station %s: station %d %s", node.station_index, event.station_index, what)
+            # (the node's own log says it at -v, as it says joins and departures: pianode.mesh.membership)
 
     async def _send_batch(self, nodes: list[Node], count: int, spread: float) -> None:
         async def sender(node: Node) -> None:

@@ -382,6 +382,10 @@ def test_v_logs_state_changes_and_vv_every_drop_with_its_reason() -> None:
     states = run("mesh", "-n", "3", "--duration", "0.3", "--leave", "--format", "jsonl", "-v")
     assert states.returncode == 0, states.stderr
     assert re.search(r" pianode\.mesh INFO station \d+: the host moved from station 0 to 1$", states.stderr, re.M)
+    # Every join of the formation, as it happens, seen from both ends (3 stations: 6 lines).
+    joins = re.findall(r" pianode\.mesh INFO station (\d): station (\d) joined from 127\.0\.0\.\d+:\d+$", states.stderr, re.M)
+    assert sorted(set(joins)) == [(a, b) for a in "012" for b in "012" if a != b], states.stderr
+    assert re.search(r" pianode\.mesh INFO station \d: station 0 \(127\.0\.0\.1:\d+\) left: left$", states.stderr, re.M)
     assert " DEBUG " not in states.stderr
     drops = run("-vv", "mesh", "-n", "2", "--duration", "0.5", "--corrupt", "0.3", "--seed", "3", "--format", "jsonl")
     assert json.loads(drops.stdout)["drops"]
