@@ -49,6 +49,7 @@ from protocols.pia import session6
 from pianode.capture.pcap import Datagram, parse_endpoint
 from pianode.capture.session_file import DecodeContext, KeySet
 from protocols.errors import ConfigError, DecodeError
+from protocols.ldn_link import MAGIC as LDN_MAGIC
 from protocols.pia.header import (
     MAGIC,
     PacketHeader,
@@ -70,7 +71,7 @@ from protocols.pia.versions import (
 
 __all__ = ["KINDS", "DecodeResult", "Decoder", "FlowTracker", "candidate_profiles", "to_jsonable"]
 
-KINDS = ("pia", "lan-browse-request", "lan-browse-reply", "prudp", "unknown")
+KINDS = ("pia", "lan-browse-request", "lan-browse-reply", "ldn-discovery", "prudp", "unknown")
 
 
 # --------------------------------------------------------------------------
@@ -177,6 +178,8 @@ class DecodeResult:
     messages: list[dict[str, Any]] | None = None
     prudp: list[dict[str, Any]] | None = None
     lan: dict[str, Any] | None = None
+    #: The simulated LDN link's discovery channel (advertisement, connect, reply, leave: protocols.ldn_link).
+    ldn: dict[str, Any] | None = None
     #: Raw bytes (hex) of datagrams no decoder claimed.
     data: str | None = None
     error: str | None = None
@@ -205,6 +208,8 @@ class DecodeResult:
         out["messages"] = self.messages
         if self.prudp is not None:
             out["prudp"] = self.prudp
+        if self.ldn is not None:
+            out["ldn"] = self.ldn
         if self.lan is not None:
             out["lan"] = self.lan
         if self.data is not None:
@@ -392,7 +397,19 @@ class Decoder:
         lan_kind = _lan_kind(data)
         if lan_kind is not None:
             return self._lan(d, lan_kind)
+        if data[:4] == LDN_MAGIC:
+            return self._ldn(d)
         return self._base(d, "unknown", data=data.hex())
+
+    def _ldn(self, d: Datagram) -> DecodeResult:
+        """A datagram of the simulated LDN link's discovery channel: how stations found the network."""
+        from protocols.ldn_link import decode_frame
+
+        try:
+            frame = decode_frame(d.data)
+        except DecodeError as exc:
+            return self._base(d, "ldn-discovery", data=d.data.hex(), error=_one_line(exc))
+        return self._base(d, "ldn-discovery", ldn={"type": type(frame).__name__, **_as_dict(to_jsonable(frame))})
 
     # -- Pia --------------------------------------------------------------
     def _codecs_for(self, profile: VersionProfile) -> tuple[PacketCodec, PacketCodec | None, KeySet]:

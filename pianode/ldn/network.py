@@ -22,7 +22,7 @@ Pia above it (spec §7.4):
   ``02:00:7f:fe:X:Y``.  The node derives its LDN constant id, service variable
   id and nonces from the same rule, and :class:`pianode.capture.pcap.PcapWriter`
   writes the same MACs in a recording's link layer.
-* **Discovery channel and advertisement** (:mod:`pianode.ldn.frames`).  The
+* **Discovery channel and advertisement** (:mod:`protocols.ldn_link`).  The
   host broadcasts an advert (the plaintext §7.1 advertisement payload: session
   info with the SSID, participant list, Pia application data) to
   ``127.255.255.255:30400`` every 100 ms.  Scanners bind ``0.0.0.0:30400``
@@ -60,7 +60,7 @@ import attrs
 import trio
 
 from pianode.mesh.config import NodeConfig
-from pianode.ldn.frames import (
+from protocols.ldn_link import (
     DISCOVERY_PORT,
     MAX_PARTICIPANTS,
     REJECTED,

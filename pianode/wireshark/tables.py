@@ -59,7 +59,7 @@ def _lua(value: Any, indent: str = "") -> str:
 
 def _tables() -> dict[str, Any]:
     from pianode.capture import decode as capture_decode
-    from pianode.ldn import frames as ldn_frames
+    from protocols import ldn_link as ldn_frames
     from protocols.pia import session6
     from protocols.pia.header import HEADER_SIZES, HEADER_VERSIONS, MAGIC
     from protocols.pia.lan_messages import LanMessageType

@@ -18,7 +18,7 @@ import pytest
 from wireshark_tools import as_int, decode_jsonl, dissect, message_payloads, pianode
 
 from pianode.capture.pcap import PcapWriter
-from pianode.ldn.frames import AdvertFrame, Advertisement, LdnParticipant, encode_frame
+from protocols.ldn_link import AdvertFrame, Advertisement, LdnParticipant, encode_frame
 from pianode.wireshark.export import PcapngWriter
 from pianode.wireshark.tables import LUA_PATH, render_file
 from protocols.pia.header import PacketHeader

@@ -688,3 +688,21 @@ def test_ignored_jsonl_fields_become_a_note_not_an_error(tmp_path: Path) -> None
     assert (r.kind, r.authenticated, r.error, r.dst, r.time) == ("pia", True, None, None, None)
     assert r.note == ("line 1: \"dst\" ignored: bad address 'somewhere' (expected ip:port);"
                       " \"time\" ignored: not a number or ISO 8601 time")
+
+
+def test_the_simulated_ldn_discovery_channel_is_decoded_not_unknown() -> None:
+    """A capture of `pianode ldn host` on a real link holds its discovery channel (UDP 30400,
+    protocols.ldn_link): each frame is named and its fields shown; a damaged one says why."""
+    from pianode.capture.session_file import DecodeContext
+    from protocols.ldn_link import ConnectRequest, LeaveNotice, encode_frame
+
+    request = encode_frame(ConnectRequest(bytes(range(8)), "station1", requested_ip="0.0.0.0"))
+    leave = encode_frame(LeaveNotice("169.254.3.2"))
+    decoder = Decoder(DecodeContext())
+    got = [decoder.decode(Datagram(i + 1, data, src="169.254.3.2:50000", dst="169.254.3.1:30401")).to_json()
+           for i, data in enumerate([request, leave, request[:-3]])]  # fmt: skip
+    assert [g["kind"] for g in got] == ["ldn-discovery"] * 3
+    assert got[0]["ldn"]["type"] == "ConnectRequest" and got[0]["ldn"]["name"] == "station1"
+    assert got[0]["ldn"]["token"] == bytes(range(8)).hex() and got[0]["error"] is None
+    assert got[1]["ldn"] == {"type": "LeaveNotice", "ip": "169.254.3.2", "reason": 0}
+    assert got[2]["error"] and "ldn" not in got[2] and got[2]["data"] == request[:-3].hex()

@@ -48,6 +48,7 @@ from protocols.wire import Reader, Writer
 
 __all__ = [
     "DISCOVERY_PORT",
+    "MAGIC",
     "LOOPBACK_OCTET",
     "MAX_PARTICIPANTS",
     "REJECTED",
@@ -71,7 +72,9 @@ MAX_PARTICIPANTS = 8  # 8 participant slots in the advertisement (spec §7.1)
 LOOPBACK_OCTET = 254  # 169.254.X.Y <-> 127.254.X.Y
 REJECTED = 5  # LDN disconnect reason "rejected" (spec §7.1)
 
-_MAGIC = b"PNLD"
+#: The first bytes of every datagram of the discovery channel.
+MAGIC = b"PNLD"
+_MAGIC = MAGIC
 _CHANNEL_VERSION = 1
 _ADVERT, _CONNECT, _REPLY, _LEAVE = 1, 2, 3, 4
 _NAME_SIZE = 32
