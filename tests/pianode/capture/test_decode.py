@@ -315,7 +315,7 @@ def test_any_bytes_give_a_result(tail: bytes, magic: bool) -> None:
     data = (bytes.fromhex("32ab9864") if magic else b"") + tail
     for session in ({}, {"version": "5.18", **D9_LAN}, {"hmac_key": "PokemonSIO"}):
         r = one(data, **session)
-        assert r.kind in ("pia", "unknown", "lan-browse-request", "lan-browse-reply")
+        assert r.kind in ("pia", "unknown", "lan-browse-request", "lan-browse-reply", "ldn-discovery")
         assert r.error is None or "\n" not in r.error
 
 
