@@ -16,13 +16,29 @@ from __future__ import annotations
 
 import functools
 import json
+import pathlib
 import signal
 import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
+
+
+def pianode(*argv: str, timeout: float = 90, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m pianode ARGV`` to its end, output collected as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "pianode", *argv], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )
+
+
+def summary(out: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The one JSON line a ``--format jsonl`` run prints."""
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, out.stdout
+    return json.loads(lines[0])
 
 
 class CliProcess:

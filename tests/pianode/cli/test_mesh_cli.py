@@ -19,24 +19,14 @@ import time
 from typing import Any
 
 import pytest
+from cli_processes import kill_leftovers, pianode, summary
 
 from pianode.cli.main import main
 
-from cli_processes import kill_leftovers
 
 KEY = "8899aabbccddeeff0011223344556677"
 
 
-def pianode(*argv: str, timeout: float = 60, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pianode", *argv], capture_output=True, text=True, timeout=timeout, cwd=cwd
-    )
-
-
-def summary(out: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    lines = [line for line in out.stdout.splitlines() if line.strip()]
-    assert len(lines) == 1, out.stdout
-    return json.loads(lines[0])
 
 
 # ---------------------------------------------------------------- pianode mesh

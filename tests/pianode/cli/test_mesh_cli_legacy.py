@@ -10,20 +10,13 @@ import sys
 from typing import Any
 
 import pytest
+from cli_processes import pianode, summary
 
 from protocols.pia.versions import DOCUMENTED_VERSIONS
 
 LEGACY = [f"{a}.{b}" for a, b in DOCUMENTED_VERSIONS if (a, b) <= (5, 6)]
 
 
-def pianode(*argv: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pianode", *argv], capture_output=True, text=True, timeout=timeout)
-
-
-def summary(out: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    lines = [line for line in out.stdout.splitlines() if line.strip()]
-    assert len(lines) == 1, out.stdout
-    return json.loads(lines[0])
 
 
 @pytest.mark.parametrize("version", LEGACY)

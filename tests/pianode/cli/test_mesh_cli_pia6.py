@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 import pytest
+from cli_processes import pianode, summary
 
 from pia6_reader import MAGIC, Pia6Reader, read_browse, udp_datagrams
 from protocols.pia.versions import DOCUMENTED_VERSIONS
@@ -21,14 +22,6 @@ from protocols.pia.versions import DOCUMENTED_VERSIONS
 SIX = [f"{a}.{b}" for a, b in DOCUMENTED_VERSIONS if a == 6]
 
 
-def pianode(*argv: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pianode", *argv], capture_output=True, text=True, timeout=timeout)
-
-
-def summary(out: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    lines = [line for line in out.stdout.splitlines() if line.strip()]
-    assert len(lines) == 1, out.stdout
-    return json.loads(lines[0])
 
 
 @pytest.mark.parametrize("version", SIX)
