@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -42,6 +42,7 @@ from pianode.mesh.stats import DropReason, Tally
 from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
 from protocols.pia.packet import PacketCodec
+from protocols.pia.packet_fast import StreamSealer
 from protocols.pia.packet_values import Packet
 from protocols.pia.versions import MessageFormat, Proto
 
@@ -245,15 +246,27 @@ class Outbox:
         assert codec is not None
         own_vid, own_source = self.variable_id, self.message_source_id
         counter = self._nonce_counter
-        out: list[Datagram] = []
+        out: list[Any] = []
         append = out.append
+        staged: list[tuple[int, StreamSealer, int, bytes, tuple[bytes, bytes]]] = []
         for peer in peers:
             # The packets differ only in id, header nonce and payload while these hold.
             made_for = (codec, peer.index, peer.variable_id, peer.own_conn_id, own_vid, own_source)
             sealer = peer.sealer
             if sealer is not None and sealer[0] == made_for and sealer[1] is not None:
                 counter = (counter + 1) & _NONCE_MASK
-                append((sealer[1](peer.tx_ids.next(), counter.to_bytes(8, "big"), data), peer.address))
+                seal = sealer[1]
+                if seal.seal_many is None:
+                    append((seal(peer.tx_ids.next(), counter.to_bytes(8, "big"), data), peer.address))
+                else:
+                    # Sealed below with the others in one AEAD call; its place in *out* is kept.
+                    pid, hn = peer.tx_ids.next(), counter.to_bytes(8, "big")
+                    prepared = seal.prepare(pid, hn, data)
+                    if prepared is None:
+                        append((seal(pid, hn, data), peer.address))
+                    else:
+                        staged.append((len(out), seal, pid, hn, prepared))
+                        append(peer.address)
             else:
                 self._nonce_counter = counter
                 if sealer is not None and sealer[0] == made_for:  # the codec has no sealer for this shape
@@ -267,6 +280,8 @@ class Outbox:
             peer.packets_sent += 1
             peer.last_sent = now
         self._nonce_counter = counter
+        if staged:
+            _seal_staged(out, staged, len(data))
         self._counters["packets_sent"] += len(out)
         tap = self.tap
         if tap is not None:
@@ -385,3 +400,16 @@ class Outbox:
                 peer.last_sent = now
             self._counters["packets_sent"] += len(members)
         return out
+
+
+def _seal_staged(out: list[Any], staged: list[tuple[int, StreamSealer, int, bytes, tuple[bytes, bytes]]], size: int) -> None:
+    """Seal the packets :meth:`Outbox.seal_unreliable_each` staged, in one AEAD call, into their places in *out*.
+
+    Every staged sealer was made for the same codec, so one key seals them all
+    (``StreamSealer.seal_many``); each place holds the peer's address until then.
+    """
+    seal_many = staged[0][1].seal_many
+    assert seal_many is not None
+    sealed = seal_many([p[4][0] for p in staged], [p[4][1] for p in staged])
+    for (i, seal, packet_id, hn, _), box in zip(staged, sealed, strict=True):
+        out[i] = (seal.assemble(packet_id, hn, size, box), out[i])

@@ -31,6 +31,7 @@ from pianode.mesh.replay import NonceReplayFilter
 from pianode.mesh.rtt import HeaderTimers, RttEstimator
 from pianode.mesh.wire import JoinResponse, UpdateMesh
 from protocols.pia.message import Message
+from protocols.pia.packet_fast import StreamOpener, StreamSealer
 from protocols.pia.versions import Proto
 
 __all__ = ["Peer", "PeerState", "Pending", "StationStats"]
@@ -123,7 +124,7 @@ class Peer:
     connected: bool = False
     #: ``(what it was made for, seal or None)``: the codec's sealer of this peer's
     #: unreliable packets (see :meth:`pianode.mesh.outbox.Outbox.seal_unreliable`).
-    sealer: tuple[tuple[object, ...], Callable[[int, bytes, bytes], bytes] | None] | None = None
+    sealer: tuple[tuple[object, ...], StreamSealer | None] | None = None
     #: ``(what it was made for, open or None)``: the codec's opener of this peer's
     #: unreliable packets to us (see :meth:`pianode.mesh.session.MeshSession.receive_datagram`).
-    opener: tuple[tuple[object, ...], Callable[[bytes], object] | None] | None = None
+    opener: tuple[tuple[object, ...], StreamOpener | None] | None = None

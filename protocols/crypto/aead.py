@@ -58,8 +58,9 @@ from __future__ import annotations
 
 import functools
 import hmac
+import operator
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from protocols.errors import AuthenticationError, ConfigError
@@ -160,6 +161,7 @@ class _FastGcmCore:
         "_ecb_state",
         "_ghash",
         "_ghash_owner",
+        "_at",
         "_new",
         "_size_t",
         "_strxor",
@@ -177,11 +179,13 @@ class _FastGcmCore:
             ffi = _raw_api.ffi
             self._new: Callable[[int], Any] = functools.partial(ffi.new, "uint8_t[]")
             self._view: Callable[[Any], Any] = ffi.buffer
+            self._at: Callable[[Any, int], Any] = operator.add  # a pointer *offset* bytes into a buffer
         else:
             import ctypes
 
             self._new = ctypes.create_string_buffer
             self._view = memoryview
+            self._at = ctypes.byref
         self._size_t = _raw_api.c_size_t
         # The cipher and _GHASH objects own the C key schedule and table (freed
         # with them): keep both alive for as long as this core.
@@ -234,6 +238,69 @@ class _FastGcmCore:
         ct = self.xor(plaintext, ks)
         return ct, self.tag(ks, aad, ct)
 
+    # -- many packets at once ------------------------------------------------
+    # A frame to every station, or a batch of datagrams read in one go, is
+    # many short packets under one key.  Per packet the C calls cost more than
+    # the AES and GHASH work itself, so a batch makes one ECB call for all the
+    # packets' counter blocks (every J0 first, then every packet's keystream,
+    # each a whole number of blocks), one int XOR for all the data and one for
+    # all the tag masks, and one GHASH call per packet into a shared output
+    # buffer: about half the time of a call per packet at 88 bytes (timeit,
+    # 31 packets).
+
+    def _crypt_many(self, nonces: Sequence[bytes], datas: Sequence[bytes]) -> tuple[bytes, bytes, list[int]]:
+        """(every E(J0), every data XOR its keystream padded to whole blocks, where each one's starts)."""
+        k = len(nonces)
+        j0 = _COUNTERS[1]
+        counters = [nonce + j0 for nonce in nonces]
+        starts, pos = [], 0
+        for nonce, data in zip(nonces, datas, strict=True):
+            nblocks = (len(data) + 15) >> 4
+            starts.append(pos)
+            pos += nblocks << 4
+            if nblocks:
+                counters.append(nonce + nonce.join(_COUNTERS[2 : nblocks + 2]) if nblocks <= _TABLE_BLOCKS else _counter_blocks(nonce, nblocks)[16:])
+        ks = self.ecb(b"".join(counters))
+        padded = b"".join([d + _ZERO_PAD[len(d) % 16] for d in datas])
+        n = len(padded)
+        mixed = (int.from_bytes(padded, "big") ^ int.from_bytes(ks[16 * k :], "big")).to_bytes(n, "big") if n else b""
+        return ks[: 16 * k], mixed, starts
+
+    def _tags(self, masks: bytes, cts: Sequence[bytes]) -> bytes:
+        """The full 16-byte tags of *cts* (no AAD), concatenated: each E(J0) in *masks* XOR GHASH(ct)."""
+        k = len(cts)
+        out = self._new(16 * k)
+        ghash, size_t, zero_y, table, at = self._ghash, self._size_t, self._zero_y, self._table, self._at
+        pack = _LENGTHS.pack
+        for i, ct in enumerate(cts):
+            nc = len(ct)
+            data = b"".join((ct, _ZERO_PAD[nc % 16], pack(0, nc * 8)))
+            if ghash(at(out, 16 * i), data, size_t(len(data)), zero_y, table):
+                raise ConfigError("pycryptodome GHASH call failed")
+        s = bytes(self._view(out))
+        return (int.from_bytes(s, "big") ^ int.from_bytes(masks, "big")).to_bytes(16 * k, "big")
+
+    def seal_many(self, nonces: Sequence[bytes], plaintexts: Sequence[bytes]) -> list[bytes]:
+        """``ciphertext || 16-byte tag`` of each plaintext under its nonce (no AAD)."""
+        masks, mixed, starts = self._crypt_many(nonces, plaintexts)
+        cts = [mixed[at : at + len(p)] for p, at in zip(plaintexts, starts)]
+        tags = self._tags(masks, cts)
+        return [ct + tags[16 * i : 16 * i + 16] for i, ct in enumerate(cts)]
+
+    def open_many(self, nonces: Sequence[bytes], cts: Sequence[bytes], tags: Sequence[bytes]) -> list[bytes | None]:
+        """The plaintext of each ciphertext, or None where its tag (4 to 16 bytes) does not verify."""
+        masks, mixed, starts = self._crypt_many(nonces, cts)
+        full = self._tags(masks, cts)
+        compare = hmac.compare_digest
+        out: list[bytes | None] = []
+        for i, (ct, tag, at) in enumerate(zip(cts, tags, starts, strict=True)):
+            n = len(tag)
+            if 4 <= n <= 16 and compare(full[16 * i : 16 * i + n], tag):
+                out.append(mixed[at : at + len(ct)])
+            else:
+                out.append(None)
+        return out
+
 
 # Result of the once-per-process known-answer test (None: not run yet).
 _fast_path_ok: bool | None = None
@@ -263,6 +330,18 @@ def _fast_self_test() -> bool:
             ref.update(aad)
         if core.seal(nonce, msg, aad) != ref.encrypt_and_digest(msg):
             return False
+    # The batch calls against the one-packet calls (sizes across block boundaries, a bad tag, a short tag).
+    nonces = [bytes([i]) * 12 for i in range(6)]
+    plains = [(bytes(range(256)) * 6)[:size] for size in (0, 1, 16, 17, 88, 1400)]
+    sealed = core.seal_many(nonces, plains)
+    if sealed != [b"".join(core.seal(n, p, b"")) for n, p in zip(nonces, plains)]:
+        return False
+    cts = [s[:-16] for s in sealed]
+    tags = [s[-16:] for s in sealed]
+    tags[2] = bytes(16)
+    tags[4] = tags[4][:8]
+    if core.open_many(nonces, cts, tags) != [plains[0], plains[1], None, plains[3], plains[4], plains[5]]:
+        return False
     return True
 
 
@@ -316,6 +395,34 @@ class _PycryptodomeGcm:
             ct, tag = core.seal(nonce, plaintext, aad or b"")
             return ct + tag
         return b"".join(self.seal(nonce, plaintext, 16, aad or b""))
+
+    @property
+    def batched(self) -> bool:
+        """Whether :meth:`seal_raw_many`/:meth:`open_raw_many` beat a call per packet (the fast path)."""
+        return self._core is not None
+
+    def seal_raw_many(self, nonces: Sequence[bytes], plaintexts: Sequence[bytes]) -> list[bytes]:
+        """:meth:`seal_raw` (no AAD) of each plaintext under its nonce, in one batch.
+
+        The nonces must be 12 ``bytes`` each (unchecked, as for ``seal_raw``)."""
+        core = self._core
+        if core is not None and len(nonces) > 1:
+            return core.seal_many(nonces, plaintexts)
+        return [self.seal_raw(n, p, None) for n, p in zip(nonces, plaintexts, strict=True)]
+
+    def open_raw_many(self, nonces: Sequence[bytes], cts: Sequence[bytes], tags: Sequence[bytes]) -> list[bytes | None]:
+        """:meth:`open` (no AAD) of each packet, in one batch: its plaintext, or None for a tag that
+        does not verify.  The nonces must be 12 ``bytes`` each (unchecked)."""
+        core = self._core
+        if core is not None and len(nonces) > 1:
+            return core.open_many(nonces, cts, tags)
+        out: list[bytes | None] = []
+        for n, c, t in zip(nonces, cts, tags, strict=True):
+            try:
+                out.append(self.open(n, c, t))
+            except AuthenticationError:
+                out.append(None)
+        return out
 
     def open(self, nonce: bytes, ciphertext: bytes, tag: bytes, aad: bytes = b"") -> bytes:
         n = len(tag)

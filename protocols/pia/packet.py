@@ -78,7 +78,15 @@ from protocols.pia.message import (
     lone_message_decoder,
     lone_message_encoder,
 )
-from protocols.pia.packet_fast import fast_decoder, fast_encoder, lone_opener, lone_sealer, packet_of_lone
+from protocols.pia.packet_fast import (
+    StreamOpener,
+    StreamSealer,
+    fast_decoder,
+    fast_encoder,
+    lone_opener,
+    lone_sealer,
+    packet_of_lone,
+)
 from protocols.pia.packet_values import LoneMessage, NonceBuilder, Packet, pack_footer, unpack_footer
 from protocols.pia.versions import Cipher, HeaderFormat, VersionProfile
 
@@ -201,6 +209,12 @@ class PacketCodec:
         return self._gcm is not None or self._ecb is not None
 
     @property
+    def opens_in_batches(self) -> bool:
+        """Whether the AEAD seals and opens many packets in one call cheaper than one by one
+        (pycryptodome's fast path): the streams' ``seal_many``/``open_many`` are then set."""
+        return bool(getattr(self._gcm, "batched", False))
+
+    @property
     def can_authenticate(self) -> bool:
         """Whether authenticated packets of this version can be checked."""
         return self._gcm is not None or self._hmac is not None
@@ -307,7 +321,7 @@ class PacketCodec:
         """:meth:`decode_lone` as one callable, without the method's own call (for a receive loop)."""
         return self._fast_lone or self.decode  # type: ignore[no-any-return]
 
-    def lone_sealer(self, header: PacketHeader, message: Message, source: str) -> Callable[[int, bytes, bytes], bytes] | None:
+    def lone_sealer(self, header: PacketHeader, message: Message, source: str) -> StreamSealer | None:
         """``seal(packet_id, header_nonce, payload) -> datagram`` for a stream of packets of one message.
 
         The packets are those of *header* and *message* but for the three
@@ -318,10 +332,12 @@ class PacketCodec:
         station) seals each packet without building or reading any value.
         None when the shape is not one it knows (no key, H-A/H-B headers, a
         non-delta message format, an unusual field): encode each packet then.
+        Its ``prepare``/``assemble``/``seal_many`` seal a batch in one AEAD
+        call (:class:`~protocols.pia.packet_fast.StreamSealer`).
         """
         return lone_sealer(self, header, message, source)
 
-    def lone_opener(self, lone: LoneMessage, source: str) -> Callable[[bytes], bytes | Packet | LoneMessage | None] | None:
+    def lone_opener(self, lone: LoneMessage, source: str) -> StreamOpener | None:
         """``open(datagram)`` for the packets of one stream of which :meth:`decode_lone` gave *lone*.
 
         The stream is the packets from *source* that carry *lone*'s header and

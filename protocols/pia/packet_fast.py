@@ -60,7 +60,41 @@ class PacketCodec(Protocol):
     def _decode_general(self, data: bytes, source: str, *, verify: bool = True) -> Packet: ...
     def _split_inner(self, plaintext: bytes, header: PacketHeader) -> tuple[bytes, bytes]: ...
 
-__all__ = ["fast_decoder", "fast_encoder", "lone_opener", "lone_sealer", "packet_of_lone"]
+__all__ = ["StreamOpener", "StreamSealer", "fast_decoder", "fast_encoder", "lone_opener", "lone_sealer", "packet_of_lone"]
+
+
+class StreamSealer(Protocol):
+    """What :func:`lone_sealer` returns: ``sealer(packet_id, header_nonce, payload)`` is the datagram.
+
+    Where the AEAD seals many packets in one call cheaper than one by one
+    (``seal_many`` is not None: pycryptodome's fast path), a batch of them is
+    ``prepare`` (nonce and plaintext, or None: use the call) for each, one
+    ``seal_many(nonces, plaintexts)``, then ``assemble(packet_id,
+    header_nonce, len(payload), sealed)`` for each; the same bytes.
+    """
+
+    prepare: Callable[[int, bytes, bytes], tuple[bytes, bytes] | None]
+    assemble: Callable[[int, bytes, int, bytes], bytes]
+    seal_many: Callable[[list[bytes], list[bytes]], list[bytes]] | None
+
+    def __call__(self, packet_id: int, header_nonce: bytes, payload: bytes) -> bytes: ...
+
+
+class StreamOpener(Protocol):
+    """What :func:`lone_opener` returns: ``opener(datagram)`` is the stream's payload,
+    another decoded value, or None (not the stream's).
+
+    In two steps for a batch (``open_many`` not None): ``prepare(datagram)``
+    gives ``(nonce, ciphertext, tag)`` or None (not the stream's); one
+    ``open_many(nonces, ciphertexts, tags)`` gives each plaintext or None (the
+    tag failed); ``complete(datagram, plaintext)`` is what ``opener`` returns.
+    """
+
+    prepare: Callable[[bytes], tuple[bytes, bytes, bytes] | None]
+    complete: Callable[[bytes, bytes], Any]
+    open_many: Callable[[list[bytes], list[bytes], list[bytes]], list[bytes | None]] | None
+
+    def __call__(self, data: bytes) -> Any: ...
 
 _BYTE = [bytes((i,)) for i in range(256)]
 
@@ -287,7 +321,7 @@ def _nonce_lead(builder: Callable[..., bytes], header: PacketHeader, source: str
     return None
 
 
-def lone_sealer(codec: PacketCodec, header: PacketHeader, message: Message, source: str) -> Callable[[int, bytes, bytes], bytes] | None:
+def lone_sealer(codec: PacketCodec, header: PacketHeader, message: Message, source: str) -> StreamSealer | None:
     """See :meth:`protocols.pia.packet.PacketCodec.lone_sealer`."""
     profile = codec.profile
     aead = codec._gcm
@@ -342,15 +376,54 @@ def lone_sealer(codec: PacketCodec, header: PacketHeader, message: Message, sour
         packet = Packet(attrs.evolve(header, packet_id=packet_id, nonce=hn), (attrs.evolve(message, payload=payload),))
         return codec.encode(packet, source)
 
+    # The same packet in two steps, for a batch of packets sealed in one AEAD
+    # call (StreamSealer): the nonce and plaintext first, the datagram from the
+    # sealed bytes after.  Checked below against the codec, as sealer is.
+    def prepare(packet_id: int, hn: bytes, payload: bytes) -> tuple[bytes, bytes] | None:
+        if len(hn) != 8 or not 0 <= packet_id <= 0xFFFF:
+            return None
+        n = len(payload)
+        try:
+            if is_mg:
+                head = mpack(full, flags, n, ptype, port, extra)
+            elif is_me:
+                head = mpack(full, flags, n, tp, dest, src)
+            else:
+                head = mpack(full, flags, n, tp, dest)
+        except struct.error:
+            return None  # too long: sealer gives it to the codec
+        return (lead + hn[skip:] if skip else lead + hn), join((head, payload, tails[n & 15][0]))
+
+    def assemble(packet_id: int, hn: bytes, size: int, out: bytes) -> bytes:
+        if is_cd:
+            return hpack(magic, vb, conn, packet_id, hn, out[tag_part]) + out[:-16]
+        if is_g:
+            padding = tails[size & 15][1] if inner else header.padding_size
+            return hpack(magic, vb, padding << 4 | g_flags, dvid, svid, packet_id, 0, hn, out[tag_part]) + out[:-16]
+        return hpack(magic, vb, dvid, svid, packet_id, 0, hn, out[tag_part]) + out[:-16]
+
+    many = aead.seal_raw_many if getattr(aead, "batched", False) else None  # type: ignore[attr-defined]
+
+    def in_two_steps(packet_id: int, hn: bytes, payload: bytes) -> bytes:
+        prepared = prepare(packet_id, hn, payload)
+        assert prepared is not None
+        return assemble(packet_id, hn, len(payload), seal(prepared[0], prepared[1], None))
+
     # Trust it only where it gives the codec's own bytes (size tails, ids, nonces).
     for packet_id, hn, payload in ((1, bytes(8), b""), (0xFFFF, bytes(range(9, 17)), bytes(range(37)))):
         packet = Packet(attrs.evolve(header, packet_id=packet_id, nonce=hn), (attrs.evolve(message, payload=payload),))
         try:
-            if sealer(packet_id, hn, payload) != codec.encode(packet, source):
+            want = codec.encode(packet, source)
+            if sealer(packet_id, hn, payload) != want:
                 return None
+            if many is not None and in_two_steps(packet_id, hn, payload) != want:
+                many = None  # (never seen: the steps are sealer's own lines)
         except Exception:
             return None
-    return sealer
+    sealer.prepare = prepare  # type: ignore[attr-defined]
+    sealer.assemble = assemble  # type: ignore[attr-defined]
+    sealer.seal_many = many  # type: ignore[attr-defined]
+    return sealer  # type: ignore[return-value]
 
 
 def _field_offsets(st: struct.Struct) -> list[int]:
@@ -362,7 +435,7 @@ def _field_offsets(st: struct.Struct) -> list[int]:
     return offsets
 
 
-def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> Callable[[bytes], bytes | Packet | LoneMessage | None] | None:
+def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> StreamOpener | None:
     """See :meth:`protocols.pia.packet.PacketCodec.lone_opener`."""
     profile = codec.profile
     aead = codec._gcm
@@ -437,6 +510,36 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> Callable[
         h2[12] = data[tag_at:hsize]
         return finish(tuple(h2), body, ())
 
+    # The same in two steps, for a batch opened in one AEAD call (StreamOpener):
+    # what to open first, then what the opened body gives.
+    many = aead.open_raw_many if getattr(aead, "batched", False) else None  # type: ignore[attr-defined]
+
+    def prepare(data: bytes) -> tuple[bytes, bytes, bytes] | None:
+        if type(data) is not bytes or len(data) < hsize or not data.startswith(prefix) or (fs_at and data[fs_at]):
+            return None
+        return lead + data[nonce_at:tag_at], data[hsize:], data[tag_at:hsize]
+
+    def complete(data: bytes, body: bytes) -> bytes | Packet | LoneMessage | None:
+        if body.startswith(mfirst) and body.startswith(mrest, 4):
+            size = body[2] << 8 | body[3]
+            stop = mhsize + size
+            k = size & 15
+            if len(body) == stop + tail_lens[k] and body.endswith(tails[k]):
+                return body[mhsize:stop]
+        h2 = template.copy()
+        h2[1] = int.from_bytes(data[pid_at : pid_at + 2], "big")
+        h2[11] = data[hn_at:tag_at]
+        h2[12] = data[tag_at:hsize]
+        return finish(tuple(h2), body, ())
+
+    def in_two_steps(data: bytes) -> bytes | Packet | LoneMessage | None:
+        prepared = prepare(data)
+        if prepared is None:
+            return None
+        body = open_(*prepared)
+        codec.last_nonce = prepared[0]
+        return complete(data, body)
+
     # Trust it only where it agrees with decode_lone: the stream's packets (two ids,
     # nonces and payload lengths) give their payload, another message decode_lone's value.
     other = attrs.evolve(probe.messages[0], protocol_port=port ^ 1, payload=b"x")
@@ -456,7 +559,12 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> Callable[
                     return None
             elif got != want:
                 return None
-    return opener
+            if many is not None and in_two_steps(data) != got:
+                many = None  # (never seen: the steps are opener's own lines)
+    opener.prepare = prepare  # type: ignore[attr-defined]
+    opener.complete = complete  # type: ignore[attr-defined]
+    opener.open_many = many  # type: ignore[attr-defined]
+    return opener  # type: ignore[return-value]
 
 
 def fast_decoder(

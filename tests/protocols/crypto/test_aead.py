@@ -286,9 +286,64 @@ def test_fast_path_on_the_ctypes_ffi() -> None:
         big = bytes(1400)
         ct, tag = g.seal(bytes(12), big, 8)
         assert g.open(bytes(12), ct, tag) == big
+        nonces, plains = [bytes([i]) * 12 for i in range(3)], [bytes(5), bytes(88), big]
+        sealed = g.seal_raw_many(nonces, plains)
+        assert sealed == [g.seal_raw(n, p, None) for n, p in zip(nonces, plains)]
+        assert g.open_raw_many(nonces, [s[:-16] for s in sealed], [s[-16:] for s in sealed]) == plains
         print("ok")
         """
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+# ---------------------------------------------------------------- many packets in one call
+
+BATCH_ENGINES = ("pycryptodome", "pycryptodome-aes-new")
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    key=st.binary(min_size=16, max_size=16),
+    packets=st.lists(st.tuples(st.binary(min_size=12, max_size=12), st.binary(max_size=300)), min_size=1, max_size=12),
+    spoil=st.lists(st.integers(0, 11), max_size=4),
+    tag_length=st.sampled_from([16, 12, 8, 4]),
+)
+def test_a_batch_seals_and_opens_as_its_packets_one_by_one(
+    key: bytes, packets: list[tuple[bytes, bytes]], spoil: list[int], tag_length: int
+) -> None:
+    nonces = [n for n, _ in packets]
+    plains = [p for _, p in packets]
+    for engine in BATCH_ENGINES:
+        g = ENGINES[engine](key)
+        assert engine != "pycryptodome" or g.batched  # type: ignore[attr-defined]
+        sealed = g.seal_raw_many(nonces, plains)  # type: ignore[attr-defined]
+        assert sealed == [g.seal_raw(n, p, None) for n, p in packets]
+        cts = [s[:-16] for s in sealed]
+        tags = [s[-16:][:tag_length] for s in sealed]
+        bad = {i for i in spoil if i < len(tags)}
+        for i in bad:
+            tags[i] = bytes(b ^ 1 for b in tags[i])
+        want = []
+        for i, (n, c, t) in enumerate(zip(nonces, cts, tags)):
+            try:
+                want.append(g.open(n, c, t))
+            except AuthenticationError:
+                want.append(None)
+        assert [w is None for w in want] == [i in bad for i in range(len(tags))]
+        assert g.open_raw_many(nonces, cts, tags) == want  # type: ignore[attr-defined]
+
+
+def test_a_batch_on_the_portable_ghash(monkeypatch: pytest.MonkeyPatch) -> None:
+    from Crypto.Cipher import _mode_gcm
+
+    monkeypatch.setattr(_mode_gcm, "_ghash_clmul", None)
+    core = aead._FastGcmCore(D9_KEY)
+    assert core.seal_many([D9_NONCE, bytes(12)], [D9_PT, b"x"]) == [D9_CT + D9_TAG, b"".join(core.seal(bytes(12), b"x", b""))]
+
+
+def test_the_self_test_rejects_a_batch_that_disagrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A batch that gave other bytes than one packet at a time would switch the fast path off.
+    monkeypatch.setattr(aead._FastGcmCore, "seal_many", lambda self, nonces, plains: [b"" for _ in plains])
+    assert aead._fast_self_test() is False
