@@ -65,7 +65,7 @@ def test_every_recorded_datagram_gives_the_general_text(
     # The fast path carried the data packets (else this test would compare the general path with itself) ...
     kinds = [json.loads(line)["kind"] for line in want]
     assert kinds.count("pia") > 50
-    assert all(json.loads(line)["authenticated"] is True for line in want)
+    assert [line for line in want if json.loads(line)["authenticated"] is not True] == []  # (the line says why)
     # ... and the summary counts agree.
     assert (fast.kinds, fast.auth, fast.errors) == (general.kinds, general.auth, general.errors)
 
