@@ -55,6 +55,12 @@ def test_ca_init_and_issue_make_the_files_with_their_roles(tmp_path: pathlib.Pat
           "{root}/ca/site-a.key"), "--address is for a real link; through --relay the sockets use the site's virtual"),
         (("ldn", "join", "--game-key", "ee182a63e216cdb1f51ad4bed8cf6508", "--relay", "nowhere", "--relay-ca",
           "{root}/ca/ca.pem", "--relay-cert", "{root}/ca/site-a.pem", "--relay-key", "{root}/ca/site-a.key"), "--relay"),
+        (("mesh", "--relay", "--relay-ca", "x"), "--relay without HOST:PORT starts a hub of the run's own"),
+        (("mesh", "--relay", "127.0.0.1:7777"), "--relay needs --relay-ca, --relay-cert, --relay-key"),
+        (("mesh", "--relay", "--processes", "2"), "--relay: the stations of a relayed run share one process"),
+        (("mesh", "--relay", "--discovery", "on"), "--relay: a relayed run is formed by hand-off"),
+        (("mesh", "--relay", "--loss", "0.1"), "--relay: fault injection applies to loopback links"),
+        (("mesh", "--relay", "--relay-room", ""), "--relay-room must be 1..64 characters"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(pki: Pki, argv: tuple[str, ...], needle: str) -> None:
@@ -159,3 +165,32 @@ async def test_an_ldn_host_and_an_ldn_join_form_a_network_through_the_relay(pki:
     summaries = [p.records()[-1] for p in (host, join)]
     assert [s["ok"] for s in summaries] == [True, True] and all(s["received"] for s in summaries), summaries
     assert summaries[0]["received"] == {"1": 5} and summaries[1]["received"] == {"0": 5}
+
+
+async def test_mesh_through_a_running_hub_and_through_its_own(pki: Pki) -> None:
+    hub_addr = (loopback_block() + "1", free_port())
+    hub = _hub(pki, hub_addr)
+    with trio.fail_after(90):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hub.run)
+            await until(lambda: bool(hub.lines))
+            given = await trio.run_process(
+                [*PIANODE, "mesh", "-n", "4", "--duration", "1", "--messages", "5", "--format", "jsonl",
+                 "--relay-room", "mesh-test", *_flags(pki, "site-a", "ca", hub_addr)],
+                capture_stdout=True, capture_stderr=True, check=False)  # fmt: skip
+            hub.stop()
+        own = await trio.run_process([*PIANODE, "mesh", "--relay", "-n", "3", "--rate", "60", "--duration", "1",
+                                      "--format", "jsonl"], capture_stdout=True, capture_stderr=True, check=False)  # fmt: skip
+    import json
+
+    for done in (given, own):
+        assert done.returncode == 0, done.stderr.decode()
+    summary = json.loads(given.stdout.decode())
+    assert summary["ok"] and summary["reliable"]["delivered"] == 4 * 3 * 5
+    assert sorted(r["address"].split(":")[0] for r in summary["stations"]) == ["10.77.0.1", "10.77.0.2", "10.77.0.3",
+                                                                               "10.77.0.4"]  # fmt: skip
+    room = [line for line in hub.lines if line.startswith("room mesh-test")]
+    assert room and "4 join(s)" in room[-1] and " relayed 0 datagram" not in room[-1], hub.lines
+    summary = json.loads(own.stdout.decode())
+    assert summary["ok"] and summary["frames"]["delivered"] == summary["frames"]["expected"] > 0
+    assert summary["formation"].endswith("through a relay hub")
