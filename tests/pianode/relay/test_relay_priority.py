@@ -5,15 +5,18 @@ time: the hub (``pianode relay serve``), site A (tests/support/relay_load_site.p
 and site B (this test).  A sends a probe datagram to B every 5 ms through the
 hub, stamped with ``time.monotonic()`` (one clock for every process of the
 machine), and pings the hub on the control stream every 10 ms; B pings the hub
-every 10 ms too.  Phases of 1 s alternate in the same run, idle and loaded;
+every 10 ms too.  Thirteen phases of 1 s alternate in the same run, idle and loaded;
 in a loaded phase A keeps its bulk stream to B saturated (megabytes always
 waiting), so bulk competes with the probes on A's connection to the hub and
 on the hub's connection to B, both ways through the scheduler.
 
-The loaded p95 of each class may exceed the idle p95 by at most 3 ms, and bulk
-must have been waiting the whole of every loaded phase and moving (over
-1 MB/s).  Alternating the phases in one run cancels what other work on the
-machine does to both kinds alike.  (With the scheduler off, every bulk byte
+Each loaded phase's p95 is compared with the mean p95 of the idle phases
+either side; the median of that added delay over the six loaded phases may be
+3 ms at most, for each class.  Bulk must have been waiting the whole of every
+loaded phase and moving (over 1 MB/s).  Alternating the phases in one run
+cancels what other work on the machine does to both kinds alike, and the
+median leaves out a phase spoilt by a burst of it (seen: one phase of 50 ms
+among phases of 2 ms, on a machine busy with other work).  (With the scheduler off, every bulk byte
 handed to aioquic at once, the same test measured 60 ms added.)
 """
 
@@ -37,8 +40,8 @@ from relay_pki import Pki, make_pki
 from pianode.relay.client import RelayClient
 
 LOAD_SITE = pathlib.Path(__file__).resolve().parents[2] / "support" / "relay_load_site.py"
-PHASES = 9  # odd: idle, even: loaded; every loaded phase between two idle ones
-PHASE_SECONDS = 1.2  # the first 0.2 s of each settle and are not counted
+PHASES = 13  # odd: idle, even: loaded; every loaded phase between two idle ones
+PHASE_SECONDS = 1.0  # the first 0.2 s of each settle and are not counted
 PROBE_PORT = 49152
 ALLOWED_ADDED_DELAY = 0.003
 
