@@ -16,6 +16,13 @@ completed (or, without --stations, when the run ended normally), 1 when
 it did not or the join failed, 2 with a one-line message for a bad flag or
 setting, 130 after Ctrl-C.
 
+Through a relay hub (--relay HOST:PORT --relay-ca --relay-cert --relay-key,
+see pianode relay --help) the network spans places: each process is a site
+of the hub's room, its sockets on the virtual address the hub gave it, and
+the advertisements go to the room's broadcast address.  The LDN network keeps
+its own 169.254.X.Y addresses in the advertisement and the connect reply
+(pianode.ldn.network: the relay plan).
+
 Output: --format table (default) or jsonl: one JSON object per line,
 {"event": "network" | "joined" | "station-joined" | "station-left" |
 "summary", ...} for host/join, one object per network for scan.
@@ -35,6 +42,7 @@ from typing import Any
 import attrs
 import trio
 
+from pianode.cli.relay import add_relay_arguments, relay_address, relay_plan, run_trio
 from pianode.cli.common import (
     CliError,
     CliFailure,
@@ -86,6 +94,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         q.add_argument("--local-id", default=None, metavar="HEX",
                        help="local communication id (title id) to use or match")
         q.add_argument("--format", choices=("table", "jsonl"), default="table", help="output format (default table)")
+        add_relay_arguments(q)
 
     def station(q: argparse.ArgumentParser) -> None:
         q.add_argument("--name", default="pianode", help="player name in the participant list (default pianode)")
@@ -352,13 +361,20 @@ def run_host(args: argparse.Namespace) -> int:
         session_key=_session_key(args.session_key),
         address=_ldn_address(args.address, host=True),
     )
+    relay = relay_plan(args)
+    if relay is not None and args.address is not None:
+        raise CliError("--address is for a real link; through --relay the sockets use the site's virtual address")
     stop = Stop()
-    status = trio.run(_host, args, config, stop)
+    status = run_trio(relay, _host, args, config, stop)
     stop.exit_if_interrupted()
     return status
 
 
 async def _host(args: argparse.Namespace, config: LdnHostConfig, stop: Stop) -> int:
+    where = relay_address()
+    if where is not None:  # the relay plan: sockets on the site's address, adverts to the room
+        broadcast = where[1] if args.broadcast == DEFAULT_BROADCAST else config.discovery[0]
+        config = attrs.evolve(config, socket_address=where[0], discovery=(broadcast, config.discovery[1]))
     out = _Out(args.format, args.quiet)
     recorder = LdnRecorder() if args.record else None
     async with trio.open_nursery() as outer:
@@ -409,6 +425,7 @@ def run_scan(args: argparse.Namespace) -> int:
     profile = _profile(args)
     game_key = _game_key(args.game_key) if args.game_key else None
     local_id = _local_id(args.local_id)
+    relay = relay_plan(args)
     stop = Stop()
 
     async def main() -> list[FoundNetwork]:
@@ -420,7 +437,7 @@ def run_scan(args: argparse.Namespace) -> int:
             nursery.cancel_scope.cancel()
         return found
 
-    found = trio.run(main)
+    found = run_trio(relay, main)
     stop.exit_if_interrupted()
     out = _Out(args.format, args.quiet)
     records = [network_record(net, profile, game_key) for net in sorted(found, key=lambda n: n.advertisement.host.ip)]
@@ -493,6 +510,9 @@ def run_join(args: argparse.Namespace) -> int:
     game_key = _game_key(args.game_key)
     _ldn_address(args.address, host=False)
     node_config = _node_config(args)
+    relay = relay_plan(args)
+    if relay is not None and args.address is not None:
+        raise CliError("--address is for a real link; through --relay the sockets use the site's virtual address")
     stop = Stop()
 
     async def main() -> int:
@@ -502,7 +522,7 @@ def run_join(args: argparse.Namespace) -> int:
             outer.cancel_scope.cancel()
         return status
 
-    status = trio.run(main)
+    status = run_trio(relay, main)
     stop.exit_if_interrupted()
     return status
 
@@ -521,7 +541,9 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
                          + (" with that --ssid" if ssid else ""))  # fmt: skip
     net = found[0]
     try:
+        where = relay_address()
         async with open_ldn_station(net, node_config, game_key, name=args.name, address=args.address,
+                                    socket_address=where[0] if where is not None else None,
                                     session_key=_session_key(args.session_key),
                                     tap=recorder.tap if recorder else None) as st:  # fmt: skip
             node = st.node

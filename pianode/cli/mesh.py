@@ -12,6 +12,12 @@ The table: rtt ms is each station's mean smoothed round-trip time to its peers;
 pkts sent/recv count its packets; lost (resent msgs) the reliable messages it
 had to send again.  On a terminal the table is redrawn in place during the run;
 elsewhere a progress line goes to stderr every few seconds.
+
+With --relay every station is a site of its own of one relay hub (its own
+QUIC connection and virtual address; all traffic between stations crosses
+the hub), the mesh formed by hand-off: --relay HOST:PORT with --relay-ca,
+--relay-cert and --relay-key takes a running hub, --relay alone starts one
+on 127.0.0.1 for the run, with a CA made for the run.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from pianode.cli.common import (
     parse_hostport,
     port_arg,
 )
+from pianode.cli.relay import OWN_HUB, add_relay_arguments, relay_plan
 from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from protocols.pia.versions import profile_for
@@ -117,7 +124,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--game-key", default=None,
                    help="LAN/LDN discovery: game key (32 hex digits or 16 characters) the keys derive from (default random)")
     add_fault_arguments(p)
+    add_relay_arguments(p, own_hub="every station through this hub, each a site of its own (--relay alone: a hub "
+                        "of the run's own on 127.0.0.1); the mesh is formed by hand-off")  # fmt: skip
     p.set_defaults(handler=run)
+
+
+def _relay_port(args: argparse.Namespace) -> int:
+    """Through a relay only --bind's port counts (each station's address is its site's)."""
+    text = args.base_address
+    port = parse_hostport(text, 0, flag="--bind")[1] if ":" in text else 0
+    return args.port if args.port is not None else port
 
 
 def _addresses(args: argparse.Namespace) -> tuple[str, int]:
@@ -141,8 +157,31 @@ def _addresses(args: argparse.Namespace) -> tuple[str, int]:
     return str(base), port
 
 
+def _relay(args: argparse.Namespace) -> dict[str, Any] | None:
+    """RelayMeshRun's settings from the --relay flags (None without --relay); one line when they are wrong."""
+    if args.relay != OWN_HUB:
+        plan = relay_plan(args)
+        return None if plan is None else {"hub": plan.hub, "credentials": plan.credentials, "room": plan.room}
+    if any((args.relay_ca, args.relay_cert, args.relay_key)):
+        raise CliError("--relay without HOST:PORT starts a hub of the run's own with its own CA: "
+                       "name the hub to use --relay-ca/--relay-cert/--relay-key")  # fmt: skip
+    if not args.relay_room or len(args.relay_room) > 64:
+        raise CliError("--relay-room must be 1..64 characters")
+    return {"room": args.relay_room}
+
+
 def run(args: argparse.Namespace) -> int:
-    base_address, port = _addresses(args)
+    relay = _relay(args)
+    if relay is not None:
+        if args.processes is not None and args.processes > 1:
+            raise CliError("--relay: the stations of a relayed run share one process (no --processes)")
+        if args.discovery == "on":
+            raise CliError("--relay: a relayed run is formed by hand-off; for discovery through a hub run "
+                           "lan or ldn host|join --relay, one site each")  # fmt: skip
+        if any(getattr(args, k) for k in ("loss", "dup", "reorder", "delay", "jitter", "corrupt", "truncate")):
+            raise CliError("--relay: fault injection applies to loopback links, not to a relay's")
+        args.processes, args.discovery = 1, "off"
+    base_address, port = _addresses(args) if relay is None else ("127.0.0.1", _relay_port(args))
     check_output_path("--record", args.record)
     fmt = args.format
     version = args.version or (REALTIME_VERSION if args.rate else DEFAULT_VERSION)
@@ -206,6 +245,12 @@ def run(args: argparse.Namespace) -> int:
     if args.quiet:
         live = LiveView(tty=False)
         live.calls = -10**9  # no progress lines either
+    if relay is not None:
+        try:
+            from pianode.relay.mesh_run import RelayMeshRun
+        except ImportError as exc:
+            raise CliError(f"the relay needs aioquic and cryptography: pip install 'pianode[relay]' ({exc})") from None
+        run_class, extra = RelayMeshRun, relay
     if processes > 1:
         from pianode.sim.mesh_procs import ProcessMeshRun  # (its workers: the same interpreter, spawned)
 

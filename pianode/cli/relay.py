@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from pianode.relay.hub import RelayHub
     from protocols.relay_control import Welcome
 
-__all__ = ["RelayPlan", "add_parser", "add_relay_arguments", "relay_address", "relay_broadcast", "relay_join_flags", "relay_node_config", "relay_plan", "run_trio"]
+__all__ = ["OWN_HUB", "RelayPlan", "add_parser", "add_relay_arguments", "relay_address", "relay_broadcast", "relay_join_flags", "relay_node_config", "relay_plan", "run_trio"]
 
 T = TypeVar("T")
 
@@ -191,9 +191,17 @@ def _print_table(hub: RelayHub) -> None:
 # ---------------------------------------------------------------------- --relay on other commands
 
 
-def add_relay_arguments(p: argparse.ArgumentParser) -> None:
+#: ``--relay`` with no value where a command can start its own hub (``pianode mesh``).
+OWN_HUB = "own hub"
+
+
+def add_relay_arguments(p: argparse.ArgumentParser, *, own_hub: str | None = None) -> None:
+    """The --relay flags; *own_hub* (the help) lets ``--relay`` alone start a hub of the command's own."""
     g = p.add_argument_group("relay (reach sites elsewhere through a hub: pianode relay --help)")
-    g.add_argument("--relay", metavar="HOST:PORT", default=None, help="the hub; the node gets a virtual address there")
+    if own_hub is None:
+        g.add_argument("--relay", metavar="HOST:PORT", default=None, help="the hub; the node gets a virtual address there")
+    else:
+        g.add_argument("--relay", metavar="HOST:PORT", default=None, nargs="?", const=OWN_HUB, help=own_hub)
     g.add_argument("--relay-ca", metavar="CA.pem", default=None, help="the relay's CA certificate")
     g.add_argument("--relay-cert", metavar="C.pem", default=None, help="this site's client certificate")
     g.add_argument("--relay-key", metavar="C.key", default=None, help="this site's key")

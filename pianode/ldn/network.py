@@ -17,6 +17,17 @@ Pia above it (spec §7.4):
   bridge) the *direct* plan binds the LDN addresses themselves: the host is
   given its ``169.254.X.1`` and each station asks for the address its
   interface already has (the connect request's requested address).
+  Through a relay hub (:mod:`pianode.relay`) the *relay plan* binds each
+  site's virtual address, which the hub gave it: the LDN network keeps its
+  own ``169.254.X.Y`` in the advertisement and the connect reply, as a
+  console's LDN layer would show them, and the host notes each station's
+  socket address as the one its connect request came from.  (Why not give
+  the room the LDN subnet instead: a hub's room stands for any LAN or LDN
+  network and its addresses come from the hub, in join order, so a hub would
+  have to know LDN's rule that the host is ``.1`` and assign in the LDN host's
+  order; mapping addresses at the LDN layer, as the loopback plan already
+  does, works with any hub and leaves it LDN-agnostic.  The MAC rule still
+  holds: a MAC is 02:00 + the socket address, so a recording decodes as usual.)
 * **MACs.**  A station's MAC is ``02:00`` (locally administered) followed by
   its loopback IPv4 bytes (:func:`pianode.mesh.wire.mac_for`), e.g.
   ``02:00:7f:fe:X:Y``.  The node derives its LDN constant id, service variable
@@ -222,6 +233,7 @@ class LdnHostState:
         game_data: bytes = b"",
         join_grace: float = 15.0,
         direct: bool = False,
+        socket_address: str | None = None,
     ) -> None:
         if not 2 <= max_participants <= MAX_PARTICIPANTS:
             raise ConfigError(f"an LDN network has 2..{MAX_PARTICIPANTS} participants, not {max_participants}")
@@ -235,6 +247,8 @@ class LdnHostState:
         self.join_grace = join_grace
         #: Direct plan: sockets use the LDN addresses themselves (a real link), not 127.254.X.Y.
         self.direct = direct
+        #: Relay plan: LDN address → socket address (the host's given, each station's from its connect request).
+        self.sockets: dict[str, str] = {}
         self.ssid = rng.randbytes(16)  # 16 random bytes (spec §7.1)
         self.network_key = rng.randbytes(16)
         self.auth_token = rng.getrandbits(64)
@@ -252,6 +266,8 @@ class LdnHostState:
             )
         self.application_data = app.encode(profile)
         host_ip = f"169.254.{self.x}.1"
+        if socket_address is not None:
+            self.sockets[host_ip] = socket_address
         host = LdnParticipant(host_ip, mac_for(self.socket_ip(host_ip)), name, app_version=app_version)
         self._slots: dict[int, _Slot] = {1: _Slot(host, b"", 0.0, True)}
         #: Every participant that ever held an address (LDN IP → MAC), for a recording's session file.
@@ -263,8 +279,17 @@ class LdnHostState:
         return self._slots[1].participant
 
     def socket_ip(self, ldn_ip: str) -> str:
-        """Where a participant's sockets are: its LDN address (direct plan) or 127.254.X.Y (loopback plan)."""
+        """Where a participant's sockets are: its LDN address (direct plan), the site's virtual
+        address (relay plan) or 127.254.X.Y (loopback plan)."""
+        mapped = self.sockets.get(ldn_ip)
+        if mapped is not None:
+            return mapped
         return ldn_ip if self.direct else ldn_to_loopback(ldn_ip)
+
+    @property
+    def relayed(self) -> bool:
+        """The relay plan: sockets on virtual addresses, learnt from where connect requests come from."""
+        return bool(self.sockets)
 
     @property
     def participants(self) -> tuple[LdnParticipant, ...]:
@@ -282,8 +307,10 @@ class LdnHostState:
             auth_token=self.auth_token,
         )
 
-    def connect(self, request: ConnectRequest, now: float) -> ConnectReply:
-        """Assign the next free ``169.254.X.Y`` (a repeated request gets the same answer)."""
+    def connect(self, request: ConnectRequest, now: float, source: str | None = None) -> ConnectReply:
+        """Assign the next free ``169.254.X.Y`` (a repeated request gets the same answer).
+
+        *source*: the address the request came from, the station's socket address in the relay plan."""
         for slot in self._slots.values():
             if slot.token == request.token and request.token:
                 return ConnectReply(request.token, 0, slot.participant.ip, slot.participant.mac)
@@ -297,6 +324,10 @@ class LdnHostState:
         else:
             y = next(y for y in range(2, 255) if y not in self._slots)
         ip = f"169.254.{self.x}.{y}"
+        if self.relayed:
+            if source is None or any(self.socket_ip(sl.participant.ip) == source for sl in self._slots.values()):
+                return ConnectReply(request.token, REJECTED)  # no socket address, or one already in the network
+            self.sockets[ip] = source
         p = LdnParticipant(ip, mac_for(self.socket_ip(ip)), request.name, True, request.platform, request.app_version)
         self._slots[y] = _Slot(p, request.token, now)
         self.history[ip] = p.mac
@@ -383,6 +414,9 @@ class LdnHostConfig:
     session_key: bytes | None = None
     #: Direct plan: the host's own ``169.254.X.1`` on a real link (its interface has it); None = loopback plan.
     address: str | None = None
+    #: Relay plan: the host's sockets are on this address (its relay site's virtual address); the
+    #: advertisement then goes to ``discovery``, the room's broadcast address.
+    socket_address: str | None = None
 
 
 class LdnHost:
@@ -464,7 +498,7 @@ class LdnHost:
                 self.dropped += 1
                 continue
             if isinstance(frame, ConnectRequest):
-                reply = self.state.connect(frame, trio.current_time())
+                reply = self.state.connect(frame, trio.current_time(), source=str(addr[0]))
                 await self._control.sendto(encode_frame(reply), addr[:2])
             elif isinstance(frame, LeaveNotice):
                 self.state.leave(frame.ip)
@@ -514,6 +548,7 @@ async def _claim_subnet(config: LdnHostConfig, rng: random.Random) -> tuple[LdnH
             config.node.profile, config.game_key, rng=rng, max_participants=config.max_participants,
             name=config.name, local_communication_id=config.local_communication_id, game_mode=config.game_mode,
             subnet=subnet, session_key=config.session_key, direct=config.address is not None,
+            socket_address=config.socket_address,
         )  # fmt: skip
         loopback = state.socket_ip(state.host.ip)
         try:
@@ -523,8 +558,8 @@ async def _claim_subnet(config: LdnHostConfig, rng: random.Random) -> tuple[LdnH
                 raise
             last = exc
             continue
-        probe.close()
-        return state, await _udp_socket((loopback, 0), broadcast=True)
+        with probe:  # held while the control socket takes a port, so that port is never the Pia port
+            return state, await _udp_socket((loopback, 0), broadcast=True)
     raise OSError(errno.EADDRINUSE, f"no free simulated LDN subnet on loopback ({last})")
 
 
@@ -599,7 +634,8 @@ class LdnStation:
     """
 
     def __init__(
-        self, network: FoundNetwork, ip: str, mac: bytes, session: LdnSession, node: Node, *, direct: bool
+        self, network: FoundNetwork, ip: str, mac: bytes, session: LdnSession, node: Node, *, direct: bool,
+        relayed: bool = False,
     ) -> None:
         self.network = network
         self.advertisement = network.advertisement
@@ -608,6 +644,7 @@ class LdnStation:
         self.session = session
         self.node = node
         self.direct = direct
+        self.relayed = relayed
         #: The newest Local protocol update session from the host (spec §5.10).
         self.update_session: UpdateSession | None = None
         if has_local_protocol(node.config.profile):
@@ -628,7 +665,10 @@ class LdnStation:
         self.seen.update((p.ip, p.mac) for p in advertisement.participants if is_ldn_address(p.ip))
 
     def macs(self) -> dict[str, bytes]:
-        """Socket address → MAC of every participant any advertisement listed."""
+        """Socket address → MAC of every participant any advertisement listed (relay plan: the
+        socket address is in the MAC, 02:00 + its IPv4 bytes, see :func:`pianode.mesh.wire.mac_for`)."""
+        if self.relayed:
+            return {str(ipaddress.IPv4Address(mac[2:6])): mac for mac in self.seen.values() if len(mac) == 6}
         return {(ip if self.direct else ldn_to_loopback(ip)): mac for ip, mac in self.seen.items()}
 
     def session_file(self, game_key_text: str) -> dict[str, Any]:
@@ -687,13 +727,15 @@ async def open_ldn_station(
     tap: Tap | None = None,
     rng: random.Random | None = None,
     address: str | None = None,
+    socket_address: str | None = None,
 ) -> AsyncIterator[LdnStation]:
     """Connect to the LDN network, derive its keys as a console does, and join its Pia mesh.
 
     *address*: the direct plan on a real link: the station's own ``169.254.X.Y``
     (its interface has it), requested from the host and bound.  None: the
     loopback plan, the host assigns an address and the station binds
-    ``127.254.X.Y``.
+    ``127.254.X.Y``.  *socket_address*: the relay plan, the station's sockets on
+    this address (its relay site's virtual address); the host assigns the LDN address.
 
     Raises:
         ConfigError: the advertisement does not fit this version (see :func:`derive_session`).
@@ -703,13 +745,15 @@ async def open_ldn_station(
     rng = rng or random.Random(node_config.seed)
     session = derive_session(node_config.profile, game_key, network.advertisement, session_key=session_key)
     request = ConnectRequest(rng.randbytes(8), name, requested_ip=address or "0.0.0.0")
-    local = address or "127.0.0.1"
+    if address is not None and socket_address is not None:
+        raise ConfigError("an LDN station takes a real link's address or a relay site's, not both")
+    local = address or socket_address or "127.0.0.1"
     reply = await _associate(network, request, local)
     if reply.result != 0:
         raise JoinRefused(f"the LDN host rejected the connection (reason {reply.result})")
     if address is not None and reply.ip != address:
         raise JoinRefused(f"the LDN host assigned {reply.ip}, not the requested {address}")
-    loopback = reply.ip if address is not None else ldn_to_loopback(reply.ip)
+    loopback = reply.ip if address is not None else socket_address or ldn_to_loopback(reply.ip)
     config = attrs.evolve(
         node_config,
         network=NetworkType.LDN,
@@ -720,7 +764,8 @@ async def open_ldn_station(
     try:
         async with open_node(config, tap=tap) as node:
             await node.join(network.host_address, network_id=session.network_id)
-            station = LdnStation(network, reply.ip, reply.mac, session, node, direct=address is not None)
+            station = LdnStation(network, reply.ip, reply.mac, session, node, direct=address is not None,
+                                 relayed=socket_address is not None)  # fmt: skip
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(station._follow)
                 yield station

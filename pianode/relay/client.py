@@ -66,11 +66,14 @@ class RelaySite(SimulatedNetwork):
         self.relayed_out = 0
         self.relayed_in = 0
         self.unroutable = 0
+        #: The room's broadcast address, once the hub welcomed the site.
+        self.broadcast_address: str | None = None
 
     def attach(self, welcome: Welcome) -> None:
         network = ipaddress.IPv4Network(f"{welcome.address}/{welcome.prefix}", strict=False)
         self._broadcast = {str(network.broadcast_address): network, "255.255.255.255": None}
         self.default_source_ip = welcome.address
+        self.broadcast_address = str(network.broadcast_address)
 
     def _route(self, sender: SimulatedSocket, data: bytes, ip: str, port: int) -> None:
         address = self.client.address

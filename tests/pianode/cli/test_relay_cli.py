@@ -49,6 +49,18 @@ def test_ca_init_and_issue_make_the_files_with_their_roles(tmp_path: pathlib.Pat
         (("lan", "join", "--game-key", "ee182a63e216cdb1f51ad4bed8cf6508", "--relay", "127.0.0.1:7777", "--relay-ca",
           "{root}/ca/ca.pem", "--relay-cert", "{root}/ca/hub.pem", "--relay-key", "{root}/ca/hub.key"),
          "--relay-cert {root}/ca/hub.pem: client certificate wanted, got a server-only"),
+        (("ldn", "scan", "--relay", "127.0.0.1:7777"), "--relay needs --relay-ca, --relay-cert, --relay-key"),
+        (("ldn", "host", "--game-key", "ee182a63e216cdb1f51ad4bed8cf6508", "--address", "169.254.3.1", "--relay",
+          "127.0.0.1:7777", "--relay-ca", "{root}/ca/ca.pem", "--relay-cert", "{root}/ca/site-a.pem", "--relay-key",
+          "{root}/ca/site-a.key"), "--address is for a real link; through --relay the sockets use the site's virtual"),
+        (("ldn", "join", "--game-key", "ee182a63e216cdb1f51ad4bed8cf6508", "--relay", "nowhere", "--relay-ca",
+          "{root}/ca/ca.pem", "--relay-cert", "{root}/ca/site-a.pem", "--relay-key", "{root}/ca/site-a.key"), "--relay"),
+        (("mesh", "--relay", "--relay-ca", "x"), "--relay without HOST:PORT starts a hub of the run's own"),
+        (("mesh", "--relay", "127.0.0.1:7777"), "--relay needs --relay-ca, --relay-cert, --relay-key"),
+        (("mesh", "--relay", "--processes", "2"), "--relay: the stations of a relayed run share one process"),
+        (("mesh", "--relay", "--discovery", "on"), "--relay: a relayed run is formed by hand-off"),
+        (("mesh", "--relay", "--loss", "0.1"), "--relay: fault injection applies to loopback links"),
+        (("mesh", "--relay", "--relay-room", ""), "--relay-room must be 1..64 characters"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(pki: Pki, argv: tuple[str, ...], needle: str) -> None:
@@ -111,3 +123,74 @@ async def test_nodes_through_a_hub_and_a_hub_of_another_ca_refused_on_both_sides
     assert len(refusal) == 1 and refusal[0].endswith(
         "refused by the site: server certificate is not issued by this relay's CA"), rogue.lines
     assert not any("joined" in line for line in rogue.lines)
+
+
+def _hub(pki: Pki, addr: tuple[str, int]) -> CliProcess:
+    ca, pem, key = pki.files("hub")
+    return CliProcess([*PIANODE, "relay", "serve", "--listen", f"{addr[0]}:{addr[1]}", "--ca", str(ca), "--cert",
+                       str(pem), "--key", str(key), "--report", "0"])  # fmt: skip
+
+
+async def test_an_ldn_host_and_an_ldn_join_form_a_network_through_the_relay(pki: Pki) -> None:
+    """Each process a site of one room: the advertisement reaches the scanner through the hub, the
+    joiner gets an LDN address from the host and both exchange reliable messages in one mesh."""
+    hub_addr = (loopback_block() + "1", free_port())
+    hub = _hub(pki, hub_addr)
+    game = ["--game-key", "667c18475889faab61f93ef1da180971", "--version", "5.29", "--format", "jsonl"]
+    discovery = ["--discovery-port", str(free_port())]  # a port no other test's LDN network advertises on
+    exchange = ["--stations", "2", "--messages", "5", "--duration", "30"]
+    host = CliProcess([*PIANODE, "ldn", "host", *game, *discovery, *exchange, *_flags(pki, "site-a", "ca", hub_addr)])
+    scan = [*PIANODE, "ldn", "scan", *game, *discovery, "--timeout", "3", *_flags(pki, "site-c", "ca", hub_addr)]
+    join = CliProcess([*PIANODE, "ldn", "join", *game, *discovery, *exchange, "--timeout", "5",
+                       *_flags(pki, "site-b", "ca", hub_addr)])  # fmt: skip
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hub.run)
+            await until(lambda: bool(hub.lines))
+            await nursery.start(host.run)
+            await until(lambda: bool(host.lines) or host.returncode is not None)
+            scanned = await trio.run_process(scan, capture_stdout=True, capture_stderr=True, check=False)
+            await nursery.start(join.run)
+            await until(lambda: host.returncode is not None and join.returncode is not None)
+            hub.stop()
+    assert host.returncode == 0 and join.returncode == 0, (host.stderr.decode(), join.stderr.decode())
+    network = host.records()[0]
+    assert network["event"] == "network" and network["host"].startswith("169.254.")  # the LDN network's own address
+    assert network["socket"] == "10.77.0.1"  # its sockets: the site's virtual address
+    found = [__import__("json").loads(line) for line in scanned.stdout.decode().splitlines()]
+    assert scanned.returncode == 0 and found[0]["ssid"] == network["ssid"] and found[0]["socket"] == "10.77.0.1", found
+    joined = next(r for r in join.records() if r["event"] == "joined")
+    assert joined["host"] == network["host"] and joined["ip"].startswith(network["host"].rsplit(".", 1)[0] + ".")
+    assert joined["socket"].startswith("10.77.0.") and joined["socket"] != "10.77.0.1"
+    summaries = [p.records()[-1] for p in (host, join)]
+    assert [s["ok"] for s in summaries] == [True, True] and all(s["received"] for s in summaries), summaries
+    assert summaries[0]["received"] == {"1": 5} and summaries[1]["received"] == {"0": 5}
+
+
+async def test_mesh_through_a_running_hub_and_through_its_own(pki: Pki) -> None:
+    hub_addr = (loopback_block() + "1", free_port())
+    hub = _hub(pki, hub_addr)
+    with trio.fail_after(90):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hub.run)
+            await until(lambda: bool(hub.lines))
+            given = await trio.run_process(
+                [*PIANODE, "mesh", "-n", "4", "--duration", "1", "--messages", "5", "--format", "jsonl",
+                 "--relay-room", "mesh-test", *_flags(pki, "site-a", "ca", hub_addr)],
+                capture_stdout=True, capture_stderr=True, check=False)  # fmt: skip
+            hub.stop()
+        own = await trio.run_process([*PIANODE, "mesh", "--relay", "-n", "3", "--rate", "60", "--duration", "1",
+                                      "--format", "jsonl"], capture_stdout=True, capture_stderr=True, check=False)  # fmt: skip
+    import json
+
+    for done in (given, own):
+        assert done.returncode == 0, done.stderr.decode()
+    summary = json.loads(given.stdout.decode())
+    assert summary["ok"] and summary["reliable"]["delivered"] == 4 * 3 * 5
+    assert sorted(r["address"].split(":")[0] for r in summary["stations"]) == ["10.77.0.1", "10.77.0.2", "10.77.0.3",
+                                                                               "10.77.0.4"]  # fmt: skip
+    room = [line for line in hub.lines if line.startswith("room mesh-test")]
+    assert room and "4 join(s)" in room[-1] and " relayed 0 datagram" not in room[-1], hub.lines
+    summary = json.loads(own.stdout.decode())
+    assert summary["ok"] and summary["frames"]["delivered"] == summary["frames"]["expected"] > 0
+    assert summary["formation"].endswith("through a relay hub")

@@ -226,6 +226,24 @@ def test_host_state_prunes_stations_gone_from_the_mesh_or_never_joined() -> None
     assert [p.ip for p in state.participants] == ["169.254.42.1"]
 
 
+def test_relay_plan_maps_ldn_addresses_to_the_sites_sockets() -> None:
+    """Through a relay: LDN addresses as a console sees them, sockets (and MACs) on the sites' virtual addresses."""
+    state = ldn.LdnHostState(profile_for("5.29"), GAME_KEY, rng=random.Random(5), max_participants=4, subnet=42,
+                             join_grace=10.0, socket_address="10.77.0.1")  # fmt: skip
+    assert state.host.ip == "169.254.42.1" and state.socket_ip(state.host.ip) == "10.77.0.1"
+    assert state.host.mac == bytes((2, 0, 10, 77, 0, 1))
+    a = state.connect(ldn.ConnectRequest(b"a" * 8, "a"), 0.0, source="10.77.0.5")
+    assert (a.result, a.ip, a.mac) == (0, "169.254.42.2", bytes((2, 0, 10, 77, 0, 5)))
+    assert state.socket_ip(a.ip) == "10.77.0.5"
+    assert state.connect(ldn.ConnectRequest(b"a" * 8, "a"), 1.0, source="10.77.0.5") == a  # a retransmission
+    assert state.connect(ldn.ConnectRequest(b"b" * 8, "b"), 1.0, source="10.77.0.5").result == ldn.REJECTED  # one per site
+    assert state.connect(ldn.ConnectRequest(b"c" * 8, "c"), 1.0).result == ldn.REJECTED  # where from?
+    assert state.prune(5.0, {"10.77.0.1", "10.77.0.5"}) == [] and state.prune(6.0, {"10.77.0.1"}) == [a.ip]
+    again = state.connect(ldn.ConnectRequest(b"d" * 8, "a"), 7.0, source="10.77.0.5")  # the site comes back
+    assert again.result == 0 and state.socket_ip(again.ip) == "10.77.0.5"
+    assert state.session_file("5.29", SMM2)["macs"] == {"10.77.0.1": "02:00:0a:4d:00:01", "10.77.0.5": "02:00:0a:4d:00:05"}
+
+
 @pytest.mark.parametrize("version", ["5.18", "5.29"])
 def test_host_keys_are_what_a_station_derives_from_the_advertisement(version: str) -> None:
     state = _state(version=version)
