@@ -263,7 +263,12 @@ class _FastGcmCore:
         ks = self.ecb(b"".join(counters))
         padded = b"".join([d + _ZERO_PAD[len(d) % 16] for d in datas])
         n = len(padded)
-        mixed = (int.from_bytes(padded, "big") ^ int.from_bytes(ks[16 * k :], "big")).to_bytes(n, "big") if n else b""
+        if n <= _INT_XOR_MAX:
+            mixed = (int.from_bytes(padded, "big") ^ int.from_bytes(ks[16 * k :], "big")).to_bytes(n, "big") if n else b""
+        else:  # one C call for all of it
+            out = self._new(n)
+            self._strxor(padded, ks[16 * k :], out, self._size_t(n))
+            mixed = bytes(self._view(out))
         return ks[: 16 * k], mixed, starts
 
     def _tags(self, masks: bytes, cts: Sequence[bytes]) -> bytes:
