@@ -307,6 +307,16 @@ def render_row(r: DecodeResult, t0: float | None = None) -> str:
             if isinstance(chal, dict):
                 lines.append(f"{'':>8}challenge: version={chal.get('version')} enabled={chal.get('enabled')}"
                              f" counter={chal.get('counter')} key={chal.get('key')}")
+    elif r.kind == "ldn-discovery" and r.ldn is not None:
+        head += f"  LDN {r.ldn.get('type', '')} {r.size} B"
+        body = {k: v for k, v in r.ldn.items() if k not in ("type", "advertisement")}
+        if body:
+            lines.append(f"{'':>8}{_fields(body)}")
+        adv = r.ldn.get("advertisement")
+        if isinstance(adv, dict):
+            lines.append(f"{'':>8}advertisement: {_fields(adv, skip=('participants',))}")
+            for part in adv.get("participants") or []:
+                lines.append(f"{'':>10}participant: {_fields(part)}")
     else:
         head += f"  {r.size} B {_short_hex(r.data or '')}"
     if r.note is not None:
@@ -320,9 +330,12 @@ def _summary(cap: Capture, decoder: Decoder, ctx: DecodeContext) -> str:
     kinds = ", ".join(f"{n} {k}" for k, n in decoder.kinds.most_common())
     auth = decoder.auth
     text = (
-        f"-- {cap.stats.udp} datagrams ({kinds or 'none'}); authenticated: {auth['true']} yes, {auth['false']} no,"
+        f"-- {cap.stats.udp + sum(cap.stats.link.values())} datagrams ({kinds or 'none'}); authenticated: {auth['true']} yes, {auth['false']} no,"
         f" {auth['null']} not checked; {decoder.errors} with errors"
     )
+    if cap.stats.link:
+        link = ", ".join(f"0x{t:04x} {n}" for t, n in sorted(cap.stats.link.items()))
+        text += f"\n-- {sum(cap.stats.link.values())} of them non-IP link frames, by EtherType ({link})"
     if cap.stats.skipped:
         skipped = ", ".join(f"{k} {n}" for k, n in cap.stats.skipped.most_common())
         text += f"\n-- {sum(cap.stats.skipped.values())} frames without UDP skipped ({skipped})"

@@ -100,7 +100,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         q.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None, help="AEAD backend")
         q.add_argument("--seed", type=int, default=None, help="seed for ids, keys and addresses (reproducible runs)")
         q.add_argument("--record", metavar="FILE.pcap",
-                       help="record the datagrams this station sends, and FILE.session.json with what a capture "
+                       help="record the datagrams this station sends and the LDN discovery frames it sees (as "
+                            "non-IP Ethernet frames, EtherType 0x88b5), and FILE.session.json with what a capture "
                             "offers (game key, application data, MACs)")  # fmt: skip
 
     h = ldn_sub.add_parser("host", help="create an LDN network, host its Pia mesh and advertise it")
@@ -370,7 +371,8 @@ async def _host(args: argparse.Namespace, config: LdnHostConfig, stop: Stop) -> 
 
 async def _host_run(args: argparse.Namespace, config: LdnHostConfig, out: _Out, recorder: LdnRecorder | None,
                     stop: Stop) -> int:  # fmt: skip
-    async with open_ldn_host(config, tap=recorder.tap if recorder else None) as host:
+    async with open_ldn_host(config, tap=recorder.tap if recorder else None,
+                             link_tap=recorder.tap if recorder else None) as host:  # fmt: skip
         st = host.state
         out.emit(
             {
@@ -396,8 +398,7 @@ async def _host_run(args: argparse.Namespace, config: LdnHostConfig, out: _Out, 
             await _leave(host.node, ex)
             nursery.cancel_scope.cancel()
         if recorder is not None:
-            session_path = recorder.write(args.record, host.session_file(args.game_key))
-            record["record"] = {"pcap": args.record, "session": session_path, "datagrams": len(recorder.records)}
+            record["record"] = recorder.write(args.record, host.session_file(args.game_key))
     out.emit(record, _summary_text(record), result=True)
     return 0 if ok else 1
 
@@ -514,7 +515,7 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
     found: list[FoundNetwork] = []
     with stop.phase():
         found = await scan(args.timeout, port=args.discovery_port, local_communication_id=_local_id(args.local_id),
-                           ssid=ssid, first=True)  # fmt: skip
+                           ssid=ssid, first=True, link_tap=recorder.tap if recorder else None)  # fmt: skip
     if not found:
         stop.exit_if_interrupted()
         raise CliFailure(f"no LDN network heard on port {args.discovery_port} within {args.timeout:g} s"
@@ -523,7 +524,8 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
     try:
         async with open_ldn_station(net, node_config, game_key, name=args.name, address=args.address,
                                     session_key=_session_key(args.session_key),
-                                    tap=recorder.tap if recorder else None) as st:  # fmt: skip
+                                    tap=recorder.tap if recorder else None,
+                                    link_tap=recorder.tap if recorder else None) as st:  # fmt: skip
             node = st.node
             out.emit(
                 {"event": "joined", "ip": st.ip, "mac": st.mac.hex(":"), "socket": node.address[0],
@@ -541,8 +543,7 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
                 await _leave(node, ex)
                 nursery.cancel_scope.cancel()
             if recorder is not None:
-                session_path = recorder.write(args.record, st.session_file(args.game_key))
-                record["record"] = {"pcap": args.record, "session": session_path, "datagrams": len(recorder.records)}
+                record["record"] = recorder.write(args.record, st.session_file(args.game_key))
     except (JoinRefused, JoinError) as exc:
         stop.exit_if_interrupted()
         drops: dict[str, int] = {}

@@ -286,7 +286,9 @@ def render_summary(result: MeshRunResult) -> str:
     if s.get("faults"):
         lines.append("faults: " + ", ".join(f"{k} {v}" for k, v in sorted(s["faults"].items()) if v))
     if s.get("record"):
-        lines.append(f"recorded {s['record']['datagrams']} datagrams to {s['record']['pcap']} (session {s['record']['session']})")
+        rec = s["record"]
+        link = f" and {rec['link_frames']} LDN link frames" if rec.get("link_frames") else ""
+        lines.append(f"recorded {rec['datagrams']} datagrams{link} to {rec['pcap']} (session {rec['session']})")
     for problem in s["problems"]:
         lines.append(f"PROBLEM: {problem}")
     if s.get("frames") and s["result"] == "LATE":
