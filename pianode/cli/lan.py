@@ -46,6 +46,7 @@ from pianode.cli.common import (
     CliFailure,
     Stop,
     check_local_address,
+    check_name,
     check_number,
     check_udp_free,
     deprecated_alias,
@@ -184,7 +185,8 @@ def _bind_address(text: str, flag: str = "--bind", *, relayed: bool = False) -> 
 
 
 def _broadcast(args: argparse.Namespace, profile: VersionProfile) -> tuple[str, int]:
-    host, port = parse_hostport(args.broadcast or DEFAULT_BROADCAST, browse_port(profile), flag="--broadcast")
+    text = DEFAULT_BROADCAST if args.broadcast is None else args.broadcast
+    host, port = parse_hostport(text, browse_port(profile), flag="--broadcast")
     try:
         ipaddress.IPv4Address(host)
     except ValueError:
@@ -232,7 +234,8 @@ def _host_sockets(args: argparse.Namespace, profile: VersionProfile) -> tuple[st
         ip, port_n = parse_bind(bind_text, "--bind")
         port: int | None = port_n or None
     else:
-        ip = check_local_address(args.address or "127.0.0.1", "--address" if args.address else "--bind")
+        given = args.address is not None
+        ip = check_local_address(args.address if given else "127.0.0.1", "--address" if given else "--bind")
         port = None
     if args.port is not None:
         port = _number(args.port, "port", lo=1, hi=0xFFFF)
@@ -248,6 +251,7 @@ def _host_sockets(args: argparse.Namespace, profile: VersionProfile) -> tuple[st
 
 def run_host(args: argparse.Namespace) -> int:
     profile = _profile(args)
+    check_name("--name", args.name)
     if args.discovery_only or not _node_speaks(profile):
         if args.relay is not None:
             raise CliError("--relay needs a host that runs a node (Pia 5.7-5.45, not --discovery-only)")
@@ -401,6 +405,7 @@ def run_join(args: argparse.Namespace) -> int:
         raise CliError(f"{why}: use pianode node --join with the session key")
     key = _game_key(args)
     fmt = _format(args)
+    check_name("--name", args.name)
     duration = _duration(args)
     timeout = _number(args.timeout, "timeout", hi=3600, integer=False, lo_open=True)
     send_every = _number(args.send_every, "interval", hi=3600, integer=False)

@@ -39,6 +39,7 @@ from pianode.cli.common import (
     CliError,
     CliFailure,
     Stop,
+    check_name,
     check_output_path,
     number_arg,
     port_arg,
@@ -203,6 +204,7 @@ def _ldn_address(text: str | None, *, host: bool) -> str | None:
 
 def _check_station_args(args: argparse.Namespace) -> None:
     check_output_path("--record", args.record)
+    check_name("--name", args.name)
     _profile(args)
     _session_key(args.session_key)
     _local_id(args.local_id)
@@ -408,7 +410,7 @@ async def _host_run(args: argparse.Namespace, config: LdnHostConfig, out: _Out, 
 
 def run_scan(args: argparse.Namespace) -> int:
     profile = _profile(args)
-    game_key = _game_key(args.game_key) if args.game_key else None
+    game_key = _game_key(args.game_key) if args.game_key is not None else None
     local_id = _local_id(args.local_id)
     stop = Stop()
 

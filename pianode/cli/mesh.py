@@ -45,6 +45,7 @@ from pianode.cli.common import (
 from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from protocols.pia.versions import profile_for
+from protocols.errors import ConfigError
 from pianode.sim.mesh_run import MeshRun, MeshRunResult
 
 __all__ = ["add_parser"]
@@ -144,6 +145,13 @@ def _addresses(args: argparse.Namespace) -> tuple[str, int]:
 def run(args: argparse.Namespace) -> int:
     base_address, port = _addresses(args)
     check_output_path("--record", args.record)
+    if args.game_key is not None:  # checked now, whether or not the run uses it
+        from protocols.pia.keys import parse_game_key
+
+        try:
+            parse_game_key(args.game_key)
+        except ConfigError as exc:
+            raise CliError(f"--game-key: {exc}") from None
     fmt = args.format
     version = args.version or (REALTIME_VERSION if args.rate else DEFAULT_VERSION)
     config = NodeConfig(
@@ -183,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     if discover:
         from protocols.pia.keys import parse_game_key
 
-        if args.game_key:
+        if args.game_key is not None:
             text = args.game_key
         elif args.seed is not None:  # --seed covers the keys: the game key (hence the session key) too
             text = random.Random(f"game key {args.seed}").randbytes(16).hex()
