@@ -368,30 +368,40 @@ def ignored_replies(profile: VersionProfile, client: BrowseClient) -> list[dict[
 
 
 async def _diagnose_join(profile: VersionProfile, key: bytes, network_id: int | None, bind_ip: str,
-                         broadcast: tuple[str, int], app_version: int | None) -> list[str]:  # fmt: skip
-    """Why a join found nothing: browse once more with no filters and say what answered and why it did not fit."""
+                         broadcast: tuple[str, int], app_version: int | None,
+                         counts: Counter[str]) -> list[str]:  # fmt: skip
+    """Why a join found nothing: browse once more with no filters and say what answered and why it did not fit
+    (and count each reason into *counts*)."""
     client = BrowseClient(profile, key, broadcast_ip=broadcast[0])
     found = await browse(profile, key, broadcast=broadcast, bind=(bind_ip, 0), timeout=1.0, client=client)
     reasons = []
+
+    def because(reason: str, text: str) -> None:
+        counts[reason] += 1
+        reasons.append(text)
+
     for f in found:
         info = f.info
         where = f"LAN session 0x{info.network_id:08x} (host {info.host_ip}:{info.host_port})"
         current = getattr(info, "current_participants", getattr(info, "current_stations", None))
         maximum = getattr(info, "max_participants", getattr(info, "max_stations", None))
         if network_id is not None and info.network_id != network_id:
-            reasons.append(f"{where} is not --network-id 0x{network_id:08x}")
+            because("other_network_id", f"{where} is not --network-id 0x{network_id:08x}")
         elif not info.is_opened:
-            reasons.append(f"{where} is closed to new players")
+            because("closed", f"{where} is closed to new players")
         elif current is not None and maximum is not None and current >= maximum:
-            reasons.append(f"{where} is full ({current}/{maximum} players)")
+            because("full", f"{where} is full ({current}/{maximum} players)")
         elif app_version is not None and info.application_communication_version != app_version:
-            reasons.append(f"{where} has application communication version {info.application_communication_version}")
+            because("application_version",
+                    f"{where} has application communication version {info.application_communication_version}")
         elif f.session_key is None:
-            reasons.append(f"{where} publishes no session key param")
-    reasons.extend(r["message"] for r in ignored_replies(profile, client))
+            because("no_session_key_param", f"{where} publishes no session key param")
+    for r in ignored_replies(profile, client):
+        counts[r["reason"]] += r["count"]
+        reasons.append(r["message"])
     if not reasons and client.counters.received == 0 and profile.lan_challenge_version is not None:
-        reasons.append("no reply at all: no host there, or hosts with another game key "
-                       "(a host ignores a request whose challenge it cannot open)")  # fmt: skip
+        because("no_reply", "no reply at all: no host there, or hosts with another game key "
+                "(a host ignores a request whose challenge it cannot open)")  # fmt: skip
     return reasons
 
 
@@ -438,10 +448,13 @@ def run_join(args: argparse.Namespace) -> int:
                     )  # fmt: skip
                 except JoinError as exc:
                     reasons = []
+                    counts: Counter[str] = Counter()
                     if "no answer from" in str(exc):
-                        reasons = await _diagnose_join(profile, key, network_id, config.bind[0], broadcast, app_version)
+                        reasons = await _diagnose_join(profile, key, network_id, config.bind[0], broadcast, app_version,
+                                                       counts)  # fmt: skip
                     if fmt == "jsonl":
-                        report.emit({"event": "join_failed", "reason": str(exc), "why": reasons}, "")
+                        report.emit({"event": "join_failed", "reason": str(exc), "why": reasons,
+                                     "ignored": dict(counts)}, "")  # fmt: skip
                     nursery.cancel_scope.cancel()
                     raise CliFailure(f"{exc}" + (f": {'; '.join(reasons)}" if reasons else "")) from None
             if join is None:

@@ -322,6 +322,7 @@ def _summary(role: str, node: Node, ex: _Exchange, extra: dict[str, Any]) -> tup
         "messages": ex.messages,
         "ok": ok,
         "timings": ex.timings,
+        "drops": dict(node.statistics()["drops"]),  # type: ignore[call-overload]
         **extra,
     }
     return record, ok
@@ -408,18 +409,37 @@ async def _host_run(args: argparse.Namespace, config: LdnHostConfig, out: _Out, 
 # ---------------------------------------------------------------------- scan
 
 
+#: Why a scan ignored what it heard on the discovery channel (pianode.ldn.network.scan's reasons).
+_IGNORED_FRAMES = {
+    "not_a_frame": "not a frame of the LDN discovery channel",
+    "not_an_advertisement": "not an advertisement",
+    "other_local_communication_id": "another --local-id",
+    "other_ssid": "another --ssid",
+    "no_ldn_host": "no host with an LDN address",
+}
+
+
+def _ignored_text(ignored: collections.Counter[str]) -> str:
+    if not ignored:
+        return ""
+    parts = ", ".join(f"{n} {_IGNORED_FRAMES.get(reason, reason)}" for reason, n in ignored.most_common())
+    return f" (heard and ignored: {parts})"
+
+
 def run_scan(args: argparse.Namespace) -> int:
     profile = _profile(args)
     game_key = _game_key(args.game_key) if args.game_key is not None else None
     local_id = _local_id(args.local_id)
     stop = Stop()
+    ignored: collections.Counter[str] = collections.Counter()
 
     async def main() -> list[FoundNetwork]:
         found: list[FoundNetwork] = []
         async with trio.open_nursery() as nursery:
             await nursery.start(stop.watch)
             with stop.phase():
-                found = await scan(args.timeout, port=args.discovery_port, local_communication_id=local_id)
+                found = await scan(args.timeout, port=args.discovery_port, local_communication_id=local_id,
+                                   ignored=ignored)  # fmt: skip
             nursery.cancel_scope.cancel()
         return found
 
@@ -430,7 +450,7 @@ def run_scan(args: argparse.Namespace) -> int:
     if out.jsonl:
         for record in records:
             out.emit({"event": "network", **record}, "")
-        out.emit({"event": "summary", "found": len(records)}, "")
+        out.emit({"event": "summary", "found": len(records), "ignored": dict(ignored)}, "")
     elif records:
         rows = [[r["host"], r["socket"], r["pia_port"], f"{len(r['participants'])}/{r['max_participants']}",
                  r.get("system_communication_version", "-"), f"{r.get('network_id', 0):#010x}", r["ssid"]]
@@ -439,8 +459,8 @@ def run_scan(args: argparse.Namespace) -> int:
                                  rows, right={2, 3, 4}):  # fmt: skip
             print(line)
     if not found:
-        print(f"pianode ldn scan: no LDN network heard on port {args.discovery_port} within {args.timeout:g} s",
-              file=sys.stderr)  # fmt: skip
+        print(f"pianode ldn scan: no LDN network heard on port {args.discovery_port} within {args.timeout:g} s"
+              + _ignored_text(ignored), file=sys.stderr)  # fmt: skip
         return 1
     return 0
 
@@ -515,13 +535,18 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
     out = _Out(args.format, args.quiet)
     recorder = LdnRecorder() if args.record else None
     found: list[FoundNetwork] = []
+    ignored: collections.Counter[str] = collections.Counter()
     with stop.phase():
         found = await scan(args.timeout, port=args.discovery_port, local_communication_id=_local_id(args.local_id),
-                           ssid=ssid, first=True, link_tap=recorder.tap if recorder else None)  # fmt: skip
+                           ssid=ssid, first=True, link_tap=recorder.tap if recorder else None,
+                           ignored=ignored)  # fmt: skip
     if not found:
         stop.exit_if_interrupted()
-        raise CliFailure(f"no LDN network heard on port {args.discovery_port} within {args.timeout:g} s"
-                         + (" with that --ssid" if ssid else ""))  # fmt: skip
+        message = (f"no LDN network heard on port {args.discovery_port} within {args.timeout:g} s"
+                   + (" with that --ssid" if ssid else "") + _ignored_text(ignored))  # fmt: skip
+        if out.jsonl:
+            out.emit({"event": "join_failed", "reason": message, "ignored": dict(ignored)}, "")
+        raise CliFailure(message)
     net = found[0]
     try:
         async with open_ldn_station(net, node_config, game_key, name=args.name, address=args.address,
@@ -555,6 +580,8 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
         hint = (f": {drops['bad_tag']} answer(s) did not authenticate with the session key derived from this "
                 "--game-key (is it the host's?)") if drops.get("bad_tag") else (
                 ": is --game-key the host's (the session key derives from it)?" if isinstance(exc, JoinError) else "")
+        if out.jsonl:
+            out.emit({"event": "join_failed", "reason": f"{exc}{hint}", "drops": dict(drops)}, "")
         raise CliFailure(f"{exc}{hint}") from None
     out.emit(record, _summary_text(record), result=True)
     return 0 if ok else 1

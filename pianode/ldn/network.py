@@ -46,6 +46,7 @@ defaults to :data:`PIA_PORT` and travels in the advert frame.
 
 from __future__ import annotations
 
+import collections
 import errno
 import ipaddress
 import logging
@@ -576,11 +577,15 @@ async def scan(
     ssid: bytes | None = None,
     first: bool = False,
     link_tap: Tap | None = None,
+    ignored: collections.Counter[str] | None = None,
 ) -> list[FoundNetwork]:
     """Listen for advertisements for *timeout* seconds; one entry per SSID, newest advert kept.
 
     *first*: return as soon as one matching network is heard.  *link_tap* sees each advertisement kept.
+    *ignored* counts what was heard and not kept, by reason (``not_a_frame``, ``not_an_advertisement``,
+    ``other_local_communication_id``, ``other_ssid``, ``no_ldn_host``).
     """
+    skipped: collections.Counter[str] = collections.Counter() if ignored is None else ignored
     found: dict[bytes, FoundNetwork] = {}
     with await _udp_socket((bind_ip, port), reuse=True) as sock:
         with trio.move_on_after(timeout):
@@ -589,15 +594,20 @@ async def scan(
                 try:
                     frame = decode_frame(data)
                 except DecodeError:
+                    skipped["not_a_frame"] += 1
                     continue
                 if not isinstance(frame, AdvertFrame):
+                    skipped["not_an_advertisement"] += 1
                     continue
                 adv = frame.advertisement
                 if local_communication_id is not None and adv.local_communication_id != local_communication_id:
+                    skipped["other_local_communication_id"] += 1
                     continue
                 if ssid is not None and adv.ssid != ssid:
+                    skipped["other_ssid"] += 1
                     continue
                 if not adv.participants or not is_ldn_address(adv.host.ip):
+                    skipped["no_ldn_host"] += 1
                     continue
                 control = (str(addr[0]), frame.control_port)
                 found[adv.ssid] = FoundNetwork(adv, frame.pia_port, control, trio.current_time(), port)

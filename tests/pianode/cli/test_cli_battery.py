@@ -32,7 +32,7 @@ from pianode.capture.pcap import PcapWriter
 from pianode.cli import main as cli_main_module
 from pianode.cli.main import COMMANDS, build_parser, main
 
-from loopback_addresses import free_port
+from loopback_addresses import free_port, loopback_block
 
 GAME_KEY = "ee182a63e216cdb1f51ad4bed8cf6508"
 PIANODE = [sys.executable, "-m", "pianode"]
@@ -361,3 +361,61 @@ def test_a_sample_says_the_same_as_a_real_process(
         assert p.returncode == 2 and len(err.splitlines()) == 1 and out == "", (argv, p.returncode, out, err)
         assert main(argv) == 2 and not tripwire, argv
         assert capsys.readouterr().err == err, argv
+
+
+# ---------------------------------------------------------------- --format jsonl when the command fails
+
+
+def _jsonl_failures(tmp_path: pathlib.Path, files: dict[str, str]) -> dict[str, list[str]]:
+    """A failing run of every command that has --format jsonl (each on ports of its own)."""
+    port = lambda: str(free_port())  # noqa: E731
+    truncated = tmp_path / "cut.pcap"
+    with truncated.open("wb") as f:
+        writer = PcapWriter(f)
+        for i in range(3):
+            writer.write_udp(bytes([i]) * 20, "127.0.0.1:1", "127.0.0.2:2", 1.0 + i)
+    truncated.write_bytes(truncated.read_bytes()[:-5])
+    net = loopback_block()
+    return {
+        "mesh": ["mesh", "-n", "2", "--loss", "1", "--duration", "0.3", "--seed", "1", "--bind", net + "2"],
+        "node": ["node", "--join", f"127.0.0.1:{port()}", "--session-key", "00" * 16, "--bind", net + "5"],
+        "lan browse": ["lan", "browse", "--game-key", GAME_KEY, "--timeout", "0.3",
+                       "--broadcast", f"127.255.255.255:{port()}"],
+        "lan join": ["lan", "join", "--game-key", GAME_KEY, "--timeout", "0.3", "--broadcast", f"127.255.255.255:{port()}",
+                     "--bind", net + "6"],
+        "ldn scan": ["ldn", "scan", "--timeout", "0.3", "--discovery-port", port()],
+        "ldn join": ["ldn", "join", "--game-key", GAME_KEY, "--timeout", "0.3", "--discovery-port", port()],
+        "ldn host": ["ldn", "host", "--game-key", GAME_KEY, "--duration", "0.5", "--stations", "2",
+                     "--discovery-port", port(), "--port", "0"],
+        "decode": ["decode", str(truncated)],
+    }  # fmt: skip
+
+
+def test_jsonl_is_json_on_every_line_when_the_command_fails_and_counts_its_reasons(
+    files: dict[str, str], tmp_path: pathlib.Path
+) -> None:
+    runs = _jsonl_failures(tmp_path, files)
+    with_format = {name for name, *_ in COMMANDS}
+    assert {name.split()[0] for name in runs} <= with_format
+    procs = {name: subprocess.Popen([*PIANODE, *argv, "--format", "jsonl"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+             for name, argv in runs.items()}  # fmt: skip
+    try:
+        outs = {name: p.communicate(timeout=60) for name, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for name, (out, err) in outs.items():
+        status = procs[name].returncode
+        assert status == (2 if name == "decode" else 1), (name, status, out, err)
+        assert "Traceback" not in err and len(err.splitlines()) <= 1 + (name == "mesh"), (name, err)
+        records = [json.loads(line) for line in out.splitlines()]  # every line, none skipped
+        assert records, (name, err)
+        if name == "decode":  # the datagrams read before the cut, then one line on stderr naming where it broke
+            continue
+        last = records[-1]
+        counts = [last[k] for k in ("ignored", "drops") if k in last]
+        assert counts, (name, last)  # the failure counts why what was heard did not help
+        assert all(isinstance(c, dict) and all(isinstance(n, int) for n in c.values()) for c in counts), (name, last)
