@@ -156,7 +156,8 @@ def test_scan_lists_a_hosted_network_as_jsonl_and_table() -> None:
     assert res.returncode == 0, res.stderr
     records = _jsonl(res.stdout)
     (found,) = [r for r in records if r["event"] == "network"]
-    assert records[-1] == {"event": "summary", "found": 1}
+    assert records[-1] == {"event": "summary", "found": 1, "ignored": records[-1]["ignored"]}
+    assert all(isinstance(n, int) for n in records[-1]["ignored"].values())
     assert found["ssid"] == network["ssid"] and found["host"] == network["host"]
     assert found["max_participants"] == 3 and found["participants"][0]["name"] == "hoster"
     assert found["participants"][0]["mac"] == network["mac"]
