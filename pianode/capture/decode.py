@@ -365,7 +365,7 @@ class Decoder:
     def json_line(self, d: Datagram) -> str:
         """``json.dumps(self.decode(d).to_json())``: the same text, written straight from the codec's
         values for the common datagram (an authenticated Pia packet that the codec's strict decode reads)."""
-        if d.error is None and d.warning is None and self.ctx.prudp is None and d.data[:4] == MAGIC:
+        if d.error is None and d.warning is None and self.ctx.prudp is None and d.ethertype is None and d.data[:4] == MAGIC:
             line = self._pia_fast_line(d)
             if line is not None:
                 return line
@@ -381,8 +381,11 @@ class Decoder:
         return ip
 
     def _base(self, d: Datagram, kind: str, **kw: Any) -> DecodeResult:
+        src, dst = d.src, d.dst
+        if d.ethertype is not None:  # a non-IP link frame: its endpoints are the link-layer addresses
+            src, dst = d.src_mac, d.dst_mac
         return DecodeResult(
-            index=d.index, time=d.time, src=d.src, dst=d.dst, kind=kind, size=len(d.data), frame=d.frame,
+            index=d.index, time=d.time, src=src, dst=dst, kind=kind, size=len(d.data), frame=d.frame,
             name=d.name, **kw,
         )
 
@@ -390,6 +393,10 @@ class Decoder:
         if d.error is not None:
             return self._base(d, "unknown", data=d.data.hex(), error=d.error)
         data = d.data
+        if d.ethertype is not None:  # a non-IP link frame (pianode.capture.frames.LOCAL_EXPERIMENTAL_ETHERTYPES)
+            if data[:4] == LDN_MAGIC:
+                return self._ldn(d)
+            return self._base(d, "unknown", data=data.hex(), note=f"link frame of EtherType 0x{d.ethertype:04x}")
         if self.ctx.prudp is not None:
             return self._prudp(d)
         if data[:4] == MAGIC:

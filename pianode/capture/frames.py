@@ -31,6 +31,12 @@ _RAW_ALIASES = (12, 14)
 _ETH_IPV4, _ETH_IPV6, _ETH_ARP = 0x0800, 0x86DD, 0x0806
 _ETH_VLAN = (0x8100, 0x88A8, 0x9100)
 _ETHERTYPE_NAMES = {_ETH_ARP: "arp", 0x8035: "rarp", 0x88CC: "lldp", 0x888E: "eapol"}
+#: The two EtherTypes IEEE Std 802 reserves as "Local Experimental Ethertypes" (0x88B5, 0x88B6): free for any
+#: local protocol.  A real console sends its LDN advertisements as 802.11 action frames, not IP, so a recording
+#: carries the simulated LDN link's frames (protocols/ldn_link.py, "PNLD") as Ethernet frames of EtherType
+#: :data:`LDN_LINK_ETHERTYPE`; readers that walk Ethernet → IP → UDP skip them, ours yields them whole.
+LOCAL_EXPERIMENTAL_ETHERTYPES = (0x88B5, 0x88B6)
+LDN_LINK_ETHERTYPE = 0x88B5
 _IP_PROTO_NAMES = {1: "icmp", 2: "igmp", 6: "tcp", 47: "gre", 50: "esp", 58: "icmpv6", 132: "sctp"}
 _IPV6_EXT = (0, 43, 60)  # hop-by-hop, routing, destination options: (len + 1) * 8 bytes
 _UDP = 17
@@ -145,6 +151,20 @@ def _wlan_to_ip(frame: bytes) -> tuple[int, bytes, str | None]:
     if len(llc) < 8 or llc[:3] != b"\xaa\xaa\x03":
         raise _Skip("802.11-non-snap")
     return _u16(llc, 6), frame[off + 8 :], _mac(sa)
+
+
+def link_frame(link_type: int, frame: bytes) -> tuple[int, bytes, str, str] | None:
+    """``(EtherType, payload, source MAC, destination MAC)`` of an Ethernet frame of a local experimental
+    EtherType (:data:`LOCAL_EXPERIMENTAL_ETHERTYPES`), or None for any other frame."""
+    if link_type != LINKTYPE_ETHERNET:
+        return None
+    try:
+        etype, payload, mac = _link_to_ip(link_type, frame)
+    except _Skip:
+        return None
+    if etype not in LOCAL_EXPERIMENTAL_ETHERTYPES or mac is None:
+        return None
+    return etype, payload, mac, _mac(frame[0:6])
 
 
 def _ip_to_udp(etype: int, pkt: bytes) -> tuple[str, str, bytes]:

@@ -12,7 +12,9 @@ Theory of operation
   as an LDN monitor capture has them), keeping the sender's MAC where the frame has
   one (LDN 5.x nonces need it, spec §3.2), then IPv4 (fragments are skipped, not reassembled) or IPv6
   (extension headers walked).  Frames that carry no UDP are *counted* by reason in
-  :class:`CaptureStats` (``tcp``, ``icmp``, ``arp``, ...) and otherwise ignored.
+  :class:`CaptureStats` (``tcp``, ``icmp``, ``arp``, ...) and otherwise ignored, except
+  Ethernet frames of a local experimental EtherType (0x88B5/0x88B6), yielded whole
+  (:attr:`Datagram.ethertype`): recordings carry the simulated LDN link's frames so.
 * **JSON Lines**: one object per line with ``"hex"`` (or ``"data"``/``"payload"``)
   and optional ``"src"``, ``"dst"`` (``"ip:port"``), ``"time"`` (seconds, or an
   ISO 8601 time), ``"name"`` and ``"src_mac"``.  Only unreadable bytes make a
@@ -31,7 +33,7 @@ the middle of a record ends the iteration and leaves a note in
 :class:`PcapWriter` is the mirror: it wraps UDP payloads in Ethernet + IPv4 (or
 IPv6) + UDP frames with correct lengths and checksums (RFC 791 header checksum,
 RFC 768/8200 UDP checksum over the pseudo-header), so Wireshark and tshark read
-the files it writes.
+the files it writes; ``write_link`` writes a non-IP Ethernet frame.
 
 Formats: pcap — the libpcap file format (draft-ietf-opsawg-pcap); pcapng —
 draft-ietf-opsawg-pcapng; link types — tcpdump.org LINKTYPE_* registry.
@@ -58,11 +60,13 @@ from pianode.capture.frames import (  # _frame_to_udp and _Skip: the general pat
     _ETH_IPV6,
     _TEXT_CACHE,
     _UDP,
+    LDN_LINK_ETHERTYPE,
     LINKTYPE_ETHERNET,
     _endpoint_text,
     _frame_to_udp,
     _mac,
     _Skip,
+    link_frame,
 )
 
 __all__ = [
@@ -103,6 +107,11 @@ class Datagram:
     #: The sender's link-layer address ("aa:bb:cc:dd:ee:ff") when the frame carries one
     #: (Ethernet, Linux cooked, 802.11); LDN 5.x nonces are built from it (spec §3.2).
     src_mac: str | None = None
+    #: Set for a non-IP link-layer frame yielded whole (a local experimental EtherType, as recordings carry the
+    #: simulated LDN link's frames): its EtherType; ``data`` is the frame's payload, ``src``/``dst`` are None.
+    ethertype: int | None = None
+    #: The destination link-layer address of such a frame.
+    dst_mac: str | None = None
 
 
 def _datagram_maker() -> Any:
@@ -110,10 +119,10 @@ def _datagram_maker() -> Any:
     warning, its slots set directly (attrs' frozen ``__init__`` goes through ``object.__setattr__`` per field)."""
     fields = ("index", "data", "time", "src", "dst", "frame", "src_mac")
     setters = [getattr(Datagram, f).__set__ for f in fields]
-    blank = [getattr(Datagram, f).__set__ for f in ("error", "name", "warning")]
+    blank = [getattr(Datagram, f).__set__ for f in ("error", "name", "warning", "ethertype", "dst_mac")]
     new = object.__new__
     s_index, s_data, s_time, s_src, s_dst, s_frame, s_mac = setters
-    s_error, s_name, s_warning = blank
+    s_error, s_name, s_warning, s_ethertype, s_dst_mac = blank
 
     def make(index: int, data: bytes, time: float, src: str, dst: str, frame: int, src_mac: str) -> Datagram:
         d = new(Datagram)
@@ -127,6 +136,8 @@ def _datagram_maker() -> Any:
         s_name(d, None)
         s_warning(d, None)
         s_mac(d, src_mac)
+        s_ethertype(d, None)
+        s_dst_mac(d, None)
         return d
 
     if make(1, b"", 0.0, "a", "b", 1, "m") != Datagram(1, b"", 0.0, "a", "b", 1, src_mac="m"):  # pragma: no cover
@@ -148,8 +159,10 @@ class CaptureStats:
     link_types: list[int] = attrs.Factory(list)
     #: Frames (pcap/pcapng packet records) or records (non-blank text lines) read.
     frames: int = 0
-    #: Datagrams yielded (UDP datagrams for pcap/pcapng).
+    #: UDP datagrams yielded (every record for text input).
     udp: int = 0
+    #: Non-IP link-layer frames yielded whole, by EtherType (pcap/pcapng; see :attr:`Datagram.ethertype`).
+    link: collections.Counter[int] = attrs.Factory(collections.Counter)
     #: Frames without UDP, by reason ("tcp", "icmp", "arp", "ip-fragment", ...).
     skipped: collections.Counter[str] = attrs.Factory(collections.Counter)
     #: Set when the input ended inside a record or turned out corrupt part-way.
@@ -307,6 +320,7 @@ class Capture:
         endpoints: dict[bytes, str] = {}
         macs: dict[bytes, str] = {}
         new = _new_datagram
+        index = 0  # datagrams and link frames yielded
         for frame_no, link_type, t, data in frames:
             stats.frames += 1
             if (
@@ -319,6 +333,7 @@ class Capture:
                 total, ulen = unpack(data)
                 if 28 <= 20 + ulen <= total and 34 + ulen <= len(data) and ulen >= 8:
                     stats.udp += 1
+                    index += 1
                     src_key, dst_key, mac_key = data[26:30] + data[34:36], data[30:34] + data[36:38], data[6:12]
                     src = endpoints.get(src_key)
                     if src is None:
@@ -332,16 +347,27 @@ class Capture:
                     if len(endpoints) > _TEXT_CACHE or len(macs) > _TEXT_CACHE:  # stay small on any capture
                         endpoints.clear()
                         macs.clear()
-                    yield new(stats.udp, data[42 : 34 + ulen], t, src, dst, frame_no, mac)
+                    yield new(index, data[42 : 34 + ulen], t, src, dst, frame_no, mac)
                     continue
             try:
                 src, dst, sport, dport, payload, error, mac = _frame_to_udp(link_type, data)
             except _Skip as skip:
-                skipped[str(skip)] += 1
+                link = link_frame(link_type, data)
+                if link is None:
+                    skipped[str(skip)] += 1
+                    continue
+                ethertype, payload, src_mac, dst_mac = link
+                stats.link[ethertype] += 1
+                index += 1
+                yield Datagram(
+                    index=index, data=payload, time=t, frame=frame_no, src_mac=src_mac, ethertype=ethertype,
+                    dst_mac=dst_mac,
+                )
                 continue
             stats.udp += 1
+            index += 1
             yield Datagram(
-                index=stats.udp,
+                index=index,
                 data=payload,
                 time=t,
                 src=format_endpoint(src, sport),
@@ -681,6 +707,10 @@ def _mac_for(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bytes:
     return b"\x02\x00" + ip.packed[-4:]
 
 
+def _mac_bytes(text: str) -> bytes:
+    return bytes.fromhex(text.replace(":", ""))
+
+
 def _checksum(data: bytes) -> int:
     """RFC 1071 one's-complement sum, folded and complemented."""
     if len(data) % 2:
@@ -757,7 +787,27 @@ class PcapWriter:
             # IPv6 header: version 6, no traffic class or flow label, payload length, UDP, hop limit 64.
             hdr = struct.pack(">IHBB16s16s", 6 << 28, ulen, _UDP, 64, sip.packed, dip.packed)
             etype = _ETH_IPV6
-        frame = _mac_for(dip) + _mac_for(sip) + struct.pack(">H", etype) + hdr + udp
+        self._frame(_mac_for(dip) + _mac_for(sip) + struct.pack(">H", etype) + hdr + udp, time)
+
+    def write_link(
+        self, payload: bytes, src_mac: bytes, dst_mac: bytes, time: float | None = None,
+        ethertype: int = LDN_LINK_ETHERTYPE,
+    ) -> None:
+        """Append one non-IP Ethernet frame: *payload* under *ethertype* (by default the local experimental
+        EtherType that carries the simulated LDN link's frames, see :data:`pianode.capture.frames.LDN_LINK_ETHERTYPE`).
+
+        Raises:
+            ValueError: a MAC that is not 6 bytes, an EtherType that is not one, or a payload over the snap length.
+        """
+        if len(src_mac) != 6 or len(dst_mac) != 6:
+            raise ValueError("a MAC address is 6 bytes")
+        if not 0x0600 <= ethertype <= 0xFFFF:
+            raise ValueError(f"0x{ethertype:x} is not an EtherType")
+        if 14 + len(payload) > self.SNAPLEN:
+            raise ValueError(f"a link payload of {len(payload)} bytes does not fit in one frame")
+        self._frame(dst_mac + src_mac + struct.pack(">H", ethertype) + payload, time)
+
+    def _frame(self, frame: bytes, time: float | None) -> None:
         t = 0.0 if time is None else max(0.0, time)
         sec = int(t)
         usec = round((t - sec) * 1e6)
@@ -766,9 +816,13 @@ class PcapWriter:
         self._out.write(struct.pack("<IIII", sec, usec, len(frame), len(frame)) + frame)
 
     def write_all(self, datagrams: Iterable[Datagram]) -> int:
-        """Write every datagram that has both endpoints; return how many were written."""
+        """Write every datagram that has both endpoints, and every link frame; return how many were written."""
         n = 0
         for d in datagrams:
+            if d.ethertype is not None and d.src_mac is not None and d.dst_mac is not None:
+                self.write_link(d.data, _mac_bytes(d.src_mac), _mac_bytes(d.dst_mac), d.time, d.ethertype)
+                n += 1
+                continue
             if d.src is None or d.dst is None:
                 continue
             self.write_udp(d.data, d.src, d.dst, d.time)

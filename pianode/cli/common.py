@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # imported where used: `pianode --help` and `pianode decode` 
 
 __all__ = [
     "CliError", "CliFailure", "Stop", "add_fault_arguments", "add_network_arguments", "check_local_address", "network_for",
-    "check_output_path", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
+    "check_input_file", "check_name", "check_output_dir", "check_output_path", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
     "parse_bind", "parse_hostport", "parse_remote", "port_arg", "check_number", "version_arg",
 ]  # fmt: skip
 
@@ -193,6 +193,77 @@ def check_output_path(flag: str, path: str | None) -> None:
         raise CliError(f"{flag} {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise CliError(f"{flag} {path}: not writable")
+    # Permission bits do not tell everything (root passes os.access; /proc and read-only mounts refuse
+    # creation): create the file now, as the run will at its end, and leave no trace of the probe.
+    existed = p.exists()
+    try:
+        with open(p, "ab"):
+            pass
+    except OSError as exc:
+        raise CliError(f"{flag} {path}: cannot be written ({exc.strerror or exc})") from None
+    if not existed:
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
+def check_input_file(flag: str, path: str | None) -> None:
+    """A file to read: it must exist, be a file and be readable now."""
+    if path is None:
+        return
+    if not path:
+        raise CliError(f"{flag} needs a file name")
+    p = pathlib.Path(path)
+    if p.is_dir():
+        raise CliError(f"{flag} {path}: is a directory, not a file")
+    try:
+        with open(p, "rb"):
+            pass
+    except OSError as exc:
+        raise CliError(f"{flag} {path}: {exc.strerror or exc}") from None
+
+
+def check_output_dir(flag: str, path: str | None) -> None:
+    """A folder to write into (made if missing): it must not be a file, and must be creatable now."""
+    if path is None:
+        return
+    if not path:
+        raise CliError(f"{flag} needs a folder name")
+    p = pathlib.Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise CliError(f"{flag} {path}: exists and is not a folder")
+    first_missing = None
+    existing = p
+    while not existing.exists():
+        first_missing, existing = existing, existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise CliError(f"{flag} {path}: not writable")
+    if first_missing is None:
+        return
+    # As for files: permission bits do not tell everything (/proc): make the folders, then take them away again.
+    try:
+        p.mkdir(parents=True)
+    except OSError as exc:
+        raise CliError(f"{flag} {path}: cannot be made ({exc.strerror or exc})") from None
+    for made in [p, *p.parents]:
+        with contextlib.suppress(OSError):
+            made.rmdir()
+        if made == first_missing:
+            break
+
+
+#: A player name fits every field it goes into: the PlayerInfo name up to 4.10 (32 bytes of UTF-16, 16
+#: characters; protocols/pia/types.py) and the LDN participant's user name (32 bytes; protocols/ldn_link.py).
+NAME_MAX_CHARACTERS, NAME_MAX_BYTES = 16, 32
+
+
+def check_name(flag: str, text: str | None) -> None:
+    """A player name: 1..16 characters, at most 32 bytes of UTF-8 (:data:`NAME_MAX_CHARACTERS`)."""
+    if text is None:
+        return
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if not 1 <= len(text) <= NAME_MAX_CHARACTERS or size > NAME_MAX_BYTES:
+        raise CliError(f"--name must be 1..{NAME_MAX_CHARACTERS} characters ({NAME_MAX_BYTES} bytes of UTF-8 at most), "
+                       f"got {len(text)} characters")
 
 
 # ---------------------------------------------------------------------- tables

@@ -22,7 +22,7 @@ import sys
 from typing import Any, NoReturn, TextIO
 
 from pianode.capture.pcap import Capture, CaptureError, open_capture
-from pianode.cli.common import CliError
+from pianode.cli.common import CliError, check_output_path
 from pianode.capture.decode import Decoder, DecodeResult
 from pianode.capture.session_file import DecodeContext, load_session
 from protocols.errors import ConfigError
@@ -111,11 +111,39 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+#: Session settings → the flag that overrides each (a setting's error names the flag when the flag gave it).
+_SETTING_FLAGS = {
+    "version": "--version", "network": "--network", "session_key": "--session-key", "hmac_key": "--hmac-key",
+    "game_key": "--game-key", "session_param": "--session-param", "application_data": "--application-data",
+    "ssid": "--ssid", "network_id": "--network-id", "gathering_id": "--gathering-id", "macs": "--mac",
+}  # fmt: skip
+
+
+def _flag_of_error(message: str, args: argparse.Namespace) -> str:
+    """A settings error in the words of the flag that gave the value ("session_key must be ..." →
+    "--session-key must be ..."); errors about the session file's own values stay as they are."""
+    given = {k for k, v in vars(args).items() if v is not None}
+    given |= {"macs"} if args.mac else set()
+    m = re.match(r"([a-z_]+)\b", message)
+    if m and m[1] in _SETTING_FLAGS and m[1] in given:
+        return _SETTING_FLAGS[m[1]] + message[m.end():]
+    if "Pia version" in message and args.version is not None:
+        return f"--version: {message}"
+    if "PRUDP variant" in message and args.prudp_variant is not None:
+        return f"--prudp-variant: {message}"
+    return message
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.capture == "":
+        raise CliError("capture: no file named (give a capture file, or - for standard input)")
+    if args.session == "":
+        raise CliError("--session needs a file name")
+    check_output_path("--decrypted-pcap", args.decrypted_pcap)
     try:
         ctx = load_session(args.session, _overrides(args))
     except ConfigError as exc:
-        raise CliError(_name_flags(" ".join(str(exc).split()))) from None
+        raise CliError(_flag_of_error(_name_flags(" ".join(str(exc).split())), args)) from None
     for warning in ctx.warnings:
         print(f"pianode decode: {_name_flags(warning)}", file=sys.stderr)
     try:
@@ -126,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     decoder = Decoder(ctx, backend=args.backend)
     try:
         with cap:
-            if args.decrypted_pcap:
+            if args.decrypted_pcap is not None:
                 from pianode.cli.wireshark_export import write_export
 
                 write_export(cap, decoder, args.decrypted_pcap)
@@ -307,6 +335,16 @@ def render_row(r: DecodeResult, t0: float | None = None) -> str:
             if isinstance(chal, dict):
                 lines.append(f"{'':>8}challenge: version={chal.get('version')} enabled={chal.get('enabled')}"
                              f" counter={chal.get('counter')} key={chal.get('key')}")
+    elif r.kind == "ldn-discovery" and r.ldn is not None:
+        head += f"  LDN {r.ldn.get('type', '')} {r.size} B"
+        body = {k: v for k, v in r.ldn.items() if k not in ("type", "advertisement")}
+        if body:
+            lines.append(f"{'':>8}{_fields(body)}")
+        adv = r.ldn.get("advertisement")
+        if isinstance(adv, dict):
+            lines.append(f"{'':>8}advertisement: {_fields(adv, skip=('participants',))}")
+            for part in adv.get("participants") or []:
+                lines.append(f"{'':>10}participant: {_fields(part)}")
     else:
         head += f"  {r.size} B {_short_hex(r.data or '')}"
     if r.note is not None:
@@ -320,9 +358,12 @@ def _summary(cap: Capture, decoder: Decoder, ctx: DecodeContext) -> str:
     kinds = ", ".join(f"{n} {k}" for k, n in decoder.kinds.most_common())
     auth = decoder.auth
     text = (
-        f"-- {cap.stats.udp} datagrams ({kinds or 'none'}); authenticated: {auth['true']} yes, {auth['false']} no,"
+        f"-- {cap.stats.udp + sum(cap.stats.link.values())} datagrams ({kinds or 'none'}); authenticated: {auth['true']} yes, {auth['false']} no,"
         f" {auth['null']} not checked; {decoder.errors} with errors"
     )
+    if cap.stats.link:
+        link = ", ".join(f"0x{t:04x} {n}" for t, n in sorted(cap.stats.link.items()))
+        text += f"\n-- {sum(cap.stats.link.values())} of them non-IP link frames, by EtherType ({link})"
     if cap.stats.skipped:
         skipped = ", ".join(f"{k} {n}" for k, n in cap.stats.skipped.most_common())
         text += f"\n-- {sum(cap.stats.skipped.values())} frames without UDP skipped ({skipped})"

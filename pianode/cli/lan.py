@@ -46,6 +46,7 @@ from pianode.cli.common import (
     CliFailure,
     Stop,
     check_local_address,
+    check_name,
     check_number,
     check_udp_free,
     deprecated_alias,
@@ -184,7 +185,8 @@ def _bind_address(text: str, flag: str = "--bind", *, relayed: bool = False) -> 
 
 
 def _broadcast(args: argparse.Namespace, profile: VersionProfile) -> tuple[str, int]:
-    host, port = parse_hostport(args.broadcast or DEFAULT_BROADCAST, browse_port(profile), flag="--broadcast")
+    text = DEFAULT_BROADCAST if args.broadcast is None else args.broadcast
+    host, port = parse_hostport(text, browse_port(profile), flag="--broadcast")
     try:
         ipaddress.IPv4Address(host)
     except ValueError:
@@ -232,7 +234,8 @@ def _host_sockets(args: argparse.Namespace, profile: VersionProfile) -> tuple[st
         ip, port_n = parse_bind(bind_text, "--bind")
         port: int | None = port_n or None
     else:
-        ip = check_local_address(args.address or "127.0.0.1", "--address" if args.address else "--bind")
+        given = args.address is not None
+        ip = check_local_address(args.address if given else "127.0.0.1", "--address" if given else "--bind")
         port = None
     if args.port is not None:
         port = _number(args.port, "port", lo=1, hi=0xFFFF)
@@ -248,6 +251,7 @@ def _host_sockets(args: argparse.Namespace, profile: VersionProfile) -> tuple[st
 
 def run_host(args: argparse.Namespace) -> int:
     profile = _profile(args)
+    check_name("--name", args.name)
     if args.discovery_only or not _node_speaks(profile):
         if args.relay is not None:
             raise CliError("--relay needs a host that runs a node (Pia 5.7-5.45, not --discovery-only)")
@@ -364,30 +368,40 @@ def ignored_replies(profile: VersionProfile, client: BrowseClient) -> list[dict[
 
 
 async def _diagnose_join(profile: VersionProfile, key: bytes, network_id: int | None, bind_ip: str,
-                         broadcast: tuple[str, int], app_version: int | None) -> list[str]:  # fmt: skip
-    """Why a join found nothing: browse once more with no filters and say what answered and why it did not fit."""
+                         broadcast: tuple[str, int], app_version: int | None,
+                         counts: Counter[str]) -> list[str]:  # fmt: skip
+    """Why a join found nothing: browse once more with no filters and say what answered and why it did not fit
+    (and count each reason into *counts*)."""
     client = BrowseClient(profile, key, broadcast_ip=broadcast[0])
     found = await browse(profile, key, broadcast=broadcast, bind=(bind_ip, 0), timeout=1.0, client=client)
     reasons = []
+
+    def because(reason: str, text: str) -> None:
+        counts[reason] += 1
+        reasons.append(text)
+
     for f in found:
         info = f.info
         where = f"LAN session 0x{info.network_id:08x} (host {info.host_ip}:{info.host_port})"
         current = getattr(info, "current_participants", getattr(info, "current_stations", None))
         maximum = getattr(info, "max_participants", getattr(info, "max_stations", None))
         if network_id is not None and info.network_id != network_id:
-            reasons.append(f"{where} is not --network-id 0x{network_id:08x}")
+            because("other_network_id", f"{where} is not --network-id 0x{network_id:08x}")
         elif not info.is_opened:
-            reasons.append(f"{where} is closed to new players")
+            because("closed", f"{where} is closed to new players")
         elif current is not None and maximum is not None and current >= maximum:
-            reasons.append(f"{where} is full ({current}/{maximum} players)")
+            because("full", f"{where} is full ({current}/{maximum} players)")
         elif app_version is not None and info.application_communication_version != app_version:
-            reasons.append(f"{where} has application communication version {info.application_communication_version}")
+            because("application_version",
+                    f"{where} has application communication version {info.application_communication_version}")
         elif f.session_key is None:
-            reasons.append(f"{where} publishes no session key param")
-    reasons.extend(r["message"] for r in ignored_replies(profile, client))
+            because("no_session_key_param", f"{where} publishes no session key param")
+    for r in ignored_replies(profile, client):
+        counts[r["reason"]] += r["count"]
+        reasons.append(r["message"])
     if not reasons and client.counters.received == 0 and profile.lan_challenge_version is not None:
-        reasons.append("no reply at all: no host there, or hosts with another game key "
-                       "(a host ignores a request whose challenge it cannot open)")  # fmt: skip
+        because("no_reply", "no reply at all: no host there, or hosts with another game key "
+                "(a host ignores a request whose challenge it cannot open)")  # fmt: skip
     return reasons
 
 
@@ -401,6 +415,7 @@ def run_join(args: argparse.Namespace) -> int:
         raise CliError(f"{why}: use pianode node --join with the session key")
     key = _game_key(args)
     fmt = _format(args)
+    check_name("--name", args.name)
     duration = _duration(args)
     timeout = _number(args.timeout, "timeout", hi=3600, integer=False, lo_open=True)
     send_every = _number(args.send_every, "interval", hi=3600, integer=False)
@@ -433,10 +448,13 @@ def run_join(args: argparse.Namespace) -> int:
                     )  # fmt: skip
                 except JoinError as exc:
                     reasons = []
+                    counts: Counter[str] = Counter()
                     if "no answer from" in str(exc):
-                        reasons = await _diagnose_join(profile, key, network_id, config.bind[0], broadcast, app_version)
+                        reasons = await _diagnose_join(profile, key, network_id, config.bind[0], broadcast, app_version,
+                                                       counts)  # fmt: skip
                     if fmt == "jsonl":
-                        report.emit({"event": "join_failed", "reason": str(exc), "why": reasons}, "")
+                        report.emit({"event": "join_failed", "reason": str(exc), "why": reasons,
+                                     "ignored": dict(counts)}, "")  # fmt: skip
                     nursery.cancel_scope.cancel()
                     raise CliFailure(f"{exc}" + (f": {'; '.join(reasons)}" if reasons else "")) from None
             if join is None:

@@ -47,6 +47,7 @@ from pianode.cli.common import (
     CliError,
     CliFailure,
     Stop,
+    check_name,
     check_output_path,
     number_arg,
     port_arg,
@@ -109,7 +110,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         q.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None, help="AEAD backend")
         q.add_argument("--seed", type=int, default=None, help="seed for ids, keys and addresses (reproducible runs)")
         q.add_argument("--record", metavar="FILE.pcap",
-                       help="record the datagrams this station sends, and FILE.session.json with what a capture "
+                       help="record the datagrams this station sends and the LDN discovery frames it sees (as "
+                            "non-IP Ethernet frames, EtherType 0x88b5), and FILE.session.json with what a capture "
                             "offers (game key, application data, MACs)")  # fmt: skip
 
     h = ldn_sub.add_parser("host", help="create an LDN network, host its Pia mesh and advertise it")
@@ -211,6 +213,7 @@ def _ldn_address(text: str | None, *, host: bool) -> str | None:
 
 def _check_station_args(args: argparse.Namespace) -> None:
     check_output_path("--record", args.record)
+    check_name("--name", args.name)
     _profile(args)
     _session_key(args.session_key)
     _local_id(args.local_id)
@@ -328,6 +331,7 @@ def _summary(role: str, node: Node, ex: _Exchange, extra: dict[str, Any]) -> tup
         "messages": ex.messages,
         "ok": ok,
         "timings": ex.timings,
+        "drops": dict(node.statistics()["drops"]),  # type: ignore[call-overload]
         **extra,
     }
     return record, ok
@@ -386,7 +390,8 @@ async def _host(args: argparse.Namespace, config: LdnHostConfig, stop: Stop) -> 
 
 async def _host_run(args: argparse.Namespace, config: LdnHostConfig, out: _Out, recorder: LdnRecorder | None,
                     stop: Stop) -> int:  # fmt: skip
-    async with open_ldn_host(config, tap=recorder.tap if recorder else None) as host:
+    async with open_ldn_host(config, tap=recorder.tap if recorder else None,
+                             link_tap=recorder.tap if recorder else None) as host:  # fmt: skip
         st = host.state
         out.emit(
             {
@@ -412,8 +417,7 @@ async def _host_run(args: argparse.Namespace, config: LdnHostConfig, out: _Out, 
             await _leave(host.node, ex)
             nursery.cancel_scope.cancel()
         if recorder is not None:
-            session_path = recorder.write(args.record, host.session_file(args.game_key))
-            record["record"] = {"pcap": args.record, "session": session_path, "datagrams": len(recorder.records)}
+            record["record"] = recorder.write(args.record, host.session_file(args.game_key))
     out.emit(record, _summary_text(record), result=True)
     return 0 if ok else 1
 
@@ -421,19 +425,38 @@ async def _host_run(args: argparse.Namespace, config: LdnHostConfig, out: _Out, 
 # ---------------------------------------------------------------------- scan
 
 
+#: Why a scan ignored what it heard on the discovery channel (pianode.ldn.network.scan's reasons).
+_IGNORED_FRAMES = {
+    "not_a_frame": "not a frame of the LDN discovery channel",
+    "not_an_advertisement": "not an advertisement",
+    "other_local_communication_id": "another --local-id",
+    "other_ssid": "another --ssid",
+    "no_ldn_host": "no host with an LDN address",
+}
+
+
+def _ignored_text(ignored: collections.Counter[str]) -> str:
+    if not ignored:
+        return ""
+    parts = ", ".join(f"{n} {_IGNORED_FRAMES.get(reason, reason)}" for reason, n in ignored.most_common())
+    return f" (heard and ignored: {parts})"
+
+
 def run_scan(args: argparse.Namespace) -> int:
     profile = _profile(args)
-    game_key = _game_key(args.game_key) if args.game_key else None
+    game_key = _game_key(args.game_key) if args.game_key is not None else None
     local_id = _local_id(args.local_id)
     relay = relay_plan(args)
     stop = Stop()
+    ignored: collections.Counter[str] = collections.Counter()
 
     async def main() -> list[FoundNetwork]:
         found: list[FoundNetwork] = []
         async with trio.open_nursery() as nursery:
             await nursery.start(stop.watch)
             with stop.phase():
-                found = await scan(args.timeout, port=args.discovery_port, local_communication_id=local_id)
+                found = await scan(args.timeout, port=args.discovery_port, local_communication_id=local_id,
+                                   ignored=ignored)  # fmt: skip
             nursery.cancel_scope.cancel()
         return found
 
@@ -444,7 +467,7 @@ def run_scan(args: argparse.Namespace) -> int:
     if out.jsonl:
         for record in records:
             out.emit({"event": "network", **record}, "")
-        out.emit({"event": "summary", "found": len(records)}, "")
+        out.emit({"event": "summary", "found": len(records), "ignored": dict(ignored)}, "")
     elif records:
         rows = [[r["host"], r["socket"], r["pia_port"], f"{len(r['participants'])}/{r['max_participants']}",
                  r.get("system_communication_version", "-"), f"{r.get('network_id', 0):#010x}", r["ssid"]]
@@ -453,8 +476,8 @@ def run_scan(args: argparse.Namespace) -> int:
                                  rows, right={2, 3, 4}):  # fmt: skip
             print(line)
     if not found:
-        print(f"pianode ldn scan: no LDN network heard on port {args.discovery_port} within {args.timeout:g} s",
-              file=sys.stderr)  # fmt: skip
+        print(f"pianode ldn scan: no LDN network heard on port {args.discovery_port} within {args.timeout:g} s"
+              + _ignored_text(ignored), file=sys.stderr)  # fmt: skip
         return 1
     return 0
 
@@ -532,20 +555,26 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
     out = _Out(args.format, args.quiet)
     recorder = LdnRecorder() if args.record else None
     found: list[FoundNetwork] = []
+    ignored: collections.Counter[str] = collections.Counter()
     with stop.phase():
         found = await scan(args.timeout, port=args.discovery_port, local_communication_id=_local_id(args.local_id),
-                           ssid=ssid, first=True)  # fmt: skip
+                           ssid=ssid, first=True, link_tap=recorder.tap if recorder else None,
+                           ignored=ignored)  # fmt: skip
     if not found:
         stop.exit_if_interrupted()
-        raise CliFailure(f"no LDN network heard on port {args.discovery_port} within {args.timeout:g} s"
-                         + (" with that --ssid" if ssid else ""))  # fmt: skip
+        message = (f"no LDN network heard on port {args.discovery_port} within {args.timeout:g} s"
+                   + (" with that --ssid" if ssid else "") + _ignored_text(ignored))  # fmt: skip
+        if out.jsonl:
+            out.emit({"event": "join_failed", "reason": message, "ignored": dict(ignored)}, "")
+        raise CliFailure(message)
     net = found[0]
     try:
         where = relay_address()
         async with open_ldn_station(net, node_config, game_key, name=args.name, address=args.address,
                                     socket_address=where[0] if where is not None else None,
                                     session_key=_session_key(args.session_key),
-                                    tap=recorder.tap if recorder else None) as st:  # fmt: skip
+                                    tap=recorder.tap if recorder else None,
+                                    link_tap=recorder.tap if recorder else None) as st:  # fmt: skip
             node = st.node
             out.emit(
                 {"event": "joined", "ip": st.ip, "mac": st.mac.hex(":"), "socket": node.address[0],
@@ -563,8 +592,7 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
                 await _leave(node, ex)
                 nursery.cancel_scope.cancel()
             if recorder is not None:
-                session_path = recorder.write(args.record, st.session_file(args.game_key))
-                record["record"] = {"pcap": args.record, "session": session_path, "datagrams": len(recorder.records)}
+                record["record"] = recorder.write(args.record, st.session_file(args.game_key))
     except (JoinRefused, JoinError) as exc:
         stop.exit_if_interrupted()
         drops: dict[str, int] = {}
@@ -574,6 +602,8 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
         hint = (f": {drops['bad_tag']} answer(s) did not authenticate with the session key derived from this "
                 "--game-key (is it the host's?)") if drops.get("bad_tag") else (
                 ": is --game-key the host's (the session key derives from it)?" if isinstance(exc, JoinError) else "")
+        if out.jsonl:
+            out.emit({"event": "join_failed", "reason": f"{exc}{hint}", "drops": dict(drops)}, "")
         raise CliFailure(f"{exc}{hint}") from None
     out.emit(record, _summary_text(record), result=True)
     return 0 if ok else 1

@@ -52,6 +52,7 @@ from pianode.cli.relay import OWN_HUB, add_relay_arguments, relay_plan
 from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from protocols.pia.versions import profile_for
+from protocols.errors import ConfigError
 from pianode.sim.mesh_run import MeshRun, MeshRunResult
 
 __all__ = ["add_parser"]
@@ -183,6 +184,13 @@ def run(args: argparse.Namespace) -> int:
         args.processes, args.discovery = 1, "off"
     base_address, port = _addresses(args) if relay is None else ("127.0.0.1", _relay_port(args))
     check_output_path("--record", args.record)
+    if args.game_key is not None:  # checked now, whether or not the run uses it
+        from protocols.pia.keys import parse_game_key
+
+        try:
+            parse_game_key(args.game_key)
+        except ConfigError as exc:
+            raise CliError(f"--game-key: {exc}") from None
     fmt = args.format
     version = args.version or (REALTIME_VERSION if args.rate else DEFAULT_VERSION)
     config = NodeConfig(
@@ -222,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     if discover:
         from protocols.pia.keys import parse_game_key
 
-        if args.game_key:
+        if args.game_key is not None:
             text = args.game_key
         elif args.seed is not None:  # --seed covers the keys: the game key (hence the session key) too
             text = random.Random(f"game key {args.seed}").randbytes(16).hex()
@@ -331,7 +339,9 @@ def render_summary(result: MeshRunResult) -> str:
     if s.get("faults"):
         lines.append("faults: " + ", ".join(f"{k} {v}" for k, v in sorted(s["faults"].items()) if v))
     if s.get("record"):
-        lines.append(f"recorded {s['record']['datagrams']} datagrams to {s['record']['pcap']} (session {s['record']['session']})")
+        rec = s["record"]
+        link = f" and {rec['link_frames']} LDN link frames" if rec.get("link_frames") else ""
+        lines.append(f"recorded {rec['datagrams']} datagrams{link} to {rec['pcap']} (session {rec['session']})")
     for problem in s["problems"]:
         lines.append(f"PROBLEM: {problem}")
     if s.get("frames") and s["result"] == "LATE":

@@ -26,6 +26,7 @@ from pianode.cli.common import (
     CliError,
     CliFailure,
     Stop,
+    check_input_file,
     check_local_address,
     check_udp_free,
     deprecated_alias,
@@ -133,7 +134,8 @@ def _serve_address(args: argparse.Namespace) -> tuple[str, int]:
     if args.bind is not None:
         host, port = parse_bind(args.bind, "--bind")
     else:
-        host = check_local_address(args.host or "127.0.0.1", "--host" if args.host else "--bind")
+        given = args.host is not None
+        host = check_local_address(args.host if given else "127.0.0.1", "--host" if given else "--bind")
         port = 0
     if args.port is not None:
         port = args.port
@@ -143,6 +145,10 @@ def _serve_address(args: argparse.Namespace) -> tuple[str, int]:
 
 def _serve(args: argparse.Namespace) -> int:
     bind = _serve_address(args)
+    if args.certificate_key is not None:
+        if args.variant != "rendezvous":
+            raise CliError(f"--certificate-key is for --variant rendezvous, not {args.variant}")
+        check_input_file("--certificate-key", str(args.certificate_key))
     cert = _load_certificate(args.certificate_key) if args.variant == "rendezvous" else None
     settings = _settings(args, cert)
     stop = Stop(math.inf)
@@ -201,6 +207,8 @@ def _no_answer(address: tuple[str, int], args: argparse.Namespace, stats: dict[s
 
 def _connect(args: argparse.Namespace) -> int:
     address = _resolve(args.address)
+    if args.trust is not None and args.variant != "rendezvous":
+        raise CliError(f"--trust is for --variant rendezvous, not {args.variant}")
     cert = _load_trust(args.trust) if args.variant == "rendezvous" else None
     settings = _settings(args, cert)
     rtts: list[float] = []

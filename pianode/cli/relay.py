@@ -96,7 +96,13 @@ def _help(p: argparse.ArgumentParser) -> int:
 # ---------------------------------------------------------------------- ca
 
 
+def _ca_dir(text: str) -> None:
+    if not text:
+        raise CliError("DIR must be a folder name, got ''")
+
+
 def run_ca_init(args: argparse.Namespace) -> int:
+    _ca_dir(args.dir)
     relay = _relay_modules()
     try:
         path = relay.certificates.init_ca(args.dir)
@@ -110,7 +116,12 @@ def run_ca_init(args: argparse.Namespace) -> int:
 
 
 def run_ca_issue(args: argparse.Namespace) -> int:
-    role, name = ("server", args.server) if args.server else ("client", args.client)
+    role, name = ("server", args.server) if args.server is not None else ("client", args.client)
+    if name is None:
+        raise CliError("name the certificate's holder: --server NAME (a hub) or --client NAME (a site)")
+    if not name:
+        raise CliError(f"--{role} needs a name")
+    _ca_dir(args.dir)
     relay = _relay_modules()
     try:
         pem, key = relay.certificates.issue(args.dir, name, role=role, days=args.days)
@@ -225,8 +236,10 @@ _ACTIVE: trio.lowlevel.RunVar[RelayPlan] = trio.lowlevel.RunVar("pianode_cli_rel
 def relay_plan(args: argparse.Namespace) -> RelayPlan | None:
     """The checked --relay flags (None without --relay); one line naming the flag otherwise."""
     files = (args.relay_ca, args.relay_cert, args.relay_key)
+    if not args.relay_room or len(args.relay_room) > 64:
+        raise CliError("--relay-room must be 1..64 characters")
     if args.relay is None:
-        if any(files):
+        if any(f is not None for f in files):
             raise CliError("--relay-ca/--relay-cert/--relay-key need --relay HOST:PORT")
         return None
     missing = [f for f, v in zip(("--relay-ca", "--relay-cert", "--relay-key"), files) if not v]

@@ -12,7 +12,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from pianode.cli.common import CliError
+from pianode.cli.common import CliError, check_output_dir
 
 __all__ = ["add_parser", "run_install", "run_path"]
 
@@ -42,7 +42,9 @@ def run_path(args: argparse.Namespace) -> int:
 def run_install(args: argparse.Namespace) -> int:
     from pianode.wireshark import DISSECTOR_PATH, plugin_dir
 
-    target_dir = Path(args.dir).expanduser() if args.dir else plugin_dir()
+    if args.dir is not None:
+        check_output_dir("--dir", args.dir)
+    target_dir = Path(args.dir).expanduser() if args.dir is not None else plugin_dir()
     if target_dir.exists() and not target_dir.is_dir():
         raise CliError(f"{target_dir} exists and is not a folder")
     try:

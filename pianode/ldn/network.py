@@ -57,9 +57,9 @@ defaults to :data:`PIA_PORT` and travels in the advert frame.
 
 from __future__ import annotations
 
+import collections
 import errno
 import ipaddress
-import json
 import logging
 import time
 import random
@@ -422,8 +422,13 @@ class LdnHostConfig:
 class LdnHost:
     """A running LDN host: the network state, its Pia node (``node``) and the control socket."""
 
-    def __init__(self, config: LdnHostConfig, state: LdnHostState, node: Node, control: trio.socket.SocketType) -> None:
+    def __init__(
+        self, config: LdnHostConfig, state: LdnHostState, node: Node, control: trio.socket.SocketType,
+        link_tap: Tap | None = None,
+    ) -> None:
         self.config = config
+        #: Sees every frame of the discovery channel the host sends or receives (a recording's LDN link frames).
+        self.link_tap = link_tap
         self.state = state
         self.node = node
         self._control = control
@@ -457,9 +462,12 @@ class LdnHost:
         while True:
             self.state.prune(trio.current_time(), self._mesh_ips())
             frame = AdvertFrame(self.node.address[1], self.control_address[1], self.state.advertisement())
+            data = encode_frame(frame)
             try:
-                await self._control.sendto(encode_frame(frame), self.config.discovery)
+                await self._control.sendto(data, self.config.discovery)
                 self.adverts_sent += 1
+                if self.link_tap is not None:
+                    self.link_tap(data, self.control_address, self.config.discovery, trio.current_time())
             except OSError as exc:  # e.g. no route in a namespace being torn down
                 log.debug("advertisement not sent: %s", exc)
             await trio.sleep(self.config.advertise_interval)
@@ -497,10 +505,19 @@ class LdnHost:
             except DecodeError:
                 self.dropped += 1
                 continue
+            tap = self.link_tap
+            sender = (str(addr[0]), int(addr[1]))
             if isinstance(frame, ConnectRequest):
-                reply = self.state.connect(frame, trio.current_time(), source=str(addr[0]))
-                await self._control.sendto(encode_frame(reply), addr[:2])
+                if tap is not None:
+                    tap(data, sender, self.control_address, trio.current_time())
+                reply = self.state.connect(frame, trio.current_time(), source=sender[0])
+                out = encode_frame(reply)
+                await self._control.sendto(out, sender)
+                if tap is not None:
+                    tap(out, self.control_address, sender, trio.current_time())
             elif isinstance(frame, LeaveNotice):
+                if tap is not None:
+                    tap(data, sender, self.control_address, trio.current_time())
                 self.state.leave(frame.ip)
             else:
                 self.dropped += 1
@@ -508,9 +525,12 @@ class LdnHost:
 
 @asynccontextmanager
 async def open_ldn_host(
-    config: LdnHostConfig, *, tap: Tap | None = None, rng: random.Random | None = None
+    config: LdnHostConfig, *, tap: Tap | None = None, rng: random.Random | None = None, link_tap: Tap | None = None
 ) -> AsyncIterator[LdnHost]:
     """Create an LDN network, its host node and the advertisement, for the ``async with`` block.
+
+    *tap* sees the Pia datagrams the host node sends, *link_tap* the discovery channel's frames
+    (advertisements sent, connect requests and leave notices received, replies sent).
 
     Tries up to 20 subnets (X) when the chosen loopback address is taken
     (``config.pia_port`` 0 lets the system pick the Pia port).
@@ -525,7 +545,7 @@ async def open_ldn_host(
         )  # fmt: skip
         async with open_node(node_config, tap=tap) as node:
             await node.create_mesh(network_id=state.session.network_id)
-            host = LdnHost(config, state, node, control)
+            host = LdnHost(config, state, node, control, link_tap)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(host._advertise)
                 nursery.start_soon(host._serve)
@@ -591,11 +611,16 @@ async def scan(
     local_communication_id: int | None = None,
     ssid: bytes | None = None,
     first: bool = False,
+    link_tap: Tap | None = None,
+    ignored: collections.Counter[str] | None = None,
 ) -> list[FoundNetwork]:
     """Listen for advertisements for *timeout* seconds; one entry per SSID, newest advert kept.
 
-    *first*: return as soon as one matching network is heard.
+    *first*: return as soon as one matching network is heard.  *link_tap* sees each advertisement kept.
+    *ignored* counts what was heard and not kept, by reason (``not_a_frame``, ``not_an_advertisement``,
+    ``other_local_communication_id``, ``other_ssid``, ``no_ldn_host``).
     """
+    skipped: collections.Counter[str] = collections.Counter() if ignored is None else ignored
     found: dict[bytes, FoundNetwork] = {}
     with await _udp_socket((bind_ip, port), reuse=True) as sock:
         with trio.move_on_after(timeout):
@@ -604,18 +629,25 @@ async def scan(
                 try:
                     frame = decode_frame(data)
                 except DecodeError:
+                    skipped["not_a_frame"] += 1
                     continue
                 if not isinstance(frame, AdvertFrame):
+                    skipped["not_an_advertisement"] += 1
                     continue
                 adv = frame.advertisement
                 if local_communication_id is not None and adv.local_communication_id != local_communication_id:
+                    skipped["other_local_communication_id"] += 1
                     continue
                 if ssid is not None and adv.ssid != ssid:
+                    skipped["other_ssid"] += 1
                     continue
                 if not adv.participants or not is_ldn_address(adv.host.ip):
+                    skipped["no_ldn_host"] += 1
                     continue
                 control = (str(addr[0]), frame.control_port)
                 found[adv.ssid] = FoundNetwork(adv, frame.pia_port, control, trio.current_time(), port)
+                if link_tap is not None:
+                    link_tap(data, (str(addr[0]), int(addr[1])), (DEFAULT_BROADCAST, port), trio.current_time())
                 if first:
                     break
     return list(found.values())
@@ -700,10 +732,16 @@ class JoinRefused(Exception):
     """The LDN host did not give this station an address."""
 
 
-async def _associate(network: FoundNetwork, request: ConnectRequest, bind_ip: str) -> ConnectReply:
+async def _associate(
+    network: FoundNetwork, request: ConnectRequest, bind_ip: str, link_tap: Tap | None = None
+) -> ConnectReply:
     with await _udp_socket((bind_ip, 0)) as sock:
+        here = sock.getsockname()[:2]
         for _ in range(CONNECT_ATTEMPTS):
-            await sock.sendto(encode_frame(request), network.control)
+            data = encode_frame(request)
+            await sock.sendto(data, network.control)
+            if link_tap is not None:
+                link_tap(data, here, network.control, trio.current_time())
             with trio.move_on_after(CONNECT_TIMEOUT):
                 while True:
                     data, _addr = await sock.recvfrom(_MAX_DATAGRAM)
@@ -712,6 +750,8 @@ async def _associate(network: FoundNetwork, request: ConnectRequest, bind_ip: st
                     except DecodeError:
                         continue
                     if isinstance(frame, ConnectReply) and frame.token == request.token:
+                        if link_tap is not None:
+                            link_tap(data, network.control, here, trio.current_time())
                         return frame
     raise JoinRefused("the LDN host did not answer the connect request")
 
@@ -728,8 +768,11 @@ async def open_ldn_station(
     rng: random.Random | None = None,
     address: str | None = None,
     socket_address: str | None = None,
+    link_tap: Tap | None = None,
 ) -> AsyncIterator[LdnStation]:
     """Connect to the LDN network, derive its keys as a console does, and join its Pia mesh.
+
+    *tap* sees the Pia datagrams the station's node sends, *link_tap* its connect request and the reply.
 
     *address*: the direct plan on a real link: the station's own ``169.254.X.Y``
     (its interface has it), requested from the host and bound.  None: the
@@ -748,7 +791,7 @@ async def open_ldn_station(
     if address is not None and socket_address is not None:
         raise ConfigError("an LDN station takes a real link's address or a relay site's, not both")
     local = address or socket_address or "127.0.0.1"
-    reply = await _associate(network, request, local)
+    reply = await _associate(network, request, local, link_tap)
     if reply.result != 0:
         raise JoinRefused(f"the LDN host rejected the connection (reason {reply.result})")
     if address is not None and reply.ip != address:
@@ -780,7 +823,9 @@ async def open_ldn_station(
 
 
 class LdnRecorder:
-    """Collects the datagrams nodes send (their ``tap``) and writes a pcap plus a decode session file.
+    """Collects the datagrams nodes send (their ``tap``) and the discovery channel's frames (a host's
+    ``link_tap``), and writes a pcap plus a decode session file (:func:`pianode.capture.recording.write_recording`:
+    the LDN link frames go in as non-IP Ethernet frames).
 
     The session file holds only what a console capture offers: version,
     network, game key, the advertisement's application data and the MACs.
@@ -795,17 +840,8 @@ class LdnRecorder:
             self._wall_offset = time.time() - now
         self.records.append((data, src, dst, now + self._wall_offset))
 
-    def write(self, pcap_path: str, session: dict[str, Any]) -> str:
-        """Write *pcap_path* and ``<stem>.session.json`` beside it; returns the session file's path."""
-        from pianode.capture.pcap import PcapWriter
+    def write(self, pcap_path: str, session: dict[str, Any]) -> dict[str, Any]:
+        """Write *pcap_path* and ``<stem>.session.json`` beside it; returns the summary's ``record`` entry."""
+        from pianode.capture.recording import write_recording
 
-        stem = pcap_path[:-5] if pcap_path.endswith(".pcap") else pcap_path
-        session_path = stem + ".session.json"
-        with open(pcap_path, "wb") as f:
-            writer = PcapWriter(f)
-            for data, src, dst, now in self.records:
-                writer.write_udp(data, src, dst, now)
-        with open(session_path, "w", encoding="utf-8") as f:
-            json.dump(session, f, indent=2, sort_keys=True)
-            f.write("\n")
-        return session_path
+        return write_recording(pcap_path, self.records, session)

@@ -64,7 +64,9 @@ class LdnMeshRun(MeshRun):
             pia_port=self.port or ldn.PIA_PORT,
             discovery=(ldn.DEFAULT_BROADCAST, self.discovery_port),
         )
-        host: ldn.LdnHost = await nursery.start(_hold, ldn.open_ldn_host(cfg, tap=tap))
+        # The host's link tap sees every discovery frame (adverts, connects, replies, leaves): the stations' would
+        # record the same frames twice.
+        host: ldn.LdnHost = await nursery.start(_hold, ldn.open_ldn_host(cfg, tap=tap, link_tap=tap))
         self.host = host
         nodes: list[Node] = [host.node]
         found = await ldn.scan(self.scan_timeout, port=self.discovery_port, ssid=host.state.ssid, first=True)

@@ -15,7 +15,6 @@ import contextlib
 import functools
 import gc
 import ipaddress
-import json
 import logging
 import os
 import random
@@ -633,19 +632,9 @@ def write_record(
 ) -> dict[str, Any]:
     """Write the datagrams (data, source, destination, wall time) to the pcap *path* and the
     session file beside it (FILE.session.json); returns the summary's ``record`` entry."""
-    from pianode.capture.pcap import PcapWriter
+    from pianode.capture.recording import write_recording
 
-    session_path = (path[:-5] if path.endswith(".pcap") else path) + ".session.json"
-    count = 0
-    with open(path, "wb") as f:
-        writer = PcapWriter(f)
-        for data, src, dst, now in records:
-            writer.write_udp(data, src, dst, now)
-            count += 1
-    with open(session_path, "w") as f:
-        json.dump(context, f, indent=2, sort_keys=True)
-        f.write("\n")
-    return {"pcap": path, "session": session_path, "datagrams": count}
+    return write_recording(path, records, context)
 
 
 class LanMeshRun(MeshRun):

@@ -91,6 +91,19 @@ class PcapngWriter:
         self._frames.seek(0)
         self._frames.truncate()
         self._pcap.write_udp(payload, src, dst, time)
+        self._append(comments)
+
+    def write_link(self, d: Datagram, comments: Iterable[str]) -> None:
+        """Append a non-IP link frame (:attr:`Datagram.ethertype`) as it was, with its comments."""
+        assert d.ethertype is not None and d.src_mac is not None and d.dst_mac is not None
+        self._frames.seek(0)
+        self._frames.truncate()
+        mac = bytes.fromhex
+        self._pcap.write_link(d.data, mac(d.src_mac.replace(":", "")), mac(d.dst_mac.replace(":", "")), d.time,
+                              d.ethertype)  # fmt: skip
+        self._append(comments)
+
+    def _append(self, comments: Iterable[str]) -> None:
         record = self._frames.getvalue()
         sec, usec, caplen, _ = struct.unpack_from("<IIII", record)
         frame = record[16:]
@@ -165,6 +178,10 @@ def export_decrypted(datagrams: Iterable[Datagram], decoder: Decoder, out: Binar
         r = decoder.decode(d)
         data = d.data
         comments: list[str] = []
+        if d.ethertype is not None and d.src_mac is not None and d.dst_mac is not None:
+            writer.write_link(d, [f"pianode: {r.kind}"])  # a non-IP frame stays one (the LDN link's, 0x88b5)
+            stats.datagrams += 1
+            continue
         if r.kind == "pia" and r.profile is not None and r.header is not None:
             encrypted = bool(r.header.get("encrypted"))
             body = "plain"

@@ -10,7 +10,7 @@
 --     footer.  Wireshark cannot decrypt Pia: the export carries the plaintext and a packet comment
 --     "pianode: pia version=X.Y body=decrypted auth=ok" naming the version to read the messages with.
 --   * LAN browse requests and replies (UDP 30000 up to 5.45, 35000 from 6.x) with the session info.
---   * pianode's simulated LDN discovery channel (UDP 30400, "PNLD").
+--   * pianode's simulated LDN discovery channel (UDP 30400, "PNLD"; recordings: EtherType 0x88B5).
 --   * PRUDP: Nintendo and Quazal v0 (by structure), v1 (magic EA D0 01), Lite (magic 80).
 --
 -- The tables between the GENERATED markers are written by `python -m pianode.wireshark.tables` from pianode's
@@ -1170,7 +1170,8 @@ local function dissect_lan(tvb, pinfo, tree, kind, size)
 end
 
 -- ---------------------------------------------------------------------------------------------------------------
--- pianode's simulated LDN discovery channel (UDP 30400): "PNLD" · u8 version · u8 kind · body
+-- pianode's simulated LDN discovery channel (UDP 30400; in recordings Ethernet frames of EtherType 0x88B5):
+-- "PNLD" · u8 version · u8 kind · body
 
 local function dissect_ldn(tvb, pinfo, tree)
     pinfo.cols.protocol = "Pia LDN"
@@ -1559,3 +1560,6 @@ local udp_port = DissectorTable.get("udp.port")
 for _, port in ipairs({30000, 35000, GEN.ldn_port, 49152, 49153, 49154, 49155}) do
     udp_port:add(port, pia)
 end
+-- pianode's recordings carry the simulated LDN link's frames below IP, as Ethernet frames of 0x88B5, the first of
+-- IEEE 802's two "local experimental" EtherTypes (pianode/capture/frames.py): a console sends them as 802.11 frames.
+DissectorTable.get("ethertype"):add(0x88B5, pia)

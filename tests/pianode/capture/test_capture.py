@@ -358,6 +358,43 @@ def test_non_udp_frames_are_counted_not_yielded() -> None:
     }
 
 
+def test_a_local_experimental_ethertype_frame_is_yielded_whole_with_its_link_addresses() -> None:
+    """Recordings carry the simulated LDN link's frames as Ethernet frames of EtherType 0x88b5: the reader reports
+    them (a Datagram with the EtherType and both MACs, no IP endpoints), neither dropping them nor failing; other
+    non-IP frames stay counted as skipped."""
+    link_body = b"PNLD\x01\x04" + bytes(5)
+    frames = [
+        ether(0x0800, V4),
+        ether(0x88B5, link_body),
+        ether(0x0806, bytes(28)),
+        ether(0x88B6, b"x", vlan=True),
+        ether(0x0800, V4),
+    ]
+    for data in (pcap_file(1, [(1.5, f) for f in frames]),
+                 pcapng_section([(1, None)], [(0, 1_500_000, f) for f in frames])):
+        got, stats = read(data)
+        assert [d.frame for d in got] == [1, 2, 4, 5] and [d.index for d in got] == [1, 2, 3, 4]
+        link = got[1]
+        assert (link.ethertype, link.data, link.src, link.dst, link.error) == (0x88B5, link_body, None, None, None)
+        assert (link.src_mac, link.dst_mac, link.time) == ("02:00:00:00:00:01", "02:00:00:00:00:02", 1.5)
+        assert (got[2].ethertype, got[2].data) == (0x88B6, b"x")
+        assert got[0].ethertype is None and got[0].dst_mac is None and got[3].data == PAYLOAD_A
+        assert stats.udp == 2 and stats.link == {0x88B5: 1, 0x88B6: 1} and stats.skipped == {"arp": 1}
+    # The writer's link frames read back the same, and write_all copies them.
+    out = io.BytesIO()
+    w = PcapWriter(out)
+    w.write_udp(PAYLOAD_A, "10.0.0.1:1", "10.0.0.2:2", 1.0)
+    w.write_link(link_body, bytes.fromhex("0200c0a80001"), b"\xff" * 6, 2.0)
+    back, _ = read(out.getvalue())
+    assert [(d.ethertype, d.src_mac, d.dst_mac, d.data) for d in back][1] == (
+        0x88B5, "02:00:c0:a8:00:01", "ff:ff:ff:ff:ff:ff", link_body)
+    again = io.BytesIO()
+    assert PcapWriter(again).write_all(back) == 2
+    assert again.getvalue() == out.getvalue()
+    with pytest.raises(ValueError):
+        w.write_link(b"", b"\x02", b"\xff" * 6)
+
+
 def test_ethernet_padding_is_not_payload() -> None:
     small = ipv4_udp("10.0.0.1", 5, "10.0.0.2", 6, b"ab")
     frame = ether(0x0800, small) + bytes(60 - 14 - len(small))  # padded to the 60-byte minimum

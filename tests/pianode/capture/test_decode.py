@@ -442,7 +442,7 @@ def test_cli_prudp_flags(captures: Path, capsys: pytest.CaptureFixture[str]) -> 
         (["CAPTURE", "--session", "missing.json"], "cannot read session file missing.json"),
         (["CAPTURE", "--version", "9.99"], "Pia 9.99 is not documented"),
         (["CAPTURE", "--network", "wifi"], "network must be one of"),
-        (["CAPTURE", "--session-key", "zz"], "session_key must be 16 bytes"),
+        (["CAPTURE", "--session-key", "zz"], "--session-key must be 16 bytes"),
         (["CAPTURE", "--mac", "10.0.0.1"], "--mac takes IP=MAC"),
         (["CAPTURE", "--prudp-variant", "v9"], "unknown PRUDP variant"),
         (["NOT_A_CAPTURE"], "not a pcap, pcapng, JSON Lines or hex-lines file"),

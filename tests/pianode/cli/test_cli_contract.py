@@ -235,13 +235,25 @@ LONG_RUNNING = [
     (("ldn", "join", "--game-key", GAME_KEY, "--discovery-port", "{port}", "--timeout", "60"), None),
     (("prudp", "serve", "--variant", "nintendo-v1", "--bind", "{net}2"), "listening on"),
     (("prudp", "connect", "--variant", "nintendo-v1", "{net}2:{port}", "--timeout", "60"), None),
+    (("mesh", "--network", "ldn", "--duration", "60"), None),
+    (("mesh", "-n", "4", "--processes", "2", "--bind", "{net}2", "--duration", "60"), None),
+    (("relay", "serve", "--listen", "{net}2:{port}", "--ca", "{ca}/ca.pem", "--cert", "{ca}/hub.pem",
+      "--key", "{ca}/hub.key"), None),
 ]
 
 
+@pytest.fixture(scope="module")
+def relay_ca(tmp_path_factory: pytest.TempPathFactory) -> str:
+    ca = tmp_path_factory.mktemp("relay") / "ca"
+    assert run("relay", "ca", "init", str(ca)).returncode == 0
+    assert run("relay", "ca", "issue", str(ca), "--server", "hub").returncode == 0
+    return str(ca)
+
+
 @pytest.mark.parametrize(("argv", "ready"), LONG_RUNNING, ids=[" ".join(a[:2]) for a, _ in LONG_RUNNING])
-def test_ctrl_c_prints_interrupted_and_exits_130(argv: tuple[str, ...], ready: str | None) -> None:
+def test_ctrl_c_prints_interrupted_and_exits_130(argv: tuple[str, ...], ready: str | None, relay_ca: str) -> None:
     net, port = loopback_block(), free_port()
-    proc = _popen(*(a.format(net=net, port=port) for a in argv))
+    proc = _popen(*(a.format(net=net, port=port, ca=relay_ca) for a in argv))
     try:
         _, err = _interrupt(proc, ready=ready)
     finally:

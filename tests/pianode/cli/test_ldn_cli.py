@@ -19,6 +19,8 @@ import pytest
 from pianode.cli.main import main as cli_main
 
 from cli_processes import kill_leftovers
+from pia6_reader import udp_datagrams
+from wireshark_tools import dissect, tshark
 
 SMM2 = "667c18475889faab61f93ef1da180971"
 PIANODE = [sys.executable, "-m", "pianode"]
@@ -95,10 +97,44 @@ def test_host_and_three_joiners_form_a_mesh_exchange_data_and_the_host_recording
         capsys.readouterr()
         assert cli_main(["decode", rec["pcap"], "--session", rec["session"], "--format", "jsonl"]) == 0
         rows = _jsonl(capsys.readouterr().out)
-        assert len(rows) == rec["datagrams"] > 20
-        assert all(r["kind"] == "pia" and r["authenticated"] is True for r in rows)
+        pia = [r for r in rows if r["kind"] == "pia"]
+        link = [r for r in rows if r["kind"] == "ldn-discovery"]
+        assert len(pia) == rec["datagrams"] > 20 and len(link) == rec["link_frames"] and len(rows) == len(pia) + len(link)
+        assert all(r["authenticated"] is True for r in pia)
+        # The discovery frames it saw: the host's adverts and the connects and replies; a joiner's: the advert it
+        # joined from, its connect request and the reply.
+        types = {r["ldn"]["type"] for r in link}
+        assert {"AdvertFrame", "ConnectRequest", "ConnectReply"} <= types, types
     joiner_session = json.loads(pathlib.Path(summaries[0]["record"]["session"]).read_text())
     assert joiner_session == session
+    _check_ldn_frames_in_the_recording(pcap, record, capsys)
+
+
+def _check_ldn_frames_in_the_recording(
+    pcap: pathlib.Path, record: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The host's recording holds its advertisements as non-IP frames (EtherType 0x88b5) that tshark shows, decode
+    lists with their fields, and a reader that walks Ethernet → IPv4 → UDP skips."""
+    capsys.readouterr()
+    assert cli_main(["decode", str(pcap), "--session", str(record["session"]), "--format", "jsonl"]) == 0
+    rows = _jsonl(capsys.readouterr().out)
+    link = [r for r in rows if r["kind"] == "ldn-discovery"]
+    adverts = [r for r in link if r["ldn"]["type"] == "AdvertFrame"]  # type: ignore[index]
+    assert len(adverts) >= 5 and all(r["dst"] == "ff:ff:ff:ff:ff:ff" and r["error"] is None for r in adverts)
+    advert = adverts[-1]["ldn"]
+    assert advert["advertisement"]["participants"][0]["name"] == "pianode"  # type: ignore[index]
+    assert len(advert["advertisement"]["participants"]) == 4  # type: ignore[index]
+    # Every UDP datagram an independent walker finds is one of decode's Pia rows, and nothing else.
+    walked = list(udp_datagrams(pcap))
+    assert len(walked) == record["datagrams"] == len(rows) - len(link)
+    # tshark opens it as it is, and with pianode's dissector names every LDN frame.
+    plain = subprocess.run([tshark(), "-n", "-r", str(pcap)], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0 and len(plain.stdout.splitlines()) == len(rows), plain.stderr
+    frames = dissect(pcap, "eth.type", "pia.ldn.kind", "pia.ldn.ssid", display_filter="eth.type == 0x88b5")
+    assert len(frames) == len(link) == record["link_frames"]
+    assert all(f.get("pia.ldn.kind") for f in frames)
+    kinds = sorted(int(f["pia.ldn.kind"][0]) for f in frames)
+    assert kinds.count(1) == len(adverts) and 2 in kinds and 3 in kinds
 
 
 def test_scan_lists_a_hosted_network_as_jsonl_and_table() -> None:
@@ -120,7 +156,8 @@ def test_scan_lists_a_hosted_network_as_jsonl_and_table() -> None:
     assert res.returncode == 0, res.stderr
     records = _jsonl(res.stdout)
     (found,) = [r for r in records if r["event"] == "network"]
-    assert records[-1] == {"event": "summary", "found": 1}
+    assert records[-1] == {"event": "summary", "found": 1, "ignored": records[-1]["ignored"]}
+    assert all(isinstance(n, int) for n in records[-1]["ignored"].values())
     assert found["ssid"] == network["ssid"] and found["host"] == network["host"]
     assert found["max_participants"] == 3 and found["participants"][0]["name"] == "hoster"
     assert found["participants"][0]["mac"] == network["mac"]
@@ -227,5 +264,5 @@ def test_four_namespaces_on_a_bridge_discover_by_real_broadcast_and_form_a_mesh(
     record = summaries[-1]["record"]
     capsys.readouterr()
     assert cli_main(["decode", str(pcap), "--session", record["session"], "--format", "jsonl"]) == 0
-    rows = _jsonl(capsys.readouterr().out)
+    rows = [r for r in _jsonl(capsys.readouterr().out) if r["kind"] != "ldn-discovery"]
     assert len(rows) == record["datagrams"] > 20 and all(r["authenticated"] is True for r in rows)

@@ -104,7 +104,8 @@ def test_record_is_read_by_tshark_and_every_datagram_authenticates(tmp_path: pat
     assert out.returncode == 0, out.stderr
     s = summary(out)
     session = tmp_path / "out.session.json"
-    assert s["record"] == {"pcap": str(pcap), "session": str(session), "datagrams": s["record"]["datagrams"]}
+    assert s["record"] == {"pcap": str(pcap), "session": str(session), "datagrams": s["record"]["datagrams"],
+                           "link_frames": 0}
     recorded = s["record"]["datagrams"]
     assert recorded > 100
     # tshark opens it and sees UDP between the four loopback addresses.
@@ -143,9 +144,14 @@ def test_record_decodes_for_other_versions_and_networks(tmp_path: pathlib.Path, 
     recorded = summary(out)["record"]["datagrams"]
     dec = pianode("decode", str(pcap), "--session", str(tmp_path / "x.session.json"), "--format", "jsonl")
     assert dec.returncode == 0, dec.stderr
-    rows = [json.loads(line) for line in dec.stdout.splitlines() if line.strip()]
+    decoded = [json.loads(line) for line in dec.stdout.splitlines() if line.strip()]
+    rows = [row for row in decoded if row["kind"] != "ldn-discovery"]
     assert len(rows) == recorded > 0
     assert all(row["authenticated"] is True and row["error"] is None for row in rows)
+    # LDN discovery (adverts, connects, replies) is in the recording as non-IP link frames that decode reads.
+    link = [row for row in decoded if row["kind"] == "ldn-discovery"]
+    assert len(link) == summary(out)["record"]["link_frames"] and all(row["error"] is None for row in link)
+    assert bool(link) is (network == "ldn")
 
 
 @pytest.mark.parametrize("fanout", ["auto", "unicast"])

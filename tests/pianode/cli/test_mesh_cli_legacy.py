@@ -41,7 +41,9 @@ def test_record_of_each_generation_decodes_completely(tmp_path: pathlib.Path, ve
     recorded = summary(out)["record"]["datagrams"]
     dec = pianode("decode", str(pcap), "--session", str(tmp_path / "x.session.json"), "--format", "jsonl")
     assert dec.returncode == 0, dec.stderr
-    rows = [json.loads(line) for line in dec.stdout.splitlines() if line.strip()]
+    decoded = [json.loads(line) for line in dec.stdout.splitlines() if line.strip()]
+    rows = [row for row in decoded if row["kind"] != "ldn-discovery"]
+    assert len(decoded) - len(rows) == summary(out)["record"]["link_frames"]
     assert len(rows) == recorded > 0
     for row in rows:
         assert row["kind"] == "pia" and row["profile"] == version and not row["profile_assumed"]

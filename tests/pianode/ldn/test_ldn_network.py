@@ -372,7 +372,7 @@ async def test_four_station_ldn_session_and_its_recording_decodes_from_capture_i
     assert set(session) == {"version", "network", "game_key", "application_data", "macs"}
     assert len(session["macs"]) == 4
     pcap = tmp_path / "ldn.pcap"
-    session_path = pathlib.Path(recorder.write(str(pcap), session))
+    session_path = pathlib.Path(recorder.write(str(pcap), session)["session"])
     rows = _decode(capsys, pcap, session_path)
     assert len(rows) == len(recorder.records) > 50
     assert all(row["kind"] == "pia" and row["authenticated"] is True and row["error"] is None for row in rows)
@@ -468,8 +468,18 @@ async def test_ldn_mesh_run_forms_by_discovery_migrates_and_records(
     session = json.loads(pathlib.Path(result.record["session"]).read_text())
     assert set(session) == {"version", "network", "game_key", "application_data", "macs"}
     rows = _decode(capsys, pcap, pathlib.Path(result.record["session"]))
-    assert len(rows) == result.record["datagrams"]
-    assert all(row["authenticated"] is True for row in rows)
+    pia = [row for row in rows if row["kind"] == "pia"]
+    assert len(pia) == result.record["datagrams"]
+    assert all(row["authenticated"] is True for row in pia)
+    # The discovery frames went into the recording too, as non-IP link frames that decode names field by field.
+    link = [row for row in rows if row["kind"] == "ldn-discovery"]
+    assert len(link) == result.record["link_frames"] == len(rows) - len(pia)
+    # (the stations' leave notices come after the host has left: a host that hears them records them too)
+    assert {row["ldn"]["type"] for row in link} == {"AdvertFrame", "ConnectRequest", "ConnectReply"}
+    assert all(row["error"] is None for row in link)
+    adverts = [row for row in link if row["ldn"]["type"] == "AdvertFrame"]
+    assert {row["dst"] for row in adverts} == {"ff:ff:ff:ff:ff:ff"}
+    assert adverts[-1]["ldn"]["advertisement"]["application_data"] == session["application_data"]
 
 
 def test_ldn_mesh_run_refuses_more_than_eight_stations() -> None:
