@@ -326,6 +326,10 @@ def render_summary(result: MeshRunResult) -> str:
             + (f"; process CPU {f['cpu_load_pct']:.0f}% of one core" if f.get("cpu_load_pct") is not None else "")
             + (f" (sum of {s['processes']} processes)" if s.get("processes", 1) > 1 else "")
         )
+        if f.get("warm_up"):
+            w = f["warm_up"]
+            lines.append(f"warm-up: {w['heard']}/{w['sent']} streams opened before the frame clock (one message each, "
+                         "not counted as frames)")
         if f.get("late_by_second"):
             worst = sorted(f["late_by_second"].items(), key=lambda kv: -kv[1])[:5]
             lines.append(

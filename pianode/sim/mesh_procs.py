@@ -351,6 +351,11 @@ async def _serve(conn: Any, spec: _ShareSpec) -> None:
                     reply["faults"] = None if factory is None else factory.statistics().as_dict()
                 elif command == "delivered":
                     reply = share.delivered()
+                elif command == "warm_up":
+                    share.warm_up_send(share.local)
+                    reply = None
+                elif command == "warmed_up":
+                    reply = share.warmed_up(share.local)
                 else:
                     steps = {"create": share.create, "join_all": share.join_all, "formed": share.formed,
                              "realtime": share.realtime, "exchange": share.exchange,
@@ -558,6 +563,14 @@ class ProcessMeshRun:
             self.result.problems.append(f"stations disagree on the host: {sorted(map(str, hosts))}")
 
     async def _realtime(self) -> None:
+        # The warm-up of MeshRun._warm_up, across the processes: every station sends, then each
+        # process counts what its stations heard, until all of it (bounded).
+        await self._all("warm_up")
+        want = self.n * (self.n - 1)
+        with trio.move_on_after(3.0):
+            while sum(await self._all("warmed_up")) < want:
+                await trio.sleep(0.01)
+        self.result.warm_up = (sum(await self._all("warmed_up")), want)
         start = time.perf_counter() + START_MARGIN
         sent = await self._all("realtime", start)
         loads = [s["cpu_load"] for s in sent if s["cpu_load"] is not None]

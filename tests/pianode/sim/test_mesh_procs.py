@@ -59,6 +59,7 @@ async def test_split_realtime_session_records_one_pcap_that_decodes_completely(
     # Latency on the shared clock: a frame's latency is small and never negative, whichever process sent it.
     assert all(0 <= latency < 10 for latency in result.latencies)
     assert result.session_start is not None and result.cpu_load is not None
+    assert result.warm_up == (nodes * (nodes - 1), nodes * (nodes - 1))  # every stream, across the processes
     assert result.record is not None and result.record["pcap"] == str(pcap)
     rows = _decode(capsys, str(pcap), result.record["session"])
     assert len(rows) == result.record["datagrams"] > nodes * (nodes - 1) * frames

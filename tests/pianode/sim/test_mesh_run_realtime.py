@@ -69,3 +69,21 @@ async def test_late_frames_are_placed_on_the_sessions_timeline() -> None:
     assert frames["within_threshold_pct"] < 99
     assert result.late and not result.ok and result.summary()["ok"] is False and not result.problems
     assert render_summary(result).splitlines()[-1].startswith("result: LATE in ")
+
+
+async def test_every_stream_is_warmed_up_before_the_frame_clock_starts() -> None:
+    """5.18 unicast: each station sends one message on its stream to every other before the session's
+    clock starts, so the first packet of each stream (which builds the node's sealer and opener for it)
+    is not one of the session's frames; the frames are counted as before."""
+    nodes, rate, duration = 4, 30, 0.5
+    run = MeshRun(NodeConfig(version="5.18", seed=5), nodes=nodes, base_address=loopback_block() + "50",
+                  rate=rate, duration=duration, group_fanout="unicast")
+    result = await run.run()
+    assert not result.problems, result.problems
+    assert result.warm_up == (nodes * (nodes - 1), nodes * (nodes - 1))
+    assert result.summary()["frames"]["warm_up"] == {"heard": 12, "sent": 12}
+    assert result.frames_expected == result.frames_delivered == nodes * (nodes - 1) * int(duration * rate)
+    for node in run.nodes:  # every stream's fast path was made by the warm-up
+        for peer in node.session.peers.values():
+            assert peer.sealer is not None and peer.sealer[1] is not None
+            assert peer.opener is not None and peer.opener[1] is not None
