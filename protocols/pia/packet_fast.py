@@ -486,39 +486,7 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> StreamOpe
     except Exception:
         return None
 
-    def opener(data: bytes) -> bytes | Packet | LoneMessage | None:
-        if type(data) is not bytes or len(data) < hsize or not data.startswith(prefix) or (fs_at and data[fs_at]):
-            return None
-        nonce = lead + data[nonce_at:tag_at]
-        codec.last_nonce = nonce
-        if raw is not None:
-            try:
-                body = decrypt(nonce, data[hsize:] + data[tag_at:hsize], None)
-            except tag_error:
-                raise AuthenticationError(GCM_MISMATCH) from None
-        else:
-            body = open_(nonce, data[hsize:], data[tag_at:hsize])
-        if body.startswith(mfirst) and body.startswith(mrest, 4):
-            size = body[2] << 8 | body[3]
-            stop = mhsize + size
-            k = size & 15
-            if len(body) == stop + tail_lens[k] and body.endswith(tails[k]):
-                return body[mhsize:stop]
-        h2 = template.copy()
-        h2[1] = int.from_bytes(data[pid_at : pid_at + 2], "big")
-        h2[11] = data[hn_at:tag_at]
-        h2[12] = data[tag_at:hsize]
-        return finish(tuple(h2), body, ())
-
-    # The same in two steps, for a batch opened in one AEAD call (StreamOpener):
-    # what to open first, then what the opened body gives.
-    many = aead.open_raw_many if getattr(aead, "batched", False) else None  # type: ignore[attr-defined]
-
-    def prepare(data: bytes) -> tuple[bytes, bytes, bytes] | None:
-        if type(data) is not bytes or len(data) < hsize or not data.startswith(prefix) or (fs_at and data[fs_at]):
-            return None
-        return lead + data[nonce_at:tag_at], data[hsize:], data[tag_at:hsize]
-
+    # What an opened body gives: the stream's payload, or the codec's value of another message.
     def complete(data: bytes, body: bytes) -> bytes | Packet | LoneMessage | None:
         if body.startswith(mfirst) and body.startswith(mrest, 4):
             size = body[2] << 8 | body[3]
@@ -531,6 +499,29 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> StreamOpe
         h2[11] = data[hn_at:tag_at]
         h2[12] = data[tag_at:hsize]
         return finish(tuple(h2), body, ())
+
+    def opener(data: bytes) -> bytes | Packet | LoneMessage | None:
+        if type(data) is not bytes or len(data) < hsize or not data.startswith(prefix) or (fs_at and data[fs_at]):
+            return None
+        nonce = lead + data[nonce_at:tag_at]
+        codec.last_nonce = nonce
+        if raw is not None:
+            try:
+                body = decrypt(nonce, data[hsize:] + data[tag_at:hsize], None)
+            except tag_error:
+                raise AuthenticationError(GCM_MISMATCH) from None
+        else:
+            body = open_(nonce, data[hsize:], data[tag_at:hsize])
+        return complete(data, body)
+
+    # The same in two steps, for a batch opened in one AEAD call (StreamOpener):
+    # what to open first, then what the opened body gives.
+    many = aead.open_raw_many if getattr(aead, "batched", False) else None  # type: ignore[attr-defined]
+
+    def prepare(data: bytes) -> tuple[bytes, bytes, bytes] | None:
+        if type(data) is not bytes or len(data) < hsize or not data.startswith(prefix) or (fs_at and data[fs_at]):
+            return None
+        return lead + data[nonce_at:tag_at], data[hsize:], data[tag_at:hsize]
 
     def in_two_steps(data: bytes) -> bytes | Packet | LoneMessage | None:
         prepared = prepare(data)
