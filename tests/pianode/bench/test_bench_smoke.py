@@ -61,11 +61,13 @@ def test_every_section_reports_through_the_cli(tmp_path: pathlib.Path, capsys: p
 
     # The receive ratio against a bare drain, fed live by a sender and from a prefilled socket.
     receive = [f for f in figures if f["section"] == "receive"]
-    assert [f["target"] for f in receive] == ["≥ 25 %", "≥ 25 %", "≥ 100k/s", ""]
-    prefilled, stages = receive[1], receive[3]
+    assert [f["target"] for f in receive] == ["≥ 25 %", "≥ 25 %", "", "≥ 100k/s", ""]
+    prefilled, events, stages = receive[1], receive[2], receive[4]
     assert "live sender" in receive[0]["name"] and "prefilled socket" in prefilled["name"]
-    assert prefilled["unit"] == "%" and stages["unit"] == "µs"
+    assert "data handler" in prefilled["note"] and "event channel" in events["name"]
+    assert prefilled["unit"] == events["unit"] == "%" and stages["unit"] == "µs"
     assert len(prefilled["detail"]["node_us"]) == len(prefilled["detail"]["bare_us"]) == 2  # one pair per round
+    assert len(events["detail"]["events_us"]) == 2 and events["value"] > 0
     assert stages["detail"]["accepted"] == stages["detail"]["datagrams"] > 0  # fresh nonces: none refused
     assert 0 < stages["detail"]["decode_us"] and 0 < stages["value"] and 0 < prefilled["value"]
     assert stages["detail"]["decode_path"] == "the station's opener"  # the node opened the stream's packets
