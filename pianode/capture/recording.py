@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pianode.capture.pcap import PcapWriter
+from pianode.capture.session_file import session_path_for
 from protocols.ldn_link import MAGIC as LDN_LINK_MAGIC
 
 __all__ = ["Record", "session_path_for", "write_recording"]
@@ -38,11 +39,6 @@ def _link_mac(ip: str, *, destination: bool) -> bytes:
     if destination and (address.packed[-1] == 0xFF or address.is_multicast):
         return _BROADCAST_MAC
     return b"\x02\x00" + address.packed[-4:]
-
-
-def session_path_for(pcap_path: str) -> str:
-    """``FILE.session.json`` beside ``FILE.pcap``."""
-    return (pcap_path[:-5] if pcap_path.endswith(".pcap") else pcap_path) + ".session.json"
 
 
 def write_recording(pcap_path: str, records: Iterable[Record], session: dict[str, Any]) -> dict[str, Any]:

@@ -54,7 +54,7 @@ from protocols.errors import ConfigError
 from protocols.pia import keys as pia_keys
 from protocols.pia.versions import Cipher, NetworkType, VersionProfile, profile_for
 
-__all__ = ["SETTINGS", "DecodeContext", "KeySet", "PrudpSettings", "load_session", "parse_key_text"]
+__all__ = ["SETTINGS", "DecodeContext", "KeySet", "PrudpSettings", "load_session", "parse_key_text", "session_path_for"]
 
 #: Every top-level setting the session file (and the flags) understand.
 SETTINGS = (
@@ -373,6 +373,12 @@ class DecodeContext:
                 raise ConfigError("an LDN session_param is an integer (the u32 at 0xC of the application data)")
             return pia_keys.ldn_session_key_for(profile, self.game_key, session_param=param), source
         raise ConfigError(f"{net.value.upper()} session keys come from the server: give session_key")
+
+
+def session_path_for(capture_path: str) -> str:
+    """``FILE.session.json`` beside ``FILE.pcap``: where a recording keeps its session settings
+    (``pianode mesh|ldn --record``), and where ``pianode decode`` looks for them."""
+    return (capture_path[:-5] if capture_path.endswith(".pcap") else capture_path) + ".session.json"
 
 
 def load_session(path: str | os.PathLike[str] | None, overrides: Mapping[str, Any] | None = None) -> DecodeContext:

@@ -24,7 +24,7 @@ from typing import Any, NoReturn, TextIO
 from pianode.capture.pcap import Capture, CaptureError, open_capture
 from pianode.cli.common import CliError, check_output_path
 from pianode.capture.decode import Decoder, DecodeResult
-from pianode.capture.session_file import DecodeContext, load_session
+from pianode.capture.session_file import DecodeContext, load_session, session_path_for
 from protocols.errors import ConfigError
 
 __all__ = ["add_parser", "render_flow", "render_row", "run"]
@@ -140,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     if args.session == "":
         raise CliError("--session needs a file name")
     check_output_path("--decrypted-pcap", args.decrypted_pcap)
+    if args.session is None:
+        args.session = _recording_session(args)
     try:
         ctx = load_session(args.session, _overrides(args))
     except ConfigError as exc:
@@ -174,6 +176,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"pianode decode: {cap.name}: {cap.stats.problem}", file=sys.stderr)
         return 2
     return 0
+
+
+def _recording_session(args: argparse.Namespace) -> str | None:
+    """The session file a recording keeps beside its capture (``FILE.session.json``, written
+    by ``--record``), when no settings were given: decoding a recording then needs no flags.
+
+    Used only when it reads as settings (a file of that name that is not one says so, and
+    is left out); the flags still override it, and ``--session`` names another file.
+    """
+    if args.capture == "-" or any(v is not None for v in _overrides(args).values()):
+        return None
+    path = session_path_for(args.capture)
+    if path == args.capture or not os.path.isfile(path):
+        return None
+    try:
+        load_session(path)
+    except ConfigError as exc:
+        print(f"pianode decode: not using {path} beside the capture: {' '.join(str(exc).split())}", file=sys.stderr)
+        return None
+    if not args.quiet:
+        print(f"pianode decode: session settings from {path}, beside the capture (--session FILE for others)",
+              file=sys.stderr)
+    return path
 
 
 def _name_flags(text: str) -> str:
@@ -368,7 +393,9 @@ def _summary(cap: Capture, decoder: Decoder, ctx: DecodeContext) -> str:
         skipped = ", ".join(f"{k} {n}" for k, n in cap.stats.skipped.most_common())
         text += f"\n-- {sum(cap.stats.skipped.values())} frames without UDP skipped ({skipped})"
     if not ctx.has_key_material and ctx.prudp is None:
-        text += "\n-- no key given: encrypted bodies are not shown (see --session)"
+        beside = session_path_for(cap.name)
+        hint = f"--session {beside}, beside the capture" if beside != cap.name and os.path.isfile(beside) else "see --session"
+        text += f"\n-- no key given: encrypted bodies are not shown ({hint})"
     if decoder.kinds.get("unknown") and ctx.prudp is None:
         text += "\n-- unknown datagrams: PRUDP? give --prudp-variant (and --access-key)"
     return text

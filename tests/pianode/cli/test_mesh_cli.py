@@ -133,6 +133,37 @@ def test_record_is_read_by_tshark_and_every_datagram_authenticates(tmp_path: pat
     assert all(row["header"]["encrypted"] is True for row in rows if row["kind"] == "pia")
 
 
+def test_decode_of_a_recording_finds_its_session_file_beside_it(tmp_path: pathlib.Path) -> None:
+    pcap = tmp_path / "rec.pcap"
+    out = pianode("mesh", "-n", "3", "--record", str(pcap), "--duration", "0.3", "--messages", "3", "--format", "jsonl")
+    assert out.returncode == 0, out.stderr
+    session = tmp_path / "rec.session.json"
+    recorded = summary(out)["record"]["datagrams"]
+
+    # No flags: the recording's own settings, named on stderr; every datagram authenticates.
+    dec = pianode("decode", str(pcap), "--format", "jsonl")
+    assert dec.returncode == 0, dec.stderr
+    assert dec.stderr.splitlines() == [
+        f"pianode decode: session settings from {session}, beside the capture (--session FILE for others)"
+    ]
+    rows = [json.loads(line) for line in dec.stdout.splitlines() if line.strip()]
+    assert len(rows) == recorded and all(row["authenticated"] is True for row in rows)
+
+    # A settings flag: only what was given, and the summary names the file that would authenticate.
+    table = pianode("decode", str(pcap), "--version", "5.29", "--format", "table")
+    assert table.returncode == 0, table.stderr
+    assert table.stderr == ""
+    assert f"no key given: encrypted bodies are not shown (--session {session}, beside the capture)" in table.stdout
+
+    # A file of that name that is not settings: said in one line, left out, and the decode goes on.
+    session.write_text("{not json")
+    bad = pianode("decode", str(pcap), "--format", "jsonl")
+    assert bad.returncode == 0, bad.stderr
+    assert len(bad.stderr.splitlines()) == 1 and bad.stderr.startswith(f"pianode decode: not using {session} beside the capture: ")
+    rows = [json.loads(line) for line in bad.stdout.splitlines() if line.strip()]
+    assert len(rows) == recorded and not any(row["authenticated"] is True for row in rows)
+
+
 @pytest.mark.parametrize(("version", "network"), [("5.29", "nex"), ("5.18", "ldn")])
 def test_record_decodes_for_other_versions_and_networks(tmp_path: pathlib.Path, version: str, network: str) -> None:
     pcap = tmp_path / "x.pcap"
