@@ -1,6 +1,6 @@
 """CPU per delivered frame of a real-time `pianode mesh` session against a bare-Python floor, in one run.
 
-    .venv/bin/python scripts/mesh_cpu_floor.py [--nodes 32] [--rate 60] [--seconds 5] [--rounds 3]
+    .venv/bin/python scripts/mesh_cpu_floor.py [--nodes 32 | --nodes 8,16,32] [--rate 60] [--seconds 5] [--rounds 3]
         [--version 5.18] [--backend cryptography] [--processes 1]
 
 Rounds alternate: the floor, then the node's session, again and again, so that
@@ -145,7 +145,9 @@ def node(nodes: int, rate: float, seconds: float, version: str, backend: str, pr
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nodes", type=int, default=32)
+    p.add_argument("--nodes", default="32",
+                   help="stations; several (8,16,32) also fit each side's cost as a fixed part per station and"
+                        " tick plus a part per frame, by least squares over the medians")
     p.add_argument("--rate", type=float, default=60)
     p.add_argument("--seconds", type=float, default=5)
     p.add_argument("--rounds", type=int, default=3)
@@ -155,19 +157,39 @@ def main() -> int:
     p.add_argument("--base", default="127.0.60.1")
     p.add_argument("--label", default="", help="printed before each line (which tree ran)")
     a = p.parse_args()
-    floors, nodes_us = [], []
-    for k in range(a.rounds):
-        f = floor(a.nodes, a.rate, a.seconds, a.backend, a.base)
-        n, frames = node(a.nodes, a.rate, a.seconds, a.version, a.backend, a.processes, a.base)
-        floors.append(f)
-        nodes_us.append(n)
-        print(f"{a.label}round {k}: floor {f:.2f} µs/frame, node {n:.2f} µs/frame ({n / f:.2f}x); node frames "
-              f"{frames['within_threshold_pct']:.2f}% within 50 ms, p50 {frames['p50_ms']:.1f} ms, "
-              f"p99 {frames['p99_ms']:.1f} ms, CPU {frames['cpu_load_pct']:.0f}%", flush=True)
-    f, n = statistics.median(floors), statistics.median(nodes_us)
-    print(f"{a.label}median: floor {f:.2f} µs/frame, node {n:.2f} µs/frame, ratio {n / f:.2f}x "
-          f"(load average {os.getloadavg()[0]:.2f})")
+    medians = []
+    for stations in [int(x) for x in str(a.nodes).split(",")]:
+        floors, nodes_us = [], []
+        for k in range(a.rounds):
+            f = floor(stations, a.rate, a.seconds, a.backend, a.base)
+            n, frames = node(stations, a.rate, a.seconds, a.version, a.backend, a.processes, a.base)
+            floors.append(f)
+            nodes_us.append(n)
+            print(f"{a.label}{stations} stations, round {k}: floor {f:.2f} µs/frame, node {n:.2f} µs/frame ({n / f:.2f}x);"
+                  f" node frames {frames['within_threshold_pct']:.2f}% within 50 ms, p50 {frames['p50_ms']:.1f} ms, "
+                  f"p99 {frames['p99_ms']:.1f} ms, CPU {frames['cpu_load_pct']:.0f}%", flush=True)
+        f, n = statistics.median(floors), statistics.median(nodes_us)
+        medians.append((stations, f, n))
+        print(f"{a.label}{stations} stations, median: floor {f:.2f} µs/frame, node {n:.2f} µs/frame, ratio {n / f:.2f}x "
+              f"(load average {os.getloadavg()[0]:.2f})", flush=True)
+    if len(medians) >= 2:
+        for side, col in (("floor", 1), ("node", 2)):
+            per_tick, per_frame = _split_costs([(m[0], m[col]) for m in medians])
+            print(f"{a.label}{side}: {per_tick:.1f} µs per station and tick + {per_frame:.2f} µs per frame")
     return 0
+
+
+def _split_costs(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares of CPU per tick = a * stations + b * frames (frames = stations * (stations - 1))
+    over (stations, µs per frame) medians: what a tick costs per station, and what each frame adds."""
+    rows = [(s, s * (s - 1), us * s * (s - 1)) for s, us in points]
+    sxx = sum(x * x for x, _, _ in rows)
+    sxy = sum(x * y for x, y, _ in rows)
+    syy = sum(y * y for _, y, _ in rows)
+    sxz = sum(x * z for x, _, z in rows)
+    syz = sum(y * z for _, y, z in rows)
+    det = sxx * syy - sxy * sxy
+    return (sxz * syy - syz * sxy) / det, (syz * sxx - sxz * sxy) / det
 
 
 if __name__ == "__main__":
