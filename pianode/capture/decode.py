@@ -713,7 +713,12 @@ class Decoder:
         except (DecodeError, ConfigError) as exc:
             return False, f"challenge: {_one_line(exc)}", None
         if d.src is not None:
-            self._lan_requests[d.src] = (chal.key, plaintext, broadcast)
+            # The latest requests, by requester: a reply answers one of the last few.
+            requests = self._lan_requests
+            requests.pop(d.src, None)
+            if len(requests) >= _FLOWS_KEPT:
+                del requests[next(iter(requests))]
+            requests[d.src] = (chal.key, plaintext, broadcast)
         return True, None, None
 
     def _lan_reply(self, d: Datagram, reply: Any) -> tuple[bool | None, str | None, str | None]:
@@ -750,7 +755,15 @@ class Decoder:
 
         settings = self.ctx.prudp
         assert settings is not None
-        streams = self._nex_streams.setdefault((d.src, d.dst), {})
+        # The RC4 state of each direction, most recently used last; a capture of more flows than
+        # _FLOWS_KEPT forgets the longest idle (its next packets then say they cannot be opened).
+        flows = self._nex_streams
+        streams = flows.pop((d.src, d.dst), None)
+        if streams is None:
+            if len(flows) >= _FLOWS_KEPT:
+                del flows[next(iter(flows))]
+            streams = {}
+        flows[(d.src, d.dst)] = streams
         try:
             packets = decode_datagram(
                 d.data, settings.variant, settings.access_key, aes_key=settings.aes_key, nex_streams=streams
@@ -762,6 +775,11 @@ class Decoder:
         auth = None if not checks else all(checks)
         error = None if auth is not False else "checksum mismatch (wrong access key or damaged packet)"
         return self._base(d, "prudp", prudp=rows, authenticated=auth, error=error)
+
+
+#: Per-endpoint state a decoder keeps (PRUDP cipher streams, LAN browse requests) for at most this
+#: many endpoints or flows, so that its memory stays flat in the capture size.
+_FLOWS_KEPT = 4096
 
 
 #: The sub-protocols a message payload has a decoded form for: those of

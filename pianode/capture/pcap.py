@@ -222,6 +222,7 @@ _PCAP_MAGICS = {
     b"\xa1\xb2\x3c\x4d": (">", 1e-9),
 }
 _PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+_UTF8_BOM = b"\xef\xbb\xbf"
 #: How much of a pcap file is read at once.
 _CHUNK = 1 << 18
 # A frame larger than this is taken as a sign of corruption, not read into memory.
@@ -242,10 +243,12 @@ def _bounded_line(raw: BinaryIO, line_no: int, name: str) -> bytes:
 class _Stream:
     """Exact reads from a binary stream, with a small pushback for sniffing."""
 
-    def __init__(self, raw: BinaryIO, head: bytes = b"", name: str = "<stream>") -> None:
+    def __init__(self, raw: BinaryIO, head: bytes = b"", name: str = "<stream>", head_lines: list[bytes] | None = None) -> None:
         self._raw = raw
         self._head = head
         self._name = name
+        #: Whole lines read while sniffing a text capture, given back first by :meth:`lines`.
+        self._head_lines = head_lines or []
 
     def read(self, n: int) -> bytes:
         out = self._head[:n]
@@ -261,6 +264,10 @@ class _Stream:
         """The text lines, each at most :data:`MAX_LINE` bytes (a longer one is a :class:`CaptureError`)."""
         head, self._head = self._head, b""
         count = 0
+        sniffed, self._head_lines = self._head_lines, []
+        for line in sniffed:  # (a list: giving back many blank lines stays linear)
+            count += 1
+            yield line
         if head:
             nl = head.find(b"\n")
             while nl >= 0:
@@ -529,8 +536,8 @@ def _pcapng_if_options(opts: bytes, order: str) -> tuple[float, int]:
     while pos + 4 <= len(opts):
         code, length = struct.unpack(order + "HH", opts[pos : pos + 4])
         value = opts[pos + 4 : pos + 4 + length]
-        if code == 0:
-            break
+        if code == 0 or len(value) < length:
+            break  # the end of the options, or one cut short by its block: the rest is not read
         if code == 9 and length >= 1:  # if_tsresol: 10^-v, or 2^-v with the top bit set
             v = value[0]
             res = 2.0 ** -(v & 0x7F) if v & 0x80 else 10.0 ** -v
@@ -609,7 +616,11 @@ def _time(value: object) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
+        try:
+            number = float(value)  # an integer beyond a float's range overflows: no usable time
+        except OverflowError:
+            return None
+        return number if math.isfinite(number) else None
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -620,11 +631,11 @@ def _time(value: object) -> float | None:
             return number if math.isfinite(number) else None
         try:
             when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=datetime.timezone.utc)
+            return when.timestamp()
+        except (ValueError, OverflowError, OSError):
             return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=datetime.timezone.utc)
-        return when.timestamp()
     return None
 
 
@@ -664,21 +675,32 @@ def open_capture(source: str | os.PathLike[str] | BinaryIO) -> Capture:
         return Capture(stream, "pcap", name, closer)
     if head == _PCAPNG_SHB:
         return Capture(stream, "pcapng", name, closer)
-    # Text: look at the first meaningful line to refuse binary junk up front.
+    # Text: look at the first meaningful line to refuse binary junk up front.  The lines read
+    # meanwhile (blank or comments, however many) are kept in a list and given back first.
     try:
-        line_no = 1
-        probe = last = head + _bounded_line(raw, line_no, name)
-        while last.strip() == b"" or last.lstrip().startswith(b"#"):
+        chunk = head + _bounded_line(raw, 1, name)  # (the 4 sniffed bytes may hold several short lines)
+        if chunk.startswith(_UTF8_BOM):
+            chunk = chunk[len(_UTF8_BOM) :]  # text saved by an editor that marks UTF-8
+        sniffed = [part + b"\n" for part in chunk.split(b"\n")]
+        sniffed[-1] = sniffed[-1][:-1]
+        if not sniffed[-1] and len(sniffed) > 1:
+            sniffed.pop()
+        meaningful = [line for line in sniffed if not _blank_or_comment(line)]
+        last = meaningful[0] if meaningful else sniffed[-1]
+        line_no = len(sniffed)
+        while not meaningful:
             line_no += 1
             last = _bounded_line(raw, line_no, name)
             if not last:
                 break
-            probe += last
+            sniffed.append(last)
+            if not _blank_or_comment(last):
+                break
     except CaptureError:
         if closer:
             closer.close()
         raise
-    stream = _Stream(raw, probe, name)
+    stream = _Stream(raw, b"", name, head_lines=sniffed)
     first = last.strip()
     if not first or first.startswith(b"{") or _looks_hex(first):
         fmt = "jsonl" if first.startswith(b"{") else "hex"
@@ -686,6 +708,10 @@ def open_capture(source: str | os.PathLike[str] | BinaryIO) -> Capture:
     if closer:
         closer.close()
     raise CaptureError(f"{name}: not a pcap, pcapng, JSON Lines or hex-lines file")
+
+
+def _blank_or_comment(line: bytes) -> bool:
+    return line.strip() == b"" or line.lstrip().startswith(b"#")
 
 
 def _looks_hex(line: bytes) -> bool:
