@@ -452,6 +452,12 @@ class Capture:
                     self.stats.problem = msg
                     return
                 blen = struct.unpack(order + "I", head[4:])[0]
+                if blen < 28 or blen % 4 or blen > _MAX_RECORD:  # 28: the header's fixed fields and its trailer
+                    msg = f"pcapng section header block of length {blen}: file is corrupt from here on"
+                    if first:
+                        raise CaptureError(f"{self.name}: {msg}")
+                    self.stats.problem = msg
+                    return
                 body_len = blen - 12
                 interfaces = []  # interface ids restart in every section
                 consumed = 4
@@ -835,6 +841,8 @@ class PcapWriter:
 
     def _frame(self, frame: bytes, time: float | None) -> None:
         t = 0.0 if time is None else max(0.0, time)
+        if t >= 2**32:
+            raise ValueError(f"time {time!r} is beyond what a pcap record holds")
         sec = int(t)
         usec = round((t - sec) * 1e6)
         if usec >= 1_000_000:

@@ -269,11 +269,27 @@ def check_name(flag: str, text: str | None) -> None:
 # ---------------------------------------------------------------------- tables
 
 
+#: Characters a terminal acts on rather than shows (C0 and C1 controls, line and paragraph separators,
+#: bidirectional overrides and isolates), each shown escaped instead: text heard from the network
+#: (a session name, a station name, a capture's comment) must not move the cursor, colour the
+#: screen, start a new line that looks like a row, or reorder what follows.
+_UNPRINTABLE = {
+    c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+    for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+}
+
+
+def printable(text: str) -> str:
+    """*text* with the characters of :data:`_UNPRINTABLE` escaped (``\\x1b``, ``\\u202e``)."""
+    return text.translate(_UNPRINTABLE)
+
+
 def render_table(headers: list[str], rows: list[list[Any]], *, right: set[int] | None = None) -> list[str]:
     """The one table style of every command: lower-case headers (units in them), columns aligned,
-    numbers right-aligned (columns in *right*), a rule under the header."""
+    numbers right-aligned (columns in *right*), a rule under the header.  Cells are shown
+    :func:`printable`: a control character in a value cannot break the table."""
     right = set() if right is None else right
-    cells = [[str(h).lower() for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
+    cells = [[str(h).lower() for h in headers]] + [["-" if c is None else printable(str(c)) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
 
     def line(r: list[str]) -> str:

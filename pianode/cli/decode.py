@@ -22,7 +22,7 @@ import sys
 from typing import Any, NoReturn, TextIO
 
 from pianode.capture.pcap import Capture, CaptureError, open_capture
-from pianode.cli.common import CliError, check_output_path
+from pianode.cli.common import CliError, check_output_path, printable
 from pianode.capture.decode import Decoder, DecodeResult
 from pianode.capture.session_file import DecodeContext, load_session, session_path_for
 from protocols.errors import ConfigError
@@ -140,8 +140,9 @@ def run(args: argparse.Namespace) -> int:
     if args.session == "":
         raise CliError("--session needs a file name")
     check_output_path("--decrypted-pcap", args.decrypted_pcap)
+    note = None  # said once at the end, in the line of the result (one line whatever happens)
     if args.session is None:
-        args.session = _recording_session(args)
+        args.session, note = _recording_session(args)
     try:
         ctx = load_session(args.session, _overrides(args))
     except ConfigError as exc:
@@ -154,12 +155,13 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     fmt = args.format or ("table" if sys.stdout.isatty() else "jsonl")
     decoder = Decoder(ctx, backend=args.backend)
+    exported = None
     try:
         with cap:
             if args.decrypted_pcap is not None:
                 from pianode.cli.wireshark_export import write_export
 
-                write_export(cap, decoder, args.decrypted_pcap)
+                exported = write_export(cap, decoder, args.decrypted_pcap)
             elif args.flows:
                 _emit_flows(cap, decoder, fmt, sys.stdout)
             else:
@@ -173,32 +175,35 @@ def run(args: argparse.Namespace) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     if cap.stats.problem is not None:
-        print(f"pianode decode: {cap.name}: {cap.stats.problem}", file=sys.stderr)
+        # One line: where the capture broke, what was written of it before, and where the settings came from.
+        extra = "".join(f"; {part}" for part in (exported, note) if part is not None)
+        print(f"pianode decode: {cap.name}: {cap.stats.problem}{extra}", file=sys.stderr)
         return 2
+    if exported is not None:
+        print(exported if note is None else f"{exported}; {note}", file=sys.stderr)
+    elif note is not None and (args.session is None or not args.quiet):  # (a file left out is said even with -q)
+        print(f"pianode decode: {note}", file=sys.stderr)
     return 0
 
 
-def _recording_session(args: argparse.Namespace) -> str | None:
+def _recording_session(args: argparse.Namespace) -> tuple[str | None, str | None]:
     """The session file a recording keeps beside its capture (``FILE.session.json``, written
     by ``--record``), when no settings were given: decoding a recording then needs no flags.
 
-    Used only when it reads as settings (a file of that name that is not one says so, and
-    is left out); the flags still override it, and ``--session`` names another file.
+    Returns ``(path or None, what to tell the user or None)``.  Used only when it reads as
+    settings (a file of that name that is not one is left out, and the note says why); the
+    flags still override it, and ``--session`` names another file.
     """
     if args.capture == "-" or any(v is not None for v in _overrides(args).values()):
-        return None
+        return None, None
     path = session_path_for(args.capture)
     if path == args.capture or not os.path.isfile(path):
-        return None
+        return None, None
     try:
         load_session(path)
     except ConfigError as exc:
-        print(f"pianode decode: not using {path} beside the capture: {' '.join(str(exc).split())}", file=sys.stderr)
-        return None
-    if not args.quiet:
-        print(f"pianode decode: session settings from {path}, beside the capture (--session FILE for others)",
-              file=sys.stderr)
-    return path
+        return None, f"not using {path} beside the capture: {' '.join(str(exc).split())}"
+    return path, f"session settings from {path}, beside the capture (--session FILE for others)"
 
 
 def _name_flags(text: str) -> str:
@@ -265,7 +270,7 @@ def render_flow(f: dict[str, Any]) -> str:
             f"{'':>4}run from frame {run['first_frame']}: connection {run['connection_id']} x{run['count']},"
             f" ids {run['first_packet_id']}..{run['last_packet_id']}{steps}"
         )
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # (addresses and names come from the capture)
 
 
 # --------------------------------------------------------------------------
@@ -376,7 +381,8 @@ def render_row(r: DecodeResult, t0: float | None = None) -> str:
         lines.append(f"{'':>8}note: {r.note}")
     if r.error is not None:
         lines.append(f"{'':>8}! {r.error}")
-    return "\n".join([head, *lines])
+    # Names, notes and decoded strings come from the capture: shown, never acted on by the terminal.
+    return "\n".join(printable(line) for line in (head, *lines))
 
 
 def _summary(cap: Capture, decoder: Decoder, ctx: DecodeContext) -> str:

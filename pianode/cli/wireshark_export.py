@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 from pianode.capture.pcap import Capture
 from pianode.cli.common import CliError
@@ -13,8 +12,8 @@ from pianode.wireshark.export import export_decrypted
 __all__ = ["write_export"]
 
 
-def write_export(cap: Capture, decoder: Decoder, path: str) -> None:
-    """Export *cap* to *path* and print one summary line; a file that cannot be written is a CliError."""
+def write_export(cap: Capture, decoder: Decoder, path: str) -> str:
+    """Export *cap* to *path*; returns the summary line to print; a file that cannot be written is a CliError."""
     if os.path.isdir(path):
         raise CliError(f"--decrypted-pcap {path}: is a folder")
     tmp = f"{path}.part"
@@ -35,8 +34,7 @@ def write_export(cap: Capture, decoder: Decoder, path: str) -> None:
         if isinstance(exc, OSError):
             raise CliError(f"--decrypted-pcap {path}: {exc.strerror or exc}") from None
         raise
-    print(
+    return (
         f"wrote {stats.datagrams} datagrams to {path}: {stats.decrypted} Pia packets decrypted, {stats.plain} plain,"
-        f" {stats.kept_encrypted} kept encrypted ({stats.auth_failed} failed authentication)",
-        file=sys.stderr,
+        f" {stats.kept_encrypted} kept encrypted ({stats.auth_failed} failed authentication)"
     )

@@ -64,6 +64,10 @@ class DropReason(str, enum.Enum):
 
 #: Drops decided before a datagram authenticated: noise anyone can send, so only at -vv.
 UNAUTHENTICATED = frozenset({DropReason.BAD_TAG, DropReason.UNENCRYPTED, DropReason.OTHER_VERSION})
+#: Drops decided before authentication or after it, whichever came first (bytes that do not
+#: decode, a datagram while the session has no mesh or has left it, one larger than any Pia
+#: packet): at -v too, but not called authenticated, which anyone could make them look.
+UNPROVEN = frozenset({DropReason.MALFORMED, DropReason.NOT_MEMBER, DropReason.CLOSED, DropReason.OVERSIZED})
 
 #: What each drop means, for the log line.
 EXPLAINED = {
@@ -117,6 +121,7 @@ class Tally:
         of each reason, so a flood cannot flood the log."""
         text = EXPLAINED[reason]
         if reason not in UNAUTHENTICATED and count == 10 ** (len(str(count)) - 1):
-            _log.info("dropped an authenticated message (%s, %d so far): %s", reason.value, count, text)
+            what = "a datagram" if reason in UNPROVEN else "an authenticated message"
+            _log.info("dropped %s (%s, %d so far): %s", what, reason.value, count, text)
         elif _log.isEnabledFor(logging.DEBUG):
             _log.debug("dropped a datagram (%s): %s", reason.value, text)

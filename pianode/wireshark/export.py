@@ -37,6 +37,7 @@ one EPB per datagram with ``opt_comment``).
 from __future__ import annotations
 
 import io
+import ipaddress
 import struct
 from collections.abc import Iterable
 from typing import BinaryIO
@@ -68,6 +69,18 @@ def _block(kind: int, body: bytes) -> bytes:
 
 def _option(code: int, value: bytes) -> bytes:
     return struct.pack("<HH", code, len(value)) + value + bytes(-len(value) & 3)
+
+
+#: The longest comment text an option holds (its length is 16 bits), less room for the mark of a cut.
+_COMMENT_MAX = 0xFFFF - 8
+
+
+def _comment_bytes(text: str) -> bytes:
+    """A comment as UTF-8 (characters that have none, lone surrogates, escaped), cut to fit its option."""
+    raw = text.encode("utf-8", "backslashreplace")
+    if len(raw) <= _COMMENT_MAX:
+        return raw
+    return raw[:_COMMENT_MAX].decode("utf-8", "ignore").encode("utf-8") + " …".encode()
 
 
 class PcapngWriter:
@@ -108,7 +121,7 @@ class PcapngWriter:
         sec, usec, caplen, _ = struct.unpack_from("<IIII", record)
         frame = record[16:]
         ts = sec * 1_000_000 + usec
-        opts = b"".join(_option(_OPT_COMMENT, c.encode("utf-8")) for c in comments)
+        opts = b"".join(_option(_OPT_COMMENT, _comment_bytes(c)) for c in comments)
         if opts:
             opts += _option(_OPT_END, b"")
         body = struct.pack("<IIIII", 0, ts >> 32, ts & 0xFFFFFFFF, caplen, caplen) + frame + bytes(-caplen & 3) + opts
@@ -179,7 +192,15 @@ def export_decrypted(datagrams: Iterable[Datagram], decoder: Decoder, out: Binar
         data = d.data
         comments: list[str] = []
         if d.ethertype is not None and d.src_mac is not None and d.dst_mac is not None:
-            writer.write_link(d, [f"pianode: {r.kind}"])  # a non-IP frame stays one (the LDN link's, 0x88b5)
+            link_comments = [f"pianode: {r.kind}"]
+            if 14 + len(data) > PcapWriter.SNAPLEN:
+                link_comments.append(f"pianode export: a link frame of {len(data)} bytes, more than the snap length;"
+                                     f" the first {PcapWriter.SNAPLEN - 14} are written")
+                d = attrs.evolve(d, data=data[: PcapWriter.SNAPLEN - 14])
+            if d.time is not None and not 0 <= d.time < 2**32:
+                link_comments.append(f"pianode export: time {d.time!r} is outside what a capture record holds; written as 0")
+                d = attrs.evolve(d, time=None)
+            writer.write_link(d, link_comments)  # a non-IP frame stays one (the LDN link's, 0x88b5)
             stats.datagrams += 1
             continue
         if r.kind == "pia" and r.profile is not None and r.header is not None:
@@ -217,6 +238,42 @@ def export_decrypted(datagrams: Iterable[Datagram], decoder: Decoder, out: Binar
             comments.append(f"pianode decode: {r.error}{kept}")
         if r.name is not None:
             comments.append(f"name: {r.name}")
-        writer.write_udp(data, src, dst, d.time, comments)
+        _write_udp_as_far_as_it_fits(writer, data, src, dst, d.time, comments)
         stats.datagrams += 1
     return stats
+
+
+#: The largest UDP payload a frame holds: IPv4's 16-bit total length less its header and UDP's.
+_UDP_PAYLOAD_MAX = 0xFFFF - 20 - 8
+
+
+def _write_udp_as_far_as_it_fits(
+    writer: PcapngWriter, data: bytes, src: str, dst: str, time: float | None, comments: list[str]
+) -> None:
+    """Write one datagram; what a capture cannot hold as it came is written the nearest way it can,
+    and a comment says what changed: a time outside a record's range (0 instead), endpoints of two
+    address families (the IPv4 one as IPv4-mapped IPv6), a payload longer than any UDP datagram
+    (cut), anything else the frame builder refuses (placeholder endpoints).  Every datagram of the
+    input is in the export, so frame numbers stay those of ``pianode decode``."""
+    if time is not None and not 0 <= time < 2**32:
+        comments.append(f"pianode export: time {time!r} is outside what a capture record holds; written as 0")
+        time = None
+    (src_ip, src_port), (dst_ip, dst_port) = parse_endpoint(src), parse_endpoint(dst)
+    try:
+        families = ipaddress.ip_address(src_ip).version, ipaddress.ip_address(dst_ip).version
+    except ValueError:
+        families = (0, 0)
+    if families in ((4, 6), (6, 4)):
+        mapped = [f"[::ffff:{ip}]:{port}" if family == 4 else f"[{ip}]:{port}"
+                  for ip, port, family in ((src_ip, src_port, families[0]), (dst_ip, dst_port, families[1]))]
+        comments.append(f"pianode export: {src} -> {dst} mix address families; the IPv4 one is written IPv4-mapped")
+        src, dst = mapped
+    if len(data) > _UDP_PAYLOAD_MAX:
+        comments.append(f"pianode export: a payload of {len(data)} bytes, more than any UDP datagram holds;"
+                        f" the first {_UDP_PAYLOAD_MAX} are written")
+        data = data[:_UDP_PAYLOAD_MAX]
+    try:
+        writer.write_udp(data, src, dst, time, comments)
+    except ValueError as exc:
+        comments.append(f"pianode export: {exc}; written between placeholder endpoints")
+        writer.write_udp(data, PLACEHOLDER_SRC, PLACEHOLDER_DST, time, comments)

@@ -128,3 +128,13 @@ def test_lan_browse_requests_are_kept_for_a_bounded_number_of_requesters(tmp_pat
         assert got.authenticated is True
     assert len(decoder._lan_requests) == limit
     assert f"127.0.{(2 * limit + 4) >> 8 & 255}.{(2 * limit + 4) & 255}:5000" in decoder._lan_requests
+
+
+def test_a_section_header_too_short_for_its_fields_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "shb12.pcapng"
+    frame = _udp_frame(b"\x0b\xad\xf0\x0d")
+    path.write_bytes(struct.pack("<II", 0x0A0D0D0A, 12) + struct.pack("<I", 0x1A2B3C4D)
+                     + _pcapng(b"", [frame])[28:])  # (the rest of a good file after its section header)
+    done = _decode(path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"pianode decode: {path}: pcapng section header block of length 12: file is corrupt from here on\n"

@@ -17,14 +17,28 @@ def test_at_v_authenticated_drops_are_logged_at_powers_of_ten(caplog: pytest.Log
     tally = Tally()
     with caplog.at_level(logging.INFO, logger="pianode.mesh"):
         for _ in range(150):
-            tally.drop(DropReason.NOT_MEMBER)
+            tally.drop(DropReason.IDENTITY_MISMATCH)
         for _ in range(5):
             tally.drop(DropReason.BAD_TAG)  # noise anyone can send: not at -v
     lines = [r.getMessage() for r in caplog.records]
-    assert tally.drops == {"not_member": 150, "bad_tag": 5}
+    assert tally.drops == {"identity_mismatch": 150, "bad_tag": 5}
     assert lines == [
-        f"dropped an authenticated message (not_member, {n} so far): its sender is not a member of the mesh"
+        f"dropped an authenticated message (identity_mismatch, {n} so far): {EXPLAINED[DropReason.IDENTITY_MISMATCH]}"
         for n in (1, 10, 100)
+    ]
+
+
+@pytest.mark.parametrize("reason", [DropReason.MALFORMED, DropReason.NOT_MEMBER, DropReason.CLOSED, DropReason.OVERSIZED])
+def test_at_v_a_drop_anyone_can_cause_is_not_called_authenticated(
+    caplog: pytest.LogCaptureFixture, reason: DropReason
+) -> None:
+    # One byte from a stranger is malformed before any key is tried: the log must not say a key holder sent it.
+    tally = Tally()
+    with caplog.at_level(logging.INFO, logger="pianode.mesh"):
+        for _ in range(10):
+            tally.drop(reason)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"dropped a datagram ({reason.value}, {n} so far): {EXPLAINED[reason]}" for n in (1, 10)
     ]
 
 

@@ -1,0 +1,40 @@
+"""Text heard from the network or read from a capture is shown, never acted on by the terminal:
+no escape sequence, carriage return, extra line or bidirectional override reaches the table."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from pianode.cli.common import printable, render_table
+
+HOSTILE = "evil\x1b[31mRED\nfake row\r\u202egnp.exe\x07\x9b2J"
+# Whatever a terminal would act on: C0/C1 controls but the row breaks, separators, bidi controls.
+_ACTS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_printable_escapes_what_a_terminal_would_act_on() -> None:
+    shown = printable(HOSTILE)
+    assert not _ACTS.search(shown) and "\n" not in shown
+    assert shown == "evil\\x1b[31mRED\\x0afake row\\x0d\\u202egnp.exe\\x07\\x9b2J"
+    assert printable("Mario Kart é ü 日本") == "Mario Kart é ü 日本"
+
+
+def test_a_table_cell_cannot_add_a_row() -> None:
+    lines = render_table(["name", "players"], [[HOSTILE, 3], ["plain", 2]], right={1})
+    assert len(lines) == 4
+    assert not any(_ACTS.search(line) for line in lines)
+
+
+def test_decode_table_shows_a_hostile_capture_name_escaped(tmp_path: Path) -> None:
+    capture = tmp_path / "x.jsonl"
+    capture.write_text(json.dumps({"hex": "00", "name": HOSTILE}) + "\n" + json.dumps({"hex": "01"}) + "\n")
+    done = subprocess.run([sys.executable, "-m", "pianode", "decode", str(capture), "--format", "table"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not _ACTS.search(done.stdout)
+    rows = [line for line in done.stdout.splitlines() if not line.startswith("--")]
+    assert len(rows) == 2 and "evil\\x1b[31mRED\\x0afake row" in rows[0]
