@@ -122,6 +122,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--processes", type=number_arg("--processes", 1, 32, integer=True), default=None, metavar="N",
                    help="split the stations over N processes, one frame clock and one report (default: 2 or more "
                    "where a real-time session needs more than one core, else 1); a split mesh is formed by hand-off")
+    p.add_argument("--no-pin-cores", dest="pin_cores", action="store_false",
+                   help="let the OS move the station processes between cores (by default, when they are as many as "
+                   "the cores, each keeps to a core of its own)")
     p.add_argument("--game-key", default=None,
                    help="LAN/LDN discovery: game key (32 hex digits or 16 characters) the keys derive from (default random)")
     add_fault_arguments(p)
@@ -262,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     if processes > 1:
         from pianode.sim.mesh_procs import ProcessMeshRun  # (its workers: the same interpreter, spawned)
 
-        run_class, extra = ProcessMeshRun, {"processes": processes}
+        run_class, extra = ProcessMeshRun, {"processes": processes, "pin_cores": args.pin_cores}
     try:
         mesh = run_class(
             config,
@@ -352,7 +355,8 @@ def render_summary(result: MeshRunResult) -> str:
         f = s["frames"]
         lines.append(f"LATE: {f['within_threshold_pct']:.2f}% of frames within {f['late_threshold_ms']:.0f} ms, "
                      f"the target is {f['on_time_target_pct']:.0f}%")  # fmt: skip
-    split = f" ({s['processes']} processes)" if s.get("processes", 1) > 1 else ""
+    cores = f", each on a core of its own: {', '.join(map(str, s['cores']))}" if s.get("cores") else ""
+    split = f" ({s['processes']} processes{cores})" if s.get("processes", 1) > 1 else ""
     lines.append(f"result: {s['result']} in {s['wall_time']:.2f} s wall time{split}")
     return "\n".join(lines)
 

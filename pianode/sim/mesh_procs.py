@@ -128,6 +128,7 @@ class _ShareSpec:
     freeze_gc: bool
     live_interval: float | None
     wall_base: float  # time.time() - time.perf_counter() in the coordinator
+    core: int | None = None  # the core the worker keeps to (None: any)
 
 
 class _MeshShare(MeshRun):
@@ -277,6 +278,8 @@ class _MeshShare(MeshRun):
             "host_index": live[0].host_index if live else None,
             "records": _pack_records(self._records),
             "context": self._session_context() if self.first == 0 else None,
+            # The cores this process may run on, as the OS says (what the report shows: the fact, not the wish).
+            "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         }
         return out
 
@@ -311,6 +314,9 @@ def _unpack_records(blob: bytes) -> Iterator[tuple[float, bytes, tuple[str, int]
 def _worker_main(conn: Any, spec: _ShareSpec) -> None:
     """A worker process: serve the coordinator's commands until it says stop or goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's; it stops us
+    if spec.core is not None:
+        with contextlib.suppress(OSError):  # (a core taken away meanwhile: run anywhere)
+            os.sched_setaffinity(0, {spec.core})
     try:
         trio.run(_serve, conn, spec)
     except BaseException:  # noqa: BLE001 - reported to the coordinator, which reports it
@@ -372,6 +378,26 @@ async def _push_rows(conn: Any, share: _MeshShare, interval: float) -> None:
 
 
 # ---------------------------------------------------------------------------- coordinator
+
+
+def _cores_for(processes: int) -> list[int] | None:
+    """A core of its own for each worker when the workers take every core this process may use;
+    None otherwise (more cores: the OS has room to spread them, and pinning every session to
+    the first cores would stack them; fewer: there is no core of its own to give).
+
+    Without it the OS may put two workers of one session on one core while another program
+    runs alone on the other; each then gets half a core for a tick's burst of frames, and the
+    session falls behind for seconds at a time.  Measured with one core kept busy by another
+    process, 32 stations of 5.18 at 60 Hz, 20 s runs alternating: 98.72, 99.41 and 99.96 % of
+    frames within 50 ms with a core each, against 90.42, 86.46 and 81.77 % without.
+    """
+    getter = getattr(os, "sched_getaffinity", None)
+    if getter is None or processes < 2:
+        return None
+    cores = sorted(getter(0))
+    return cores if len(cores) == processes else None
+
+
 
 
 class _Worker:
@@ -450,6 +476,7 @@ class ProcessMeshRun:
         formation_timeout: float | None = None,
         group_fanout: str = "unicast",
         freeze_gc: bool = False,
+        pin_cores: bool = True,
     ) -> None:
         if not 1 <= processes <= nodes:
             raise ValueError(f"{nodes} stations can be split over 1 to {nodes} processes, not {processes}")
@@ -478,6 +505,7 @@ class ProcessMeshRun:
         self.formation_timeout = formation_timeout or (10.0 + 0.25 * nodes)
         self.group_fanout = group_fanout
         self.freeze_gc = freeze_gc
+        self.cores = _cores_for(processes) if pin_cores else None
         self.result = MeshRunResult(version=config.profile.name, network=config.network.value, nodes=nodes,
                                     processes=processes)  # fmt: skip
         self.workers: list[_Worker] = []
@@ -492,6 +520,7 @@ class ProcessMeshRun:
                 port=self.port, duration=self.duration, rate=self.rate, record=self.record is not None,
                 faults=self.faults, group_fanout=self.group_fanout, group_port=group_port, freeze_gc=self.freeze_gc,
                 live_interval=self.live_interval if self.live is not None else None, wall_base=wall_base,
+                core=None if self.cores is None else self.cores[k],
             )  # fmt: skip
             for k in range(self.processes)
         ]
@@ -614,6 +643,10 @@ class ProcessMeshRun:
                   "unreliable_delivered", "frames_expected", "frames_delivered")  # fmt: skip
         for name in counts:
             setattr(r, name, sum(c[name] for c in collected))
+        if self.cores is not None and collected:
+            # Each worker kept to one core: which, from each worker itself.
+            cores = [c.get("cores") for c in collected]
+            r.cores = [c[0] for c in cores] if all(c is not None and len(c) == 1 for c in cores) else None  # type: ignore[index]
         for c in collected:
             r.latencies.extend(array.array("d", c["latencies"]))
             r.late_due.extend(array.array("d", c["late_due"]))

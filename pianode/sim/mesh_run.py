@@ -134,6 +134,8 @@ class MeshRunResult:
     on_time_target_pct: float = 99.0
     #: How many processes ran the stations (:mod:`pianode.sim.mesh_procs`); CPU load sums them.
     processes: int = 1
+    #: The core each of those processes kept to, in order (None: the OS moved them as it saw fit).
+    cores: list[int] | None = None
 
     @property
     def on_time_pct(self) -> float | None:
@@ -206,6 +208,7 @@ class MeshRunResult:
             "ok": self.ok,
             "result": self.verdict,
             "processes": self.processes,
+            "cores": self.cores,
             "wall_time": self.wall_time,
         }
         if self.frames_expected:

@@ -104,6 +104,28 @@ async def test_a_mesh_that_does_not_form_is_a_failed_split_run() -> None:
     assert any("did not form" in p or "join failed" in p for p in result.problems)
 
 
+async def test_workers_as_many_as_the_cores_each_keep_to_a_core_of_their_own() -> None:
+    import os
+
+    from pianode.sim.mesh_procs import _cores_for
+
+    cores = sorted(os.sched_getaffinity(0))
+    assert _cores_for(len(cores) + 1) is None  # more workers than cores: none has one of its own
+    if len(cores) == 1:
+        assert _cores_for(1) is None  # (one process is no split: nothing to pin)
+        return
+    runs = []
+    for pin in (True, False):
+        run = ProcessMeshRun(NodeConfig(version="5.18", seed=22), processes=len(cores), nodes=len(cores) + 1,
+                             base_address=loopback_block() + "30", messages=2, duration=0.2, pin_cores=pin)  # fmt: skip
+        result = await run.run()
+        assert result.ok, result.problems
+        runs.append(result)
+    # What each worker process reported of its own affinity: one core each, all different.
+    assert runs[0].cores == cores and runs[0].summary()["cores"] == cores
+    assert runs[1].cores is None and runs[1].summary()["cores"] is None
+
+
 def test_default_processes_split_only_a_real_time_session_that_needs_it() -> None:
     assert default_processes(32, 60, cpus=2) == 2
     assert default_processes(32, 60, cpus=1) == 1
