@@ -34,6 +34,9 @@ from typing import Any
 
 import trio
 
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
 from pianode.cli.common import (
     CliError,
     add_fault_arguments,
@@ -289,19 +292,39 @@ def run(args: argparse.Namespace) -> int:
     started = wallclock.perf_counter()
     try:
         result = trio.run(mesh.run)
+    except BaseException as exc:
+        if not _is_interrupt(exc):
+            raise
+        # Ctrl-C: the summary of what happened until then, then "interrupted" and 130 (pianode.cli.main).
+        live.clear()
+        result = mesh.result
+        result.problems.append("interrupted (Ctrl-C): the figures are those until then")
+        _print_summary(result, wallclock.perf_counter() - started, fmt, args.quiet)
+        raise
     finally:
         live.clear()
-    result.wall_time = wallclock.perf_counter() - started
+    _print_summary(result, wallclock.perf_counter() - started, fmt, args.quiet)
+    return 0 if result.ok else 1
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C, alone or inside the exception group of a nursery it cancelled."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_is_interrupt(inner) for inner in exc.exceptions)
+    return isinstance(exc, KeyboardInterrupt)
+
+
+def _print_summary(result: MeshRunResult, wall_time: float, fmt: str, quiet: bool) -> None:
+    result.wall_time = wall_time
     summary = result.summary()
     for problem in summary["problems"]:
         log.info("problem: %s", problem)
     if fmt == "jsonl":
-        print(json.dumps(summary, sort_keys=True))
-    elif args.quiet:
-        print(render_summary(result).splitlines()[-1])
+        print(json.dumps(summary, sort_keys=True), flush=True)
+    elif quiet:
+        print(render_summary(result).splitlines()[-1], flush=True)
     else:
-        print(render_summary(result))
-    return 0 if result.ok else 1
+        print(render_summary(result), flush=True)
 
 
 def render_summary(result: MeshRunResult) -> str:

@@ -262,6 +262,21 @@ def test_ctrl_c_prints_interrupted_and_exits_130(argv: tuple[str, ...], ready: s
     assert proc.returncode == 130
 
 
+@pytest.mark.parametrize("split", [(), ("--processes", "2", "--rate", "30")], ids=["one process", "two processes"])
+def test_ctrl_c_on_mesh_prints_the_summary_until_then(split: tuple[str, ...]) -> None:
+    proc = _popen("mesh", "-n", "4", "--bind", loopback_block() + "2", "--duration", "60", "--format", "jsonl", *split)
+    try:
+        time.sleep(1.5)  # formed by then (a 4-station mesh forms in well under a second)
+        out, err = _interrupt(proc, ready=None)
+    finally:
+        kill_leftovers([proc])
+    assert assert_one_line(err) == "interrupted" and proc.returncode == 130
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["nodes"] == 4 and summary["ok"] is False and summary["result"] != "OK"
+    assert summary["problems"][-1] == "interrupted (Ctrl-C): the figures are those until then"
+    assert summary["formation_time"] is not None  # it had formed: the summary says so
+
+
 def test_ctrl_c_on_a_joined_node_leaves_the_mesh_first() -> None:
     net = loopback_block()
     host = _popen("node", "--create", "--bind", net + "2", "--format", "jsonl", "--duration", "30")
