@@ -179,8 +179,9 @@ def check_udp_free(flag: str, ip: str, port: int) -> None:
             raise CliError(f"{flag}: UDP port {port} on {ip} {why}") from None
 
 
-def check_output_path(flag: str, path: str | None) -> None:
-    """A file to write at the end of a run: its directory must exist and be writable now."""
+def check_output_path(flag: str, path: str | None, *, reads: tuple[tuple[str, str | None], ...] = ()) -> None:
+    """A file to write at the end of a run: its directory must exist and be writable now, and it must
+    not be one of the files the run *reads* (``(what, path)`` pairs): writing it would destroy them."""
     if path is None:
         return
     if not path:
@@ -188,6 +189,9 @@ def check_output_path(flag: str, path: str | None) -> None:
     p = pathlib.Path(path)
     if p.is_dir():
         raise CliError(f"{flag} {path}: is a directory")
+    for what, source in reads:
+        if source and source != "-" and p.exists() and os.path.exists(source) and os.path.samefile(p, source):
+            raise CliError(f"{flag} {path}: that is the {what} being read; writing it would destroy it")
     parent = p.parent if str(p.parent) else pathlib.Path(".")
     if not parent.is_dir():
         raise CliError(f"{flag} {path}: directory {parent} does not exist")

@@ -131,6 +131,8 @@ def _flag_of_error(message: str, args: argparse.Namespace) -> str:
         return f"--version: {message}"
     if "PRUDP variant" in message and args.prudp_variant is not None:
         return f"--prudp-variant: {message}"
+    if message.startswith("prudp.variant ") and args.access_key is not None and args.prudp_variant is None:
+        return "--access-key needs --prudp-variant NAME: which PRUDP variant the capture holds (e.g. nintendo-v1)"
     return message
 
 
@@ -139,10 +141,11 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("capture: no file named (give a capture file, or - for standard input)")
     if args.session == "":
         raise CliError("--session needs a file name")
-    check_output_path("--decrypted-pcap", args.decrypted_pcap)
     note = None  # said once at the end, in the line of the result (one line whatever happens)
     if args.session is None:
         args.session, note = _recording_session(args)
+    check_output_path("--decrypted-pcap", args.decrypted_pcap,
+                      reads=(("capture", args.capture), ("session file", args.session)))
     try:
         ctx = load_session(args.session, _overrides(args))
     except ConfigError as exc:

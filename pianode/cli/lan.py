@@ -256,6 +256,9 @@ def run_host(args: argparse.Namespace) -> int:
         if args.relay is not None:
             raise CliError("--relay needs a host that runs a node (Pia 5.7-5.45, not --discovery-only)")
         return _run_discovery_host(args, profile)
+    why = legacy.discovery_refusal(profile, NetworkType.LAN)  # 5.2-5.6: a reply could not carry the key
+    if why is not None:
+        raise CliError(f"{why}: use pianode node --create (and --join with its session key), or --discovery-only")
     key = _game_key(args)
     fmt = _format(args)
     max_n = _number(args.max, "max", lo=2, hi=16)

@@ -593,6 +593,14 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
                 nursery.cancel_scope.cancel()
             if recorder is not None:
                 record["record"] = recorder.write(args.record, st.session_file(args.game_key))
+    except ConfigError as exc:
+        # What the heard network's advertisement says does not fit these settings (another LDN system
+        # communication version, a key the game must supply): a failed join (exit 1), as a refusal is.
+        stop.exit_if_interrupted()
+        message = f"{net.advertisement.host.ip}'s network: {exc}"
+        if out.jsonl:
+            out.emit({"event": "join_failed", "reason": message, "drops": {}}, "")
+        raise CliFailure(message) from None
     except (JoinRefused, JoinError) as exc:
         stop.exit_if_interrupted()
         drops: dict[str, int] = {}

@@ -148,3 +148,13 @@ def test_ldn_join_with_the_wrong_game_key_points_at_the_game_key() -> None:
     assert out.returncode == 1
     line = one_line(out.stderr)
     assert line.startswith("pianode ldn join: ") and "is --game-key the host's" in line
+
+
+def test_decode_access_key_without_a_variant_names_the_missing_flag(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    capture = tmp_path / "x.jsonl"
+    capture.write_text('{"hex": "00"}\n')
+    done = subprocess.run([sys.executable, "-m", "pianode", "decode", str(capture), "--access-key", "8dtRv2oj"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == ("pianode decode: --access-key needs --prudp-variant NAME: which PRUDP variant the capture"
+                           " holds (e.g. nintendo-v1)\n")

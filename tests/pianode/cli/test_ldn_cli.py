@@ -166,6 +166,29 @@ def test_scan_lists_a_hosted_network_as_jsonl_and_table() -> None:
     assert table.returncode == 0 and network["ssid"] in table.stdout and network["host"] in table.stdout
 
 
+def test_join_of_a_network_of_another_version_is_a_failed_join_exit_1() -> None:
+    discovery, pia = _ports()
+    host = subprocess.Popen(
+        PIANODE + ["ldn", "host", "--game-key", SMM2, "--version", "5.18", "--discovery-port", discovery, "--port", pia,
+                   "--duration", "10", "--format", "jsonl"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        network = json.loads(_wait_for_line(host, 15))
+        join = subprocess.run([*PIANODE, "ldn", "join", "--game-key", SMM2, "--version", "5.29", "--discovery-port",
+                               discovery, "--timeout", "3", "--format", "jsonl"], capture_output=True, text=True,
+                              timeout=30)  # fmt: skip
+    finally:
+        host.kill()
+        host.communicate(timeout=5)
+    assert join.returncode == 1, join.stderr
+    (failed,) = _jsonl(join.stdout)
+    assert failed["event"] == "join_failed"
+    assert failed["reason"] == (f"{network['host']}'s network: the network speaks LDN system communication version 5;"
+                                " Pia 5.29 uses 8")
+    assert join.stderr.strip().splitlines() == [f"pianode ldn join: {failed['reason']}"]
+
+
 def test_scan_without_networks_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     discovery, _ = _ports()
     assert cli_main(["ldn", "scan", "--discovery-port", discovery, "--timeout", "0.2"]) == 1

@@ -72,6 +72,19 @@ def test_what_cannot_run_is_refused_in_one_line(argv: tuple[str, ...], needle: s
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("version", ["5.2", "5.6"])
+def test_lan_host_and_join_refuse_a_version_whose_lan_discovery_gives_no_key(version: str) -> None:
+    # Found by a browser, such a host could only answer without a key, and it ended on the first request.
+    key = "0123456789abcdef0123456789abcdef"
+    for argv in (("lan", "host", "--game-key", key, "--version", version, "--duration", "1"),
+                 ("lan", "join", "--game-key", key, "--version", version, "--timeout", "1")):
+        out = pianode(*argv)
+        assert out.returncode == 2, argv
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "session key param only from 5.7 (spec §6.3)" in lines[0], argv
+        assert out.stdout == ""
+
+
 def test_node_runs_3ds_versions_on_nex_by_default() -> None:
     out = pianode("node", "--create", "--version", "4.10", "--bind", "127.0.0.1", "--duration", "0.3", "--format", "jsonl")
     assert out.returncode == 0, out.stderr

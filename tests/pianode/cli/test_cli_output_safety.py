@@ -1,5 +1,6 @@
-"""Text heard from the network or read from a capture is shown, never acted on by the terminal:
-no escape sequence, carriage return, extra line or bidirectional override reaches the table."""
+"""What the command line writes is safe.  Text heard from the network or read from a capture is shown,
+never acted on by the terminal: no escape sequence, carriage return, extra line or bidirectional
+override reaches the table.  And an output never overwrites a file the command reads."""
 
 from __future__ import annotations
 
@@ -38,3 +39,17 @@ def test_decode_table_shows_a_hostile_capture_name_escaped(tmp_path: Path) -> No
     assert not _ACTS.search(done.stdout)
     rows = [line for line in done.stdout.splitlines() if not line.startswith("--")]
     assert len(rows) == 2 and "evil\\x1b[31mRED\\x0afake row" in rows[0]
+
+
+def test_decrypted_pcap_refuses_to_overwrite_what_decode_reads(tmp_path: Path) -> None:
+    capture = tmp_path / "x.jsonl"
+    capture.write_text(json.dumps({"hex": "00"}) + "\n")
+    session = tmp_path / "s.json"
+    session.write_text('{"version": "5.18"}')
+    for target, what in ((capture, "capture"), (session, "session file")):
+        before = target.read_bytes()
+        done = subprocess.run([sys.executable, "-m", "pianode", "decode", str(capture), "--session", str(session),
+                               "--decrypted-pcap", str(target)], capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr == f"pianode decode: --decrypted-pcap {target}: that is the {what} being read; writing it would destroy it\n"
+        assert target.read_bytes() == before
