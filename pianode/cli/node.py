@@ -63,6 +63,12 @@ DROP_HINTS = {
     "unencrypted": "were unencrypted where encryption is required",
     "unexpected": "were messages that did not fit the state",
     "queue_full": "found the receive queue full",
+    "not_addressed": "were addressed to other stations",
+    "closed": "arrived after this node had left the mesh",
+    "not_host": "were messages only the host may send",
+    "other_version": "came in another Pia version's format (the sender was told which this mesh speaks)",
+    "unconfirmed_restart": "claimed a station's restart that its old identity has not confirmed by silence",
+    "oversized": "were larger than the node takes",
 }
 
 

@@ -279,7 +279,8 @@ async def _connect(plan: RelayPlan, *, task_status: trio.TaskStatus[None] = trio
         try:
             await client.run(task_status=task_status)
         except client_module.RelayRefused as exc:
-            raise CliFailure(f"relay {plan.hub[0]}:{plan.hub[1]}: {exc}") from None
+            where = f"relay {plan.hub[0]}:{plan.hub[1]}"
+            raise CliFailure(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
 
     async with trio.open_nursery() as nursery:
         plan.welcome = await nursery.start(guarded)

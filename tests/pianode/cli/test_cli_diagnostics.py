@@ -158,3 +158,10 @@ def test_decode_access_key_without_a_variant_names_the_missing_flag(tmp_path) ->
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == ("pianode decode: --access-key needs --prudp-variant NAME: which PRUDP variant the capture"
                            " holds (e.g. nintendo-v1)\n")
+
+
+def test_pianode_node_says_every_drop_reason_in_words() -> None:
+    from pianode.cli.node import DROP_HINTS
+    from pianode.mesh.stats import DropReason
+
+    assert set(DROP_HINTS) == {reason.value for reason in DropReason}

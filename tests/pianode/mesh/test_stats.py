@@ -55,3 +55,4 @@ def test_at_vv_every_drop_is_logged_with_its_reason(caplog: pytest.LogCaptureFix
         "dropped an authenticated message (replayed, 1 so far): its nonce was seen before",
         "dropped a datagram (replayed): its nonce was seen before",
     ]
+
