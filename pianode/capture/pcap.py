@@ -708,12 +708,26 @@ def open_capture(source: str | os.PathLike[str] | BinaryIO) -> Capture:
         raise
     stream = _Stream(raw, b"", name, head_lines=sniffed)
     first = last.strip()
+    if first.startswith(b"{") and not _json_object_line(first):
+        if closer:
+            closer.close()
+        raise CaptureError(f"{name}: not JSON Lines: its first line opens a JSON object it does not close (a JSON"
+                           " document over several lines, such as a session file, is not a capture)")
     if not first or first.startswith(b"{") or _looks_hex(first):
         fmt = "jsonl" if first.startswith(b"{") else "hex"
         return Capture(stream, fmt, name, closer)
     if closer:
         closer.close()
     raise CaptureError(f"{name}: not a pcap, pcapng, JSON Lines or hex-lines file")
+
+
+def _json_object_line(line: bytes) -> bool:
+    """Whether *line* is one JSON object, or at least closes what it opens (a record with a bad value is
+    still a record of JSON Lines: the reader reports it in its place)."""
+    try:
+        return isinstance(json.loads(line), dict)
+    except (ValueError, RecursionError):
+        return line.rstrip().endswith(b"}")
 
 
 def _blank_or_comment(line: bytes) -> bool:

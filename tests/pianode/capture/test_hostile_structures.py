@@ -138,3 +138,18 @@ def test_a_section_header_too_short_for_its_fields_is_named(tmp_path: Path) -> N
     done = _decode(path)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == f"pianode decode: {path}: pcapng section header block of length 12: file is corrupt from here on\n"
+
+
+def test_a_json_document_over_several_lines_is_not_taken_for_json_lines(tmp_path: Path) -> None:
+    path = tmp_path / "rec.session.json"
+    path.write_text(json.dumps({"version": "5.18", "network": "lan", "session_key": "00" * 16}, indent=2))
+    done = _decode(path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"pianode decode: {path}: not JSON Lines: its first line opens a JSON object it does not"
+                           " close (a JSON document over several lines, such as a session file, is not a capture)\n")
+    # A one-line record with a bad value is still JSON Lines: reported in its place.
+    path = tmp_path / "records.jsonl"
+    path.write_text('{"hex": "zz"}\n{"hex": "00"}\n')
+    done = _decode(path)
+    assert done.returncode == 0
+    assert [json.loads(line)["size"] for line in done.stdout.splitlines()] == [0, 1]
