@@ -47,7 +47,7 @@ def _list_of(flag: str, item: Any) -> Any:
 
 def _section(text: str) -> str:
     if text not in SECTIONS:
-        raise argparse.ArgumentTypeError(f"--sections: unknown section {text!r}; choose from {', '.join(SECTIONS)}")
+        raise argparse.ArgumentTypeError(f"unknown section {text!r}; choose from {', '.join(SECTIONS)}")
     return text
 
 

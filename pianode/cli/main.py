@@ -157,7 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import logging
 
     level = logging.ERROR if args.quiet else logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # -v and -vv are pianode's own loggers (the README's promise); other libraries (aioquic's "quic") keep
+    # to warnings and errors, and -q to errors.
+    logging.basicConfig(level=max(level, logging.WARNING), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("pianode").setLevel(level)
     handler = getattr(args, "handler", None)
     if handler is None:

@@ -112,7 +112,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default="auto",
         help="how joiners find the host: as consoles do (on: LAN browse up to 16 stations, LDN scan up to 8) "
         "or handed its address and key, the way a matchmaking server does (off; always for nex). "
-        "Default auto: discovery for lan (up to 16 stations) and ldn, unless the stations are split over processes",
+        "Default auto: discovery for lan (up to 16 stations) and ldn (up to 8), unless the stations are split over processes",
     )
     p.add_argument(
         "--fanout",
@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         args.discovery == "auto"
         and processes == 1
         and no_discovery is None
-        and (network == "ldn" or (network == "lan" and args.nodes <= 16))
+        and ((network == "ldn" and args.nodes <= 8) or (network == "lan" and args.nodes <= 16))
     )
     if discover and network in ("nex", "npln"):
         raise CliError(f"{network.upper()} sessions are matched by a game server: --discovery applies to lan and ldn")
@@ -288,7 +288,8 @@ def run(args: argparse.Namespace) -> int:
             live_interval=0.5 if live.tty else PROGRESS_EVERY,
         )
     except ValueError as exc:
-        raise CliError(str(exc)) from None
+        hint = " (--discovery off: the stations are handed the host's address)" if "LDN network has" in str(exc) else ""
+        raise CliError(f"{exc}{hint}") from None
     started = wallclock.perf_counter()
     try:
         result = trio.run(mesh.run)

@@ -127,6 +127,8 @@ def run_ca_issue(args: argparse.Namespace) -> int:
         pem, key = relay.certificates.issue(args.dir, name, role=role, days=args.days)
     except FileNotFoundError as exc:
         raise CliError(f"{args.dir}: no CA there ({exc.filename} missing; make one with pianode relay ca init {args.dir})") from None
+    except FileExistsError as exc:
+        raise CliError(f"--{role} {name}: {exc.filename} {exc.strerror}") from None
     except ValueError as exc:
         raise CliError(f"--{role} {name}: {exc}") from None
     except OSError as exc:

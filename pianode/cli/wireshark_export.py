@@ -34,7 +34,9 @@ def write_export(cap: Capture, decoder: Decoder, path: str) -> str:
         if isinstance(exc, OSError):
             raise CliError(f"--decrypted-pcap {path}: {exc.strerror or exc}") from None
         raise
+    others = stats.datagrams - stats.decrypted - stats.plain - stats.kept_encrypted
     return (
         f"wrote {stats.datagrams} datagrams to {path}: {stats.decrypted} Pia packets decrypted, {stats.plain} plain,"
         f" {stats.kept_encrypted} kept encrypted ({stats.auth_failed} failed authentication)"
+        + (f"; {others} other datagrams (LAN browse, LDN link frames, PRUDP or not recognised)" if others else "")
     )

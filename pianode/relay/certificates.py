@@ -23,6 +23,7 @@ Certificates are ECDSA P-256: both aioquic's TLS and that validation take them.
 from __future__ import annotations
 
 import datetime
+import errno
 import os
 import pathlib
 import re
@@ -111,6 +112,10 @@ def issue(
     if not _NAME.fullmatch(name) or name == "ca":
         raise ValueError(f"certificate name must be letters, digits and '-' (not 'ca'), got {name!r}")
     d = pathlib.Path(directory)
+    for taken in (d / f"{name}.pem", d / f"{name}.key"):
+        if taken.exists():
+            # A site or hub may be running with it: an issued key is never replaced behind its back.
+            raise FileExistsError(errno.EEXIST, "already issued: remove it first, or pick another name", str(taken))
     ca_cert = x509.load_pem_x509_certificate((d / CA_CERT).read_bytes())
     ca_key = serialization.load_pem_private_key((d / CA_KEY).read_bytes(), None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):

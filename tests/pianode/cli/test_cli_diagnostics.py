@@ -165,3 +165,34 @@ def test_pianode_node_says_every_drop_reason_in_words() -> None:
     from pianode.mesh.stats import DropReason
 
     assert set(DROP_HINTS) == {reason.value for reason in DropReason}
+
+
+def test_more_ldn_stations_than_a_network_holds_are_handed_the_host_by_default() -> None:
+    done = subprocess.run([sys.executable, "-m", "pianode", "mesh", "-n", "10", "--network", "ldn", "--bind",
+                           loopback_block() + "2", "--duration", "0.3", "--format", "jsonl"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["nodes"] == 10 and summary["formation"] == "matchmaking hand-off" and summary["ok"]
+    refused = subprocess.run([sys.executable, "-m", "pianode", "mesh", "-n", "10", "--network", "ldn", "--discovery",
+                              "on"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 2
+    assert refused.stderr == ("pianode mesh: an LDN network has 2..8 stations, not 10 (--discovery off: the stations"
+                              " are handed the host's address)\n")
+
+
+def test_minus_v_is_pianode_s_own_log_not_other_libraries() -> None:
+    import logging
+
+    from pianode.cli.main import main
+
+    root, ours = logging.getLogger(), logging.getLogger("pianode")
+    saved = root.level, ours.level, list(root.handlers)
+    try:
+        assert main(["-v", "wireshark", "path"]) == 0
+        assert ours.getEffectiveLevel() == logging.INFO
+        assert not logging.getLogger("quic").isEnabledFor(logging.INFO)  # aioquic's, under -v
+    finally:
+        root.setLevel(saved[0])
+        ours.setLevel(saved[1])
+        root.handlers[:] = saved[2]

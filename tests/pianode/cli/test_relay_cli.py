@@ -40,6 +40,8 @@ def test_ca_init_and_issue_make_the_files_with_their_roles(tmp_path: pathlib.Pat
         (("relay", "ca", "init", "{root}/ca"), "already holds a CA"),
         (("relay", "ca", "issue", "{root}/nowhere", "--client", "x"), "no CA there"),
         (("relay", "ca", "issue", "{root}/ca", "--client", "../x"), "--client ../x: certificate name"),
+        (("relay", "ca", "issue", "{root}/ca", "--client", "site-a"),
+         "--client site-a: {root}/ca/site-a.pem already issued: remove it first, or pick another name"),
         (("relay", "serve", "--listen", "127.0.0.1:9", "--ca", "{root}/ca/ca.pem", "--cert", "{root}/ca/site-a.pem",
           "--key", "{root}/ca/site-a.key"), "--cert {root}/ca/site-a.pem: server certificate wanted, got a client-only"),
         (("relay", "serve", "--listen", "127.0.0.1:9", "--ca", "{root}/ca/ca.pem", "--cert", "{root}/ca/hub.pem",
