@@ -713,12 +713,7 @@ class Decoder:
         except (DecodeError, ConfigError) as exc:
             return False, f"challenge: {_one_line(exc)}", None
         if d.src is not None:
-            # The latest requests, by requester: a reply answers one of the last few.
-            requests = self._lan_requests
-            requests.pop(d.src, None)
-            if len(requests) >= _FLOWS_KEPT:
-                del requests[next(iter(requests))]
-            requests[d.src] = (chal.key, plaintext, broadcast)
+            _keep_recent(self._lan_requests, d.src, (chal.key, plaintext, broadcast))  # a reply answers a recent one
         return True, None, None
 
     def _lan_reply(self, d: Datagram, reply: Any) -> tuple[bool | None, str | None, str | None]:
@@ -755,15 +750,9 @@ class Decoder:
 
         settings = self.ctx.prudp
         assert settings is not None
-        # The RC4 state of each direction, most recently used last; a capture of more flows than
-        # _FLOWS_KEPT forgets the longest idle (its next packets then say they cannot be opened).
-        flows = self._nex_streams
-        streams = flows.pop((d.src, d.dst), None)
-        if streams is None:
-            if len(flows) >= _FLOWS_KEPT:
-                del flows[next(iter(flows))]
-            streams = {}
-        flows[(d.src, d.dst)] = streams
+        # The RC4 state of each direction; a capture of more flows than _FLOWS_KEPT forgets the
+        # longest idle (its next packets then say they cannot be opened).
+        streams = _keep_recent(self._nex_streams, (d.src, d.dst), self._nex_streams.get((d.src, d.dst)) or {})
         try:
             packets = decode_datagram(
                 d.data, settings.variant, settings.access_key, aes_key=settings.aes_key, nex_streams=streams
@@ -780,6 +769,15 @@ class Decoder:
 #: Per-endpoint state a decoder keeps (PRUDP cipher streams, LAN browse requests) for at most this
 #: many endpoints or flows, so that its memory stays flat in the capture size.
 _FLOWS_KEPT = 4096
+
+
+def _keep_recent(table: dict[Any, Any], key: Any, value: Any) -> Any:
+    """Set ``table[key] = value`` as the most recently used entry, forgetting the least recently
+    used one beyond :data:`_FLOWS_KEPT`; returns *value*."""
+    if table.pop(key, None) is None and len(table) >= _FLOWS_KEPT:
+        del table[next(iter(table))]
+    table[key] = value
+    return value
 
 
 #: The sub-protocols a message payload has a decoded form for: those of

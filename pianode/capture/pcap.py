@@ -261,26 +261,13 @@ class _Stream:
         return out
 
     def lines(self) -> Iterator[bytes]:
-        """The text lines, each at most :data:`MAX_LINE` bytes (a longer one is a :class:`CaptureError`)."""
-        head, self._head = self._head, b""
+        """The text lines, each at most :data:`MAX_LINE` bytes (a longer one is a :class:`CaptureError`):
+        first the whole lines read while sniffing (:func:`open_capture`), then the rest of the stream."""
         count = 0
         sniffed, self._head_lines = self._head_lines, []
         for line in sniffed:  # (a list: giving back many blank lines stays linear)
             count += 1
             yield line
-        if head:
-            nl = head.find(b"\n")
-            while nl >= 0:
-                count += 1
-                yield head[: nl + 1]
-                head = head[nl + 1 :]
-                nl = head.find(b"\n")
-            if head:
-                count += 1
-                head += _bounded_line(self._raw, count, self._name)
-                if len(head) > MAX_LINE:
-                    raise CaptureError(f"{self._name}: line {count} is longer than {MAX_LINE} bytes, which no datagram needs")
-                yield head
         while True:
             count += 1
             line = _bounded_line(self._raw, count, self._name)
