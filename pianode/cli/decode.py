@@ -186,7 +186,27 @@ def run(args: argparse.Namespace) -> int:
         print(exported if note is None else f"{exported}; {note}", file=sys.stderr)
     elif note is not None and (args.session is None or not args.quiet):  # (a file left out is said even with -q)
         print(f"pianode decode: {note}", file=sys.stderr)
+    elif fmt == "jsonl" and not args.quiet and not cap.stats.udp and not cap.stats.link:
+        # JSON Lines has no summary line: an empty result is said here, not left silent.
+        print(f"pianode decode: {cap.name}: {_nothing_read(cap)}", file=sys.stderr)
     return 0
+
+
+def _nothing_read(cap: Capture) -> str:
+    """Why a capture gave no datagram, in words: empty, no frames, or every frame without UDP."""
+    stats = cap.stats
+    if stats.skipped:
+        n = sum(stats.skipped.values())
+        why = ", ".join(f"{k} {v}" for k, v in stats.skipped.most_common())
+        return f"no UDP datagrams ({n} frame{'s' if n != 1 else ''} without UDP skipped: {why})"
+    if stats.frames:
+        return f"no UDP datagrams in its {stats.frames} records"
+    empty = cap.name != "-" and os.path.isfile(cap.name) and os.path.getsize(cap.name) == 0
+    if empty:
+        return "no UDP datagrams (the file is empty)"
+    if stats.format in ("pcap", "pcapng"):
+        return f"no UDP datagrams (a {stats.format} file with no packet records)"
+    return "no UDP datagrams (no datagram lines in it)"
 
 
 def _recording_session(args: argparse.Namespace) -> tuple[str | None, str | None]:

@@ -349,6 +349,41 @@ def test_decode_names_the_flags_it_needs(captures: pathlib.Path) -> None:
     assert prudp.stdout.splitlines()[-1] == "-- unknown datagrams: PRUDP? give --prudp-variant (and --access-key)"
 
 
+def _pcap_of_tcp_only(path: pathlib.Path) -> None:
+    """A classic pcap (Ethernet) of one IPv4 TCP frame: a capture with no UDP datagram in it."""
+    import struct
+
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 40, 1, 0, 64, 6, 0, bytes([127, 0, 0, 1]), bytes([127, 0, 0, 2]))
+    frame = bytes(6) + bytes(6) + b"\x08\x00" + ip + bytes(20)
+    path.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+                     + struct.pack("<IIII", 0, 0, len(frame), len(frame)) + frame)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["empty file", "pcap of TCP only", "pcap header only"])
+def test_decode_of_a_capture_without_datagrams_says_so(tmp_path: pathlib.Path, kind: str) -> None:
+    """JSON Lines has no summary line: a capture that gives no datagram is said on stderr, not left silent."""
+    path = tmp_path / "cap.pcap"
+    if kind == "empty file":
+        path.write_bytes(b"")
+    elif kind == "pcap header only":
+        import struct
+
+        path.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+    else:
+        _pcap_of_tcp_only(path)
+    out = run("decode", str(path), "--format", "jsonl")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ""
+    line = assert_one_line(out.stderr)
+    assert line.startswith(f"pianode decode: {path}: no UDP datagrams"), line
+    if kind == "empty file":
+        assert "the file is empty" in line
+    elif kind == "pcap of TCP only":
+        assert "1 frame without UDP skipped" in line
+    quiet = run("decode", str(path), "--format", "jsonl", "-q")
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
+
+
 def test_the_live_view_redraws_in_place_and_leaves_one_final_table() -> None:
     import pty
 
