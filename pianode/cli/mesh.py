@@ -51,7 +51,7 @@ from pianode.cli.common import (
     parse_hostport,
     port_arg,
 )
-from pianode.cli.relay import OWN_HUB, add_relay_arguments, relay_plan
+from pianode.cli.relay import OWN_HUB, add_relay_arguments, relay_plan, relay_room
 from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from protocols.pia.versions import profile_for
@@ -172,9 +172,7 @@ def _relay(args: argparse.Namespace) -> dict[str, Any] | None:
     if any((args.relay_ca, args.relay_cert, args.relay_key)):
         raise CliError("--relay without HOST:PORT starts a hub of the run's own with its own CA: "
                        "name the hub to use --relay-ca/--relay-cert/--relay-key")  # fmt: skip
-    if not args.relay_room or len(args.relay_room) > 64:
-        raise CliError("--relay-room must be 1..64 characters")
-    return {"room": args.relay_room}
+    return {"room": relay_room(args)}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,7 +47,7 @@ from pianode.cli.relay import add_relay_arguments, relay_join_flags, relay_node_
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.node import JoinError, Node, open_node
-from protocols.pia.versions import profile_for
+from protocols.pia.versions import NetworkType, profile_for
 
 __all__ = ["add_parser", "join_failure"]
 
@@ -87,7 +87,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_network_arguments(p)
     p.set_defaults(network=None)  # lan, or nex for Pia 3.x/4.x, which have no LAN mode (pianode.mesh.legacy)
     p.add_argument("--network-id", type=number_arg("--network-id", 0, 0xFFFFFFFF, integer=True), default=None,
-                   help="network id (LDN; default derived from the host)")
+                   help="network id: LDN's network id, NEX's gathering id, NPLN's network id (default derived from the host;"
+                        " a creator's is printed in the joiners' command)")
     p.add_argument("--duration", type=number_arg("--duration", 0, 86400 * 365, lo_open=True), default=None,
                    metavar="S", help="seconds to run (default: until Ctrl-C)")
     p.add_argument("--interval", type=number_arg("--interval", 0, 3600), default=1.0, metavar="S",
@@ -132,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         group_broadcast=group,
     )
+    if args.network_id is not None and config.network is NetworkType.LAN:
+        # Spec §4: a LAN session's network id is derived from the host's address, by every member alike.
+        raise CliError("--network-id is for ldn, nex and npln meshes; a lan mesh derives its own from the host's address")
     if group is not None and config.profile.footer == "none":
         raise CliError(f"--group-port needs a version with group packets (5.27+), not {config.profile.name}")
     return run_trio(relay, _main, args, config, join)
@@ -159,7 +163,7 @@ def join_failure(reason: str, host: tuple[str, int], drops: dict[str, int]) -> s
     return f"join failed: {reason}"
 
 
-def _join_command(config: NodeConfig, addr: tuple[str, int], group_port: int | None) -> str:
+def _join_command(config: NodeConfig, addr: tuple[str, int], group_port: int | None, network_id: int | None) -> str:
     ip = addr[0]
     parts = ip.split(".")
     next_ip = ".".join([*parts[:3], str(int(parts[3]) + 1)]) if ip.startswith("127.") and int(parts[3]) < 254 else "127.0.0.2"
@@ -169,6 +173,8 @@ def _join_command(config: NodeConfig, addr: tuple[str, int], group_port: int | N
                f"--network {config.network.value} " + (relayed or f"--bind {next_ip}"))  # fmt: skip
     if group_port is not None:
         command += f" --group-port {group_port}"
+    if network_id is not None:  # the creator's own: the joiners' default is derived from the host
+        command += f" --network-id {network_id}"
     return command
 
 
@@ -181,8 +187,8 @@ async def _main(args: argparse.Namespace, config: NodeConfig, join: tuple[str, i
         async with open_node(config) as node:
             addr = node.address
             if join is None:
-                await node.create_mesh()
-                command = _join_command(config, addr, args.group_port)
+                await node.create_mesh(network_id=args.network_id)
+                command = _join_command(config, addr, args.group_port, args.network_id)
                 where = "" if relay_join_flags() else " (each on its own 127.0.0.x)"
                 _emit(args, "created",
                       f"created the mesh on {addr[0]}:{addr[1]} (Pia {config.profile.name} {config.network.value}); "

@@ -206,6 +206,21 @@ def _print_table(hub: RelayHub) -> None:
 
 #: ``--relay`` with no value where a command can start its own hub (``pianode mesh``).
 OWN_HUB = "own hub"
+#: The room a site joins when --relay-room is not given.
+DEFAULT_ROOM = "lan"
+
+
+def relay_room(args: argparse.Namespace) -> str:
+    """The checked --relay-room (the default room when it is not given); one line when it is wrong,
+    or when it is given without --relay (it would name a room of no hub: refused, not ignored)."""
+    room = args.relay_room
+    if room is not None and args.relay is None:
+        raise CliError("--relay-room needs --relay HOST:PORT (it names a room on a relay hub)")
+    if room is None:
+        return DEFAULT_ROOM
+    if not room or len(room) > 64:
+        raise CliError("--relay-room must be 1..64 characters")
+    return str(room)
 
 
 def add_relay_arguments(p: argparse.ArgumentParser, *, own_hub: str | None = None) -> None:
@@ -218,7 +233,7 @@ def add_relay_arguments(p: argparse.ArgumentParser, *, own_hub: str | None = Non
     g.add_argument("--relay-ca", metavar="CA.pem", default=None, help="the relay's CA certificate")
     g.add_argument("--relay-cert", metavar="C.pem", default=None, help="this site's client certificate")
     g.add_argument("--relay-key", metavar="C.key", default=None, help="this site's key")
-    g.add_argument("--relay-room", metavar="NAME", default="lan", help="room (one virtual LAN) to join (default lan)")
+    g.add_argument("--relay-room", metavar="NAME", default=None, help=f"room (one virtual LAN) to join (default {DEFAULT_ROOM})")
 
 
 @attrs.define
@@ -238,8 +253,7 @@ _ACTIVE: trio.lowlevel.RunVar[RelayPlan] = trio.lowlevel.RunVar("pianode_cli_rel
 def relay_plan(args: argparse.Namespace) -> RelayPlan | None:
     """The checked --relay flags (None without --relay); one line naming the flag otherwise."""
     files = (args.relay_ca, args.relay_cert, args.relay_key)
-    if not args.relay_room or len(args.relay_room) > 64:
-        raise CliError("--relay-room must be 1..64 characters")
+    room = relay_room(args)
     if args.relay is None:
         if any(f is not None for f in files):
             raise CliError("--relay-ca/--relay-cert/--relay-key need --relay HOST:PORT")
@@ -249,9 +263,7 @@ def relay_plan(args: argparse.Namespace) -> RelayPlan | None:
         raise CliError(f"--relay needs {', '.join(missing)}")
     hub = parse_remote(args.relay, "--relay")
     creds = _credentials(args.relay_ca, args.relay_cert, args.relay_key, ("--relay-ca", "--relay-cert", "--relay-key"), "client")
-    if not args.relay_room or len(args.relay_room) > 64:
-        raise CliError("--relay-room must be 1..64 characters")
-    return RelayPlan(hub, creds, args.relay_room)
+    return RelayPlan(hub, creds, room)
 
 
 def run_trio(plan: RelayPlan | None, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
