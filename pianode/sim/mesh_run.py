@@ -563,6 +563,9 @@ class MeshRun:
                     node.broadcast_nowait(_RELIABLE.pack(b"R", src, sequence[k]), reliable=True)
                     sequence[k] += 1
                     self.result.reliable_expected += peers
+        # What follows the session (messages after a host migration) numbers on from its messages.
+        for k, (node, src, _, _) in enumerate(stations):
+            self._seq[src] = sequence[k]
         # The process's CPU time over the session's wall time: near 100 % the
         # process cannot keep up and frames queue (one core; Trio runs on one thread).
         self.result.cpu_time = time.process_time() - cpu_start

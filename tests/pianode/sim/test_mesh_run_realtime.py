@@ -87,3 +87,17 @@ async def test_every_stream_is_warmed_up_before_the_frame_clock_starts() -> None
         for peer in node.session.peers.values():
             assert peer.sealer is not None and peer.sealer[1] is not None
             assert peer.opener is not None and peer.opener[1] is not None
+
+
+async def test_host_migration_after_a_realtime_session_numbers_on_from_the_sessions_messages() -> None:
+    """``pianode mesh --rate R --leave``: the reliable messages after the host leaves follow the
+    session's own, numbered on from them, so each is delivered once (not counted as a duplicate)."""
+    nodes, rate, duration = 3, 30, 1.0
+    run = MeshRun(NodeConfig(version="5.29", seed=5), nodes=nodes, base_address=loopback_block() + "50",
+                  rate=rate, duration=duration, leave_host=True, messages=4)  # fmt: skip
+    result = await run.run()
+    assert result.ok, result.problems
+    assert result.duplicates == 0 and result.out_of_order == 0
+    assert sorted(result.host_changes) == ["station 1: 0 -> 1", "station 2: 0 -> 1"]
+    # One a second per station during the session, then messages // 2 from each of the two left.
+    assert result.reliable_delivered == result.reliable_expected == nodes * (nodes - 1) + 2 * 1 * 2
