@@ -702,6 +702,7 @@ def _receive_batch(session: MeshSession, batch: Sequence[tuple[bytes, tuple[str,
                 or membership.closed
                 or (offset is not None and len(data) > offset and data[offset] != 0)  # a footer: group packet
                 or stream[0] != (codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id)  # type: ignore[union-attr]
+                or stream[1] is None  # the codec has no opener for this shape (e.g. 6.32+: H-G's encrypted footer)
             ):
                 session.receive_datagram(data, addr, now)
                 continue

@@ -20,10 +20,14 @@ from pianode.mesh.session import MeshSession
 
 VERSIONS = ("5.18", "5.29")
 BACKENDS = ("cryptography", "pycryptodome")
+#: A version of every header and message family the node speaks, with a network it runs on (spec §1, §2):
+#: the batch path must be the one-by-one path for each, whether or not the codec has a stream opener for it.
+FAMILIES = {"3.5": "nex", "5.4": "lan", "5.9": "lan", "5.18": "lan", "5.23": "lan", "5.29": "lan", "6.16": "lan",
+            "6.23": "lan", "6.32": "ldn", "6.41": "ldn"}  # fmt: skip
 
 
 def _formed(version: str, backend: str = "cryptography", n: int = 3) -> BatchHarness:
-    h = BatchHarness(n, version=version, aead_backend=backend)
+    h = BatchHarness(n, version=version, aead_backend=backend, network=FAMILIES.get(version, "lan"))
     assert h.form()
     return h
 
@@ -99,6 +103,27 @@ def test_a_batch_is_received_as_its_datagrams_one_by_one(version: str, backend: 
     assert _state(receivers[0], got[0]) == _state(receivers[1], got[1])
     frames = [data for _, data, reliable in got[0] if not reliable and data[:1] == b"F"]
     assert len(frames) == len({data for data in frames})  # replays dropped, each frame once
+
+
+@pytest.mark.parametrize("version", sorted(FAMILIES))
+def test_every_family_receives_a_batch_as_its_datagrams_one_by_one(version: str) -> None:
+    """A stream of frames, replays, reliable messages and mangled copies, in batches, for each family
+    (a family whose codec has no stream opener, as 6.32+, must take the general path, not fail)."""
+    kinds = [0, 0, 1, 0, 2, 5, 0, 3, 0, 1, 4, 0, 6, 0, 0, 1]
+    one, twin = _formed(version), _formed(version)
+    datagrams = _stream(one, kinds)
+    receivers = one.sessions[1], twin.sessions[1]
+    got: tuple[list[tuple[int, bytes, bool]], list[tuple[int, bytes, bool]]] = ([], [])
+    for receiver, into in zip(receivers, got):
+        receiver.data_handler = lambda index, data, reliable, into=into: into.append((index, data, reliable))
+    now = one.now + 0.001
+    for data, addr in datagrams:
+        receivers[0].receive_datagram(data, addr, now)
+    for k in range(0, len(datagrams), 3):
+        receivers[1].receive_datagrams(datagrams[k : k + 3], now)
+    assert _state(receivers[0], got[0]) == _state(receivers[1], got[1])
+    frames = [data for _, data, reliable in got[0] if not reliable and data[:1] == b"F"]
+    assert len(frames) == len(set(frames)) == kinds.count(0) + kinds.count(1)
 
 
 def test_a_stream_of_frames_takes_the_batch_path_after_its_first_frame() -> None:
