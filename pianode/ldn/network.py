@@ -187,11 +187,19 @@ def derive_session(
     if isinstance(pia, LdnSystemProperty):
         key = ldn_session_key_for(profile, game_key, ssid=advertisement.ssid)
         return LdnSession(LdnSystemProperty.network_id_for(advertisement.ssid), key, pia)
-    if pia.session_param is None or profile.version < (5, 9):
+    if key_is_supplied(profile, pia):
         if session_key is None:
             raise ConfigError(f"Pia {profile.name} LDN keys are supplied by the game: give the session key")
         return LdnSession(pia.network_id, session_key, pia)
     return LdnSession(pia.network_id, pia.session_key(game_key), pia)
+
+
+def key_is_supplied(profile: VersionProfile, pia: LdnApplicationData | LdnSystemProperty) -> bool:
+    """Whether the game supplies the network's session key rather than a rule deriving it (5.7-5.8, or
+    application data without a session param; spec §3.3): a recording's session file must then carry it."""
+    if profile.cipher is Cipher.ECB_HMAC or isinstance(pia, LdnSystemProperty):
+        return False
+    return pia.session_param is None or profile.version < (5, 9)
 
 
 def has_local_protocol(profile: VersionProfile) -> bool:
@@ -372,6 +380,8 @@ class LdnHostState:
         }
         if self.profile.version >= (6, 0):
             out["ssid"] = self.ssid.hex()  # 6.x: the key and network id derive from it (spec §7.3)
+        elif key_is_supplied(self.profile, self.session.pia):
+            out["session_key"] = self.session.session_key.hex()  # 5.7-5.8: no rule derives it (spec §3.3)
         return out
 
 
@@ -714,6 +724,8 @@ class LdnStation:
         }
         if self.node.config.profile.version >= (6, 0):
             out["ssid"] = self.advertisement.ssid.hex()  # 6.x: the key and network id derive from it (spec §7.3)
+        elif key_is_supplied(self.node.config.profile, self.session.pia):
+            out["session_key"] = self.session.session_key.hex()  # 5.7-5.8: no rule derives it (spec §3.3)
         return out
 
     async def _follow(self) -> None:

@@ -57,9 +57,13 @@ class LdnMeshRun(MeshRun):
     async def _form(self, nursery: trio.Nursery) -> list[Node]:
         self.result.formation = "LDN discovery"
         tap = self._tap if self.record else None
+        # The run's session key (seeded or random): 5.7-5.8 derive none from the advertisement, the game
+        # supplies it to every console (spec §3.3); the other versions derive theirs and ignore it.
+        key = self._node_configs()[0].session_key
         cfg = ldn.LdnHostConfig(
             node=self.config,
             game_key=self.game_key,
+            session_key=key,
             max_participants=self.n,
             pia_port=self.port or ldn.PIA_PORT,
             discovery=(ldn.DEFAULT_BROADCAST, self.discovery_port),
@@ -78,7 +82,7 @@ class LdnMeshRun(MeshRun):
         async def join(i: int) -> None:
             seed = None if self.config.seed is None else self.config.seed * 1000 + i
             config = attrs.evolve(self.config, seed=seed)
-            cm = ldn.open_ldn_station(found[0], config, self.game_key, name=f"station{i}", tap=tap)
+            cm = ldn.open_ldn_station(found[0], config, self.game_key, name=f"station{i}", session_key=key, tap=tap)
             try:
                 stations.append(await nursery.start(_hold, cm))
             except (JoinError, ldn.JoinRefused) as exc:

@@ -482,6 +482,32 @@ async def test_ldn_mesh_run_forms_by_discovery_migrates_and_records(
     assert adverts[-1]["ldn"]["advertisement"]["application_data"] == session["application_data"]
 
 
+@pytest.mark.parametrize("version", ["5.7", "5.8"])
+async def test_ldn_mesh_run_of_a_version_whose_game_supplies_the_key(
+    version: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.testing.MockClock
+) -> None:
+    """5.7-5.8 LDN keys are not derived from the advertisement (spec §3.3): the run supplies one to the
+    host and every station, as a game does, and the recording's session file carries it, so the
+    capture decodes authenticated."""
+    from pianode.sim.ldn_run import LdnMeshRun
+
+    pcap = tmp_path / "mesh.pcap"
+    run = LdnMeshRun(NodeConfig(version=version, network="ldn", seed=10), nodes=3, game_key=GAME_KEY,
+                     game_key_text=SMM2, record=str(pcap), messages=3)  # fmt: skip
+    async with SimulatedNetwork() as net:
+        net.install()
+        result = await run.run()
+    assert result.ok, result.problems
+    assert result.reliable_delivered == result.reliable_expected == 3 * 2 * 3
+    assert result.record is not None
+    session = json.loads(pathlib.Path(result.record["session"]).read_text())
+    assert len(bytes.fromhex(session["session_key"])) == 16
+    rows = _decode(capsys, pcap, pathlib.Path(result.record["session"]))
+    pia = [row for row in rows if row["kind"] == "pia"]
+    assert len(pia) == result.record["datagrams"] > 0
+    assert all(row["authenticated"] is True for row in pia)
+
+
 def test_ldn_mesh_run_refuses_more_than_eight_stations() -> None:
     from pianode.sim.ldn_run import LdnMeshRun
 
