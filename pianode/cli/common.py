@@ -373,10 +373,11 @@ class Stop:
         self._scope: trio.CancelScope | None = None
 
     @contextlib.contextmanager
-    def phase(self) -> Iterator[None]:
+    def phase(self, *, deadline: float | None = None) -> Iterator[None]:
+        """A phase that ends at a signal, or at *deadline* (default: the command's)."""
         import trio
 
-        with trio.CancelScope(deadline=self.deadline) as scope:
+        with trio.CancelScope(deadline=self.deadline if deadline is None else deadline) as scope:
             self._scope = scope
             if self.signalled:
                 scope.cancel()

@@ -68,7 +68,7 @@ from pianode.lan.discovery import (
     make_network_property,
     make_session_info,
 )
-from pianode.lan.session import start_lan_host, start_lan_join
+from pianode.lan.session import LanJoin, LanJoinError, find_session, join_found, no_answer, start_lan_host
 from pianode.mesh.node import JoinError, Node
 from protocols.errors import ConfigError
 from protocols.pia.keys import parse_game_key
@@ -136,7 +136,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="network id to join (default: the first found)")
     j.add_argument("--session", dest="session", action=deprecated_alias("--network-id"), help=argparse.SUPPRESS)
     j.add_argument("--duration", default=None, metavar="S",
-                   help="stop S seconds after starting, browse included (default: until Ctrl-C)")
+                   help="stop S seconds after starting, browse included: a browse it ends fails as --timeout's "
+                        "would, with the same reason (default: until Ctrl-C)")
     j.add_argument("--timeout", default="10", metavar="S", help="give up browsing after S seconds (default 10)")
     j.add_argument("--bind", default="127.0.0.1", metavar="ADDR[:PORT]",
                    help="the node's Pia socket; the browse goes out from ADDR too (default 127.0.0.1, port: "
@@ -442,29 +443,44 @@ def run_join(args: argparse.Namespace) -> int:
         broadcast = (relay_broadcast(broadcast[0], args.broadcast), broadcast[1])
         async with trio.open_nursery() as nursery:
             await nursery.start(stop.watch)
-            join = None
-            with stop.phase():
-                try:
-                    join = await start_lan_join(
-                        nursery, config, key, network_id=network_id, broadcast=broadcast, browse_timeout=timeout,
-                        application_version=app_version,
-                    )  # fmt: skip
-                except JoinError as exc:
-                    reasons = []
-                    counts: Counter[str] = Counter()
-                    if "no answer from" in str(exc):
-                        reasons = await _diagnose_join(profile, key, network_id, config.bind[0], broadcast, app_version,
-                                                       counts)  # fmt: skip
-                    if fmt == "jsonl":
-                        report.emit({"event": "join_failed", "reason": str(exc), "why": reasons,
-                                     "ignored": dict(counts)}, "")  # fmt: skip
-                    nursery.cancel_scope.cancel()
-                    raise CliFailure(f"{exc}" + (f": {'; '.join(reasons)}" if reasons else "")) from None
+            # The browse ends at --timeout or when --duration ends, whichever comes first, by its own clock: a
+            # browse that --duration ends found nothing just as one whose --timeout ran out, and says why alike.
+            browse_for = min(timeout, duration)
+            found: FoundSession | None = None
+            join: LanJoin | None = None
+            failure: JoinError | None = None
+            with stop.phase(deadline=math.inf):
+                found = await find_session(
+                    profile, key, network_id=network_id, bind_ip=config.bind[0], broadcast=broadcast,
+                    timeout=browse_for, application_version=app_version,
+                )  # fmt: skip
+            if found is None and not stop.signalled:
+                failure = LanJoinError(no_answer(network_id, browse_for))
+            elif found is not None:
+                with stop.phase():
+                    try:
+                        join = await join_found(nursery, config, found)
+                    except JoinError as exc:
+                        failure = exc
+            if failure is not None:
+                reasons = []
+                counts: Counter[str] = Counter()
+                if found is None:
+                    reasons = await _diagnose_join(profile, key, network_id, config.bind[0], broadcast, app_version,
+                                                   counts)  # fmt: skip
+                if fmt == "jsonl":
+                    report.emit({"event": "join_failed", "reason": str(failure), "why": reasons,
+                                 "ignored": dict(counts)}, "")  # fmt: skip
+                nursery.cancel_scope.cancel()
+                raise CliFailure(f"{failure}" + (f": {'; '.join(reasons)}" if reasons else ""))
             if join is None:
                 nursery.cancel_scope.cancel()
                 stop.exit_if_interrupted()
-                why = "stopped" if stop.signalled else f"--duration {args.duration} ended"
-                raise CliFailure(f"{why} before the join completed")
+                if stop.signalled:
+                    raise CliFailure("stopped before the join completed")
+                assert found is not None
+                raise CliFailure(f"--duration {args.duration} ended before the host at {found.info.host_ip}:"
+                                 f"{found.info.host_port} answered the join")
             node = join.node
             info = join.info
             ip, port = node.address

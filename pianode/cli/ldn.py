@@ -72,7 +72,13 @@ from pianode.ldn.network import (
 from pianode.mesh.node import JoinError, Node
 from protocols.errors import ConfigError, DecodeError
 from protocols.pia.keys import parse_game_key
-from protocols.pia.ldn import LdnApplicationData, decode_application_data
+from protocols.pia.ldn import (
+    LdnApplicationData,
+    LdnSystemProperty,
+    decode_application_data,
+    read_any_application_data,
+    versions_with_ldn_system_version,
+)
 from protocols.pia.versions import profile_for
 
 __all__ = ["add_parser"]
@@ -470,11 +476,14 @@ def run_scan(args: argparse.Namespace) -> int:
         out.emit({"event": "summary", "found": len(records), "ignored": dict(ignored)}, "")
     elif records:
         rows = [[r["host"], r["socket"], r["pia_port"], f"{len(r['participants'])}/{r['max_participants']}",
-                 r.get("system_communication_version", "-"), f"{r.get('network_id', 0):#010x}", r["ssid"]]
-                for r in records]  # fmt: skip
+                 _system_version_cell(r), f"{r['network_id']:#010x}" if "network_id" in r else "unreadable",
+                 r["ssid"]] for r in records]  # fmt: skip
         for line in render_table(["host", "socket", "pia port", "players", "system version", "network id", "ssid"],
                                  rows, right={2, 3, 4}):  # fmt: skip
             print(line)
+    for record in records:
+        if "error" in record:
+            print(f"pianode ldn scan: {record['error']}", file=sys.stderr)
     if not found:
         print(f"pianode ldn scan: no LDN network heard on port {args.discovery_port} within {args.timeout:g} s"
               + _ignored_text(ignored), file=sys.stderr)  # fmt: skip
@@ -482,8 +491,20 @@ def run_scan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _system_version_cell(record: dict[str, Any]) -> str:
+    """The table's system version: as the beacon states it, marked when it is another version's (the line on
+    stderr says whose), or "unreadable" (the line says why)."""
+    if "system_communication_version" not in record:
+        return "unreadable"
+    sv = str(record["system_communication_version"])
+    return f"{sv} (other)" if "other_version" in record else sv
+
+
 def network_record(net: FoundNetwork, profile: Any, game_key: bytes | None) -> dict[str, Any]:
-    """One scanned network as JSON-ready fields (the Pia ones decoded for *profile*)."""
+    """One scanned network as JSON-ready fields (the Pia ones decoded for *profile*).
+
+    A network this version cannot read (or whose LDN system communication version is another's) is read
+    as the version its beacon states (``other_version``); ``error`` says in one line what stands in the way."""
     adv = net.advertisement
     record: dict[str, Any] = {
         "host": adv.host.ip,
@@ -497,10 +518,20 @@ def network_record(net: FoundNetwork, profile: Any, game_key: bytes | None) -> d
                          for p in adv.participants],  # fmt: skip
         "application_data": adv.application_data.hex(),
     }
+    where = f"{adv.host.ip}'s network"
+    want = profile.ldn_system_version
+    pia: LdnApplicationData | LdnSystemProperty | None
     try:
         pia = decode_application_data(adv.application_data, profile)
     except (DecodeError, ConfigError) as exc:
-        record["error"] = f"application data: {exc}"
+        pia, why = None, exc
+    if pia is None or (want is not None and pia.system_communication_version != want):
+        other = read_any_application_data(adv.application_data)
+        if other is None:  # pia is None here: a header of the version asked for would have been read above
+            record["error"] = (f"{where}: its application data is not Pia {profile.name}'s ({why}), nor that of "
+                               "another Pia version pianode reads")  # fmt: skip
+            return record
+        _other_version(record, where, profile, other, adv.ssid)
         return record
     record["system_communication_version"] = pia.system_communication_version
     if isinstance(pia, LdnApplicationData):
@@ -510,11 +541,33 @@ def network_record(net: FoundNetwork, profile: Any, game_key: bytes | None) -> d
         try:
             session = derive_session(profile, game_key, adv)
         except (DecodeError, ConfigError) as exc:
-            record["error"] = str(exc)
+            record["error"] = f"{where}: {exc}"
         else:
             record["network_id"] = session.network_id
             record["session_key"] = session.session_key.hex()
     return record
+
+
+def _other_version(record: dict[str, Any], where: str, profile: Any,
+                   header: LdnApplicationData | LdnSystemProperty, ssid: bytes) -> None:  # fmt: skip
+    """Fill *record* with what a beacon of another Pia version states, and say so in its ``error``."""
+    family = "5.x" if isinstance(header, LdnApplicationData) else "6.x"
+    versions = versions_with_ldn_system_version(header)
+    sv = header.system_communication_version
+    record["system_communication_version"] = sv
+    record["network_id"] = (header.network_id if isinstance(header, LdnApplicationData)
+                            else LdnSystemProperty.network_id_for(ssid))  # fmt: skip
+    record["other_version"] = {"family": family, "system_communication_version": sv, "versions": list(versions)}
+    if versions:
+        span = versions[0] if len(versions) == 1 else f"{versions[0]}-{versions[-1]}"
+        which = f"LDN system communication version {sv} (Pia {span})"
+        hint = f"scan with --version {versions[-1]} to read it"
+    else:
+        which = f"a Pia {family} network (LDN system communication version {sv})"
+        hint = f"scan with a --version of Pia {family} to read it"
+    mine = f"Pia {profile.name}'s {profile.ldn_system_version}" if profile.ldn_system_version is not None else (
+        f"one Pia {profile.name} reads")  # fmt: skip
+    record["error"] = f"{where} is of another Pia version: {which}, not {mine}; {hint}"
 
 
 # ---------------------------------------------------------------------- join

@@ -43,7 +43,7 @@ from protocols.errors import DecodeError
 from protocols.prudp import VARIANTS
 from protocols.prudp.rendezvous import generate_key, load_public_key, public_bytes
 
-__all__ = ["add_parser"]
+__all__ = ["DROP_HINTS", "add_parser", "drop_lines"]
 
 log = logging.getLogger("pianode.prudp")
 
@@ -122,12 +122,40 @@ def _load_trust(text: str | None) -> object:
         raise CliError(f"--trust: not a P-256 public key: {exc}") from None
 
 
-#: What a server's drop counters mean for the person running it.
-_DROP_HINTS = {
-    "dropped_bad_signature": "carried a signature that did not verify with this --access-key",
-    "dropped_AuthenticationError": "had a checksum that did not verify with this --access-key",
-    "dropped_no_connection": "belonged to no connection",
+#: What each drop reason of the endpoint (pianode.prudp.core.DROP_REASONS) means for the person running it
+#: ({variants}: the variants the packets were of, {ours}: --variant).  Only a packet of our variant blames the key.
+DROP_HINTS = {
+    "other_variant": "were of PRUDP variant {variants}, not --variant {ours} (ignored: both ends need the same variant)",
+    "bad_checksum": "had a checksum that did not verify with this --access-key",
+    "bad_signature": "carried a signature that did not verify with this --access-key",
+    "malformed": "could not be read as PRUDP at all (too short or garbled)",
+    "no_connection": "belonged to no connection",
+    "bad_session": "named another session of their connection",
+    "bad_aggregate_ack": "carried an aggregate ack that could not be read",
+    "bad_payload": "carried a payload that could not be opened (--compression differs?)",
+    "bad_substream": "named a substream the connection did not negotiate",
+    "beyond_window": "were too far ahead of the receive window (sent again later)",
 }
+
+
+def _heard(stats: dict[str, int]) -> str:
+    """The variants the packets of another variant were of, most heard first."""
+    heard = sorted(((n, k.removeprefix("other_variant:")) for k, n in stats.items()
+                    if k.startswith("other_variant:")), reverse=True)  # fmt: skip
+    return " or ".join(dict.fromkeys(name for _, names in heard for name in names.split(" or "))) or "unknown"
+
+
+def drop_lines(stats: dict[str, int], seen: dict[str, int], variant: str) -> list[str]:
+    """One line per drop reason whose count grew since *seen*: how many packets, why, and the reason's tag."""
+    lines = []
+    for name in sorted(stats):
+        reason = name.removeprefix("dropped_")
+        new = stats[name] - seen.get(name, 0)
+        if not name.startswith("dropped_") or new <= 0:
+            continue
+        hint = DROP_HINTS.get(reason, reason.replace("_", " ")).format(variants=_heard(stats), ours=variant)
+        lines.append(f"dropped {new} packet(s) that {hint} [{reason}]")
+    return lines
 
 
 def _serve_address(args: argparse.Namespace) -> tuple[str, int]:
@@ -158,14 +186,9 @@ def _serve(args: argparse.Namespace) -> int:
         while True:
             await trio.sleep(0.5)
             stats = endpoint.statistics()
-            for name in sorted(stats):
-                if not name.startswith("dropped_") or name == "dropped_undecodable":
-                    continue
-                hint = _DROP_HINTS.get(name, f"could not be read as PRUDP of this --variant")
-                new = stats.get(name, 0) - seen.get(name, 0)
-                if new > 0:
-                    print(f"dropped {new} packet(s) that {hint} [{name.removeprefix('dropped_')}]", flush=True)
-                    log.info("dropped %d packet(s): %s", new, name)
+            for line in drop_lines(stats, seen, args.variant):
+                print(line, flush=True)
+                log.info("%s", line)
             seen = dict(stats)
 
     async def main() -> None:
@@ -196,13 +219,18 @@ def _resolve(text: str) -> tuple[str, int]:
 
 def _no_answer(address: tuple[str, int], args: argparse.Namespace, stats: dict[str, int]) -> str:
     where = f"{address[0]}:{address[1]}"
-    bad = sum(v for k, v in stats.items() if k in ("dropped_bad_signature", "dropped_AuthenticationError"))
+    other = stats.get("dropped_other_variant", 0)
+    if other:
+        return (f"{other} answer(s) from {where} were of PRUDP variant {_heard(stats)}, not --variant {args.variant}"
+                " (ignored): is --variant the server's?")  # fmt: skip
+    bad = stats.get("dropped_bad_signature", 0) + stats.get("dropped_bad_checksum", 0)
     if bad:
-        return f"{bad} answer(s) from {where} did not verify: is --access-key the server's (and --variant)?"
+        return f"{bad} answer(s) from {where} of --variant {args.variant} did not verify: is --access-key the server's?"
     if probe_udp(address) is False:
         return f"no answer from {where}: nothing listens there (is the server running, and the port right?)"
     key = f"--access-key {args.access_key!r}" if args.access_key else "no --access-key"
-    return f"no answer from {where}: is the access key right? (sent with {key}, --variant {args.variant})"
+    return (f"no answer from {where}: does the server use --variant {args.variant} and {key}? (a server ignores "
+            "packets of another variant or access key; its output says which)")  # fmt: skip
 
 
 def _connect(args: argparse.Namespace) -> int:

@@ -62,6 +62,8 @@ __all__ = [
     "draw_session_key_param",
     "find_session",
     "form_lan_mesh",
+    "join_found",
+    "no_answer",
     "start_lan_host",
     "start_lan_join",
 ]
@@ -328,8 +330,25 @@ async def start_lan_join(
         tap=tap,
     )  # fmt: skip
     if found is None:
-        which = "a LAN session" if network_id is None else f"LAN session 0x{network_id:08x}"
-        raise LanJoinError(f"no answer from {which} within {browse_timeout:g} s of browsing")
+        raise LanJoinError(no_answer(network_id, browse_timeout))
+    return await join_found(nursery, config, found, tap=tap)
+
+
+def no_answer(network_id: int | None, browse_timeout: float) -> str:
+    """Why a join failed when its browse found nothing to join."""
+    which = "a LAN session" if network_id is None else f"LAN session 0x{network_id:08x}"
+    return f"no answer from {which} within {browse_timeout:g} s of browsing"
+
+
+async def join_found(nursery: trio.Nursery, config: NodeConfig, found: FoundSession, *,
+                     tap: Tap | None = None) -> LanJoin:  # fmt: skip
+    """Join the session *found* by a browse: start the node in *nursery* with its session key, join its host.
+
+    Raises:
+        LanJoinError: the session cannot be joined (no documented LAN key source).
+        JoinError: the host refused the join or did not answer.
+    """
+    profile = _check_config(config)
     info = found.info
     if not isinstance(info, (LanSessionInfo, LanNetworkProperty)):
         why = legacy.discovery_refusal(profile, NetworkType.LAN)

@@ -55,11 +55,22 @@ from pianode.prudp.events import (
 from protocols.errors import DecodeError
 from protocols.prudp import rendezvous
 from protocols.prudp.codec import PacketCodec, quazal_seal
+from protocols.prudp.identify import signature_variants
 from protocols.prudp.packet import Flag, PacketType, PrudpPacket
 from protocols.prudp.signatures import expected_signature
 from protocols.prudp.variants import Framing
 
-__all__ = ["Connection", "State"]
+__all__ = ["Connection", "State", "count_other_variant"]
+
+
+def count_other_variant(stats: Counter[str], heard: tuple[str, ...], otherwise: str) -> None:
+    """Count a dropped packet: of another variant (``dropped_other_variant``, and which under
+    ``other_variant:<names>``) when *heard* names one, else ``dropped_<otherwise>``."""
+    if heard:
+        stats["dropped_other_variant"] += 1
+        stats["other_variant:" + " or ".join(heard)] += 1
+    else:
+        stats[f"dropped_{otherwise}"] += 1
 
 RandomBytes = Callable[[int], bytes]
 
@@ -203,7 +214,7 @@ class Connection:
         if self.state != State.SYN_SENT:
             return  # a duplicate SYN+ACK
         if p.signature != expected_signature(p, self.variant, self.settings.access_key):
-            self.stats["dropped_bad_signature"] += 1
+            self._bad_signature(p, inbound=False)
             return
         if self.variant.framing == Framing.V1:
             if p.supported_functions is None or p.max_substream is None:
@@ -235,7 +246,7 @@ class Connection:
         if self.state != State.CONNECT_SENT or (PacketType.CONNECT, 0, p.sequence_id) not in self._inflight:
             return
         if p.signature != self._expected_inbound(p):
-            self.stats["dropped_bad_signature"] += 1
+            self._bad_signature(p)
             return
         if self.variant.framing == Framing.V1:
             offered = (self._minor & 0xFF) | (self._functions << 8)
@@ -497,6 +508,12 @@ class Connection:
             p, self.variant, self.settings.access_key, session_key=self.cipher.session_key, peer_signature=self.local_signature
         )
 
+    def _bad_signature(self, p: PrudpPacket, *, inbound: bool = True) -> None:
+        """Drop *p*: of another variant if its rule signs *p* so, else signed with another access key."""
+        kw = {"session_key": self.cipher.session_key, "peer_signature": self.local_signature} if inbound else {}
+        heard = signature_variants(p, self.variant, self.settings.access_key, **kw)  # type: ignore[arg-type]
+        count_other_variant(self.stats, heard, "bad_signature")
+
     def receive_packet(self, p: PrudpPacket, now: float) -> None:
         """Feed one decoded packet addressed to this connection."""
         if self.state == State.CLOSED:
@@ -515,7 +532,7 @@ class Connection:
             self.stats["dropped_bad_session"] += 1
             return
         if p.signature != self._expected_inbound(p):
-            self.stats["dropped_bad_signature"] += 1
+            self._bad_signature(p)
             return
         self._last_rx = now
         self._missed_pings = 0

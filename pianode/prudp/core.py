@@ -12,8 +12,8 @@ Theory of operation (spec ../shared/spec/prudp.md §1.1, §6.11):
   (:meth:`Connection.accept`).
 * A client takes the highest free port ≤ 15 of its stream type for each peer
   address (spec §1.1), and sends SYN.
-* Bad packets (checksum, signature, session, unknown connection) are dropped and
-  counted in :meth:`statistics`; they never raise.
+* Bad packets (another variant, checksum, signature, session, unknown connection) are
+  dropped and counted in :meth:`statistics` under :data:`DROP_REASONS`; they never raise.
 
 Interface (the aioquic shape of ../shared/STYLE.md practice 2):
 ``receive_datagram(data, addr, now)``, ``datagrams_to_send(now)``,
@@ -30,15 +30,32 @@ from collections import Counter, deque
 
 import attrs
 
-from pianode.prudp.connection import Connection, RandomBytes, State
+from pianode.prudp.connection import Connection, RandomBytes, State, count_other_variant
 from pianode.prudp.events import Address, ConnectionId, Event, Settings
-from protocols.errors import DecodeError
+from protocols.errors import AuthenticationError, DecodeError
 from protocols.prudp.codec import PacketCodec
+from protocols.prudp.identify import datagram_variants, signature_variants
 from protocols.prudp.packet import Flag, PacketType, PrudpPacket
 from protocols.prudp.signatures import expected_signature
 from protocols.prudp.variants import Framing
 
-__all__ = ["EndpointCore"]
+__all__ = ["DROP_REASONS", "EndpointCore"]
+
+#: Why an endpoint drops a packet: statistics count each as ``dropped_<reason>`` (and a packet of another
+#: variant also under ``other_variant:<its variant names>``).  Only ``bad_checksum`` and ``bad_signature``
+#: mean another access key: they are counted when no other variant reads the packet.
+DROP_REASONS = (
+    "other_variant",  # of another PRUDP variant (protocols.prudp.identify)
+    "bad_checksum",  # our variant, but its checksum did not verify with our access key
+    "bad_signature",  # our variant, but its signature did not verify with our access key
+    "malformed",  # not PRUDP of any variant
+    "no_connection",
+    "bad_session",
+    "bad_aggregate_ack",
+    "bad_payload",
+    "bad_substream",
+    "beyond_window",
+)
 
 
 class EndpointCore:
@@ -131,8 +148,8 @@ class EndpointCore:
         try:
             packets = self.codec.decode(data)
         except DecodeError as exc:
-            self._stats["dropped_undecodable"] += 1
-            self._stats[f"dropped_{type(exc).__name__}"] += 1
+            heard = datagram_variants(data, self.codec.access_key, self.settings.variant)
+            count_other_variant(self._stats, heard, "bad_checksum" if isinstance(exc, AuthenticationError) else "malformed")
             return
         for p in packets:
             self._dispatch(p, address, now)
@@ -198,7 +215,7 @@ class EndpointCore:
     def _answer_syn(self, p: PrudpPacket, address: Address) -> None:
         v = self.settings.variant
         if p.signature != expected_signature(p, v, self.settings.access_key):
-            self._stats["dropped_bad_signature"] += 1
+            count_other_variant(self._stats, signature_variants(p, v, self.settings.access_key), "bad_signature")
             return
         ack = PrudpPacket(
             source=p.destination,

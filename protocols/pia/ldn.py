@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import attrs
 
-from protocols.errors import BadValue, ConfigError, EncodeError
+from protocols.errors import BadValue, ConfigError, DecodeError, EncodeError
 from protocols.pia.keys import ldn6_network_id, ldn6_session_key, ldn_session_key
-from protocols.pia.versions import VersionProfile
+from protocols.pia.versions import DOCUMENTED_VERSIONS, VersionProfile, profile_for
 from protocols.wire import Reader, Writer
 
 __all__ = [
@@ -45,6 +45,8 @@ __all__ = [
     "LdnApplicationData",
     "LdnSystemProperty",
     "decode_application_data",
+    "read_any_application_data",
+    "versions_with_ldn_system_version",
 ]
 
 APPLICATION_DATA_SIZE = 384  # the advertisement's application-data field (spec §7.1)
@@ -254,3 +256,42 @@ def decode_application_data(data: bytes, profile: VersionProfile) -> LdnApplicat
     if _family(profile) == 5:
         return LdnApplicationData.decode(data, profile)
     return LdnSystemProperty.decode(data, profile)
+
+
+def read_any_application_data(data: bytes) -> LdnApplicationData | LdnSystemProperty | None:
+    """The Pia header of application data of *any* version this module reads (5.9-5.45 or 6.x), or None.
+
+    For a network a scan's version cannot read: its header states its family, and its system communication
+    version which Pia versions it is (:func:`versions_with_ldn_system_version`).  A 6.x property starts with
+    its size, 0x5C, so it is tried first when it does.
+    """
+    readers = [_read5, _read6]
+    if data[:2] == SYSTEM_PROPERTY_SIZE.to_bytes(2, "big"):
+        readers.reverse()
+    for read in readers:
+        try:
+            return read(data)
+        except DecodeError:
+            continue
+    return None
+
+
+def _read5(data: bytes) -> LdnApplicationData:
+    return LdnApplicationData.decode(data, profile_for("5.18"))  # the header size byte picks 5.9-5.45's layout
+
+
+def _read6(data: bytes) -> LdnSystemProperty:
+    return LdnSystemProperty.decode(data)
+
+
+def versions_with_ldn_system_version(header: LdnApplicationData | LdnSystemProperty) -> tuple[str, ...]:
+    """The documented Pia versions of *header*'s family whose LDN system communication version it carries."""
+    family = 5 if isinstance(header, LdnApplicationData) else 6
+    out = []
+    for version in DOCUMENTED_VERSIONS:
+        profile = profile_for(version)
+        if profile.ldn_system_version != header.system_communication_version:
+            continue  # (also every version without LDN: None)
+        if (6, 16) <= profile.version <= (6, 41) if family == 6 else (5, 2) <= profile.version <= (5, 45):
+            out.append(profile.name)
+    return tuple(out)

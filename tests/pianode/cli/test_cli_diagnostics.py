@@ -107,6 +107,25 @@ def test_join_of_a_full_session_says_it_is_full() -> None:
     assert failed["event"] == "join_failed" and failed["why"][0].endswith("is full (2/2 players)")
 
 
+def test_join_of_a_full_session_says_it_is_full_with_duration_as_without() -> None:
+    """A join that --duration ends gives the reason (and the exit status) a join whose --timeout ran out gives."""
+    net, port = loopback_block(), free_port()
+    bc = f"127.255.255.255:{port}"
+    join = ["lan", "join", "--game-key", GAME_KEY, "--bind", net + "4", "--broadcast", bc]
+    with started(*lan_host(net, port, "--max", "2"), ready="hosting network id"):
+        with started("lan", "join", "--game-key", GAME_KEY, "--bind", net + "3", "--broadcast", bc,
+                     "--duration", "30", ready="joined network id"):  # fmt: skip
+            timed_out = run(*join, "--timeout", "1")
+            ended = run(*join, "--duration", "1")
+            ended_jsonl = run(*join, "--duration", "1", "--format", "jsonl")
+    assert ended.returncode == timed_out.returncode == ended_jsonl.returncode == 1
+    assert one_line(ended.stderr) == one_line(timed_out.stderr)
+    assert one_line(ended.stderr).endswith(f"(host {net}2:49152) is full (2/2 players)")
+    (failed,) = [json.loads(x) for x in ended_jsonl.stdout.splitlines()]
+    assert failed["event"] == "join_failed" and failed["why"][0].endswith("is full (2/2 players)")
+    assert failed["ignored"] == {"full": 1}
+
+
 def test_join_with_the_wrong_session_key_says_so_and_the_host_counts_the_bad_tags() -> None:
     net = loopback_block()
     with started("node", "--create", "--bind", net + "2", "--format", "jsonl", "--duration", "40",

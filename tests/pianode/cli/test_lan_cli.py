@@ -7,6 +7,7 @@ browse responder on a free port (``--bind 0.0.0.0:P``, ``--broadcast
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 
@@ -109,15 +110,24 @@ async def test_table_output_and_joining_by_network_id() -> None:
     assert hlines[-1].endswith(" browse requests") and "; answered 0 " not in hlines[-1]
 
 
-async def test_duration_ends_a_join_that_never_completes() -> None:
-    """--duration bounds the browse too: with no host and a long --timeout, the join still ends on time."""
+async def test_duration_ends_a_join_that_never_completes_and_says_why() -> None:
+    """--duration bounds the browse too: with no host and a long --timeout, the join still ends on time, and says
+    why it found nothing in the words (and with the exit status) of a join whose --timeout ran out."""
     port = free_port()
     argv = _lan("join", "--game-key", KEY, "--bind", loopback_block() + "3", "--broadcast", f"127.255.255.255:{port}",
                 "--timeout", "60", "--duration", "0.5")  # fmt: skip
     with trio.fail_after(20):
         result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
-    assert result.returncode == 1
-    assert result.stderr.decode().splitlines() == ["pianode lan join: --duration 0.5 ended before the join completed"]
+        jsonl = await trio.run_process([*argv, "--format", "jsonl"], capture_stdout=True, capture_stderr=True,
+                                       check=False)  # fmt: skip
+    assert result.returncode == 1 and jsonl.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        "pianode lan join: no answer from a LAN session within 0.5 s of browsing: no reply at all: no host there, "
+        "or hosts with another game key (a host ignores a request whose challenge it cannot open)"
+    ]
+    assert result.stdout == b""
+    (failed,) = [json.loads(line) for line in jsonl.stdout.decode().splitlines()]
+    assert failed["event"] == "join_failed" and failed["ignored"] == {"no_reply": 1}
 
 
 async def test_join_with_no_session_exits_1_with_one_line() -> None:

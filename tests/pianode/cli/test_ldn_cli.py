@@ -289,3 +289,45 @@ def test_four_namespaces_on_a_bridge_discover_by_real_broadcast_and_form_a_mesh(
     assert cli_main(["decode", str(pcap), "--session", record["session"], "--format", "jsonl"]) == 0
     rows = [r for r in _jsonl(capsys.readouterr().out) if r["kind"] != "ldn-discovery"]
     assert len(rows) == record["datagrams"] > 20 and all(r["authenticated"] is True for r in rows)
+
+
+def _host_and_scan(version: str, *scan_args: str) -> tuple[dict[str, object], subprocess.CompletedProcess[str]]:
+    """A host of Pia *version* and one scan of its discovery port: the host's network record and the scan."""
+    discovery, pia = _ports()
+    host = subprocess.Popen(
+        PIANODE + ["ldn", "host", "--game-key", SMM2, "--version", version, "--discovery-port", discovery, "--port",
+                   pia, "--duration", "20", "--format", "jsonl"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        network = json.loads(_wait_for_line(host, 15))
+        scan = subprocess.run([*PIANODE, "ldn", "scan", "--discovery-port", discovery, "--timeout", "0.8", *scan_args],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+    finally:
+        host.kill()
+        host.communicate(timeout=5)
+    return network, scan
+
+
+@pytest.mark.parametrize(
+    ("hosted", "asked", "shown", "which"),
+    [("5.18", "6.32", "5", "LDN system communication version 5 (Pia 5.18)"),
+     ("6.32", "5.18", "0", "a Pia 6.x network (LDN system communication version 0)"),
+     ("5.18", "5.29", "5", "LDN system communication version 5 (Pia 5.18)")],
+)  # fmt: skip
+def test_scan_shows_a_network_of_another_version_with_the_version_its_beacon_states(
+    hosted: str, asked: str, shown: str, which: str
+) -> None:
+    network, scan = _host_and_scan(hosted, "--version", asked)
+    assert scan.returncode == 0, scan.stderr
+    (row,) = [line for line in scan.stdout.splitlines() if str(network["ssid"]) in line]
+    cells = row.split()
+    assert cells[4:6] == [shown, "(other)"], row  # the system version column: as read, marked as another's
+    assert f"{network['network_id']:#010x}" in cells, row  # its network id as read from the beacon
+    assert "Traceback" not in scan.stderr
+    (note,) = scan.stderr.splitlines()
+    assert note.startswith(f"pianode ldn scan: {network['host']}'s network is of another Pia version: {which}, not ")
+    assert f"Pia {asked}" in note and "--version" in note
+    jsonl = _host_and_scan(hosted, "--version", asked, "--format", "jsonl")[1]
+    (record,) = [r for r in _jsonl(jsonl.stdout) if r["event"] == "network"]
+    assert record["system_communication_version"] == int(shown) and record["other_version"]["family"] == hosted[0] + ".x"

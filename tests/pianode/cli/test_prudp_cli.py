@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -83,5 +84,57 @@ def test_wrong_access_key_gets_no_answer_and_the_server_says_why() -> None:
         server_out, _ = s.proc.communicate(timeout=10)
     assert out.returncode == 1
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
-    assert "no answer" in out.stderr and "is the access key right?" in out.stderr
-    assert re.search(r"dropped \d+ packet\(s\) that had a checksum that did not verify with this --access-key", server_out)
+    assert "no answer" in out.stderr and "does the server use --variant nintendo-v0 and --access-key 'bbbbbbbb'?" in out.stderr
+    assert re.search(r"dropped \d+ packet\(s\) that had a checksum that did not verify with this --access-key "
+                     r"\[bad_checksum\]", server_out)
+
+
+def _serve_and_connect(server: tuple[str, ...], client: tuple[str, ...]) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run a server and one client against it; the client's result and everything the server printed."""
+    s = Server(*server)
+    try:
+        out = _run("prudp", "connect", *client, s.address, "--timeout", "2", "--count", "2")
+        time.sleep(0.6)  # the server reports its drops every 0.5 s
+    finally:
+        s.proc.terminate()
+        server_out, _ = s.proc.communicate(timeout=10)
+    return out, "".join(s.lines) + server_out
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"),
+    [("nintendo-v0", "nintendo-v1"), ("nintendo-v1", "nintendo-v0"), ("nintendo-v0", "nintendo-v0-friends"),
+     ("nintendo-v1", "quazal-v0")],
+)  # fmt: skip
+def test_another_variant_is_named_and_the_access_key_is_not_blamed(ours: str, theirs: str) -> None:
+    key = ("--access-key", "6f599f81")
+    out, server_out = _serve_and_connect(("--variant", ours, *key), ("--variant", theirs, *key))
+    assert out.returncode == 1
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert "--variant" in out.stderr and "is the access key right?" not in out.stderr
+    drops = [line for line in server_out.splitlines() if line.startswith("dropped ")]
+    assert drops, server_out
+    assert any(re.fullmatch(rf"dropped \d+ packet\(s\) that were of PRUDP variant [a-z0-9 -]*\b{theirs}\b[a-z0-9 -]*, "
+                            rf"not --variant {ours} \(ignored: both ends need the same variant\) \[other_variant\]",
+                            line) for line in drops), drops  # fmt: skip
+    assert not any("--access-key" in line for line in drops), drops
+    assert all(re.search(r" \[[a-z_]+\]$", line) for line in drops), drops
+
+
+@pytest.mark.parametrize(("variant", "tag"), [("nintendo-v0", "bad_checksum"), ("nintendo-v1", "bad_signature")])
+def test_the_same_variant_with_another_access_key_blames_the_access_key(variant: str, tag: str) -> None:
+    out, server_out = _serve_and_connect(("--variant", variant, "--access-key", "aaaaaaaa"),
+                                         ("--variant", variant, "--access-key", "bbbbbbbb"))  # fmt: skip
+    assert out.returncode == 1 and out.stderr.count("\n") == 1
+    drops = [line for line in server_out.splitlines() if line.startswith("dropped ")]
+    assert any(line.endswith(f"did not verify with this --access-key [{tag}]") for line in drops), drops
+    assert all(re.search(r" \[[a-z_]+\]$", line) for line in drops), drops
+    assert not any("variant" in line for line in drops), drops
+
+
+def test_every_drop_reason_of_the_endpoint_has_words_and_a_snake_case_tag() -> None:
+    from pianode.cli.prudp import DROP_HINTS
+    from pianode.prudp.core import DROP_REASONS
+
+    assert set(DROP_HINTS) == set(DROP_REASONS)
+    assert all(re.fullmatch(r"[a-z]+(_[a-z]+)*", reason) for reason in DROP_REASONS)

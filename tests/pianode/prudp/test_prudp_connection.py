@@ -284,7 +284,7 @@ def test_bad_checksum_and_signature_are_dropped_and_counted() -> None:
     client.send(cid, b"payload", net.now)
     net.hook = lambda d, s, t: d[:-1] + bytes([d[-1] ^ 1]) if s == CLIENT else d
     net.step()
-    assert host.statistics()["dropped_AuthenticationError"] >= 1
+    assert host.statistics()["dropped_bad_checksum"] >= 1
     codec = PacketCodec("nintendo-v0", "12345678")
 
     def forge(d: bytes, s: object, t: object) -> bytes:
@@ -488,3 +488,24 @@ def test_short_round_trips_do_not_shorten_the_give_up_time() -> None:
     assert sends[1] - sends[0] == pytest.approx(0.2)  # adaptive RTO at its floor
     assert net.now - t0 == pytest.approx(4.75)  # as long as the fixed 1 s x3 profile (spec §6.5)
     assert len(sends) > 3
+
+
+@pytest.mark.parametrize(("ours", "theirs"), [("nintendo-v0", "nintendo-v1"), ("nintendo-v1", "nintendo-v0-friends"),
+                                              ("nintendo-v0", "nintendo-v0-friends"), ("quazal-v0", "nintendo-v1")])
+def test_packets_of_another_variant_are_counted_as_such_not_as_another_access_key(ours: str, theirs: str) -> None:
+    net = Net()
+    host = net.add(HOST, EndpointCore(make_settings(ours, host=True)))
+    client = net.add(CLIENT, EndpointCore(make_settings(theirs, host=False)))
+    host.listen()
+    cid = client.connect(HOST, net.now)
+    net.run_until(lambda: any(isinstance(e, (Connected, ConnectionFailed)) for e in net.events[CLIENT]), max_time=30)
+    if any(isinstance(e, Connected) for e in net.events[CLIENT]):  # v0 games and Friends sign SYN and CONNECT alike
+        client.send(cid, b"payload", net.now)
+        for _ in range(5):
+            net.step()
+    stats = host.statistics()
+    assert stats["dropped_other_variant"] >= 1
+    assert [k for k in stats if k.startswith("other_variant:")] == [
+        "other_variant:" + " or ".join(v for v in VARIANTS if v != ours and (v == theirs or (
+            theirs == "nintendo-v0-friends" and ours == "nintendo-v1" and v == "nintendo-v0")))]  # fmt: skip
+    assert not stats.get("dropped_bad_checksum") and not stats.get("dropped_bad_signature")
