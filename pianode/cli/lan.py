@@ -86,8 +86,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     def mesh_flags(q: argparse.ArgumentParser) -> None:
         q.add_argument("--format", default="table", help="table (default) or jsonl: one object per event")
-        q.add_argument("--interval", dest="send_every", default="0.5", metavar="S",
-                       help="broadcast a numbered message (reliable unless --unreliable) to the mesh every S seconds (0: never; default 0.5)")
+        q.add_argument("--interval", dest="send_every", default=None, metavar="S",
+                       help=f"broadcast a numbered message (reliable unless --unreliable) to the mesh every S seconds (0: never; default {_SEND_EVERY})")
         q.add_argument("--send-every", dest="send_every", action=deprecated_alias("--interval"), help=argparse.SUPPRESS)
         q.add_argument("--alternate-unreliable", action="store_true",
                        help="send every second message unreliable (default: all reliable)")
@@ -250,9 +250,19 @@ def _host_sockets(args: argparse.Namespace, profile: VersionProfile) -> tuple[st
     return ip, port, listen
 
 
+#: Seconds between the numbered messages of a node's data exchange when --interval is not given.
+_SEND_EVERY = "0.5"
+
+
 def run_host(args: argparse.Namespace) -> int:
     profile = _profile(args)
     check_name("--name", args.name)
+    if args.discovery_only:
+        # Flags of the node's data exchange: a host that only answers browse requests runs no node.
+        given = [flag for flag, on in (("--interval", args.send_every is not None), ("--unreliable", args.unreliable),
+                                       ("--alternate-unreliable", args.alternate_unreliable)) if on]  # fmt: skip
+        if given:
+            raise CliError(f"{given[0]} is for a host that runs a node; --discovery-only answers browse requests only")
     if args.discovery_only or not _node_speaks(profile):
         if args.relay is not None:
             raise CliError("--relay needs a host that runs a node (Pia 5.7-5.45, not --discovery-only)")
@@ -266,7 +276,7 @@ def run_host(args: argparse.Namespace) -> int:
     relay = relay_plan(args)
     ip, port, bind = _host_sockets(args, profile)
     duration = _duration(args)
-    send_every = _number(args.send_every, "interval", hi=3600, integer=False)
+    send_every = _number(_SEND_EVERY if args.send_every is None else args.send_every, "interval", hi=3600, integer=False)
     size = _number(args.host_address_size, "host-address-size", lo=6, hi=18)
     if size not in (6, 18):
         raise CliError("--host-address-size must be 6 or 18")
@@ -422,7 +432,7 @@ def run_join(args: argparse.Namespace) -> int:
     check_name("--name", args.name)
     duration = _duration(args)
     timeout = _number(args.timeout, "timeout", hi=3600, integer=False, lo_open=True)
-    send_every = _number(args.send_every, "interval", hi=3600, integer=False)
+    send_every = _number(_SEND_EVERY if args.send_every is None else args.send_every, "interval", hi=3600, integer=False)
     network_id = None if args.session is None else _number(args.session, "network-id")
     app_version = None if args.app_version is None else _number(
         args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)

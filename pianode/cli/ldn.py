@@ -220,8 +220,12 @@ def _ldn_address(text: str | None, *, host: bool) -> str | None:
 def _check_station_args(args: argparse.Namespace) -> None:
     check_output_path("--record", args.record)
     check_name("--name", args.name)
-    _profile(args)
-    _session_key(args.session_key)
+    profile = _profile(args)
+    if _session_key(args.session_key) is not None and not (5, 7) <= profile.version < (5, 9):
+        # Spec §3.3, §7.3: from 5.9 the key derives from the game key and the advertisement (before 5.7
+        # the packets are signed with the game key): a key given here would be ignored.
+        raise CliError(f"--session-key is for Pia 5.7/5.8 LDN, whose game supplies the key; Pia {profile.name} "
+                       "derives it from --game-key and the network's advertisement")  # fmt: skip
     _local_id(args.local_id)
 
 

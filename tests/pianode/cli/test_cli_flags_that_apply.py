@@ -83,3 +83,30 @@ def test_the_creators_network_id_is_the_meshs_and_its_joiners_get_it() -> None:
         assert "joined" in events, joined.stdout
     finally:
         kill_leftovers([host])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("ldn", "host", "--game-key", GAME_KEY, "--version", "5.18", "--session-key", "00" * 16),
+        ("ldn", "host", "--game-key", GAME_KEY, "--version", "6.32", "--session-key", "00" * 16),
+        ("ldn", "join", "--game-key", GAME_KEY, "--version", "5.29", "--session-key", "00" * 16),
+    ],
+    ids=lambda a: " ".join(a[:2] + a[4:6]),
+)
+def test_a_session_key_for_an_ldn_version_that_derives_its_own_is_refused(argv: tuple[str, ...]) -> None:
+    """5.9+ LDN keys derive from the game key and the advertisement (spec §3.3, §7.3): a given one
+    would be ignored."""
+    out = run(*argv, "--duration", "1")
+    assert out.returncode == 2, out.stdout + out.stderr
+    line = one_line(out.stderr)
+    assert "--session-key" in line and "5.7" in line, line
+
+
+@pytest.mark.parametrize("flags", [("--interval", "1"), ("--unreliable",), ("--alternate-unreliable",)])
+def test_node_flags_of_a_discovery_only_lan_host_are_refused(flags: tuple[str, ...]) -> None:
+    out = run("lan", "host", "--game-key", GAME_KEY, "--discovery-only", "--bind", loopback_block() + "2",
+              "--duration", "1", *flags)  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    line = one_line(out.stderr)
+    assert flags[0] in line and "--discovery-only" in line, line
