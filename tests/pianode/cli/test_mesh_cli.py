@@ -224,6 +224,26 @@ def test_realtime_session_defaults_to_group_packets() -> None:
     assert s["frames"]["delivered"] == s["frames"]["expected"] == 4 * 3 * 15
 
 
+@pytest.mark.parametrize(
+    ("argv", "duration", "frames_per_station"),
+    [
+        (("--rate", "1", "--duration", "3"), 3.0, 3),  # a frame a second: three of them, over three seconds
+        (("--rate", "2", "--duration", "1.5"), 1.5, 3),  # frames at 0, 0.5 and 1 s of the session
+        (("--messages", "0", "--duration", "2"), 2.0, None),  # nothing to send still lasts the duration
+        (("--messages", "1", "--duration", "1.5"), 1.5, None),
+    ],
+)
+def test_a_run_lasts_its_duration_after_the_mesh_formed(argv: tuple[str, ...], duration: float,
+                                                         frames_per_station: int | None) -> None:
+    out = pianode("mesh", "-n", "2", "--discovery", "off", *argv, "--format", "jsonl", timeout=60)
+    s = summary(out)
+    assert out.returncode == 0, out.stdout + out.stderr
+    session = s["wall_time"] - s["formation_time"]
+    assert duration <= session < duration + 3.0, s
+    if frames_per_station is not None:
+        assert s["frames"]["delivered"] == s["frames"]["expected"] == 2 * frames_per_station
+
+
 # ---------------------------------------------------------------- pianode node
 
 
