@@ -69,6 +69,7 @@ DROP_HINTS = {
     "other_version": "came in another Pia version's format (the sender was told which this mesh speaks)",
     "unconfirmed_restart": "claimed a station's restart that its old identity has not confirmed by silence",
     "oversized": "were larger than the node takes",
+    "own_address": "came from this node's own address (it sent them to itself)",
 }
 
 
@@ -110,15 +111,19 @@ def run(args: argparse.Namespace) -> int:
     relay = relay_plan(args)
     if relay is None:
         host, port = parse_bind(args.bind, "--bind")
-        check_udp_free("--bind", host, port)
     else:  # the IP is the virtual one the hub gives; the port is kept
         host, port = "127.0.0.1", parse_hostport(args.bind, 0, flag="--bind")[1]
+    join = parse_remote(args.join, "--join") if args.join else None
+    if join is not None and relay is None and join == (host, port):
+        raise CliError(f"--join {join[0]}:{join[1]} is this node's own address (--bind): give the address of the "
+                       "mesh's host")  # fmt: skip
+    if relay is None:
+        check_udp_free("--bind", host, port)
     if args.join and not args.session_key:
         raise CliError("--join needs --session-key (the creator prints it)")
     key = hex_key("--session-key", args.session_key)
     if args.create and key is None:
         key = os.urandom(16)
-    join = parse_remote(args.join, "--join") if args.join else None
     group = None
     if args.group_port is not None:
         group = ("127.255.255.255", args.group_port)

@@ -64,7 +64,8 @@ from protocols.pia.packet_fast import StreamOpener
 from protocols.pia.packet_values import LoneMessage, Packet
 from protocols.pia.versions import Proto
 
-__all__ = ["COUNTERS", "DropReason", "MeshSession", "Peer", "PeerState", "StationStats"]
+__all__ = ["COUNTERS", "DropReason", "MeshSession", "Peer", "PeerState", "StationStats", "own_address_refusal"]
+
 
 MAX_PROVISIONAL_PEERS = 64  # unknown addresses we talk to before they are members
 EVENT_QUEUE_LIMIT = 65536
@@ -189,8 +190,8 @@ class MeshSession:
         is the host's (constant id, variable id) where discovery gave them."""
         if self.membership.busy():
             raise RuntimeError("this node already created or joined a mesh")
-        if self.config.session_key is None:
-            raise ValueError("joining needs the mesh's session key")
+        if self.config.session_key is None or tuple(host) == self.local_address:
+            raise ValueError(own_address_refusal(host) if self.config.session_key else "joining needs the mesh's session key")
         if network_id is None:
             network_id = wire.network_id_for_host(self.config, host, self.rng)
         self._setup_crypto(self.config.session_key, network_id)
@@ -447,9 +448,9 @@ class MeshSession:
         if not links.addressed_to_us(packet.messages, self.membership.index):
             return
         if peer is None:
-            # Only a connection request may come from an unknown address.
-            if not packet.messages or not wire.is_connection_request(self.profile, packet.messages[0]):
-                self._tally.drop(DropReason.NOT_MEMBER)
+            own = addr == self.local_address  # never a peer; a stranger may only ask to connect
+            if own or not packet.messages or not wire.is_connection_request(self.profile, packet.messages[0]):
+                self._tally.drop(DropReason.OWN_ADDRESS if own else DropReason.NOT_MEMBER)
                 return
             if header.version != self.profile.header_version and self.profile.header_version is not None:
                 # Another version of the same header layout (6.16-6.23 / 6.25-6.26 / 6.29-6.30 differ only in
@@ -674,6 +675,11 @@ class MeshSession:
                 self._tally.drop(DropReason.UNEXPECTED)
         except DecodeError:
             self._tally.drop(DropReason.MALFORMED)
+
+
+def own_address_refusal(host: tuple[str, int]) -> str:
+    """Why a node does not join *host*, its own address: one line."""
+    return f"{host[0]}:{host[1]} is this node's own address: join the address of the mesh's host"
 
 
 def _receive_batch(session: MeshSession, batch: Sequence[tuple[bytes, tuple[str, int]]], now: float) -> None:

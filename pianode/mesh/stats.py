@@ -60,6 +60,7 @@ class DropReason(str, enum.Enum):
     OTHER_VERSION = "other_version"
     UNCONFIRMED_RESTART = "unconfirmed_restart"
     OVERSIZED = "oversized"
+    OWN_ADDRESS = "own_address"
 
 
 #: Drops decided before a datagram authenticated: noise anyone can send, so only at -vv.
@@ -85,6 +86,7 @@ EXPLAINED = {
     DropReason.OTHER_VERSION: "it is in another Pia version's format",
     DropReason.UNCONFIRMED_RESTART: "a restart its old identity has not confirmed by silence",
     DropReason.OVERSIZED: "it is larger than the node takes",
+    DropReason.OWN_ADDRESS: "it comes from this node's own address (a node is not a station of its own mesh)",
 }
 
 

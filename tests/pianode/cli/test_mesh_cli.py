@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from cli_processes import kill_leftovers, pianode, summary
+from loopback_addresses import free_port
 
 from pianode.cli.main import main
 
@@ -415,6 +416,16 @@ def test_bad_flags_exit_2_with_one_line(argv: list[str], capsys: pytest.CaptureF
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("pianode"), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("join", ["127.0.0.1:{port}", "localhost:{port}"])
+def test_node_joining_its_own_address_says_so(join: str, capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    code, err = run_main(["node", "--join", join.format(port=port), "--bind", f"127.0.0.1:{port}",
+                          "--session-key", KEY], capsys)  # fmt: skip
+    assert code == 2
+    assert err == (f"pianode node: --join 127.0.0.1:{port} is this node's own address (--bind): give the address "
+                   "of the mesh's host\n")  # fmt: skip
 
 
 def test_bad_flag_in_a_process_has_no_traceback(tmp_path: pathlib.Path) -> None:

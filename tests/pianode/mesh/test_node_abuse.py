@@ -447,3 +447,21 @@ def test_a_flood_of_replayed_connection_requests_is_bounded(version: str) -> Non
                 s.handle_timer(now)
     assert set(host.peers) == {member.local_address}
     assert len(host.table) == 2 and host.stations()[1].state == "connected"
+
+
+def test_a_connection_request_from_the_nodes_own_address_is_dropped_as_its_own() -> None:
+    """A datagram whose source is the node's own address (reflected, or the node asking itself) is not
+    a station: it is dropped and counted as ``own_address``, never answered (no "not the host")."""
+    node = MeshSession(NodeConfig(version="5.18", session_key=KEY, bind=("127.0.0.1", PORT), seed=1),
+                       ("127.0.0.1", PORT), now=0.0)  # fmt: skip
+    other = MeshSession(NodeConfig(version="5.18", session_key=KEY, bind=("127.0.0.1", PORT + 1), seed=2),
+                        ("127.0.0.1", PORT + 1), now=0.0)  # fmt: skip
+    node.join(("127.0.0.1", PORT + 2), 0.0)  # a member, not the host: what used to answer "not the host"
+    other.join(node.local_address, 0.0)
+    request = [data for data, addr in other.datagrams_to_send(0.0) if addr == node.local_address]
+    assert request
+    node.datagrams_to_send(0.0)
+    node.receive_datagram(request[0], node.local_address, 0.001)
+    assert node.statistics()["drops"] == {"own_address": 1}
+    assert node.local_address not in node.peers
+    assert [addr for _, addr in node.datagrams_to_send(0.002)] == []
