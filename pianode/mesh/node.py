@@ -315,7 +315,7 @@ class Node:
         """Send *data* to one station (reliable: in order, exactly once).
 
         Raises:
-            KeyError: no connected station has that index.
+            KeyError: no connected station has that index, or this node is leaving the mesh.
             pianode.mesh.reliable.SendBufferFull: the station's reliable window is full (back off and retry).
             pianode.mesh.reliable.MessageTooLarge: *data* exceeds the window's message size limit.
         """

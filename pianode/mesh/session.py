@@ -204,8 +204,8 @@ class MeshSession:
     # ------------------------------------------------------------------ user data
     def _connected_peer(self, index: int) -> Peer:
         peer = self.links.by_index(index)
-        if peer is None or not peer.connected:
-            raise KeyError(f"no connected station with index {index}")
+        if peer is None or not peer.connected or self.membership.leaving:
+            raise KeyError(_unreachable(index, self.membership.leaving))
         return peer
 
     def send(self, index: int, data: bytes, *, reliable: bool, now: float) -> None:
@@ -241,14 +241,14 @@ class MeshSession:
         ``(stations, datagrams)``.  Otherwise it does nothing and returns None:
         call :meth:`broadcast`.
         """
-        return self.outbox.broadcast_unreliable_now(data, now)
+        return (0, []) if self.membership.leaving else self.outbox.broadcast_unreliable_now(data, now)
 
     def send_protocol(self, index: int, proto: Proto, port: int, payload: bytes) -> None:
         """Queue one message of an application-run sub-protocol (no retransmission: the protocol does its own)."""
         self.outbox.enqueue(self._connected_peer(index), proto, port, payload)
 
     def broadcast(self, data: bytes, *, reliable: bool, now: float) -> int:
-        return self.outbox.broadcast(data, reliable=reliable, now=now)
+        return 0 if self.membership.leaving else self.outbox.broadcast(data, reliable=reliable, now=now)
 
     # ------------------------------------------------------------------ queries
     def next_event(self) -> Event | None:
@@ -450,7 +450,7 @@ class MeshSession:
         if peer is None:
             own = addr == self.local_address  # never a peer; a stranger may only ask to connect
             if own or not packet.messages or not wire.is_connection_request(self.profile, packet.messages[0]):
-                self._tally.drop(DropReason.OWN_ADDRESS if own else DropReason.NOT_MEMBER)
+                links.stranger(addr, header, self._nonce_builder, now, own=own)  # (dropped, or after a leave)
                 return
             if header.version != self.profile.header_version and self.profile.header_version is not None:
                 # Another version of the same header layout (6.16-6.23 / 6.25-6.26 / 6.29-6.30 differ only in
@@ -675,6 +675,12 @@ class MeshSession:
                 self._tally.drop(DropReason.UNEXPECTED)
         except DecodeError:
             self._tally.drop(DropReason.MALFORMED)
+
+
+def _unreachable(index: int, leaving: bool) -> str:
+    """Why application data for station *index* is refused: a leaving station sends none (it would
+    reach stations that already let it go, and keep its leave from completing)."""
+    return "this station is leaving the mesh: it sends no more data" if leaving else f"no connected station with index {index}"
 
 
 def own_address_refusal(host: tuple[str, int]) -> str:

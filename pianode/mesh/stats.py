@@ -17,6 +17,7 @@ _log = logging.getLogger("pianode.mesh")  # -v: drops of authenticated messages;
 
 #: Every counter a session keeps (``statistics()['counters']`` lists the non-zero ones).
 COUNTERS = (
+    "after_leave",
     "connect_glare_won",
     "connect_glare_yielded",
     "connections",

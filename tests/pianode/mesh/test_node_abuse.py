@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pianode.mesh.config import NodeConfig
-from pianode.mesh.events import DataReceived, Event
+from pianode.mesh.events import DataReceived, Event, StationLeft
 from pianode.sim.faults import LinkFaults
 from pianode.sim.netsim import SimulatedNetwork
 from pianode.mesh.node import Node, open_node
@@ -465,3 +465,42 @@ def test_a_connection_request_from_the_nodes_own_address_is_dropped_as_its_own()
     assert node.statistics()["drops"] == {"own_address": 1}
     assert node.local_address not in node.peers
     assert [addr for _, addr in node.datagrams_to_send(0.002)] == []
+
+
+def test_datagrams_in_flight_when_a_station_left_are_no_drops_and_later_ones_are() -> None:
+    """A station that left cleanly: what it sent before its leave but arrives after it (overtaken, or
+    slower through a relay) is discarded and counted as ``after_leave``, not as a drop of a stranger's
+    traffic; a replay of it, or anything from it after a station timeout, is still a drop."""
+    host, member, _ = member_pair("5.18")
+    in_flight = []
+    for k in range(3):
+        member.send(0, b"in flight %d" % k, reliable=False, now=2.0)
+        in_flight += [data for data, _ in member.datagrams_to_send(2.0)]
+    member.leave(2.0)
+    for data, _ in member.datagrams_to_send(2.0):
+        host.receive_datagram(data, member.local_address, 2.001)
+    assert [e.reason for e in iter(host.next_event, None) if isinstance(e, StationLeft)] == ["left"]
+    host.receive_datagram(in_flight[0], member.local_address, 2.002)
+    assert host.statistics()["drops"] == {}
+    assert host.statistics()["counters"]["after_leave"] == 1  # type: ignore[index]
+    host.receive_datagram(in_flight[0], member.local_address, 2.003)  # the same again: a replay
+    late = 2.0 + host.config.station_timeout + 0.1
+    host.receive_datagram(in_flight[1], member.local_address, late)
+    assert host.statistics()["drops"] == {"replayed": 1, "not_member": 1}
+
+
+def test_a_leaving_station_sends_no_new_data() -> None:
+    """Once it asked to leave, a station's application data would reach stations that let it go:
+    it is not sent (broadcast reaches no station, send finds none), and the leave completes."""
+    host, member, _ = member_pair("5.18")
+    member.leave(2.0)
+    assert member.broadcast(b"late", reliable=True, now=2.0) == 0
+    assert member.broadcast(b"late", reliable=False, now=2.0) == 0
+    with pytest.raises(KeyError, match="leaving"):
+        member.send(0, b"late", reliable=True, now=2.0)
+    for step in range(1, 20):
+        now = 2.0 + step * 0.001
+        for src, dst in ((member, host), (host, member)):
+            for data, _ in src.datagrams_to_send(now):
+                dst.receive_datagram(data, src.local_address, now)
+    assert member.membership.closed and host.statistics()["drops"] == {}
