@@ -569,6 +569,8 @@ class MeshRun:
                     node.broadcast_nowait(_RELIABLE.pack(b"R", src, sequence[k]), reliable=True)
                     sequence[k] += 1
                     self.result.reliable_expected += peers
+        # Reliable messages sent after the session (the host's leave) go on from each sender's sequence.
+        self._seq = {src: sequence[k] for k, (_, src, _, _) in enumerate(stations)}
         # The process's CPU time over the session's wall time: near 100 % the
         # process cannot keep up and frames queue (one core; Trio runs on one thread).
         self.result.cpu_time = time.process_time() - cpu_start

@@ -87,3 +87,15 @@ async def test_every_stream_is_warmed_up_before_the_frame_clock_starts() -> None
         for peer in node.session.peers.values():
             assert peer.sealer is not None and peer.sealer[1] is not None
             assert peer.opener is not None and peer.opener[1] is not None
+
+
+async def test_a_realtime_session_whose_host_leaves_keeps_each_senders_sequence() -> None:
+    """After the frame clock the host leaves and the rest exchange reliable messages: each sender's go on
+    from the sequence its session reached (none taken for a duplicate of one sent during the frames)."""
+    nodes = 3
+    run = MeshRun(NodeConfig(version="5.29", seed=6), nodes=nodes, base_address=loopback_block() + "50",
+                  rate=10, duration=1.0, messages=4, leave_host=True, group_fanout="broadcast")
+    result = await run.run()
+    assert not result.problems, result.problems
+    assert result.duplicates == result.out_of_order == 0
+    assert result.reliable_delivered == result.reliable_expected == nodes * (nodes - 1) + (nodes - 1) * (nodes - 2) * 2
