@@ -55,7 +55,9 @@ from pianode.cli.common import (
     render_table,
     version_arg,
 )
-from pianode.cli.relay import add_relay_arguments, relay_broadcast, relay_node_config, relay_plan, run_trio
+from pianode.cli.relay import (
+    RelayPlan, add_relay_arguments, relay_broadcast, relay_local, relay_node_config, relay_plan, run_trio,
+)  # fmt: skip
 from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
@@ -126,7 +128,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     common(b)
     b.add_argument("--timeout", default="1.0", metavar="S", help="seconds to collect replies (default 1)")
     b.add_argument("--format", default="table", help="table (default) or jsonl")
-    b.add_argument("--bind", default="127.0.0.1:0", metavar="ADDR[:PORT]", help="browser socket (default 127.0.0.1:0)")
+    b.add_argument("--bind", default=None, metavar="ADDR[:PORT]",
+                   help="browser socket (default 127.0.0.1:0; with --relay: the address the connection to the hub "
+                   "goes out from)")
     b.add_argument("--app-version", default=None, help="only sessions with this application communication version")
     b.set_defaults(handler=run_browse)
 
@@ -139,9 +143,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="stop S seconds after starting, browse included: a browse it ends fails as --timeout's "
                         "would, with the same reason (default: until Ctrl-C)")
     j.add_argument("--timeout", default="10", metavar="S", help="give up browsing after S seconds (default 10)")
-    j.add_argument("--bind", default="127.0.0.1", metavar="ADDR[:PORT]",
+    j.add_argument("--bind", default=None, metavar="ADDR[:PORT]",
                    help="the node's Pia socket; the browse goes out from ADDR too (default 127.0.0.1, port: "
-                        "first free of 49152-49155)")  # fmt: skip
+                        "first free of 49152-49155; with --relay: the port on the virtual address, and the address "
+                        "the connection to the hub goes out from)")  # fmt: skip
     j.add_argument("--name", default="pianode", help="player name (default pianode)")
     j.add_argument("--app-version", default=None, help="only sessions with this application communication version")
     mesh_flags(j)
@@ -175,11 +180,14 @@ def _game_key(args: argparse.Namespace) -> bytes:
         raise CliError(f"--game-key: {exc}") from None
 
 
-def _bind_address(text: str, flag: str = "--bind", *, relayed: bool = False) -> tuple[str, int]:
-    """IP[:PORT] of a local socket, port 0 (any free port) allowed; checked as bindable now.
-    Through a relay only the port counts: the IP is the site's virtual address."""
-    if relayed:
-        return "127.0.0.1", parse_hostport(text, 0, flag=flag)[1]
+def _bind_address(text: str | None, flag: str = "--bind", *, relay: RelayPlan | None = None) -> tuple[str, int]:
+    """IP[:PORT] of a local socket (*text* None: 127.0.0.1), port 0 (any free port) allowed; checked as
+    bindable now.  Through a relay the socket's IP is the site's virtual address (the port is kept) and
+    the IP given is where the connection to the hub goes out from (:func:`relay_local`)."""
+    if relay is not None:
+        relay_local(relay, text, flag)
+        return "127.0.0.1", parse_hostport(text or "127.0.0.1", 0, flag=flag)[1]
+    text = text or "127.0.0.1"
     host, port = parse_bind(text, flag)
     check_udp_free(flag, host, port)
     return host, port
@@ -275,6 +283,8 @@ def run_host(args: argparse.Namespace) -> int:
     max_n = _number(args.max, "max", lo=2, hi=16)
     relay = relay_plan(args)
     ip, port, bind = _host_sockets(args, profile)
+    if args.bind is not None and not args.bind.startswith("0.0.0.0"):  # (that one is the old --listen)
+        relay_local(relay, args.bind)
     duration = _duration(args)
     send_every = _number(_SEND_EVERY if args.send_every is None else args.send_every, "interval", hi=3600, integer=False)
     size = _number(args.host_address_size, "host-address-size", lo=6, hi=18)
@@ -439,7 +449,7 @@ def run_join(args: argparse.Namespace) -> int:
     broadcast = _broadcast(args, profile)
     relay = relay_plan(args)
     try:
-        config = NodeConfig(version=profile.name, bind=_bind_address(args.bind, relayed=relay is not None), name=args.name)
+        config = NodeConfig(version=profile.name, bind=_bind_address(args.bind, relay=relay), name=args.name)
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
     report = _Report(fmt, quiet=args.quiet)
@@ -730,7 +740,7 @@ def run_browse(args: argparse.Namespace) -> int:
         args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)
     broadcast = _broadcast(args, profile)
     relay = relay_plan(args)
-    bind = _bind_address(args.bind, relayed=relay is not None)
+    bind = _bind_address(args.bind, relay=relay)
     try:
         client = BrowseClient(profile, key, broadcast_ip=broadcast[0], application_version=app_version)
     except (ConfigError, ValueError) as exc:

@@ -17,7 +17,8 @@ With --relay every station is a site of its own of one relay hub (its own
 QUIC connection and virtual address; all traffic between stations crosses
 the hub), the mesh formed by hand-off: --relay HOST:PORT with --relay-ca,
 --relay-cert and --relay-key takes a running hub, --relay alone starts one
-on 127.0.0.1 for the run, with a CA made for the run.
+on 127.0.0.1 (or --bind's address) for the run, with a CA made for the run.
+With --bind IP the stations' connections to the hub go out from IP, IP+1, ...
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ if sys.version_info < (3, 11):  # pragma: no cover
 
 from pianode.cli.common import (
     CliError,
+    CliFailure,
     add_fault_arguments,
     add_network_arguments,
     network_for,
@@ -51,7 +53,7 @@ from pianode.cli.common import (
     parse_hostport,
     port_arg,
 )
-from pianode.cli.relay import OWN_HUB, add_relay_arguments, relay_plan, relay_room
+from pianode.cli.relay import OWN_HUB, add_relay_arguments, check_reaches_hub, relay_plan, relay_room
 from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
 from protocols.pia.versions import profile_for
@@ -94,9 +96,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="real-time session: game-state frames per second per station (> 0 and ≤ 240)")
     p.add_argument("--messages", type=number_arg("--messages", 0, 100000, integer=True), default=20,
                    help="reliable messages per station pair (0..100000, default 20)")
-    p.add_argument("--bind", dest="base_address", default="127.0.0.1", metavar="IP[:PORT]",
+    p.add_argument("--bind", dest="base_address", default=None, metavar="IP[:PORT]",
                    help="first node's IPv4 address (the others follow: 127.0.0.1, .2, ...) and the UDP port of "
-                   "every node (default 127.0.0.1, any free port)")
+                   "every node (default 127.0.0.1, any free port); with --relay each station's connection to the "
+                   "hub goes out from its address (and a hub of the run's own listens on the first)")
     # Old spellings, kept for one release with a deprecation note:
     p.add_argument("--base-address", dest="base_address", action=deprecated_alias("--bind IP"), help=argparse.SUPPRESS)
     p.add_argument("--port", type=port_arg("--port"), default=None, action=deprecated_alias("--bind IP:PORT"),
@@ -136,31 +139,47 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=run)
 
 
-def _relay_port(args: argparse.Namespace) -> int:
-    """Through a relay only --bind's port counts (each station's address is its site's)."""
-    text = args.base_address
+def _relay_addresses(args: argparse.Namespace, relay: dict[str, Any]) -> tuple[str | None, int]:
+    """Through a relay each station's Pia address is its site's, on --bind's port; --bind's IP (when
+    given) is where the stations' connections to the hub go out from, one address each as without a
+    relay (None: any address)."""
+    if args.base_address is None:
+        return None, args.port or 0
+    base = _base_address(args)
+    hub = relay.get("hub")
+    if hub is not None:
+        check_reaches_hub(str(base), hub, "--bind")
+    return str(base), _bind_port(args)
+
+
+def _bind_port(args: argparse.Namespace) -> int:
+    text = args.base_address or "127.0.0.1"
     port = parse_hostport(text, 0, flag="--bind")[1] if ":" in text else 0
     return args.port if args.port is not None else port
 
 
-def _addresses(args: argparse.Namespace) -> tuple[str, int]:
-    """--bind IP[:PORT] (or the old --base-address and --port): every node's address checked now."""
-    text = args.base_address
+def _base_address(args: argparse.Namespace) -> ipaddress.IPv4Address:
+    """--bind's IP (or the old --base-address): the first node's, the others' after it, checked now."""
+    text = args.base_address or "127.0.0.1"
     flag = "--bind"
-    host, port = parse_hostport(text, 0, flag=flag) if ":" in text else (text, 0)
-    if args.port is not None:
-        port = args.port
+    host = parse_hostport(text, 0, flag=flag)[0] if ":" in text else text
     base = ipaddress.IPv4Address(check_local_address(host, flag))
     if int(base) + args.nodes - 1 > int(ipaddress.IPv4Address("127.255.255.254")) and base.is_loopback:
         raise CliError(f"{flag} {base}: {args.nodes} nodes need {args.nodes} addresses from {base} on, "
                        "past the end of 127.0.0.0/8")  # fmt: skip
     if args.nodes > 1 and not base.is_loopback:
         raise CliError(f"{flag} {base}: the nodes sit on consecutive addresses, which only loopback (127.x) offers")
-    for i in range(args.nodes):
+    for i in range(1, args.nodes):
         ip = str(base + i)
-        if i:
-            check_local_address(ip, f"{flag} {base} (node {i} at {ip})")
-        check_udp_free("--bind" if args.port is None else "--port", ip, port)
+        check_local_address(ip, f"{flag} {base} (node {i} at {ip})")
+    return base
+
+
+def _addresses(args: argparse.Namespace) -> tuple[str, int]:
+    """--bind IP[:PORT] (or the old --base-address and --port): every node's address checked now."""
+    base, port = _base_address(args), _bind_port(args)
+    for i in range(args.nodes):
+        check_udp_free("--bind" if args.port is None else "--port", str(base + i), port)
     return str(base), port
 
 
@@ -186,7 +205,11 @@ def run(args: argparse.Namespace) -> int:
         if any(getattr(args, k) for k in ("loss", "dup", "reorder", "delay", "jitter", "corrupt", "truncate")):
             raise CliError("--relay: fault injection applies to loopback links, not to a relay's")
         args.processes, args.discovery = 1, "off"
-    base_address, port = _addresses(args) if relay is None else ("127.0.0.1", _relay_port(args))
+    if relay is None:
+        base_address, port = _addresses(args)
+    else:
+        local, port = _relay_addresses(args, relay)
+        base_address, relay = "127.0.0.1", {**relay, "local": local}
     check_output_path("--record", args.record)
     if args.game_key is not None:  # checked now, whether or not the run uses it
         from protocols.pia.keys import parse_game_key
@@ -292,6 +315,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = trio.run(mesh.run)
     except BaseException as exc:
+        refusal = _relay_refusal(exc) if relay is not None else None
+        if refusal is not None:  # the hub refused a station, or could not be reached: one line, exit 1
+            raise CliFailure(refusal) from None
         if not _is_interrupt(exc):
             raise
         # Ctrl-C: the summary of what happened until then, then "interrupted" and 130 (pianode.cli.main).
@@ -304,6 +330,15 @@ def run(args: argparse.Namespace) -> int:
         live.clear()
     _print_summary(result, wallclock.perf_counter() - started, fmt, args.quiet)
     return 0 if result.ok else 1
+
+
+def _relay_refusal(exc: BaseException) -> str | None:
+    """The one line of a relay refusal (a station refused, or the hub unreachable), alone or in a group."""
+    from pianode.relay.client import RelayRefused
+
+    if isinstance(exc, BaseExceptionGroup):
+        return next((line for inner in exc.exceptions if (line := _relay_refusal(inner)) is not None), None)
+    return str(exc) if isinstance(exc, RelayRefused) else None
 
 
 def _is_interrupt(exc: BaseException) -> bool:

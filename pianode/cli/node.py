@@ -43,7 +43,7 @@ from pianode.cli.common import (
     probe_udp,
     render_table,
 )
-from pianode.cli.relay import add_relay_arguments, relay_join_flags, relay_node_config, relay_plan, run_trio
+from pianode.cli.relay import add_relay_arguments, relay_join_flags, relay_local, relay_node_config, relay_plan, run_trio
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.node import JoinError, Node, open_node
@@ -69,6 +69,7 @@ DROP_HINTS = {
     "other_version": "came in another Pia version's format (the sender was told which this mesh speaks)",
     "unconfirmed_restart": "claimed a station's restart that its old identity has not confirmed by silence",
     "oversized": "were larger than the node takes",
+    "own_address": "came from this node's own address (it sent them to itself)",
 }
 
 
@@ -82,7 +83,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     role = p.add_mutually_exclusive_group(required=True)
     role.add_argument("--create", action="store_true", help="create a mesh and host it")
     role.add_argument("--join", metavar="HOST:PORT", help="join the mesh hosted at HOST:PORT")
-    p.add_argument("--bind", default="127.0.0.1", metavar="IP[:PORT]", help="local address (default 127.0.0.1, any port)")
+    p.add_argument("--bind", default=None, metavar="IP[:PORT]",
+                   help="local address (default 127.0.0.1, any port); with --relay: the port on the virtual "
+                   "address, and the address the connection to the hub goes out from")
     p.add_argument("--session-key", metavar="HEX", help="16-byte session key (required to join; random when creating)")
     add_network_arguments(p)
     p.set_defaults(network=None)  # lan, or nex for Pia 3.x/4.x, which have no LAN mode (pianode.mesh.legacy)
@@ -110,16 +113,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     relay = relay_plan(args)
     if relay is None:
-        host, port = parse_bind(args.bind, "--bind")
+        host, port = parse_bind(args.bind or "127.0.0.1", "--bind")
+    else:  # the node's IP is the virtual one the hub gives (the port is kept); --bind's, the connection's
+        host, port = "127.0.0.1", parse_hostport(args.bind or "127.0.0.1", 0, flag="--bind")[1]
+        relay_local(relay, args.bind)
+    join = parse_remote(args.join, "--join") if args.join else None
+    if join is not None and relay is None and join == (host, port):
+        raise CliError(f"--join {join[0]}:{join[1]} is this node's own address (--bind): give the address of the "
+                       "mesh's host")  # fmt: skip
+    if relay is None:
         check_udp_free("--bind", host, port)
-    else:  # the IP is the virtual one the hub gives; the port is kept
-        host, port = "127.0.0.1", parse_hostport(args.bind, 0, flag="--bind")[1]
     if args.join and not args.session_key:
         raise CliError("--join needs --session-key (the creator prints it)")
     key = hex_key("--session-key", args.session_key)
     if args.create and key is None:
         key = os.urandom(16)
-    join = parse_remote(args.join, "--join") if args.join else None
     group = None
     if args.group_port is not None:
         group = ("127.255.255.255", args.group_port)

@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 import trio
 
-from pianode.cli.common import CliError, CliFailure, Stop, number_arg, parse_hostport, parse_remote, render_table
+from pianode.cli.common import (
+    CliError, CliFailure, Stop, number_arg, parse_bind, parse_hostport, parse_remote, render_table,
+)  # fmt: skip
 from pianode.mesh.config import NodeConfig
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from pianode.relay.hub import RelayHub
     from protocols.relay_control import Welcome
 
-__all__ = ["OWN_HUB", "RelayPlan", "add_parser", "add_relay_arguments", "relay_address", "relay_broadcast", "relay_join_flags", "relay_node_config", "relay_plan", "run_trio"]
+__all__ = ["OWN_HUB", "RelayPlan", "add_parser", "add_relay_arguments", "check_reaches_hub", "relay_address", "relay_broadcast", "relay_join_flags", "relay_local", "relay_node_config", "relay_plan", "run_trio"]
 
 T = TypeVar("T")
 
@@ -243,6 +245,8 @@ class RelayPlan:
     hub: tuple[str, int]
     credentials: Credentials
     room: str
+    #: Where the site's connection to the hub goes out from: the IP of --bind, or any address.
+    local: str = "0.0.0.0"
     client: RelayClient | None = None
     welcome: Welcome | None = None
 
@@ -266,6 +270,23 @@ def relay_plan(args: argparse.Namespace) -> RelayPlan | None:
     return RelayPlan(hub, creds, room)
 
 
+def relay_local(plan: RelayPlan | None, text: str | None, flag: str = "--bind") -> None:
+    """Through a relay, the IP of --bind (*text*, when given) is where the site's connection to the hub
+    goes out from, as a node's socket does without one (its Pia address is the virtual one the hub
+    gives, its port the --bind port); checked now, one line naming *flag* when it cannot be."""
+    if plan is None or text is None:
+        return
+    ip = parse_bind(text, flag)[0]
+    check_reaches_hub(ip, plan.hub, flag)
+    plan.local = ip
+
+
+def check_reaches_hub(ip: str, hub: tuple[str, int], flag: str) -> None:
+    """A connection from *ip* can reach *hub*: a loopback address reaches only loopback."""
+    if ipaddress.IPv4Address(ip).is_loopback and not ipaddress.IPv4Address(hub[0]).is_loopback:
+        raise CliError(f"{flag} {ip}: a loopback address cannot reach the relay at {hub[0]}:{hub[1]}")
+
+
 def run_trio(plan: RelayPlan | None, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     """``trio.run(fn, *args)``; with a relay, connected first, its site the run's socket factory."""
     if plan is None:
@@ -287,7 +308,7 @@ async def _with_relay(plan: RelayPlan, fn: Callable[..., Awaitable[T]], args: tu
 
 async def _connect(plan: RelayPlan, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     client_module = _relay_modules().client
-    plan.client = client = client_module.RelayClient(plan.credentials, plan.hub, room=plan.room)
+    plan.client = client = client_module.RelayClient(plan.credentials, plan.hub, room=plan.room, bind=(plan.local, 0))
 
     async def guarded(*, task_status: trio.TaskStatus[Welcome] = trio.TASK_STATUS_IGNORED) -> None:
         try:

@@ -35,6 +35,7 @@ import itertools
 import logging
 import math
 import random
+from collections.abc import Callable
 from typing import Protocol
 
 from pianode.mesh import departure, legacy, wire
@@ -44,6 +45,7 @@ from pianode.mesh.replay import NonceReplayFilter
 from pianode.mesh.rtt import HeaderTimers
 from pianode.mesh.stats import DropReason, Tally
 from pianode.mesh.table import MeshTable
+from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
 from protocols.pia.packet_values import Packet
 from protocols.pia.versions import MessageFormat, Proto
@@ -103,6 +105,8 @@ class Links:
         self._retired_replay: collections.OrderedDict[tuple[str, int], tuple[NonceReplayFilter, float]] = (
             collections.OrderedDict()
         )
+        #: Stations that left cleanly, until when what they sent before their leave may still arrive.
+        self._left: collections.OrderedDict[tuple[str, int], float] = collections.OrderedDict()
         self._timers: list[tuple[float, int, Peer]] = []
         self._timer_seq = itertools.count()
         self._next_rtt_slot = -math.inf  # see rtt_slot
@@ -123,6 +127,7 @@ class Links:
         if self._legacy:
             peer.replay = legacy.PacketIdReplayFilter()
         retired = self._retired_replay.pop(addr, None)
+        self._left.pop(addr, None)
         if retired is not None and now < retired[1]:
             peer.replay = retired[0]
         peer.mesh_window = wire.new_window(self.profile, self.config, now)
@@ -131,7 +136,8 @@ class Links:
         self.membership_changed()
         return peer
 
-    def close(self, peer: Peer) -> None:
+    def close(self, peer: Peer, *, left: float | None = None) -> None:
+        """Forget *peer*; *left*: the time it left cleanly (its leave request), see :meth:`stranger`."""
         peer.state = PeerState.CLOSED
         peer.connected = False
         self.membership_changed()
@@ -145,6 +151,31 @@ class Links:
             self._retired_replay.move_to_end(peer.address)
             if len(self._retired_replay) > RETIRED_REPLAY_LIMIT:
                 self._retired_replay.popitem(last=False)
+            if left is not None:
+                # A station's leave request can arrive before datagrams it sent earlier (a
+                # relay's milliseconds of transit, a reordering link) and its data after
+                # it (sent before our ack reached it): one station timeout of grace.
+                self._left[peer.address] = left + self.config.station_timeout
+                self._left.move_to_end(peer.address)
+                if len(self._left) > RETIRED_REPLAY_LIMIT:
+                    self._left.popitem(last=False)
+
+    def stranger(
+        self, addr: tuple[str, int], header: PacketHeader, nonce_of: Callable[[PacketHeader, str], bytes] | None,
+        now: float, *, own: bool,
+    ) -> None:
+        """An authenticated packet, not a connection request, from an address that is no peer (*own*:
+        the node's own address): a drop, unless the station there left cleanly a moment ago and the
+        packet is new (not a replay), when it is what was in flight as it left: counted, not a drop."""
+        until = None if own else self._left.get(addr)
+        if until is None or now >= until or nonce_of is None:
+            self._tally.drop(DropReason.OWN_ADDRESS if own else DropReason.NOT_MEMBER)
+            return
+        retired = self.retired(addr, now)
+        if retired is not None and not retired.accept(nonce_of(header, addr[0])):
+            self._tally.drop(DropReason.REPLAYED)
+            return
+        self._tally.counters["after_leave"] += 1
 
     def retired(self, addr: tuple[str, int], now: float) -> NonceReplayFilter | None:
         """The replay memory of a departed peer at *addr*, while it is kept."""
@@ -155,6 +186,7 @@ class Links:
 
     def forget_retired(self, addr: tuple[str, int]) -> None:
         self._retired_replay.pop(addr, None)
+        self._left.pop(addr, None)
 
     def provisional(self, ip: str | None = None) -> int:
         """How many peers (from *ip*, or from anywhere) have no station index yet."""

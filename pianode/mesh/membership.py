@@ -503,7 +503,7 @@ class Membership:
         index = peer.index
         was_joining_host = peer.address == self.join_host and not self.joined
         step = self._unanswered_step() if was_joining_host else ""
-        self._links.close(peer)
+        self._links.close(peer, left=now if reason == departure.LEFT else None)
         if was_joining_host:
             self.fail_join(f"{step} (link ended: {reason})", now)
             return

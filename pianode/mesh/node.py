@@ -31,7 +31,7 @@ if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 from pianode.mesh.events import Event
 from pianode.mesh.group_listener import GroupListener
-from pianode.mesh.session import MeshSession, StationStats
+from pianode.mesh.session import MeshSession, StationStats, own_address_refusal
 from pianode.mesh.udp import UdpEndpoint, open_udp_endpoint
 from protocols.pia.versions import Proto
 
@@ -296,6 +296,8 @@ class Node:
                 within ``config.join_timeout``.
         """
         session = self._require_session()
+        if tuple(host) == session.local_address:
+            raise JoinError(own_address_refusal(host))
         session.join(host, trio.current_time(), network_id=network_id, host_identity=host_identity)
         self._wake()
         await self._wait_for(lambda: session.joined or session.closed, self.config.join_timeout + 1)
@@ -313,7 +315,7 @@ class Node:
         """Send *data* to one station (reliable: in order, exactly once).
 
         Raises:
-            KeyError: no connected station has that index.
+            KeyError: no connected station has that index, or this node is leaving the mesh.
             pianode.mesh.reliable.SendBufferFull: the station's reliable window is full (back off and retry).
             pianode.mesh.reliable.MessageTooLarge: *data* exceeds the window's message size limit.
         """

@@ -64,7 +64,8 @@ from protocols.pia.packet_fast import StreamOpener
 from protocols.pia.packet_values import LoneMessage, Packet
 from protocols.pia.versions import Proto
 
-__all__ = ["COUNTERS", "DropReason", "MeshSession", "Peer", "PeerState", "StationStats"]
+__all__ = ["COUNTERS", "DropReason", "MeshSession", "Peer", "PeerState", "StationStats", "own_address_refusal"]
+
 
 MAX_PROVISIONAL_PEERS = 64  # unknown addresses we talk to before they are members
 EVENT_QUEUE_LIMIT = 65536
@@ -189,8 +190,8 @@ class MeshSession:
         is the host's (constant id, variable id) where discovery gave them."""
         if self.membership.busy():
             raise RuntimeError("this node already created or joined a mesh")
-        if self.config.session_key is None:
-            raise ValueError("joining needs the mesh's session key")
+        if self.config.session_key is None or tuple(host) == self.local_address:
+            raise ValueError(own_address_refusal(host) if self.config.session_key else "joining needs the mesh's session key")
         if network_id is None:
             network_id = wire.network_id_for_host(self.config, host, self.rng)
         self._setup_crypto(self.config.session_key, network_id)
@@ -203,8 +204,8 @@ class MeshSession:
     # ------------------------------------------------------------------ user data
     def _connected_peer(self, index: int) -> Peer:
         peer = self.links.by_index(index)
-        if peer is None or not peer.connected:
-            raise KeyError(f"no connected station with index {index}")
+        if peer is None or not peer.connected or self.membership.leaving:
+            raise KeyError(_unreachable(index, self.membership.leaving))
         return peer
 
     def send(self, index: int, data: bytes, *, reliable: bool, now: float) -> None:
@@ -240,14 +241,14 @@ class MeshSession:
         ``(stations, datagrams)``.  Otherwise it does nothing and returns None:
         call :meth:`broadcast`.
         """
-        return self.outbox.broadcast_unreliable_now(data, now)
+        return (0, []) if self.membership.leaving else self.outbox.broadcast_unreliable_now(data, now)
 
     def send_protocol(self, index: int, proto: Proto, port: int, payload: bytes) -> None:
         """Queue one message of an application-run sub-protocol (no retransmission: the protocol does its own)."""
         self.outbox.enqueue(self._connected_peer(index), proto, port, payload)
 
     def broadcast(self, data: bytes, *, reliable: bool, now: float) -> int:
-        return self.outbox.broadcast(data, reliable=reliable, now=now)
+        return 0 if self.membership.leaving else self.outbox.broadcast(data, reliable=reliable, now=now)
 
     # ------------------------------------------------------------------ queries
     def next_event(self) -> Event | None:
@@ -447,9 +448,9 @@ class MeshSession:
         if not links.addressed_to_us(packet.messages, self.membership.index):
             return
         if peer is None:
-            # Only a connection request may come from an unknown address.
-            if not packet.messages or not wire.is_connection_request(self.profile, packet.messages[0]):
-                self._tally.drop(DropReason.NOT_MEMBER)
+            own = addr == self.local_address  # never a peer; a stranger may only ask to connect
+            if own or not packet.messages or not wire.is_connection_request(self.profile, packet.messages[0]):
+                links.stranger(addr, header, self._nonce_builder, now, own=own)  # (dropped, or after a leave)
                 return
             if header.version != self.profile.header_version and self.profile.header_version is not None:
                 # Another version of the same header layout (6.16-6.23 / 6.25-6.26 / 6.29-6.30 differ only in
@@ -674,6 +675,17 @@ class MeshSession:
                 self._tally.drop(DropReason.UNEXPECTED)
         except DecodeError:
             self._tally.drop(DropReason.MALFORMED)
+
+
+def _unreachable(index: int, leaving: bool) -> str:
+    """Why application data for station *index* is refused: a leaving station sends none (it would
+    reach stations that already let it go, and keep its leave from completing)."""
+    return "this station is leaving the mesh: it sends no more data" if leaving else f"no connected station with index {index}"
+
+
+def own_address_refusal(host: tuple[str, int]) -> str:
+    """Why a node does not join *host*, its own address: one line."""
+    return f"{host[0]}:{host[1]} is this node's own address: join the address of the mesh's host"
 
 
 def _receive_batch(session: MeshSession, batch: Sequence[tuple[bytes, tuple[str, int]]], now: float) -> None:

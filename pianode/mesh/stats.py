@@ -17,6 +17,7 @@ _log = logging.getLogger("pianode.mesh")  # -v: drops of authenticated messages;
 
 #: Every counter a session keeps (``statistics()['counters']`` lists the non-zero ones).
 COUNTERS = (
+    "after_leave",
     "connect_glare_won",
     "connect_glare_yielded",
     "connections",
@@ -60,6 +61,7 @@ class DropReason(str, enum.Enum):
     OTHER_VERSION = "other_version"
     UNCONFIRMED_RESTART = "unconfirmed_restart"
     OVERSIZED = "oversized"
+    OWN_ADDRESS = "own_address"
 
 
 #: Drops decided before a datagram authenticated: noise anyone can send, so only at -vv.
@@ -85,6 +87,7 @@ EXPLAINED = {
     DropReason.OTHER_VERSION: "it is in another Pia version's format",
     DropReason.UNCONFIRMED_RESTART: "a restart its old identity has not confirmed by silence",
     DropReason.OVERSIZED: "it is larger than the node takes",
+    DropReason.OWN_ADDRESS: "it comes from this node's own address (a node is not a station of its own mesh)",
 }
 
 

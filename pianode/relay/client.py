@@ -131,6 +131,8 @@ class RelayClient:
         self.conn: RelayConnection | None = None
         self.driver: QuicDriver | None = None
         self.address: str | None = None
+        #: The real address the connection to the hub goes out from (its socket's), once connected.
+        self.local_address: tuple[str, int] | None = None
         self.welcome: Welcome | None = None
         self.members: dict[str, Member] = {}
         self.connections = 0
@@ -213,6 +215,7 @@ class RelayClient:
     # ------------------------------------------------------------------ one connection
     async def _one_connection(self, task_status: trio.TaskStatus[Welcome] | None) -> str:
         self.driver = driver = QuicDriver(self.bind)
+        self.local_address = driver.address
         conn = RelayConnection(self._config, self.credentials.ca)
         self.conn = conn
         self.connections += 1

@@ -12,11 +12,16 @@ host|join --relay`` do, one site per process.
 
 Without a hub (*hub* None) the run starts its own on loopback, with a CA made
 for the run and thrown away after it, which measures the relay's cost on one
-machine; with one, every station connects with the credentials given.
+machine; with one, every station connects with the credentials given.  With
+*local* (``--bind IP``), station *i*'s connection to the hub goes out from
+``local + i``, as its socket would without a relay, and a hub of the run's own
+listens on *local*; without, the connections go out from any address and the
+hub listens on 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import tempfile
 from typing import Any
 
@@ -41,6 +46,7 @@ class RelayMeshRun(MeshRun):
         hub: tuple[str, int] | None = None,
         credentials: Credentials | None = None,
         room: str = "mesh",
+        local: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -49,7 +55,10 @@ class RelayMeshRun(MeshRun):
         self.hub = hub
         self.credentials = credentials
         self.room = room
+        self.local = None if local is None else ipaddress.IPv4Address(local)
         self.sites: list[RelayClient] = []
+        #: The hub's address, once the run reached it (the run's own: where it listens).
+        self.hub_address: tuple[str, int] | None = None
         self.result.formation = "matchmaking hand-off, through a relay hub"
 
     async def _run(self) -> None:
@@ -58,8 +67,10 @@ class RelayMeshRun(MeshRun):
                 hub, credentials = self.hub, self.credentials
                 if hub is None or credentials is None:
                     hub, credentials = await self._own_hub(nursery, scratch)
-                for _ in range(self.n):
-                    site = RelayClient(credentials, hub, room=self.room, log_line=lambda line: None)
+                self.hub_address = hub
+                for i in range(self.n):
+                    bind = ("0.0.0.0", 0) if self.local is None else (str(self.local + i), 0)
+                    site = RelayClient(credentials, hub, room=self.room, bind=bind, log_line=lambda line: None)
                     await nursery.start(site.run)
                     self.sites.append(site)
                 self.addresses = [str(site.address) for site in self.sites]
@@ -72,7 +83,7 @@ class RelayMeshRun(MeshRun):
         hub_files = issue(scratch, "hub", role="server")
         station_files = issue(scratch, "station", role="client")
         ca = f"{scratch}/ca.pem"
-        hub = RelayHub(load_credentials(ca, *hub_files), ("127.0.0.1", 0))
+        hub = RelayHub(load_credentials(ca, *hub_files), (str(self.local or "127.0.0.1"), 0))
         address: tuple[str, int] = await nursery.start(hub.serve)
         return address, load_credentials(ca, *station_files)
 

@@ -16,6 +16,7 @@ import functools
 import gc
 import ipaddress
 import logging
+import math
 import os
 import random
 import socket as stdlib_socket
@@ -465,9 +466,12 @@ class MeshRun:
             self._seq[src] = seq + count
             self.result.reliable_expected += count * len(targets)
 
+        started = trio.current_time()
         async with trio.open_nursery() as n:
             for node in nodes:
                 n.start_soon(sender, node)
+        # The exchange lasts *spread* (--duration) however few messages there are to spread over it.
+        await trio.sleep_until(started + spread)
 
     async def _wait_delivered(self, nodes: list[Node], timeout: float) -> None:
         with trio.move_on_after(timeout):
@@ -525,7 +529,9 @@ class MeshRun:
         assert self.rate
         self._seq = {}
         period = 1.0 / self.rate
-        frames = max(1, int(self.duration * self.rate))
+        # The ticks that fall within the session (--duration after the mesh formed): frames at 0,
+        # 1/rate, ... while before its end (rate 1 for 3 s: three frames; rate 2 for 1.5 s: three too).
+        frames = max(1, math.ceil(self.duration * self.rate - 1e-9))
         payload_pad = bytes(48)
         cpu_start = time.process_time()
         self.result.session_start = start - stamp_shift
@@ -563,13 +569,15 @@ class MeshRun:
                     node.broadcast_nowait(_RELIABLE.pack(b"R", src, sequence[k]), reliable=True)
                     sequence[k] += 1
                     self.result.reliable_expected += peers
-        # What follows the session (messages after a host migration) numbers on from its messages.
-        for k, (node, src, _, _) in enumerate(stations):
-            self._seq[src] = sequence[k]
+        # Reliable messages sent after the session (the host's leave) go on from each sender's sequence.
+        self._seq = {src: sequence[k] for k, (_, src, _, _) in enumerate(stations)}
         # The process's CPU time over the session's wall time: near 100 % the
         # process cannot keep up and frames queue (one core; Trio runs on one thread).
         self.result.cpu_time = time.process_time() - cpu_start
         self.result.cpu_load = self.result.cpu_time / max(1e-9, trio.current_time() - start)
+        # The session lasts its duration, not until its last tick: at a low rate the last frame
+        # goes out a period before the end (rate 1 for 3 s: the last at 2 s).
+        await trio.sleep_until(start + first + self.duration)
 
     async def _migrate(self, nodes: list[Node]) -> None:
         host = next(n for n in nodes if n.station_index == n.host_index)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from cli_processes import kill_leftovers, pianode, summary
+from loopback_addresses import free_port
 
 from pianode.cli.main import main
 
@@ -224,6 +225,26 @@ def test_realtime_session_defaults_to_group_packets() -> None:
     assert s["frames"]["delivered"] == s["frames"]["expected"] == 4 * 3 * 15
 
 
+@pytest.mark.parametrize(
+    ("argv", "duration", "frames_per_station"),
+    [
+        (("--rate", "1", "--duration", "3"), 3.0, 3),  # a frame a second: three of them, over three seconds
+        (("--rate", "2", "--duration", "1.5"), 1.5, 3),  # frames at 0, 0.5 and 1 s of the session
+        (("--messages", "0", "--duration", "2"), 2.0, None),  # nothing to send still lasts the duration
+        (("--messages", "1", "--duration", "1.5"), 1.5, None),
+    ],
+)
+def test_a_run_lasts_its_duration_after_the_mesh_formed(argv: tuple[str, ...], duration: float,
+                                                         frames_per_station: int | None) -> None:
+    out = pianode("mesh", "-n", "2", "--discovery", "off", *argv, "--format", "jsonl", timeout=60)
+    s = summary(out)
+    assert out.returncode == 0, out.stdout + out.stderr
+    session = s["wall_time"] - s["formation_time"]
+    assert duration <= session < duration + 3.0, s
+    if frames_per_station is not None:
+        assert s["frames"]["delivered"] == s["frames"]["expected"] == 2 * frames_per_station
+
+
 # ---------------------------------------------------------------- pianode node
 
 
@@ -395,6 +416,16 @@ def test_bad_flags_exit_2_with_one_line(argv: list[str], capsys: pytest.CaptureF
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("pianode"), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("join", ["127.0.0.1:{port}", "localhost:{port}"])
+def test_node_joining_its_own_address_says_so(join: str, capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    code, err = run_main(["node", "--join", join.format(port=port), "--bind", f"127.0.0.1:{port}",
+                          "--session-key", KEY], capsys)  # fmt: skip
+    assert code == 2
+    assert err == (f"pianode node: --join 127.0.0.1:{port} is this node's own address (--bind): give the address "
+                   "of the mesh's host\n")  # fmt: skip
 
 
 def test_bad_flag_in_a_process_has_no_traceback(tmp_path: pathlib.Path) -> None:

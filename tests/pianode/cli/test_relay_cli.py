@@ -196,3 +196,49 @@ async def test_mesh_through_a_running_hub_and_through_its_own(pki: Pki) -> None:
     summary = json.loads(own.stdout.decode())
     assert summary["ok"] and summary["frames"]["delivered"] == summary["frames"]["expected"] > 0
     assert summary["formation"].endswith("through a relay hub")
+
+
+async def test_mesh_and_node_through_a_hub_connect_from_the_bind_address(pki: Pki) -> None:
+    """--bind IP through a relay: each station's connection to the hub goes out from that address (the
+    stations of a mesh from IP, IP+1, ...), as their sockets do without a relay; the port stays the
+    stations' port on their virtual addresses."""
+    import json
+
+    block = loopback_block()
+    hub_addr = (block + "1", free_port())
+    hub = _hub(pki, hub_addr)
+    with trio.fail_after(90):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hub.run)
+            await until(lambda: bool(hub.lines))
+            meshed = await trio.run_process(
+                [*PIANODE, "mesh", "-n", "2", "--duration", "0.2", "--messages", "2", "--format", "jsonl",
+                 "--bind", f"{block}20:40123", *_flags(pki, "site-a", "ca", hub_addr)],
+                capture_stdout=True, capture_stderr=True, check=False)  # fmt: skip
+            noded = await trio.run_process(
+                [*PIANODE, "node", "--create", "--duration", "0.1", "--bind", f"{block}30",
+                 *_flags(pki, "site-b", "ca", hub_addr)], capture_stdout=True, capture_stderr=True, check=False)  # fmt: skip
+            await until(lambda: sum("left:" in line for line in hub.lines) >= 3)
+            hub.stop()
+    assert meshed.returncode == 0 and noded.returncode == 0, (meshed.stderr.decode(), noded.stderr.decode())
+    summary = json.loads(meshed.stdout.decode())
+    assert sorted(r["address"] for r in summary["stations"]) == ["10.77.0.1:40123", "10.77.0.2:40123"]
+    joined = [line for line in hub.lines if "joined:" in line]
+    sources = sorted(line.split(" from ")[1].split(":")[0] for line in joined)
+    assert sources == [f"{block}20", f"{block}21", f"{block}30"], hub.lines
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["mesh"], ["node", "--create"], ["lan", "browse", "--game-key", "ee182a63e216cdb1f51ad4bed8cf6508"],
+     ["lan", "join", "--game-key", "ee182a63e216cdb1f51ad4bed8cf6508"],
+     ["lan", "host", "--game-key", "ee182a63e216cdb1f51ad4bed8cf6508"]],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_a_loopback_bind_cannot_reach_a_hub_elsewhere(pki: Pki, command: list[str]) -> None:
+    done = run(*command, "--bind", "127.0.0.5", *_flags(pki, "site-a", "ca", ("192.0.2.1", 7777)))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"pianode {' '.join(command[:2 if command[0] == 'lan' else 1])}: --bind 127.0.0.5: a loopback address cannot "
+        "reach the relay at 192.0.2.1:7777"
+    ], done.stderr

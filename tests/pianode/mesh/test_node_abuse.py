@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pianode.mesh.config import NodeConfig
-from pianode.mesh.events import DataReceived, Event
+from pianode.mesh.events import DataReceived, Event, StationLeft
 from pianode.sim.faults import LinkFaults
 from pianode.sim.netsim import SimulatedNetwork
 from pianode.mesh.node import Node, open_node
@@ -447,3 +447,60 @@ def test_a_flood_of_replayed_connection_requests_is_bounded(version: str) -> Non
                 s.handle_timer(now)
     assert set(host.peers) == {member.local_address}
     assert len(host.table) == 2 and host.stations()[1].state == "connected"
+
+
+def test_a_connection_request_from_the_nodes_own_address_is_dropped_as_its_own() -> None:
+    """A datagram whose source is the node's own address (reflected, or the node asking itself) is not
+    a station: it is dropped and counted as ``own_address``, never answered (no "not the host")."""
+    node = MeshSession(NodeConfig(version="5.18", session_key=KEY, bind=("127.0.0.1", PORT), seed=1),
+                       ("127.0.0.1", PORT), now=0.0)  # fmt: skip
+    other = MeshSession(NodeConfig(version="5.18", session_key=KEY, bind=("127.0.0.1", PORT + 1), seed=2),
+                        ("127.0.0.1", PORT + 1), now=0.0)  # fmt: skip
+    node.join(("127.0.0.1", PORT + 2), 0.0)  # a member, not the host: what used to answer "not the host"
+    other.join(node.local_address, 0.0)
+    request = [data for data, addr in other.datagrams_to_send(0.0) if addr == node.local_address]
+    assert request
+    node.datagrams_to_send(0.0)
+    node.receive_datagram(request[0], node.local_address, 0.001)
+    assert node.statistics()["drops"] == {"own_address": 1}
+    assert node.local_address not in node.peers
+    assert [addr for _, addr in node.datagrams_to_send(0.002)] == []
+
+
+def test_datagrams_in_flight_when_a_station_left_are_no_drops_and_later_ones_are() -> None:
+    """A station that left cleanly: what it sent before its leave but arrives after it (overtaken, or
+    slower through a relay) is discarded and counted as ``after_leave``, not as a drop of a stranger's
+    traffic; a replay of it, or anything from it after a station timeout, is still a drop."""
+    host, member, _ = member_pair("5.18")
+    in_flight = []
+    for k in range(3):
+        member.send(0, b"in flight %d" % k, reliable=False, now=2.0)
+        in_flight += [data for data, _ in member.datagrams_to_send(2.0)]
+    member.leave(2.0)
+    for data, _ in member.datagrams_to_send(2.0):
+        host.receive_datagram(data, member.local_address, 2.001)
+    assert [e.reason for e in iter(host.next_event, None) if isinstance(e, StationLeft)] == ["left"]
+    host.receive_datagram(in_flight[0], member.local_address, 2.002)
+    assert host.statistics()["drops"] == {}
+    assert host.statistics()["counters"]["after_leave"] == 1  # type: ignore[index]
+    host.receive_datagram(in_flight[0], member.local_address, 2.003)  # the same again: a replay
+    late = 2.0 + host.config.station_timeout + 0.1
+    host.receive_datagram(in_flight[1], member.local_address, late)
+    assert host.statistics()["drops"] == {"replayed": 1, "not_member": 1}
+
+
+def test_a_leaving_station_sends_no_new_data() -> None:
+    """Once it asked to leave, a station's application data would reach stations that let it go:
+    it is not sent (broadcast reaches no station, send finds none), and the leave completes."""
+    host, member, _ = member_pair("5.18")
+    member.leave(2.0)
+    assert member.broadcast(b"late", reliable=True, now=2.0) == 0
+    assert member.broadcast(b"late", reliable=False, now=2.0) == 0
+    with pytest.raises(KeyError, match="leaving"):
+        member.send(0, b"late", reliable=True, now=2.0)
+    for step in range(1, 20):
+        now = 2.0 + step * 0.001
+        for src, dst in ((member, host), (host, member)):
+            for data, _ in src.datagrams_to_send(now):
+                dst.receive_datagram(data, src.local_address, now)
+    assert member.membership.closed and host.statistics()["drops"] == {}

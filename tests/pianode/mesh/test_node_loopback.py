@@ -214,3 +214,14 @@ async def test_event_handler_takes_batches_instead_of_the_channel() -> None:
                 if isinstance(event, Data):
                     break
         assert event.data == b"via channel"
+
+
+async def test_joining_the_nodes_own_address_says_so() -> None:
+    with trio.fail_after(10):
+        async with open_node(NodeConfig(version="5.18", session_key=KEY, bind=("127.0.0.1", 0), **FAST)) as node:  # type: ignore[arg-type]
+            with pytest.raises(JoinError, match=r"^127\.0\.0\.1:\d+ is this node's own address"):
+                await node.join(node.address)
+            # Refused before anything went out: no answer from "a host that is not one", no drop,
+            # and the node is as it was (it can still create a mesh).
+            assert node.statistics()["drops"] == {}
+            assert await node.create_mesh() == 0

@@ -47,3 +47,16 @@ async def test_a_run_without_a_hub_starts_its_own() -> None:
 def test_a_hub_needs_its_credentials(pki: Pki) -> None:
     with pytest.raises(ValueError, match="credentials"):
         RelayMeshRun(NodeConfig(version="5.18"), nodes=2, hub=("127.0.0.1", 9))
+
+
+async def test_a_run_with_a_local_address_connects_from_it_and_its_own_hub_listens_there() -> None:
+    """``pianode mesh --relay --bind IP``: station i's connection goes out from IP + i, the run's hub listens on IP."""
+    block = loopback_block()
+    with trio.fail_after(60):
+        run = RelayMeshRun(NodeConfig(version="5.18", seed=5), nodes=3, duration=0.2, messages=2, local=block + "5")
+        result = await run.run()
+    assert result.ok, result.problems
+    assert run.hub_address is not None and run.hub_address[0] == block + "5"
+    assert [site.local_address[0] for site in run.sites if site.local_address] == [block + "5", block + "6", block + "7"]
+    assert sorted(row["address"].split(":")[0] for row in result.summary()["stations"]) == [
+        "10.77.0.1", "10.77.0.2", "10.77.0.3"]  # fmt: skip

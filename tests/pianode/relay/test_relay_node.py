@@ -55,3 +55,43 @@ async def test_a_mesh_spans_two_sites_through_the_hub(pki: Pki) -> None:
                 assert [s.address for s in host.stations() if s.index == 1] == [(wb.address, 49152)]
             assert a.site.relayed_out > 0 and b.site.relayed_in > 0
             nursery.cancel_scope.cancel()
+
+
+async def test_a_clean_leave_through_the_hub_is_no_drop(pki: Pki) -> None:
+    """Both stations sending all along, through the hub (milliseconds of transit, not loopback's
+    microseconds): the guest leaves, and neither side counts a drop for the datagrams that were on
+    their way when it did; the leave completes at once, as on loopback."""
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            hub = RelayHub(pki.credentials("hub"), (loopback_block() + "1", 0))
+            await nursery.start(hub.serve)
+            a = RelayClient(pki.credentials("site-a"), hub.address)
+            b = RelayClient(pki.credentials("site-b"), hub.address)
+            wa, wb = await nursery.start(a.run), await nursery.start(b.run)
+            key = bytes(range(16))
+            ca = NodeConfig(version="5.18", bind=(wa.address, 49152), socket_factory=a.site, seed=1, session_key=key)
+            cb = NodeConfig(version="5.18", bind=(wb.address, 49152), socket_factory=b.site, seed=2, session_key=key)
+            async with open_node(ca) as host, open_node(cb) as guest:
+                await host.create_mesh()
+                await guest.join(host.address)
+                assert await host.wait_connected(1, timeout=5)
+
+                async def chatter(node) -> None:  # type: ignore[no-untyped-def]
+                    while node.session is not None and not node.session.closed:
+                        await node.broadcast(b"reliable", reliable=True)
+                        await node.broadcast(b"unreliable", reliable=False)
+                        await trio.sleep(0.002)
+
+                async with trio.open_nursery() as senders:
+                    senders.start_soon(chatter, host)
+                    senders.start_soon(chatter, guest)
+                    await trio.sleep(0.3)
+                    started = trio.current_time()
+                    await guest.leave()
+                    took = trio.current_time() - started
+                    await trio.sleep(0.5)  # what was on its way has arrived
+                    senders.cancel_scope.cancel()
+                assert [s.index for s in host.stations()] == [0]
+                assert took < 0.5, took
+                assert host.statistics()["drops"] == {}
+            nursery.cancel_scope.cancel()
