@@ -107,10 +107,18 @@ def version_arg(text: str) -> str:
 # ---------------------------------------------------------------------- addresses
 
 
-def parse_hostport(text: str, default_port: int | None = None, *, flag: str | None = None) -> tuple[str, int]:
-    """HOST:PORT (or HOST alone when there is a *default_port*)."""
+def parse_hostport(
+    text: str, default_port: int | None = None, *, flag: str | None = None, ipv6: bool = False
+) -> tuple[str, int]:
+    """HOST:PORT (or HOST alone when there is a *default_port*); with *ipv6*, also ``[ADDR]:PORT``."""
     where = f"{flag} " if flag else ""
-    host, sep, port = text.rpartition(":")
+    if ipv6 and text.startswith("[") and "]:" in text:
+        host, _, port = text[1:].partition("]:")
+        sep = ":"
+    elif not ipv6 and (text.count(":") > 1 or text.startswith("[")):  # IPv6: named whole, not split at a colon
+        raise CliError(f"{where}takes an IPv4 address (the node speaks UDP over IPv4), got {text!r}")
+    else:
+        host, sep, port = text.rpartition(":")
     if not sep:
         if default_port is None:
             raise CliError(f"{where}expected HOST:PORT, got {text!r}")

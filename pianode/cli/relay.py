@@ -159,7 +159,7 @@ def _credentials(ca: str, cert: str, key: str, flags: tuple[str, str, str], role
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    listen = parse_hostport(args.listen, flag="--listen")
+    listen = parse_hostport(args.listen, flag="--listen", ipv6=True)  # the hub's QUIC listens on IPv6 too
     creds = _credentials(args.ca, args.cert, args.key, ("--ca", "--cert", "--key"), "server")
     relay = _relay_modules()
     try:

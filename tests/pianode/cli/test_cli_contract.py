@@ -68,6 +68,11 @@ BAD_INPUT = [
     (("mesh", "--base-address", "10.0.0.1"), "10.0.0.1"),
     (("mesh", "--bind", "127.255.255.254"), "127.255.255.254"),
     (("mesh", "--bind", "0.0.0.0"), "0.0.0.0"),
+    # an IPv6 literal is named whole (not split at its last colon), where the flag takes IPv4
+    (("mesh", "--bind", "::1"), "--bind takes an IPv4 address (the node speaks UDP over IPv4), got '::1'"),
+    (("node", "--create", "--bind", "[::1]:5"), "--bind takes an IPv4 address (the node speaks UDP over IPv4), got '[::1]:5'"),
+    (("node", "--join", "fe80::1", "--session-key", KEY), "--join takes an IPv4 address"),
+    (("relay", "serve", "--listen", "[::1]:99999", "--ca", "c", "--cert", "c", "--key", "k"), "got 99999 in '[::1]:99999'"),
     (("node", "--create", "--bind", "nothost"), "nothost"),
     (("node", "--create", "--bind", "10.0.0.1"), "10.0.0.1"),
     (("prudp", "serve", "--variant", "nintendo-v1", "--host", "10.0.0.1"), "10.0.0.1"),
