@@ -94,8 +94,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="seconds of data exchange after the mesh formed (0..3600, default 2)")
     p.add_argument("--rate", type=number_arg("--rate", 0, 240, lo_open=True), default=None, metavar="HZ",
                    help="real-time session: game-state frames per second per station (> 0 and ≤ 240)")
-    p.add_argument("--messages", type=number_arg("--messages", 0, 100000, integer=True), default=20,
-                   help="reliable messages per station pair (0..100000, default 20)")
+    p.add_argument("--messages", type=number_arg("--messages", 0, 100000, integer=True), default=None,
+                   help=f"reliable messages per station pair (0..100000, default {DEFAULT_MESSAGES}; with --rate, "
+                        "one a second, and these after --leave)")
     p.add_argument("--bind", dest="base_address", default=None, metavar="IP[:PORT]",
                    help="first node's IPv4 address (the others follow: 127.0.0.1, .2, ...) and the UDP port of "
                    "every node (default 127.0.0.1, any free port); with --relay each station's connection to the "
@@ -194,6 +195,29 @@ def _relay(args: argparse.Namespace) -> dict[str, Any] | None:
     return {"room": relay_room(args)}
 
 
+#: Reliable messages per station pair of an exchange (a run without --rate) when --messages is not given.
+DEFAULT_MESSAGES = 20
+
+
+def _no_discovery_reason(
+    args: argparse.Namespace, relay: Any, network: str, refusal: str | None, processes: int
+) -> str:
+    """Why a run is formed by hand-off, not by discovery, in words."""
+    if relay is not None:
+        return "a relayed run is formed by hand-off"
+    if args.discovery == "off":
+        return "--discovery off forms it by hand-off"
+    if network in ("nex", "npln"):
+        return f"{network} sessions are matched by a game server"
+    if refusal is not None:
+        return refusal
+    if processes > 1:
+        return f"a mesh split over {processes} processes (--processes) is formed by hand-off"
+    if network == "lan":
+        return f"a LAN session lists at most 16 stations, not {args.nodes}"
+    return f"an LDN network holds at most 8 stations, not {args.nodes}"
+
+
 def run(args: argparse.Namespace) -> int:
     relay = _relay(args)
     if relay is not None:
@@ -254,6 +278,13 @@ def run(args: argparse.Namespace) -> int:
     )
     if discover and network in ("nex", "npln"):
         raise CliError(f"{network.upper()} sessions are matched by a game server: --discovery applies to lan and ldn")
+    if args.game_key is not None and not discover:
+        # The keys of LAN/LDN discovery derive from the game key; a mesh formed by hand-off never reads it.
+        raise CliError(f"--game-key is for LAN/LDN discovery, which this run does not use: "
+                       f"{_no_discovery_reason(args, relay, network, no_discovery, processes)}")  # fmt: skip
+    if args.messages is not None and args.rate and not args.leave_host:
+        raise CliError("--messages counts the exchange without --rate (and the one after --leave); with --rate each "
+                       "station sends one reliable message a second")  # fmt: skip
     if discover:
         from protocols.pia.keys import parse_game_key
 
@@ -299,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
             port=port,
             duration=args.duration,
             rate=args.rate,
-            messages=args.messages,
+            messages=DEFAULT_MESSAGES if args.messages is None else args.messages,
             record=args.record,
             faults=faults,
             leave_host=args.leave_host,

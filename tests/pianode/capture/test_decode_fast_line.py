@@ -29,7 +29,7 @@ from protocols.pia.versions import Proto, profile_for
 def _record(tmp: Path, version: str, *extra: str) -> tuple[list[Datagram], dict[str, Any]]:
     pcap = tmp / f"mesh-{version}.pcap"
     subprocess.run(
-        [sys.executable, "-m", "pianode", "mesh", "-n", "3", "--rate", "30", "--duration", "0.5", "--messages", "3",
+        [sys.executable, "-m", "pianode", "mesh", "-n", "3", "--rate", "30", "--duration", "0.5",
          "--version", version, "--seed", "7", "--record", str(pcap), "-q", *extra],
         check=True, capture_output=True, timeout=120,
     )  # fmt: skip

@@ -110,3 +110,32 @@ def test_node_flags_of_a_discovery_only_lan_host_are_refused(flags: tuple[str, .
     assert out.returncode == 2, out.stdout + out.stderr
     line = one_line(out.stderr)
     assert flags[0] in line and "--discovery-only" in line, line
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        (("--discovery", "off"), "--discovery off"),
+        (("--network", "nex"), "nex"),
+        (("-n", "20"), "16"),
+        (("--processes", "2"), "--processes"),
+    ],
+    ids=["discovery off", "nex", "more than a LAN session lists", "split over processes"],
+)
+def test_a_game_key_of_a_mesh_formed_without_discovery_is_refused(argv: tuple[str, ...], why: str) -> None:
+    """The game key is what LAN/LDN discovery derives its keys from: a run formed by hand-off never uses it."""
+    out = run("mesh", "--game-key", GAME_KEY, "--duration", "0.2", *argv)
+    assert out.returncode == 2, out.stdout + out.stderr
+    line = one_line(out.stderr)
+    assert "--game-key" in line and why in line, line
+
+
+def test_messages_of_a_realtime_session_without_a_leave_are_refused() -> None:
+    """With --rate each station sends one reliable message a second; --messages counts the exchange
+    without --rate (and the one after the host's --leave)."""
+    out = run("mesh", "-n", "2", "--rate", "10", "--duration", "0.2", "--messages", "5")
+    assert out.returncode == 2, out.stdout + out.stderr
+    line = one_line(out.stderr)
+    assert "--messages" in line and "--rate" in line, line
+    ok = run("mesh", "-n", "3", "--rate", "10", "--duration", "0.3", "--messages", "4", "--leave")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
