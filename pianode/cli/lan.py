@@ -186,8 +186,8 @@ def _bind_address(text: str | None, flag: str = "--bind", *, relay: RelayPlan | 
     the IP given is where the connection to the hub goes out from (:func:`relay_local`)."""
     if relay is not None:
         relay_local(relay, text, flag)
-        return "127.0.0.1", parse_hostport(text or "127.0.0.1", 0, flag=flag)[1]
-    text = text or "127.0.0.1"
+        return "127.0.0.1", parse_hostport("127.0.0.1" if text is None else text, 0, flag=flag)[1]
+    text = "127.0.0.1" if text is None else text  # (an empty value is refused, not the default)
     host, port = parse_bind(text, flag)
     check_udp_free(flag, host, port)
     return host, port

@@ -154,14 +154,14 @@ def _relay_addresses(args: argparse.Namespace, relay: dict[str, Any]) -> tuple[s
 
 
 def _bind_port(args: argparse.Namespace) -> int:
-    text = args.base_address or "127.0.0.1"
+    text = "127.0.0.1" if args.base_address is None else args.base_address
     port = parse_hostport(text, 0, flag="--bind")[1] if ":" in text else 0
     return args.port if args.port is not None else port
 
 
 def _base_address(args: argparse.Namespace) -> ipaddress.IPv4Address:
     """--bind's IP (or the old --base-address): the first node's, the others' after it, checked now."""
-    text = args.base_address or "127.0.0.1"
+    text = "127.0.0.1" if args.base_address is None else args.base_address
     flag = "--bind"
     host = parse_hostport(text, 0, flag=flag)[0] if ":" in text else text
     base = ipaddress.IPv4Address(check_local_address(host, flag))

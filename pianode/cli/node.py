@@ -113,9 +113,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     relay = relay_plan(args)
     if relay is None:
-        host, port = parse_bind(args.bind or "127.0.0.1", "--bind")
+        host, port = parse_bind("127.0.0.1" if args.bind is None else args.bind, "--bind")
     else:  # the node's IP is the virtual one the hub gives (the port is kept); --bind's, the connection's
-        host, port = "127.0.0.1", parse_hostport(args.bind or "127.0.0.1", 0, flag="--bind")[1]
+        host, port = "127.0.0.1", parse_hostport("127.0.0.1" if args.bind is None else args.bind, 0, flag="--bind")[1]
         relay_local(relay, args.bind)
     join = parse_remote(args.join, "--join") if args.join else None
     if join is not None and relay is None and join == (host, port):

@@ -202,10 +202,10 @@ class MeshSession:
         self.membership.leave(now)
 
     # ------------------------------------------------------------------ user data
-    def _connected_peer(self, index: int) -> Peer:
-        peer = self.links.by_index(index)
-        if peer is None or not peer.connected or self.membership.leaving:
-            raise KeyError(_unreachable(index, self.membership.leaving))
+    def _connected_peer(self, index: int, *, data: bool = True) -> Peer:
+        peer, leaving = self.links.by_index(index), data and self.membership.leaving  # (protocols still speak)
+        if peer is None or not peer.connected or leaving:
+            raise KeyError(_unreachable(index, leaving))
         return peer
 
     def send(self, index: int, data: bytes, *, reliable: bool, now: float) -> None:
@@ -245,7 +245,7 @@ class MeshSession:
 
     def send_protocol(self, index: int, proto: Proto, port: int, payload: bytes) -> None:
         """Queue one message of an application-run sub-protocol (no retransmission: the protocol does its own)."""
-        self.outbox.enqueue(self._connected_peer(index), proto, port, payload)
+        self.outbox.enqueue(self._connected_peer(index, data=False), proto, port, payload)
 
     def broadcast(self, data: bytes, *, reliable: bool, now: float) -> int:
         return 0 if self.membership.leaving else self.outbox.broadcast(data, reliable=reliable, now=now)

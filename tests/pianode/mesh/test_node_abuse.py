@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 
 import attrs
 import pytest
+
 import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
@@ -34,6 +35,7 @@ from pianode.sim.netsim import SimulatedNetwork
 from pianode.mesh.node import Node, open_node
 from pianode.mesh.session import MeshSession
 from protocols.pia.packet import Packet
+from protocols.pia.versions import Proto
 
 from node_fixtures import n_connected
 from udp_sockets import bound_udp
@@ -498,6 +500,9 @@ def test_a_leaving_station_sends_no_new_data() -> None:
     assert member.broadcast(b"late", reliable=False, now=2.0) == 0
     with pytest.raises(KeyError, match="leaving"):
         member.send(0, b"late", reliable=True, now=2.0)
+    # The protocols the node runs itself (LDN's Local protocol, a game's own sub-protocol) still speak
+    # while it leaves: only application data stops.
+    member.send_protocol(0, Proto.UNRELIABLE, 1, b"protocol")
     for step in range(1, 20):
         now = 2.0 + step * 0.001
         for src, dst in ((member, host), (host, member)):
