@@ -93,7 +93,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ldn_sub = p.add_subparsers(dest="ldn_command", metavar="SUBCOMMAND")
 
     def common(q: argparse.ArgumentParser, *, key_required: bool) -> None:
-        q.add_argument("--game-key", required=key_required, help="game key: 32 hex digits or 16 ASCII characters")
+        q.add_argument("--game-key", required=key_required, help="game key: 32 hex digits or 16 ASCII characters" + (
+            "" if key_required else "; each network's row shows the session key it derives (an advertisement cannot "
+            "show a wrong game key: ldn join finds it, by the host's packets that fail to open)"))
         q.add_argument("--version", type=version_arg, default="5.18", help="Pia version (default 5.18)")
         q.add_argument("--allow-nearest-version", action="store_true", help="use the nearest documented version")
         q.add_argument("--discovery-port", type=port_arg("--discovery-port", allow_zero=False), default=DISCOVERY_PORT,
