@@ -37,6 +37,7 @@ from pianode.cli.common import (
     probe_udp,
 )
 from pianode.prudp import Settings
+from pianode.prudp.core import IDENTIFY_PER_SECOND
 from pianode.prudp.endpoint import PrudpEndpoint
 from pianode.prudp.echo import serve_echo
 from protocols.errors import DecodeError
@@ -129,6 +130,8 @@ DROP_HINTS = {
     "bad_checksum": "had a checksum that did not verify with this --access-key",
     "bad_signature": "carried a signature that did not verify with this --access-key",
     "malformed": "could not be read as PRUDP at all (too short or garbled)",
+    "unidentified": f"could not be read with this --variant and --access-key (more than {IDENTIFY_PER_SECOND} a "
+                    "second: not tried as the other variants)",
     "no_connection": "belonged to no connection",
     "bad_session": "named another session of their connection",
     "bad_aggregate_ack": "carried an aggregate ack that could not be read",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import os
 from collections import Counter, deque
 
@@ -39,7 +40,7 @@ from protocols.prudp.packet import Flag, PacketType, PrudpPacket
 from protocols.prudp.signatures import expected_signature
 from protocols.prudp.variants import Framing
 
-__all__ = ["DROP_REASONS", "EndpointCore"]
+__all__ = ["DROP_REASONS", "IDENTIFY_PER_SECOND", "EndpointCore"]
 
 #: Why an endpoint drops a packet: statistics count each as ``dropped_<reason>`` (and a packet of another
 #: variant also under ``other_variant:<its variant names>``).  Only ``bad_checksum`` and ``bad_signature``
@@ -49,6 +50,7 @@ DROP_REASONS = (
     "bad_checksum",  # our variant, but its checksum did not verify with our access key
     "bad_signature",  # our variant, but its signature did not verify with our access key
     "malformed",  # not PRUDP of any variant
+    "unidentified",  # not PRUDP of our variant and access key; not tried as others (IDENTIFY_PER_SECOND)
     "no_connection",
     "bad_session",
     "bad_aggregate_ack",
@@ -56,6 +58,11 @@ DROP_REASONS = (
     "bad_substream",
     "beyond_window",
 )
+
+#: At most this many datagrams a second (and as many at once) that our variant cannot read are tried as
+#: every other variant (several decodes each): a flood of junk costs little more than dropping it, and a
+#: misconfigured peer, a few packets a second, is still named.  The rest count as ``unidentified``.
+IDENTIFY_PER_SECOND = 20
 
 
 class EndpointCore:
@@ -71,6 +78,8 @@ class EndpointCore:
         self._events: deque[Event] = deque()
         self._out: list[tuple[bytes, Address]] = []
         self._stats: Counter[str] = Counter()
+        self._identify_budget = float(IDENTIFY_PER_SECOND)  # a token bucket, see _may_identify
+        self._identify_at = -math.inf
 
     # ---------------------------------------------------------------- verbs
     def listen(self, port: int | None = None, stream_type: int | None = None) -> int:
@@ -148,11 +157,24 @@ class EndpointCore:
         try:
             packets = self.codec.decode(data)
         except DecodeError as exc:
+            if not self._may_identify(now):
+                self._stats["dropped_unidentified"] += 1
+                return
             heard = datagram_variants(data, self.codec.access_key, self.settings.variant)
             count_other_variant(self._stats, heard, "bad_checksum" if isinstance(exc, AuthenticationError) else "malformed")
             return
         for p in packets:
             self._dispatch(p, address, now)
+
+    def _may_identify(self, now: float) -> bool:
+        """Whether a datagram dropped at *now* may be tried as the other variants (:data:`IDENTIFY_PER_SECOND`)."""
+        elapsed = max(0.0, now - self._identify_at)
+        self._identify_at = max(now, self._identify_at)
+        self._identify_budget = min(float(IDENTIFY_PER_SECOND), self._identify_budget + elapsed * IDENTIFY_PER_SECOND)
+        if self._identify_budget < 1:
+            return False
+        self._identify_budget -= 1
+        return True
 
     def _host_signature(self, address: Address, p: PrudpPacket) -> bytes:
         msg = f"{address[0]}|{address[1]}|{p.source}|{p.destination}".encode()

@@ -509,3 +509,37 @@ def test_packets_of_another_variant_are_counted_as_such_not_as_another_access_ke
         "other_variant:" + " or ".join(v for v in VARIANTS if v != ours and (v == theirs or (
             theirs == "nintendo-v0-friends" and ours == "nintendo-v1" and v == "nintendo-v0")))]  # fmt: skip
     assert not stats.get("dropped_bad_checksum") and not stats.get("dropped_bad_signature")
+
+
+def test_a_flood_of_undecodable_datagrams_is_counted_exactly_but_only_a_few_a_second_are_identified(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Naming the variant of a dropped datagram decodes it once per other variant (several times the work of
+    dropping it): a flood of junk gets that work only for a bounded number a second, every datagram still
+    counted, and a datagram of another variant is named again once the second has passed."""
+    import random
+
+    import pianode.prudp.core as core_module
+
+    calls = 0
+    identify = core_module.datagram_variants
+
+    def counted(*args: object, **kw: object) -> tuple[str, ...]:
+        nonlocal calls
+        calls += 1
+        return identify(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(core_module, "datagram_variants", counted)
+    host = EndpointCore(make_settings("nintendo-v0", host=True))
+    host.listen()
+    rng = random.Random(7)
+    for i in range(2000):
+        host.receive_datagram(rng.randbytes(rng.randrange(1, 1400)), ("127.0.0.3", 4000 + i), 100.0 + i / 10000)
+    stats = host.statistics()
+    assert sum(v for k, v in stats.items() if k.startswith("dropped_")) == 2000  # every one counted, once
+    assert calls <= 100  # not one identification per datagram: 2000 datagrams within 0.2 s
+    v1 = PacketCodec("nintendo-v1", "12345678").encode(PrudpPacket(
+        source=0xAF, destination=0xA1, type=PacketType.SYN, flags=Flag.NEED_ACK, session_id=0, signature=bytes(16),
+        sequence_id=0, connection_signature=bytes(16), supported_functions=4, max_substream=0))  # fmt: skip
+    host.receive_datagram(v1, CLIENT, 102.0)  # the flood is a second past: the honest datagram is named
+    assert host.statistics()["other_variant:nintendo-v1"] == 1
