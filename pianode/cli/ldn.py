@@ -532,12 +532,13 @@ def network_record(net: FoundNetwork, profile: Any, game_key: bytes | None) -> d
     except (DecodeError, ConfigError) as exc:
         pia, why = None, exc
     if pia is None or (want is not None and pia.system_communication_version != want):
-        other = read_any_application_data(adv.application_data)
-        if other is None:  # pia is None here: a header of the version asked for would have been read above
+        # (else read in this version's layout: of a system communication version no other layout reads)
+        header = read_any_application_data(adv.application_data) or pia
+        if header is None:
             record["error"] = (f"{where}: its application data is not Pia {profile.name}'s ({why}), nor that of "
                                "another Pia version pianode reads")  # fmt: skip
             return record
-        _other_version(record, where, profile, other, adv.ssid)
+        _other_version(record, where, profile, header, adv.ssid)
         return record
     record["system_communication_version"] = pia.system_communication_version
     if isinstance(pia, LdnApplicationData):
@@ -570,7 +571,8 @@ def _other_version(record: dict[str, Any], where: str, profile: Any,
         hint = f"scan with --version {versions[-1]} to read it"
     else:
         which = f"a Pia {family} network (LDN system communication version {sv})"
-        hint = f"scan with a --version of Pia {family} to read it"
+        same = family == f"{profile.version[0]}.x"  # (then no version pianode documents speaks it)
+        hint = "no Pia version pianode documents speaks it" if same else f"scan with a --version of Pia {family} to read it"
     mine = f"Pia {profile.name}'s {profile.ldn_system_version}" if profile.ldn_system_version is not None else (
         f"one Pia {profile.name} reads")  # fmt: skip
     record["error"] = f"{where} is of another Pia version: {which}, not {mine}; {hint}"

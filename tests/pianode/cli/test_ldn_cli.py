@@ -331,3 +331,44 @@ def test_scan_shows_a_network_of_another_version_with_the_version_its_beacon_sta
     jsonl = _host_and_scan(hosted, "--version", asked, "--format", "jsonl")[1]
     (record,) = [r for r in _jsonl(jsonl.stdout) if r["event"] == "network"]
     assert record["system_communication_version"] == int(shown) and record["other_version"]["family"] == hosted[0] + ".x"
+
+
+def _advertise_and_scan(application_data: bytes, name: str, *scan_args: str) -> subprocess.CompletedProcess[str]:
+    """A hostile advertiser on loopback (a beacon with *application_data* and a participant *name*, sent
+    every 50 ms from a plain UDP socket) and one scan of its discovery port."""
+    import socket
+
+    from protocols.ldn_link import AdvertFrame, Advertisement, LdnParticipant, encode_frame
+
+    discovery, _ = _ports()
+    adv = Advertisement(0x0100_0000_0000_0001, bytes(range(16)), application_data, 8,
+                        (LdnParticipant("169.254.7.1", b"\x02\x00\x00\x00\x00\x01", name),))  # fmt: skip
+    frame = encode_frame(AdvertFrame(49152, 49160, adv))
+    scan = subprocess.Popen([*PIANODE, "ldn", "scan", "--discovery-port", discovery, "--timeout", "1.5", *scan_args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        while scan.poll() is None:
+            sock.sendto(frame, ("127.0.0.1", int(discovery)))
+            time.sleep(0.05)
+    out, err = scan.communicate(timeout=10)
+    return subprocess.CompletedProcess(scan.args, scan.returncode, out, err)
+
+
+@pytest.mark.parametrize("version", ["5.2", "5.7"])
+@pytest.mark.parametrize("fmt", ["table", "jsonl"])
+def test_scan_of_a_beacon_of_no_version_pianode_reads_says_so_in_one_line(version: str, fmt: str) -> None:
+    """Application data that reads as this version's layout, but of another LDN system communication version
+    and of no layout another version reads (24 bytes, header size byte 0): a row and one line, no traceback."""
+    data = (0x1234_5678).to_bytes(4, "little") + bytes(4) + bytes([9]) + bytes(15)
+    scan = _advertise_and_scan(data, "evil\x1b[2J\u202e", "--version", version, "--format", fmt)
+    assert "Traceback" not in scan.stderr, scan.stderr
+    assert scan.returncode == 0, scan.stderr
+    (note,) = scan.stderr.splitlines()
+    assert note.startswith("pianode ldn scan: 169.254.7.1's network") and "9" in note, note
+    assert "\x1b" not in scan.stdout and "\u202e" not in scan.stdout
+    if fmt == "table":
+        (row,) = [line for line in scan.stdout.splitlines() if "169.254.7.1" in line]
+        assert "0x12345678" in row, row
+    else:
+        (record,) = [r for r in _jsonl(scan.stdout) if r["event"] == "network"]
+        assert record["system_communication_version"] == 9 and "error" in record
