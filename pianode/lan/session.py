@@ -36,6 +36,7 @@ Pia 5.7-5.45 publish a LanSessionInfo; 6.16-6.30 a LanNetworkProperty on port 35
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from collections.abc import Callable, Sequence
 
@@ -334,6 +335,14 @@ async def start_lan_join(
     return await join_found(nursery, config, found, tap=tap)
 
 
+def _is_ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def no_answer(network_id: int | None, browse_timeout: float) -> str:
     """Why a join failed when its browse found nothing to join."""
     which = "a LAN session" if network_id is None else f"LAN session 0x{network_id:08x}"
@@ -354,6 +363,12 @@ async def join_found(nursery: trio.Nursery, config: NodeConfig, found: FoundSess
         why = legacy.discovery_refusal(profile, NetworkType.LAN)
         raise LanJoinError(why or f"Pia {profile.name} sessions cannot be joined (no documented LAN key source)")
     assert found.session_key is not None
+    if not _is_ipv4(info.host_ip):
+        # A reply names its host's address itself (anyone with the game key can answer a browse): the node's
+        # IPv4 socket could send it nothing, and the join would end as a silent host's.
+        where = f"[{info.host_ip}]" if ":" in info.host_ip else repr(info.host_ip)
+        raise LanJoinError(f"the session found names its host at {where}:{info.host_port}, not an IPv4 address: "
+                           "it cannot be joined")  # fmt: skip
     node = await _start_node(nursery, attrs.evolve(config, session_key=found.session_key), tap)
     if isinstance(info, LanNetworkProperty):
         # 6.x publishes no host ids (spec §6.3): the host's connection response names them.

@@ -176,3 +176,31 @@ def test_bad_flags_exit_2_with_one_line(
     assert main(["lan", *argv]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith(f"pianode lan {argv[0]}: ") and message in err
+
+
+@pytest.mark.parametrize("host_ip", ["::1", "2001:db8::1"])
+async def test_join_of_a_session_that_names_a_host_it_cannot_reach_is_one_line(host_ip: str) -> None:
+    """A browse reply (its challenge verified: the game key is no secret) naming its host at an IPv6
+    address, where the node's IPv4 socket cannot send: the join fails in one line naming that address."""
+    import attrs
+
+    from pianode.lan.discovery import LanHost, make_session_info
+    from protocols.pia.versions import profile_for
+
+    port, net = free_port(), loopback_block()
+    profile = profile_for("5.18")
+    info = make_session_info(profile, ip=net + "2")
+    info = attrs.evolve(info, host=attrs.evolve(info.host, ip=host_ip))
+    responder = LanHost(profile, bytes.fromhex(KEY), info, bind=(net + "2", port), broadcast_ip=net + "2")
+    argv = _lan("join", "--game-key", KEY, "--bind", net + "3", "--broadcast", f"{net}2:{port}", "--timeout", "5",
+                "--duration", "8")  # fmt: skip
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(responder.run)
+            result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+            nursery.cancel_scope.cancel()
+    err = result.stderr.decode()
+    assert result.returncode == 1, err
+    (line,) = err.splitlines()
+    assert line.startswith("pianode lan join: ") and "internal error" not in line, line
+    assert host_ip in line, line
