@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import pytest
 import trio
 from loopback_addresses import loopback_block
@@ -29,19 +32,27 @@ async def _received(node, count: int) -> list[tuple[int, bytes, bool]]:  # type:
     return got
 
 
+@asynccontextmanager
+async def _two_sites(pki: Pki) -> AsyncIterator[tuple[RelayClient, RelayClient, NodeConfig, NodeConfig]]:
+    """A hub on loopback and two sites of it (a, b), with a 5.18 node configuration on each site's address."""
+    async with trio.open_nursery() as nursery:
+        hub = RelayHub(pki.credentials("hub"), (loopback_block() + "1", 0))
+        await nursery.start(hub.serve)
+        a = RelayClient(pki.credentials("site-a"), hub.address)
+        b = RelayClient(pki.credentials("site-b"), hub.address)
+        wa, wb = await nursery.start(a.run), await nursery.start(b.run)
+        key = bytes(range(16))
+        ca = NodeConfig(version="5.18", bind=(wa.address, 49152), socket_factory=a.site, seed=1, session_key=key)
+        cb = NodeConfig(version="5.18", bind=(wb.address, 49152), socket_factory=b.site, seed=2, session_key=key)
+        yield a, b, ca, cb
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_mesh_spans_two_sites_through_the_hub(pki: Pki) -> None:
     with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            hub = RelayHub(pki.credentials("hub"), (loopback_block() + "1", 0))
-            await nursery.start(hub.serve)
-            a = RelayClient(pki.credentials("site-a"), hub.address)
-            b = RelayClient(pki.credentials("site-b"), hub.address)
-            wa, wb = await nursery.start(a.run), await nursery.start(b.run)
-            key = bytes(range(16))
-            ca = NodeConfig(version="5.18", bind=(wa.address, 49152), socket_factory=a.site, seed=1, session_key=key)
-            cb = NodeConfig(version="5.18", bind=(wb.address, 49152), socket_factory=b.site, seed=2, session_key=key)
+        async with _two_sites(pki) as (a, b, ca, cb):
             async with open_node(ca) as host, open_node(cb) as guest:
-                assert host.address == (wa.address, 49152)
+                assert host.address == ca.bind
                 await host.create_mesh()
                 index = await guest.join(host.address)
                 assert index == 1
@@ -52,9 +63,8 @@ async def test_a_mesh_spans_two_sites_through_the_hub(pki: Pki) -> None:
                 await host.send(1, b"unreliable to guest", reliable=False)
                 assert sorted(await _received(host, 2)) == [(1, b"reliable to host", True), (1, b"unreliable to host", False)]
                 assert sorted(await _received(guest, 2)) == [(0, b"reliable to guest", True), (0, b"unreliable to guest", False)]
-                assert [s.address for s in host.stations() if s.index == 1] == [(wb.address, 49152)]
+                assert [s.address for s in host.stations() if s.index == 1] == [cb.bind]
             assert a.site.relayed_out > 0 and b.site.relayed_in > 0
-            nursery.cancel_scope.cancel()
 
 
 async def test_a_clean_leave_through_the_hub_is_no_drop(pki: Pki) -> None:
@@ -62,15 +72,7 @@ async def test_a_clean_leave_through_the_hub_is_no_drop(pki: Pki) -> None:
     microseconds): the guest leaves, and neither side counts a drop for the datagrams that were on
     their way when it did; the leave completes at once, as on loopback."""
     with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            hub = RelayHub(pki.credentials("hub"), (loopback_block() + "1", 0))
-            await nursery.start(hub.serve)
-            a = RelayClient(pki.credentials("site-a"), hub.address)
-            b = RelayClient(pki.credentials("site-b"), hub.address)
-            wa, wb = await nursery.start(a.run), await nursery.start(b.run)
-            key = bytes(range(16))
-            ca = NodeConfig(version="5.18", bind=(wa.address, 49152), socket_factory=a.site, seed=1, session_key=key)
-            cb = NodeConfig(version="5.18", bind=(wb.address, 49152), socket_factory=b.site, seed=2, session_key=key)
+        async with _two_sites(pki) as (_, _, ca, cb):
             async with open_node(ca) as host, open_node(cb) as guest:
                 await host.create_mesh()
                 await guest.join(host.address)
@@ -94,4 +96,3 @@ async def test_a_clean_leave_through_the_hub_is_no_drop(pki: Pki) -> None:
                 assert [s.index for s in host.stations()] == [0]
                 assert took < 0.5, took
                 assert host.statistics()["drops"] == {}
-            nursery.cancel_scope.cancel()
