@@ -136,7 +136,7 @@ def _int(value: object, what: str, bits: int = 32) -> int:
 def _session_key(value: object) -> bytes:
     key = parse_key_text(value, "session_key")
     if len(key) < 16:
-        raise ConfigError(f"session_key must be 16 bytes (32 hex digits), got {len(key)}")
+        raise ConfigError(f"session_key must be 16 bytes (32 hex digits or 16 characters), got {len(key)} bytes")
     return key[:16]  # NEX keys longer than 16 bytes are cut to 16 (spec §3.1)
 
 

@@ -122,6 +122,7 @@ _SETTING_FLAGS = {
 def _flag_of_error(message: str, args: argparse.Namespace) -> str:
     """A settings error in the words of the flag that gave the value ("session_key must be ..." →
     "--session-key must be ..."); errors about the session file's own values stay as they are."""
+    message = message.replace("(allow the nearest version to use it anyway)", "(--allow-nearest-version uses the nearest anyway)")
     given = {k for k, v in vars(args).items() if v is not None}
     given |= {"macs"} if args.mac else set()
     m = re.match(r"([a-z_]+)\b", message)

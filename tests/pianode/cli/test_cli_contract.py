@@ -107,6 +107,8 @@ BAD_INPUT = [
     (("ldn", "host", "--game-key", GAME_KEY, "--record", "/nonexistent/x.pcap"), "--record /nonexistent/x.pcap"),
     (("ldn", "join", "--game-key", GAME_KEY, "--record", "/nonexistent/x.pcap"), "--record /nonexistent/x.pcap"),
     (("decode", "/nonexistent/capture.pcap"), "/nonexistent/capture.pcap"),
+    (("decode", "/dev/null", "--version", "9.9"), "(--allow-nearest-version uses the nearest anyway)"),
+    (("decode", "/dev/null", "--network", "lan", "--session-key", "zz"), "--session-key must be 16 bytes (32 hex digits or 16 characters), got 2 bytes"),
     # versions and keys
     (("mesh", "--version", ""), "--version"),
     (("node", "--create", "--version", ""), "--version"),
