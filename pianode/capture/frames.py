@@ -10,6 +10,8 @@ from __future__ import annotations
 import ipaddress
 import struct
 
+from pianode.capture.fragments import Fragment, Reassembler
+
 class _Skip(Exception):
     """A frame that carries no (complete, unfragmented) UDP datagram."""
 
@@ -167,56 +169,86 @@ def link_frame(link_type: int, frame: bytes) -> tuple[int, bytes, str, str] | No
     return etype, payload, mac, _mac(frame[0:6])
 
 
-def _ip_to_udp(etype: int, pkt: bytes) -> tuple[str, str, bytes]:
-    """Return ``(src ip, dst ip, UDP header + payload)`` or raise _Skip."""
+def _ip_to_udp(etype: int, pkt: bytes) -> tuple[str, str, bytes, int]:
+    """Return ``(src ip, dst ip, UDP header + payload as captured, the UDP length the IP header claims)``;
+    raise :class:`~pianode.capture.fragments.Fragment` for a fragment, or _Skip."""
     if etype == _ETH_IPV4:
         if len(pkt) < 20 or pkt[0] >> 4 != 4:
             raise _Skip("malformed-ipv4")
         ihl = (pkt[0] & 0x0F) * 4
         total = _u16(pkt, 2)
+        if total == 0 and len(pkt) > ihl:
+            # A total length of 0 is what a host that segments in its NIC (TSO/GSO) hands the capture before
+            # the NIC fills it in; Wireshark's IPv4 dissector then takes the captured length ("reported as 0,
+            # presumed to be because of TCP segmentation offload"), and so does this reader.
+            total = len(pkt)
         if ihl < 20 or total < ihl:
             raise _Skip("malformed-ipv4")
-        frag = _u16(pkt, 6)
-        if frag & 0x3FFF:  # a fragment offset or "more fragments": not reassembled here
-            raise _Skip("ip-fragment")
         proto = pkt[9]
         if proto != _UDP:
             raise _Skip(_IP_PROTO_NAMES.get(proto, f"ip-proto-{proto}"))
+        src, dst = _IP4_TEXT % tuple(pkt[12:16]), _IP4_TEXT % tuple(pkt[16:20])
+        frag = _u16(pkt, 6)
+        if frag & 0x3FFF:  # a fragment offset or "more fragments" (RFC 791 §3.1): reassembled by the caller
+            raise Fragment((4, pkt[12:20], proto, pkt[4:6]), (frag & 0x1FFF) * 8, bool(frag & 0x2000),
+                           pkt[ihl:total], total - ihl, proto, src, dst, False)
         # The IP total length bounds the datagram: Ethernet pads short frames.
-        return _IP4_TEXT % tuple(pkt[12:16]), _IP4_TEXT % tuple(pkt[16:20]), pkt[ihl:total]
+        return src, dst, pkt[ihl:total], total - ihl
     if etype == _ETH_IPV6:
         if len(pkt) < 40 or pkt[0] >> 4 != 6:
             raise _Skip("malformed-ipv6")
         end = 40 + _u16(pkt, 4)
-        nxt, off = pkt[6], 40
-        while nxt != _UDP:
-            if nxt in _IPV6_EXT or nxt == 51:
-                if len(pkt) < off + 2:
-                    raise _Skip("malformed-ipv6")
-                size = (pkt[off + 1] + 2) * 4 if nxt == 51 else (pkt[off + 1] + 1) * 8
-                nxt, off = pkt[off], off + size
-            elif nxt == 44:  # fragment header
-                if len(pkt) < off + 8:
-                    raise _Skip("malformed-ipv6")
-                if _u16(pkt, off + 2) & 0xFFF9:  # offset or M flag
-                    raise _Skip("ip-fragment")
-                nxt, off = pkt[off], off + 8
-            else:
-                raise _Skip(_IP_PROTO_NAMES.get(nxt, f"ip-proto-{nxt}"))
-        if off > end:
-            raise _Skip("malformed-ipv6")
-        return (
-            str(ipaddress.IPv6Address(pkt[8:24])),
-            str(ipaddress.IPv6Address(pkt[24:40])),
-            pkt[off:end],
-        )
+        src, dst = str(ipaddress.IPv6Address(pkt[8:24])), str(ipaddress.IPv6Address(pkt[24:40]))
+        off = _ipv6_to_udp(pkt, pkt[6], 40, end, src, dst)
+        return src, dst, pkt[off:end], end - off
     raise _Skip(_ETHERTYPE_NAMES.get(etype, f"ethertype-0x{etype:04x}"))
 
 
-def _frame_to_udp(link_type: int, frame: bytes) -> tuple[str, str, int, int, bytes, str | None, str | None]:
-    """Peel one frame down to UDP: ``(src, dst, sport, dport, payload, error, source MAC)``."""
+def _ipv6_to_udp(pkt: bytes, nxt: int, off: int, end: int, src: str | None, dst: str | None) -> int:
+    """Walk IPv6 extension headers (RFC 8200 §4) from *off* to the UDP header and return its offset.  A
+    fragment header raises :class:`~pianode.capture.fragments.Fragment` (*src* None: inside a reassembled
+    datagram, where no fragment header may be)."""
+    while nxt != _UDP:
+        if nxt in _IPV6_EXT or nxt == 51:
+            if len(pkt) < off + 2:
+                raise _Skip("malformed-ipv6")
+            size = (pkt[off + 1] + 2) * 4 if nxt == 51 else (pkt[off + 1] + 1) * 8
+            nxt, off = pkt[off], off + size
+        elif nxt == 44:  # fragment header
+            if len(pkt) < off + 8 or end < off + 8 or src is None or dst is None:
+                raise _Skip("malformed-ipv6")
+            field = _u16(pkt, off + 2)
+            if field & 0xFFF9:  # an offset or the M flag: a real fragment (not an atomic one)
+                raise Fragment((6, pkt[8:40], pkt[off + 4 : off + 8]), field & 0xFFF8, bool(field & 1),
+                               pkt[off + 8 : end], end - off - 8, pkt[off], src, dst, True)
+            nxt, off = pkt[off], off + 8
+        else:
+            raise _Skip(_IP_PROTO_NAMES.get(nxt, f"ip-proto-{nxt}"))
+    if off > end:
+        raise _Skip("malformed-ipv6")
+    return off
+
+
+def _frame_to_udp(
+    link_type: int, frame: bytes, fragments: Reassembler | None = None,
+) -> tuple[str, str, int, int, bytes, str | None, str | None]:
+    """Peel one frame down to UDP: ``(src, dst, sport, dport, payload, error, source MAC)``.
+
+    An IP fragment goes to *fragments*: the frame of the one that completes its datagram gives the datagram (as
+    tshark shows it), every other fragment is a skip (``ip-fragment``), as it is without a reassembler.
+    """
     etype, pkt, mac = _link_to_ip(link_type, frame)
-    src, dst, udp = _ip_to_udp(etype, pkt)
+    try:
+        src, dst, udp, claimed = _ip_to_udp(etype, pkt)
+    except Fragment as frag:
+        whole = None if fragments is None else fragments.add(frag)
+        if whole is None:
+            raise _Skip("ip-fragment") from None
+        first, udp, claimed = whole
+        src, dst = first.src, first.dst
+        if first.v6:
+            off = _ipv6_to_udp(udp, first.proto, 0, claimed, None, None)
+            udp, claimed = udp[off:], claimed - off
     if len(udp) < 8:
         raise _Skip("malformed-udp")
     sport, dport, ulen = _u16(udp, 0), _u16(udp, 2), _u16(udp, 4)
@@ -224,6 +256,10 @@ def _frame_to_udp(link_type: int, frame: bytes) -> tuple[str, str, int, int, byt
         raise _Skip("malformed-udp")
     payload = udp[8:ulen]
     error = None
-    if len(payload) < ulen - 8:
+    if ulen > claimed:
+        # The UDP length runs past its IP packet (Wireshark: "Bad length value > IP payload length"); a host
+        # drops such a datagram, so it is reported, with the bytes there are, not decoded.
+        error = f"UDP length field says {ulen - 8} payload bytes but its IP packet holds {claimed - 8}"
+    elif len(payload) < ulen - 8:
         error = f"captured only {len(payload)} of {ulen - 8} UDP payload bytes (snap length)"
     return src, dst, sport, dport, payload, error, mac

@@ -10,8 +10,8 @@ Theory of operation
   link layer (Ethernet with 802.1Q/802.1ad tags, Linux cooked SLL and SLL2, raw IP,
   BSD null/loopback, and decrypted IEEE 802.11 data frames, bare or under radiotap,
   as an LDN monitor capture has them), keeping the sender's MAC where the frame has
-  one (LDN 5.x nonces need it, spec §3.2), then IPv4 (fragments are skipped, not reassembled) or IPv6
-  (extension headers walked).  Frames that carry no UDP are *counted* by reason in
+  one (LDN 5.x nonces need it, spec §3.2), then IPv4 or IPv6 (extension headers walked); IP fragments are
+  reassembled in bounded memory (:mod:`pianode.capture.fragments`), the datagram given in its last fragment's frame.  Frames that carry no UDP are *counted* by reason in
   :class:`CaptureStats` (``tcp``, ``icmp``, ``arp``, ...) and otherwise ignored, except
   Ethernet frames of a local experimental EtherType (0x88B5/0x88B6), yielded whole
   (:attr:`Datagram.ethertype`): recordings carry the simulated LDN link's frames so.
@@ -68,6 +68,7 @@ from pianode.capture.frames import (  # _frame_to_udp and _Skip: the general pat
     _Skip,
     link_frame,
 )
+from pianode.capture.fragments import Reassembler
 
 __all__ = [
     "Capture",
@@ -314,6 +315,7 @@ class Capture:
         endpoints: dict[bytes, str] = {}
         macs: dict[bytes, str] = {}
         new = _new_datagram
+        fragments = Reassembler()  # IP fragments until their datagram is whole (bounded: capture/fragments.py)
         index = 0  # datagrams and link frames yielded
         for frame_no, link_type, t, data in frames:
             stats.frames += 1
@@ -344,7 +346,7 @@ class Capture:
                     yield new(index, data[42 : 34 + ulen], t, src, dst, frame_no, mac)
                     continue
             try:
-                src, dst, sport, dport, payload, error, mac = _frame_to_udp(link_type, data)
+                src, dst, sport, dport, payload, error, mac = _frame_to_udp(link_type, data, fragments)
             except _Skip as skip:
                 link = link_frame(link_type, data)
                 if link is None:
