@@ -4,6 +4,7 @@ Theory of operation
 -------------------
 :func:`open_capture` sniffs the first bytes of its input and picks a reader:
 
+* Any of these gzip-compressed, as tshark reads them (:mod:`pianode.capture.compressed`).
 * **pcap** (all four magics: micro/nanosecond, either byte order) and **pcapng**
   (any number of sections and interfaces, enhanced/simple/obsolete packet blocks,
   ``if_tsresol``/``if_tsoffset``).  Each frame is peeled down to UDP through its
@@ -68,6 +69,7 @@ from pianode.capture.frames import (  # _frame_to_udp and _Skip: the general pat
     _Skip,
     link_frame,
 )
+from pianode.capture.compressed import gunzip_if_compressed
 from pianode.capture.fragments import Reassembler
 
 __all__ = [
@@ -299,6 +301,16 @@ class Capture:
             self._closer = None
 
     def __iter__(self) -> Iterator[Datagram]:
+        try:
+            yield from self._datagrams()
+        except CaptureError as exc:
+            gz_problem = getattr(self._stream._raw, "problem", None)  # a gzip stream corrupt or cut short
+            raise exc if gz_problem is None else CaptureError(f"{exc} ({gz_problem})") from None
+        gz_problem = getattr(self._stream._raw, "problem", None)
+        if gz_problem is not None:
+            self.stats.problem = gz_problem if self.stats.problem is None else f"{self.stats.problem} ({gz_problem})"
+
+    def _datagrams(self) -> Iterator[Datagram]:
         if self.format == "pcap":
             frames = self._pcap_frames()
         elif self.format == "pcapng":
@@ -665,6 +677,13 @@ def open_capture(source: str | os.PathLike[str] | BinaryIO) -> Capture:
         if closer:
             closer.close()
         raise CaptureError(f"cannot read {name}: {exc.strerror or exc}") from None
+    gz = gunzip_if_compressed(head, raw)
+    if gz is not None:  # a gzip-compressed capture (tshark reads them): the capture inside, decompressed as read
+        raw, head = gz, gz.read(4)  # type: ignore[assignment]
+        if gz.problem is not None:
+            if closer:
+                closer.close()
+            raise CaptureError(f"{name}: {gz.problem}")
     stream = _Stream(raw, head, name)
     if head in _PCAP_MAGICS:
         return Capture(stream, "pcap", name, closer)
