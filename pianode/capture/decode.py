@@ -391,6 +391,8 @@ class Decoder:
 
     def _decode(self, d: Datagram) -> DecodeResult:
         if d.error is not None:
+            if d.data[:4] == MAGIC:  # a Pia datagram the capture cut short: its header still says what it was
+                return self._cut_short_pia(d)
             return self._base(d, "unknown", data=d.data.hex(), error=d.error)
         data = d.data
         if d.ethertype is not None:  # a non-IP link frame (pianode.capture.frames.LOCAL_EXPERIMENTAL_ETHERTYPES)
@@ -557,6 +559,20 @@ class Decoder:
                     note = f"the header does not fit Pia {given} ({why}); decoded as {profile.name}"
                     return attrs.evolve(self._pia_result(d, profile, True, report, keys), note=note)
         return self._pia_result(d, first[0], assumed, first[1], first[2])
+
+    def _cut_short_pia(self, d: Datagram) -> DecodeResult:
+        """The header of a Pia datagram whose end the capture lacks (as tshark still shows it), its bytes and why
+        the rest cannot be checked; no authentication is tried on a part of a packet."""
+        profiles = [self.ctx.profile] if self.ctx.profile is not None else candidate_profiles(d.data)
+        for profile in profiles:
+            report = self._codecs_for(profile)[0].inspect(d.data, self._source_ip(d.src))
+            if report.header is not None:
+                header = header_json(report.header, profile, ())
+                if profile.header_format is HeaderFormat.A:
+                    header.pop("tag", None)  # H-A's HMAC is the packet's last 16 bytes: not in the capture
+                return self._base(d, "pia", profile=profile.name, profile_assumed=self.ctx.profile is None,
+                                  header=header, data=d.data.hex(), error=d.error)
+        return self._base(d, "pia", data=d.data.hex(), error=d.error)
 
     def _inspect(self, profile: VersionProfile, data: bytes, source_ip: str) -> tuple[PacketReport, KeySet]:
         plain, keyed, keys = self._codecs_for(profile)

@@ -490,6 +490,8 @@ local E = {
                           expert.severity.WARN),
     lan = ProtoExpert.new("pia.lan.malformed", "Malformed LAN browse packet", expert.group.MALFORMED,
                           expert.severity.ERROR),
+    cut_short = ProtoExpert.new("pia.cut_short", "Packet cut short by the capture (snap length)", expert.group.MALFORMED,
+                                expert.severity.WARN),
     guessed = ProtoExpert.new("pia.version_guessed", "Pia version guessed from the header",
                               expert.group.ASSUMPTION, expert.severity.CHAT),
 }
@@ -499,7 +501,7 @@ local PE = {
     bad_checksum = ProtoExpert.new("prudp.bad_checksum", "PRUDP checksum mismatch", expert.group.CHECKSUM,
                                    expert.severity.WARN),
 }
-pia.experts = {E.malformed, E.auth_failed, E.encrypted, E.zlib, E.sub, E.lan, E.guessed}
+pia.experts = {E.malformed, E.auth_failed, E.encrypted, E.zlib, E.sub, E.lan, E.guessed, E.cut_short}
 prudp.experts = {PE.malformed, PE.bad_checksum}
 
 pia.prefs.version = Pref.string("Pia version", "auto",
@@ -548,6 +550,8 @@ local function walks(tvb, start, stop)
         local hsize, off = w[1], w[2]
         local pos = start
         while pos + hsize <= stop do
+            -- A packet the capture cut short (snap length): its messages fit as far as they were kept.
+            if pos + off + 2 > tvb:len() then return true end
             pos = pos + hsize + tvb(pos + off, 2):uint()
             if pos == stop then return true end
             pos = pos + (-(pos - start)) % 4
@@ -559,8 +563,9 @@ end
 
 -- The layout of a datagram's header ("H-A" ...) and the key of GEN.guesses, or nil.
 local function sniff_format(tvb)
-    local n = tvb:len()
-    if n < 5 or tvb(0, 4):bytes() ~= MAGIC then return nil end
+    -- The length rule is on the packet's length, which a capture cut short by its snap length still reports.
+    local n = tvb:reported_len()
+    if tvb:len() < 5 or tvb(0, 4):bytes() ~= MAGIC then return nil end
     local b4 = tvb(4, 1):uint()
     if b4 == 2 then
         if n >= 44 and (n - 28) % 16 == 0 then return "H-A", "H-A" end
@@ -955,8 +960,16 @@ end
 local function dissect_pia(tvb, pinfo, tree)
     local fmt, guess_key = sniff_format(tvb)
     local n = tvb:len()
+    local cut = n < tvb:reported_len()  -- cut short by the capture's snap length: the header is all there is
     pinfo.cols.protocol = "Pia"
     local root = tree:add(pia, tvb())
+    if fmt and n < GEN.header_sizes[fmt] then
+        root:add(F.magic, tvb(0, 4))
+        root:add_proto_expert_info(E.cut_short, string.format("the capture kept %d of the packet's %d bytes: less than a %s header",
+            n, tvb:reported_len(), fmt))
+        pinfo.cols.info = "Pia " .. fmt .. " [cut short]"
+        return n
+    end
     if not fmt then
         local b4 = n > 4 and tvb(4, 1):uint() or nil
         root:add(F.magic, tvb(0, 4))
@@ -971,7 +984,7 @@ local function dissect_pia(tvb, pinfo, tree)
     local comment = export_comment()
     local body_state = comment_value(comment, "body")
     local auth = comment_value(comment, "auth")
-    local readable = (not encrypted) or body_state == "decrypted"
+    local readable = not cut and ((not encrypted) or body_state == "decrypted")
     local footer_size = 0
     local padding = 0
     if fmt == "H-E" or fmt == "H-F" or fmt == "H-G" then footer_size = tvb(hsize - 17, 1):uint() end
@@ -1023,6 +1036,12 @@ local function dissect_pia(tvb, pinfo, tree)
         local a = root:add(F.auth, auth)
         a:set_generated()
         if auth == "failed" then a:add_proto_expert_info(E.auth_failed) end
+    end
+    if cut then
+        root:add_proto_expert_info(E.cut_short, string.format("the capture kept %d of the packet's %d bytes (snap length)",
+            n, tvb:reported_len()))
+        pinfo.cols.info = string.format("Pia %s %s [cut short] %s", version or "?", fmt, table.concat(info, " "))
+        return n
     end
     local stop = body_stop(p)
     if stop < hsize then
