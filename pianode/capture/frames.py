@@ -27,11 +27,14 @@ LINKTYPE_IPV6 = 229
 LINKTYPE_LINUX_SLL2 = 276
 LINKTYPE_IEEE802_11 = 105
 LINKTYPE_RADIOTAP = 127
+LINKTYPE_PPI = 192
 # DLT_RAW as written by some platforms' libpcap (12 on most BSDs, 14 on OpenBSD).
 _RAW_ALIASES = (12, 14)
 
 _ETH_IPV4, _ETH_IPV6, _ETH_ARP = 0x0800, 0x86DD, 0x0806
 _ETH_VLAN = (0x8100, 0x88A8, 0x9100)
+_ETH_PPPOE_SESSION = 0x8864
+_PPP_IP = {0x0021: 0x0800, 0x0057: 0x86DD}  # PPP protocol numbers of IPv4 and IPv6
 _ETHERTYPE_NAMES = {_ETH_ARP: "arp", 0x8035: "rarp", 0x88CC: "lldp", 0x888E: "eapol"}
 #: The two EtherTypes IEEE Std 802 reserves as "Local Experimental Ethertypes" (0x88B5, 0x88B6): free for any
 #: local protocol.  A real console sends its LDN advertisements as 802.11 action frames, not IP, so a recording
@@ -81,8 +84,17 @@ def _link_to_ip(link_type: int, frame: bytes) -> tuple[int, bytes, str | None]:
                 raise _Skip("short-frame")
             etype = _u16(frame, off + 2)
             off += 4
-        if etype < 0x0600:
-            raise _Skip("ieee802.3")  # a length field: LLC, not IP
+        if etype == _ETH_PPPOE_SESSION:  # RFC 2516 §4: 6-byte PPPoE header, then a 2-byte PPP protocol
+            if len(frame) < off + 8:
+                raise _Skip("short-frame")
+            ppp = _u16(frame, off + 6)
+            if ppp not in _PPP_IP:
+                raise _Skip("pppoe")
+            etype, off = _PPP_IP[ppp], off + 8
+        elif etype < 0x0600:  # a length field (IEEE 802.3): IP only under LLC/SNAP (RFC 1042)
+            if frame[off : off + 6] != b"\xaa\xaa\x03\x00\x00\x00" or len(frame) < off + 8:
+                raise _Skip("ieee802.3")
+            etype, off = _u16(frame, off + 6), off + 8
         return etype, frame[off:], _mac(frame[6:12])
     if link_type == LINKTYPE_LINUX_SLL:  # 16-byte cooked header, protocol at 14
         if len(frame) < 16:
@@ -119,6 +131,15 @@ def _link_to_ip(link_type: int, frame: bytes) -> tuple[int, bytes, str | None]:
         return _wlan_to_ip(frame[hlen:])
     if link_type == LINKTYPE_IEEE802_11:
         return _wlan_to_ip(frame)
+    if link_type == LINKTYPE_PPI:
+        # Per-Packet Information (as AirPcap and Kismet write 802.11): version 0, flags, LE u16 header length,
+        # LE u32 link type of the frame after it.
+        if len(frame) < 8 or frame[0] != 0:
+            raise _Skip("malformed-ppi")
+        hlen, inner = frame[2] | frame[3] << 8, int.from_bytes(frame[4:8], "little")
+        if hlen < 8 or hlen > len(frame) or inner == LINKTYPE_PPI:
+            raise _Skip("malformed-ppi")
+        return _link_to_ip(inner, frame[hlen:])
     raise _Skip(f"linktype-{link_type}")
 
 

@@ -8,8 +8,8 @@ Theory of operation
 * **pcap** (all four magics: micro/nanosecond, either byte order) and **pcapng**
   (any number of sections and interfaces, enhanced/simple/obsolete packet blocks,
   ``if_tsresol``/``if_tsoffset``).  Each frame is peeled down to UDP through its
-  link layer (Ethernet with 802.1Q/802.1ad tags, Linux cooked SLL and SLL2, raw IP,
-  BSD null/loopback, and decrypted IEEE 802.11 data frames, bare or under radiotap,
+  link layer (Ethernet with 802.1Q/802.1ad tags, PPPoE or LLC/SNAP, Linux cooked SLL and SLL2, raw IP,
+  BSD null/loopback, and decrypted IEEE 802.11 data frames, bare or under radiotap or PPI,
   as an LDN monitor capture has them), keeping the sender's MAC where the frame has
   one (LDN 5.x nonces need it, spec §3.2), then IPv4 or IPv6 (extension headers walked); IP fragments are
   reassembled in bounded memory (:mod:`pianode.capture.fragments`), the datagram given in its last fragment's frame.  Frames that carry no UDP are *counted* by reason in
