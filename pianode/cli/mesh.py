@@ -132,6 +132,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--no-pin-cores", dest="pin_cores", action="store_false",
                    help="let the OS move the station processes between cores (by default, when they are as many as "
                    "the cores, each keeps to a core of its own)")
+    p.add_argument("--scheduling", choices=("auto", "normal"), default=None,
+                   help="real-time session (--rate): auto (the default) has each station process ask the OS for the "
+                   "round-robin real-time class while frames go out, so that busy programs cannot delay them (root, "
+                   "CAP_SYS_NICE or 'ulimit -r 10'; the report says what the OS granted, and a process that needs "
+                   "more than 90%% of its core gives it back); normal never asks")
     p.add_argument("--game-key", default=None,
                    help="LAN/LDN discovery: game key (32 hex digits or 16 characters) the keys derive from (default random)")
     add_fault_arguments(p)
@@ -282,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
         # The keys of LAN/LDN discovery derive from the game key; a mesh formed by hand-off never reads it.
         raise CliError(f"--game-key is for LAN/LDN discovery, which this run does not use: "
                        f"{_no_discovery_reason(args, relay, network, no_discovery, processes)}")  # fmt: skip
+    if args.scheduling is not None and not args.rate:
+        raise CliError("--scheduling applies to a real-time session (--rate): without it nothing runs against a clock")
     if args.messages is not None and args.rate and not args.leave_host:
         raise CliError("--messages counts the exchange without --rate (and the one after --leave); with --rate each "
                        "station sends one reliable message a second")  # fmt: skip
@@ -338,6 +345,7 @@ def run(args: argparse.Namespace) -> int:
             freeze_gc=True,
             live=live,
             live_interval=0.5 if live.tty else PROGRESS_EVERY,
+            scheduling=args.scheduling or "auto",
         )
     except ValueError as exc:
         hint = " (--discovery off: the stations are handed the host's address)" if "LDN network has" in str(exc) else ""
@@ -417,6 +425,10 @@ def render_summary(result: MeshRunResult) -> str:
             + (f"; process CPU {f['cpu_load_pct']:.0f}% of one core" if f.get("cpu_load_pct") is not None else "")
             + (f" (sum of {s['processes']} processes)" if s.get("processes", 1) > 1 else "")
         )
+        if f.get("scheduling"):
+            from pianode.sim.scheduling import describe
+
+            lines.append(f"scheduling: {describe(f['scheduling'])}")
         if f.get("warm_up"):
             w = f["warm_up"]
             lines.append(f"warm-up: {w['heard']}/{w['sent']} streams opened before the frame clock (one message each, "

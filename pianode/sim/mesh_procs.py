@@ -64,6 +64,7 @@ import trio
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.node import JoinError, Node
 from pianode.sim.faults import LinkFaults
+from pianode.sim.scheduling import MODES
 from pianode.sim.mesh_run import (
     MeshRun,
     MeshRunResult,
@@ -128,6 +129,7 @@ class _ShareSpec:
     freeze_gc: bool
     live_interval: float | None
     wall_base: float  # time.time() - time.perf_counter() in the coordinator
+    scheduling: str  # --scheduling: each worker asks for the real-time class during the frame clock
     core: int | None = None  # the core the worker keeps to (None: any)
 
 
@@ -145,6 +147,7 @@ class _MeshShare(MeshRun):
             record="share" if spec.record else None,
             group_fanout=spec.group_fanout,
             freeze_gc=spec.freeze_gc,
+            scheduling=spec.scheduling,
         )
         self.spec = spec
         self._group_port = spec.group_port
@@ -223,7 +226,7 @@ class _MeshShare(MeshRun):
             await self._frame_clock(self._placed, self.n, start_shared + shift, stamp_shift=shift)
         r = self.result
         return {"frames_expected": r.frames_expected, "reliable_expected": r.reliable_expected,
-                "cpu_load": r.cpu_load, "session_start": r.session_start}  # fmt: skip
+                "cpu_load": r.cpu_load, "session_start": r.session_start, "scheduling": r.scheduling}  # fmt: skip
 
     async def exchange(self, count: int, spread: float) -> dict[str, Any]:
         if not hasattr(self, "_seq"):
@@ -477,6 +480,7 @@ class ProcessMeshRun:
         group_fanout: str = "unicast",
         freeze_gc: bool = False,
         pin_cores: bool = True,
+        scheduling: str = "normal",
     ) -> None:
         if not 1 <= processes <= nodes:
             raise ValueError(f"{nodes} stations can be split over 1 to {nodes} processes, not {processes}")
@@ -506,6 +510,9 @@ class ProcessMeshRun:
         self.group_fanout = group_fanout
         self.freeze_gc = freeze_gc
         self.cores = _cores_for(processes) if pin_cores else None
+        if scheduling not in MODES:
+            raise ValueError(f"scheduling must be one of {', '.join(MODES)}, got {scheduling!r}")
+        self.scheduling = scheduling
         self.result = MeshRunResult(version=config.profile.name, network=config.network.value, nodes=nodes,
                                     processes=processes)  # fmt: skip
         self.workers: list[_Worker] = []
@@ -520,6 +527,7 @@ class ProcessMeshRun:
                 port=self.port, duration=self.duration, rate=self.rate, record=self.record is not None,
                 faults=self.faults, group_fanout=self.group_fanout, group_port=group_port, freeze_gc=self.freeze_gc,
                 live_interval=self.live_interval if self.live is not None else None, wall_base=wall_base,
+                scheduling=self.scheduling,
                 core=None if self.cores is None else self.cores[k],
             )  # fmt: skip
             for k in range(self.processes)
@@ -604,6 +612,7 @@ class ProcessMeshRun:
         sent = await self._all("realtime", start)
         loads = [s["cpu_load"] for s in sent if s["cpu_load"] is not None]
         self.result.cpu_load = sum(loads) if loads else None
+        self.result.scheduling = [p for s in sent for p in s["scheduling"]]
         self.result.session_start = start
         await self._wait_delivered(10.0, sum(s["reliable_expected"] for s in sent))
         await trio.sleep(0.2)  # let the last frames land

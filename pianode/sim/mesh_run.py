@@ -31,6 +31,7 @@ import trio
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, StationJoined, StationLeft
 from pianode.sim.faults import LinkFaults
+from pianode.sim.scheduling import MODES, RealtimeClass
 from pianode.mesh.node import JoinError, Node
 
 __all__ = ["LanMeshRun", "MeshRun", "MeshRunResult", "write_record"]
@@ -137,6 +138,9 @@ class MeshRunResult:
     processes: int = 1
     #: The core each of those processes kept to, in order (None: the OS moved them as it saw fit).
     cores: list[int] | None = None
+    #: Real-time session: each station process's scheduling class while frames were sent
+    #: (:meth:`pianode.sim.scheduling.RealtimeClass.as_dict`), in process order.
+    scheduling: list[dict[str, Any]] = attrs.field(factory=list)
 
     @property
     def on_time_pct(self) -> float | None:
@@ -226,6 +230,7 @@ class MeshRunResult:
                 "on_time_target_pct": self.on_time_target_pct,
                 "late_by_second": self.late_by_second(),
                 "cpu_load_pct": None if self.cpu_load is None else 100.0 * self.cpu_load,
+                "scheduling": self.scheduling,
             }
             if self.warm_up is not None:
                 out["frames"]["warm_up"] = {"heard": self.warm_up[0], "sent": self.warm_up[1]}
@@ -253,8 +258,12 @@ class MeshRun:
         formation_timeout: float | None = None,
         group_fanout: str = "unicast",
         freeze_gc: bool = False,
+        scheduling: str = "normal",
     ) -> None:
+        if scheduling not in MODES:
+            raise ValueError(f"scheduling must be one of {', '.join(MODES)}, got {scheduling!r}")
         self.config = config
+        self.scheduling = scheduling
         self.n = nodes
         base = ipaddress.IPv4Address(base_address)
         self.addresses = [str(base + i) for i in range(nodes)]
@@ -532,7 +541,6 @@ class MeshRun:
         # The ticks that fall within the session (--duration after the mesh formed): frames at 0,
         # 1/rate, ... while before its end (rate 1 for 3 s: three frames; rate 2 for 1.5 s: three too).
         frames = max(1, math.ceil(self.duration * self.rate - 1e-9))
-        payload_pad = bytes(48)
         cpu_start = time.process_time()
         self.result.session_start = start - stamp_shift
         every = max(1, int(self.rate))
@@ -555,9 +563,42 @@ class MeshRun:
             peers = sum(1 for s in node.stations() if s.state == "connected")
             stations.append((node, src, phase, peers))
         sequence = [0] * len(stations)
+        # The real-time class while the frames go out, where the OS grants it (pianode.sim.scheduling).
+        priority = RealtimeClass(self.scheduling)
+        priority.enter(trio.current_time(), cpu_start)
+        try:
+            await self._ticks(stations, sequence, frames, start + first, period, stamp_shift, priority)
+        finally:
+            priority.leave()
+            self.result.scheduling = [priority.as_dict()]
+        # Reliable messages sent after the session (the host's leave) go on from each sender's sequence.
+        self._seq = {src: sequence[k] for k, (_, src, _, _) in enumerate(stations)}
+        # The process's CPU time over the session's wall time: near 100 % the
+        # process cannot keep up and frames queue (one core; Trio runs on one thread).
+        self.result.cpu_time = time.process_time() - cpu_start
+        self.result.cpu_load = self.result.cpu_time / max(1e-9, trio.current_time() - start)
+        # The session lasts its duration, not until its last tick: at a low rate the last frame
+        # goes out a period before the end (rate 1 for 3 s: the last at 2 s).
+        await trio.sleep_until(start + first + self.duration)
+
+    async def _ticks(
+        self,
+        stations: list[tuple[Node, int, int, int]],
+        sequence: list[int],
+        frames: int,
+        first_due: float,
+        period: float,
+        stamp_shift: float,
+        priority: RealtimeClass,
+    ) -> None:
+        """The frame clock's ticks: every station's frame (and reliable message at its phase) per tick."""
+        payload_pad = bytes(48)
+        every = max(1, int(self.rate or 1))
+        cpu = time.process_time
         for frame in range(frames):
-            due = start + first + frame * period
+            due = first_due + frame * period
             await trio.sleep_until(due)
+            priority.check(trio.current_time(), cpu())
             stamp = due - stamp_shift
             tick = frame % every
             for k, (node, src, phase, peers) in enumerate(stations):
@@ -569,15 +610,6 @@ class MeshRun:
                     node.broadcast_nowait(_RELIABLE.pack(b"R", src, sequence[k]), reliable=True)
                     sequence[k] += 1
                     self.result.reliable_expected += peers
-        # Reliable messages sent after the session (the host's leave) go on from each sender's sequence.
-        self._seq = {src: sequence[k] for k, (_, src, _, _) in enumerate(stations)}
-        # The process's CPU time over the session's wall time: near 100 % the
-        # process cannot keep up and frames queue (one core; Trio runs on one thread).
-        self.result.cpu_time = time.process_time() - cpu_start
-        self.result.cpu_load = self.result.cpu_time / max(1e-9, trio.current_time() - start)
-        # The session lasts its duration, not until its last tick: at a low rate the last frame
-        # goes out a period before the end (rate 1 for 3 s: the last at 2 s).
-        await trio.sleep_until(start + first + self.duration)
 
     async def _migrate(self, nodes: list[Node]) -> None:
         host = next(n for n in nodes if n.station_index == n.host_index)

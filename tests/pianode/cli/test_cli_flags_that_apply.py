@@ -139,3 +139,12 @@ def test_messages_of_a_realtime_session_without_a_leave_are_refused() -> None:
     assert "--messages" in line and "--rate" in line, line
     ok = run("mesh", "-n", "3", "--rate", "10", "--duration", "0.3", "--messages", "4", "--leave")
     assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+@pytest.mark.parametrize("mode", ["auto", "normal"])
+def test_scheduling_without_a_real_time_session_is_refused(mode: str) -> None:
+    out = run("mesh", "-n", "2", "--scheduling", mode, "--bind", loopback_block() + "2")
+    assert out.returncode == 2, out.stdout + out.stderr
+    line = one_line(out.stderr)
+    assert "--scheduling" in line and "--rate" in line, line
+    assert out.stdout == ""
