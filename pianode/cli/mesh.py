@@ -45,7 +45,7 @@ from pianode.cli.common import (
     add_network_arguments,
     network_for,
     check_local_address,
-    check_output_path,
+    check_record_path,
     check_udp_free,
     deprecated_alias,
     fault_injector_from_args,
@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         local, port = _relay_addresses(args, relay)
         base_address, relay = "127.0.0.1", {**relay, "local": local}
-    check_output_path("--record", args.record)
+    check_record_path("--record", args.record)
     if args.game_key is not None:  # checked now, whether or not the run uses it
         from protocols.pia.keys import parse_game_key
 
