@@ -16,6 +16,7 @@ import os
 import pathlib
 import signal
 import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -404,6 +405,15 @@ class Stop:
         self.signalled = False
         self.interrupted = False
         self._scope: trio.CancelScope | None = None
+        self._started = time.monotonic()
+        self._signalled_at: float | None = None
+
+    def listened(self, timeout: float) -> str:
+        """How long a scan or browse listened, for the line saying it heard nothing: ``within 5 s``, or
+        ``before SIGTERM stopped it after 1.5 s`` (a stop by signal is not a timeout that ran out)."""
+        if self._signalled_at is None:
+            return f"within {timeout:g} s"
+        return f"before SIGTERM stopped it after {self._signalled_at - self._started:.1f} s"
 
     @contextlib.contextmanager
     def phase(self, *, deadline: float | None = None) -> Iterator[None]:
@@ -425,6 +435,8 @@ class Stop:
                 task_status.started()
             async for signum in signals:
                 self.signalled = True
+                if self._signalled_at is None:
+                    self._signalled_at = time.monotonic()
                 self.interrupted = self.interrupted or signum == signal.SIGINT
                 if self._scope is not None:
                     self._scope.cancel()

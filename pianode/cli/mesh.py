@@ -351,10 +351,14 @@ def run(args: argparse.Namespace) -> int:
             raise CliFailure(refusal) from None
         if not _is_interrupt(exc):
             raise
-        # Ctrl-C: the summary of what happened until then, then "interrupted" and 130 (pianode.cli.main).
+        # Ctrl-C or SIGTERM: the summary of what happened until then, then "interrupted" and 130 or
+        # "terminated" and 143 (pianode.cli.interrupt).
+        from pianode.cli.interrupt import words
+
         live.clear()
         result = mesh.result
-        result.problems.append("interrupted (Ctrl-C): the figures are those until then")
+        line, signal_name, _ = words()
+        result.problems.append(f"{line} ({signal_name}): the figures are those until then")
         _print_summary(result, wallclock.perf_counter() - started, fmt, args.quiet)
         raise
     finally:
