@@ -171,12 +171,18 @@ def check_local_address(text: str, flag: str, *, allow_any: bool = False) -> str
     return str(ip)
 
 
-def check_udp_free(flag: str, ip: str, port: int) -> None:
-    """Fail now, naming *flag*, if UDP *ip*:*port* cannot be bound (port 0 always can)."""
+def check_udp_free(flag: str, ip: str, port: int, *, shared: bool = False) -> None:
+    """Fail now, naming *flag*, if UDP *ip*:*port* (IPv4, or IPv6 with a colon) cannot be bound (port 0 always
+    can).  *shared*: the socket will be bound with SO_REUSEADDR and SO_REUSEPORT (a LAN browse listener),
+    so only a holder that does not share it makes it busy."""
     if port == 0:
         return
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
+            if shared:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if hasattr(socket, "SO_REUSEPORT"):
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             s.bind((ip, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:

@@ -253,6 +253,7 @@ def _host_sockets(args: argparse.Namespace, profile: VersionProfile) -> tuple[st
     if listen_text is not None:
         listen = parse_hostport(listen_text, browse_port(profile), flag="--listen")
         check_local_address(listen[0], "--listen", allow_any=True)
+        check_udp_free("--listen", *listen, shared=True)
     else:
         listen = ("0.0.0.0", browse_port(profile))
     return ip, port, listen
