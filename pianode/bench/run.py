@@ -221,7 +221,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     report = run_benchmark(budget, args.sections, progress=progress)
     print(report.table())
     if args.json:
-        with open(args.json, "w") as f:
+        from pianode.capture.output import output_file
+
+        with output_file(args.json, "w") as f:  # whole or not at all
             json.dump(report.as_dict(), f, indent=2, sort_keys=True, default=str)
             f.write("\n")
     return 0 if report.ok else 1

@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from pianode.capture.output import output_file
 from pianode.capture.pcap import PcapWriter
 from pianode.capture.session_file import session_path_for
 from protocols.ldn_link import MAGIC as LDN_LINK_MAGIC
@@ -45,7 +46,10 @@ def write_recording(pcap_path: str, records: Iterable[Record], session: dict[str
     """Write the records to *pcap_path* and *session* to the session file beside it; returns the summary's
     ``record`` entry (paths, ``datagrams``: UDP datagrams written, ``link_frames``: LDN link frames written)."""
     datagrams = link_frames = 0
-    with open(pcap_path, "wb") as f:
+    session_path = session_path_for(pcap_path)
+    # Both files whole or neither (pianode.capture.output): the session file is renamed into place inside
+    # the pcap's block, so a failure of either leaves no new pcap.
+    with output_file(pcap_path, "wb") as f:
         writer = PcapWriter(f)
         for data, src, dst, now in records:
             if data[:4] == LDN_LINK_MAGIC:
@@ -54,8 +58,8 @@ def write_recording(pcap_path: str, records: Iterable[Record], session: dict[str
             else:
                 writer.write_udp(data, src, dst, now)
                 datagrams += 1
-    session_path = session_path_for(pcap_path)
-    with open(session_path, "w", encoding="utf-8") as f:
-        json.dump(session, f, indent=2, sort_keys=True)
-        f.write("\n")
+        f.flush()
+        with output_file(session_path, "w", encoding="utf-8") as g:
+            json.dump(session, g, indent=2, sort_keys=True)
+            g.write("\n")
     return {"pcap": pcap_path, "session": session_path, "datagrams": datagrams, "link_frames": link_frames}

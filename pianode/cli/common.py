@@ -16,6 +16,7 @@ import os
 import pathlib
 import signal
 import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # imported where used: `pianode --help` and `pianode decode` 
 
 __all__ = [
     "CliError", "CliFailure", "Stop", "add_fault_arguments", "add_network_arguments", "check_local_address", "network_for",
-    "check_input_file", "check_name", "check_output_dir", "check_output_path", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
+    "check_input_file", "check_name", "check_output_dir", "check_output_path", "check_record_path", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
     "parse_bind", "parse_hostport", "parse_remote", "port_arg", "check_number", "version_arg",
 ]  # fmt: skip
 
@@ -170,12 +171,18 @@ def check_local_address(text: str, flag: str, *, allow_any: bool = False) -> str
     return str(ip)
 
 
-def check_udp_free(flag: str, ip: str, port: int) -> None:
-    """Fail now, naming *flag*, if UDP *ip*:*port* cannot be bound (port 0 always can)."""
+def check_udp_free(flag: str, ip: str, port: int, *, shared: bool = False) -> None:
+    """Fail now, naming *flag*, if UDP *ip*:*port* (IPv4, or IPv6 with a colon) cannot be bound (port 0 always
+    can).  *shared*: the socket will be bound with SO_REUSEADDR and SO_REUSEPORT (a LAN browse listener),
+    so only a holder that does not share it makes it busy."""
     if port == 0:
         return
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
+            if shared:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if hasattr(socket, "SO_REUSEPORT"):
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             s.bind((ip, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
@@ -187,16 +194,32 @@ def check_udp_free(flag: str, ip: str, port: int) -> None:
             raise CliError(f"{flag}: UDP port {port} on {ip} {why}") from None
 
 
-def check_output_path(flag: str, path: str | None, *, reads: tuple[tuple[str, str | None], ...] = ()) -> None:
+def check_output_path(
+    flag: str, path: str | None, *, reads: tuple[tuple[str, str | None], ...] = (), stdout: bool = False
+) -> None:
     """A file to write at the end of a run: its directory must exist and be writable now, and it must
-    not be one of the files the run *reads* (``(what, path)`` pairs): writing it would destroy them."""
+    not be one of the files the run *reads* (``(what, path)`` pairs): writing it would destroy them.
+    ``-`` is standard output where the flag takes it (*stdout*), else refused (it would make a file
+    named ``-``).  A device or FIFO (``/dev/null``) is written into as it is
+    (:func:`pianode.capture.output.output_file`), so it is only checked for permission, never opened
+    now: opening a FIFO waits for its reader."""
     if path is None:
         return
     if not path:
         raise CliError(f"{flag} needs a file name")
+    if path == "-":
+        if stdout:
+            return
+        raise CliError(f"{flag} -: {flag} writes a file, not standard output: give a file name (./- for a file named -)")
     p = pathlib.Path(path)
     if p.is_dir():
         raise CliError(f"{flag} {path}: is a directory")
+    from pianode.capture.output import is_special
+
+    if is_special(p):
+        if not os.access(p, os.W_OK):
+            raise CliError(f"{flag} {path}: not writable")
+        return
     for what, source in reads:
         if source and source != "-" and p.exists() and os.path.exists(source) and os.path.samefile(p, source):
             raise CliError(f"{flag} {path}: that is the {what} being read; writing it would destroy it")
@@ -216,6 +239,15 @@ def check_output_path(flag: str, path: str | None, *, reads: tuple[tuple[str, st
     if not existed:
         with contextlib.suppress(OSError):
             p.unlink()
+
+
+def check_record_path(flag: str, path: str | None) -> None:
+    """``--record FILE.pcap``: the pcap and the ``FILE.session.json`` written beside it must both be writable now."""
+    check_output_path(flag, path)
+    if path is not None:
+        from pianode.capture.session_file import session_path_for
+
+        check_output_path(f"{flag} (its session file)", session_path_for(path))
 
 
 def check_input_file(flag: str, path: str | None) -> None:
@@ -379,6 +411,15 @@ class Stop:
         self.signalled = False
         self.interrupted = False
         self._scope: trio.CancelScope | None = None
+        self._started = time.monotonic()
+        self._signalled_at: float | None = None
+
+    def listened(self, timeout: float) -> str:
+        """How long a scan or browse listened, for the line saying it heard nothing: ``within 5 s``, or
+        ``before SIGTERM stopped it after 1.5 s`` (a stop by signal is not a timeout that ran out)."""
+        if self._signalled_at is None:
+            return f"within {timeout:g} s"
+        return f"before SIGTERM stopped it after {self._signalled_at - self._started:.1f} s"
 
     @contextlib.contextmanager
     def phase(self, *, deadline: float | None = None) -> Iterator[None]:
@@ -400,6 +441,8 @@ class Stop:
                 task_status.started()
             async for signum in signals:
                 self.signalled = True
+                if self._signalled_at is None:
+                    self._signalled_at = time.monotonic()
                 self.interrupted = self.interrupted or signum == signal.SIGINT
                 if self._scope is not None:
                     self._scope.cancel()

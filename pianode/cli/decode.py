@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--flows", action="store_true",
                    help="print one summary per Pia flow (connection and packet id progression) instead of datagrams")
     p.add_argument("--decrypted-pcap", metavar="OUT.pcapng",
-                   help="instead of printing, write every datagram with Pia bodies decrypted, for Wireshark with"
+                   help="instead of printing, write every datagram with Pia bodies decrypted (- for standard output), for Wireshark with"
                         " pianode's dissector (pianode wireshark path)")
     g = p.add_argument_group("session settings (override --session)")
     g.add_argument("--version", metavar="X.Y", help='Pia version, e.g. 5.18 (default: detect per datagram)')
@@ -145,8 +145,7 @@ def run(args: argparse.Namespace) -> int:
     note = None  # said once at the end, in the line of the result (one line whatever happens)
     if args.session is None:
         args.session, note = _recording_session(args)
-    check_output_path("--decrypted-pcap", args.decrypted_pcap,
-                      reads=(("capture", args.capture), ("session file", args.session)))
+    _check_export(args)
     try:
         ctx = load_session(args.session, _overrides(args))
     except ConfigError as exc:
@@ -191,6 +190,21 @@ def run(args: argparse.Namespace) -> int:
         # JSON Lines has no summary line: an empty result is said here, not left silent.
         print(f"pianode decode: {cap.name}: {_nothing_read(cap)}", file=sys.stderr)
     return 0
+
+
+def _check_export(args: argparse.Namespace) -> None:
+    """--decrypted-pcap: a file it can write (- for standard output, not a terminal), and no flag of the
+    printed output beside it (it prints nothing: --flows and --format would do nothing)."""
+    if args.decrypted_pcap is None:
+        return
+    check_output_path("--decrypted-pcap", args.decrypted_pcap, stdout=True,
+                      reads=(("capture", args.capture), ("session file", args.session)))
+    if args.decrypted_pcap == "-" and sys.stdout.isatty():
+        raise CliError("--decrypted-pcap -: standard output is a terminal; pipe it (| wireshark -k -i -) or give a file name")
+    for flag, given in (("--flows", args.flows), ("--format", args.format is not None)):
+        if given:
+            raise CliError(f"{flag} shapes the printed output, and --decrypted-pcap prints none (it writes the"
+                           " capture): use one or the other")
 
 
 def _nothing_read(cap: Capture) -> str:

@@ -253,6 +253,7 @@ def _host_sockets(args: argparse.Namespace, profile: VersionProfile) -> tuple[st
     if listen_text is not None:
         listen = parse_hostport(listen_text, browse_port(profile), flag="--listen")
         check_local_address(listen[0], "--listen", allow_any=True)
+        check_udp_free("--listen", *listen, shared=True)
     else:
         listen = ("0.0.0.0", browse_port(profile))
     return ip, port, listen
@@ -782,6 +783,7 @@ def run_browse(args: argparse.Namespace) -> int:
         where = f"{broadcast[0]}:{broadcast[1]}"
         hint = ", or hosts with another game key (a host ignores a request whose challenge it cannot open)" if (
             profile.lan_challenge_version is not None) else ""  # fmt: skip
-        print(f"pianode lan browse: no reply to the browse request sent to {where}: no host there{hint}",
+        stopped = f" ({stop.listened(timeout)})" if stop.signalled else ""
+        print(f"pianode lan browse: no reply to the browse request sent to {where}{stopped}: no host there{hint}",
               file=sys.stderr)  # fmt: skip
     return 0 if found else 1

@@ -48,7 +48,7 @@ from pianode.cli.common import (
     CliFailure,
     Stop,
     check_name,
-    check_output_path,
+    check_record_path,
     number_arg,
     port_arg,
     render_table,
@@ -220,7 +220,7 @@ def _ldn_address(text: str | None, *, host: bool) -> str | None:
 
 
 def _check_station_args(args: argparse.Namespace) -> None:
-    check_output_path("--record", args.record)
+    check_record_path("--record", args.record)
     check_name("--name", args.name)
     profile = _profile(args)
     if _session_key(args.session_key) is not None and not (5, 7) <= profile.version < (5, 9):
@@ -491,7 +491,7 @@ def run_scan(args: argparse.Namespace) -> int:
         if "error" in record:
             print(f"pianode ldn scan: {record['error']}", file=sys.stderr)
     if not found:
-        print(f"pianode ldn scan: no LDN network heard on port {args.discovery_port} within {args.timeout:g} s"
+        print(f"pianode ldn scan: no LDN network heard on port {args.discovery_port} {stop.listened(args.timeout)}"
               + _ignored_text(ignored), file=sys.stderr)  # fmt: skip
         return 1
     return 0
@@ -623,7 +623,7 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
                            ignored=ignored)  # fmt: skip
     if not found:
         stop.exit_if_interrupted()
-        message = (f"no LDN network heard on port {args.discovery_port} within {args.timeout:g} s"
+        message = (f"no LDN network heard on port {args.discovery_port} {stop.listened(args.timeout)}"
                    + (" with that --ssid" if ssid else "") + _ignored_text(ignored))  # fmt: skip
         if out.jsonl:
             out.emit({"event": "join_failed", "reason": message, "ignored": dict(ignored)}, "")

@@ -12,18 +12,17 @@ one for an internal error).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import importlib
 import os
 import re
-import signal
 import socket
 import sys
 import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from pianode.cli import interrupt
 from pianode.cli.common import DEPRECATIONS, CliError, CliFailure
 from protocols.errors import ConfigError
 
@@ -145,12 +144,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv in (["--version"], ["-V"]):  # `pianode --version`: the program; after a command: the Pia version
         print(f"pianode {_program_version()}")
         return 0
-    parser = build_parser(argv)
     try:
+        parser = build_parser(argv)
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a bad flag (argparse printed its one line)
         DEPRECATIONS.clear()
         return exc.code if isinstance(exc.code, int) else 0
+    except KeyboardInterrupt:  # while the command's module imports
+        DEPRECATIONS.clear()
+        return interrupt.report()
     verbose = args.verbose + getattr(args, "sub_verbose", 0)
     args.verbose = verbose
     args.quiet = args.quiet or getattr(args, "sub_quiet", False)
@@ -167,9 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     command = _command_name(args)
     # Ctrl-C (SIGINT) always ends a command the documented way, even when started with SIGINT ignored
-    # (a shell's background job): the command leaves, prints "interrupted" and exits 130.
-    with contextlib.suppress(ValueError):  # not the main thread (a test calling main())
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    # (a shell's background job): the command leaves, prints "interrupted" and exits 130; SIGTERM the
+    # same way, "terminated" and 143, where the command does not take it as its end (pianode.cli.interrupt).
+    interrupt.install()
     try:
         status = int(handler(args))
     except BaseException as exc:  # noqa: BLE001 - every way out becomes one line and an exit status
@@ -209,8 +211,7 @@ def report(exc: BaseException, command: str, *, verbose: int = 0) -> int:
     """Turn whatever ended a command into one line on stderr and its exit status."""
     leaves = _leaves(exc)
     if any(isinstance(e, KeyboardInterrupt) for e in leaves):
-        print("interrupted", file=sys.stderr)
-        return 130
+        return interrupt.report()
     if any(isinstance(e, SystemExit) for e in leaves):
         code = next(e.code for e in leaves if isinstance(e, SystemExit))
         return code if isinstance(code, int) else (0 if code is None else 2)

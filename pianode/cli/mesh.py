@@ -45,7 +45,7 @@ from pianode.cli.common import (
     add_network_arguments,
     network_for,
     check_local_address,
-    check_output_path,
+    check_record_path,
     check_udp_free,
     deprecated_alias,
     fault_injector_from_args,
@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         local, port = _relay_addresses(args, relay)
         base_address, relay = "127.0.0.1", {**relay, "local": local}
-    check_output_path("--record", args.record)
+    check_record_path("--record", args.record)
     if args.game_key is not None:  # checked now, whether or not the run uses it
         from protocols.pia.keys import parse_game_key
 
@@ -359,10 +359,14 @@ def run(args: argparse.Namespace) -> int:
             raise CliFailure(refusal) from None
         if not _is_interrupt(exc):
             raise
-        # Ctrl-C: the summary of what happened until then, then "interrupted" and 130 (pianode.cli.main).
+        # Ctrl-C or SIGTERM: the summary of what happened until then, then "interrupted" and 130 or
+        # "terminated" and 143 (pianode.cli.interrupt).
+        from pianode.cli.interrupt import words
+
         live.clear()
         result = mesh.result
-        result.problems.append("interrupted (Ctrl-C): the figures are those until then")
+        line, signal_name, _ = words()
+        result.problems.append(f"{line} ({signal_name}): the figures are those until then")
         _print_summary(result, wallclock.perf_counter() - started, fmt, args.quiet)
         raise
     finally:

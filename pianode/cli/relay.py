@@ -31,7 +31,7 @@ import attrs
 import trio
 
 from pianode.cli.common import (
-    CliError, CliFailure, Stop, number_arg, parse_bind, parse_hostport, parse_remote, render_table,
+    CliError, CliFailure, Stop, check_udp_free, number_arg, parse_bind, parse_hostport, parse_remote, render_table,
 )  # fmt: skip
 from pianode.mesh.config import NodeConfig
 
@@ -159,7 +159,13 @@ def _credentials(ca: str, cert: str, key: str, flags: tuple[str, str, str], role
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    listen = parse_hostport(args.listen, flag="--listen", ipv6=True)  # the hub's QUIC listens on IPv6 too
+    listen = parse_hostport(args.listen, flag="--listen", ipv6=True)  # an IPv6 literal is named whole, then refused
+    if ":" in listen[0]:
+        # The hub's socket is IPv4, as every site's --relay HOST:PORT is: an IPv6 address ended in a
+        # "cannot resolve" line that named no flag.
+        raise CliError(f"--listen {args.listen}: the hub listens on IPv4 (sites reach it with --relay IPv4:PORT); "
+                       "give an IPv4 address, or 0.0.0.0 for every interface")
+    check_udp_free("--listen", *listen)
     creds = _credentials(args.ca, args.cert, args.key, ("--ca", "--cert", "--key"), "server")
     relay = _relay_modules()
     try:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 
+from pianode.capture.output import output_file
 from pianode.capture.pcap import Capture
 from pianode.cli.common import CliError
 from pianode.capture.decode import Decoder
@@ -13,30 +15,26 @@ __all__ = ["write_export"]
 
 
 def write_export(cap: Capture, decoder: Decoder, path: str) -> str:
-    """Export *cap* to *path*; returns the summary line to print; a file that cannot be written is a CliError."""
+    """Export *cap* to *path* (``-``: standard output); returns the summary line to print; a file that cannot
+    be written is a CliError.  The file appears whole or not at all (:func:`pianode.capture.output.output_file`:
+    a full disk or ^C leaves no partial file, and a device or FIFO is written into, not replaced)."""
     if os.path.isdir(path):
         raise CliError(f"--decrypted-pcap {path}: is a folder")
-    tmp = f"{path}.part"
     try:
-        out = open(tmp, "wb")  # noqa: SIM115 (closed below, before the rename)
+        if path == "-":
+            stats = export_decrypted(cap, decoder, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+        else:
+            with output_file(path, "wb") as out:
+                stats = export_decrypted(cap, decoder, out)
+    except BrokenPipeError:
+        raise
     except OSError as exc:
         raise CliError(f"--decrypted-pcap {path}: {exc.strerror or exc}") from None
-    try:
-        with out:
-            stats = export_decrypted(cap, decoder, out)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        # Whatever stopped the export (an unreadable capture, a full disk, ^C): no partial file is left.
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise CliError(f"--decrypted-pcap {path}: {exc.strerror or exc}") from None
-        raise
+    where = "standard output" if path == "-" else path
     others = stats.datagrams - stats.decrypted - stats.plain - stats.kept_encrypted
     return (
-        f"wrote {stats.datagrams} datagrams to {path}: {stats.decrypted} Pia packets decrypted, {stats.plain} plain,"
+        f"wrote {stats.datagrams} datagrams to {where}: {stats.decrypted} Pia packets decrypted, {stats.plain} plain,"
         f" {stats.kept_encrypted} kept encrypted ({stats.auth_failed} failed authentication)"
         + (f"; {others} other datagrams (LAN browse, LDN link frames, PRUDP or not recognised)" if others else "")
     )

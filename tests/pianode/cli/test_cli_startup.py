@@ -58,7 +58,8 @@ def test_help_imports_only_the_parser(tmp_path: Path) -> None:
     modules, done = _modules_of(tmp_path, "--help")
     assert done.returncode == 0 and "decode" in done.stdout and "wireshark" in done.stdout
     assert _under(modules, "pianode", "protocols") == {
-        "pianode", "pianode.cli", "pianode.cli.main", "pianode.cli.common", "protocols", "protocols.errors",
+        "pianode", "pianode.cli", "pianode.cli.main", "pianode.cli.common", "pianode.cli.interrupt", "protocols",
+        "protocols.errors",
     }  # fmt: skip
     assert _under(modules, "trio", "attr", "attrs", "Crypto", "cryptography", "importlib.metadata", "logging") == set()
 

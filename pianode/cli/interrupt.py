@@ -1,0 +1,53 @@
+"""Ctrl-C and SIGTERM end every command the same documented way, from its first instruction on.
+
+Theory of operation: :func:`install` (the first thing ``python -m pianode`` does, before any import
+that takes time) makes SIGINT raise ``KeyboardInterrupt`` even when the shell started the program with
+it ignored, and turns SIGTERM into a SIGINT of this process after noting it.  So a command is stopped
+by either signal at any moment (while importing, parsing, binding, running under Trio, whose own
+SIGINT handler delivers it at a safe point) through the one path of Ctrl-C: it prints its summary
+where it has one and :func:`words` says which signal it was: ``interrupted``, exit status 130, or
+``terminated``, exit status 143.  A command that watches SIGTERM itself (:class:`pianode.cli.common.Stop`:
+``node``, ``lan``, ``ldn``, ``prudp``, ``relay serve``) takes it while it runs as the end of its
+``--duration`` instead, as its help says.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+
+__all__ = ["install", "report", "words"]
+
+_terminated = False
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    global _terminated
+    _terminated = True
+    os.kill(os.getpid(), signal.SIGINT)  # handled as a Ctrl-C once this handler returns
+
+
+def install() -> None:
+    """SIGINT raises KeyboardInterrupt (even if inherited as ignored); SIGTERM does the same, noted as such."""
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (a test calling main())
+        pass
+
+
+def words() -> tuple[str, str, int]:
+    """(the line on stderr, the signal in words, the exit status) of the interruption that ended the command."""
+    return ("terminated", "SIGTERM", 143) if _terminated else ("interrupted", "Ctrl-C", 130)
+
+
+def report() -> int:
+    """Say the interruption on stderr in one line; its exit status."""
+    line, _, status = words()
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    return status

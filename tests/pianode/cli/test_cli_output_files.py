@@ -1,0 +1,93 @@
+"""Output files are written whole or not at all, and only where they were asked for.
+
+``--decrypted-pcap``, ``--record`` and ``bench --json`` go through
+:func:`pianode.capture.output.output_file`: a file appears complete or not at all (a failure leaves the
+target as it was and no temporary file), and a device or FIFO (``/dev/null``, a pipe a reader waits on)
+is written into, never replaced by a regular file nor opened before the run to probe it (opening a FIFO
+waits for its reader).  ``-`` is standard output where a flag takes it (``--decrypted-pcap``), refused
+where it cannot (``--record`` writes two files); flags of a printed output that an export does not print
+are refused.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from pianode.capture.output import output_file
+from support.cli_processes import pianode
+
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+
+
+def _capture(tmp_path: Path) -> Path:
+    capture = tmp_path / "x.jsonl"
+    capture.write_text(json.dumps({"hex": "00"}) + "\n" + json.dumps({"hex": "01"}) + "\n")
+    return capture
+
+
+def test_a_failed_write_leaves_the_target_as_it_was_and_no_temporary_file(tmp_path: Path) -> None:
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"before")
+    with pytest.raises(OSError) as caught, output_file(target) as f:
+        f.write(b"half of it")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert caught.value.filename == str(target)  # a write error names the file it was writing
+    assert target.read_bytes() == b"before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+    with output_file(target) as f:
+        f.write(b"after")
+    assert target.read_bytes() == b"after" and sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+
+
+def test_a_fifo_is_written_into_not_replaced(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    done = pianode("decode", str(_capture(tmp_path)), "--decrypted-pcap", str(fifo), timeout=60)
+    reader.join(10)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert got and got[0][:4] == PCAPNG_MAGIC
+
+
+def test_decrypted_pcap_dash_is_standard_output(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "pianode", "decode", str(_capture(tmp_path)), "--decrypted-pcap", "-"],
+                          capture_output=True, timeout=60, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout[:4] == PCAPNG_MAGIC
+    assert done.stderr.decode().startswith("wrote 2 datagrams to standard output")
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("flag", [["--flows"], ["--format", "jsonl"], ["--format", "table"]])
+def test_decrypted_pcap_refuses_the_flags_of_a_printed_output(tmp_path: Path, flag: list[str]) -> None:
+    out = tmp_path / "out.pcapng"
+    done = pianode("decode", str(_capture(tmp_path)), "--decrypted-pcap", str(out), *flag, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"pianode decode: {flag[0]} shapes the printed output, and --decrypted-pcap prints none"
+                           " (it writes the capture): use one or the other\n")
+    assert not out.exists()
+
+
+def test_record_refuses_standard_output_and_an_unwritable_session_file(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "pianode", "mesh", "-n", "2", "--record", "-"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == ("pianode mesh: --record -: --record writes a file, not standard output: give a file name"
+                           " (./- for a file named -)\n")
+    (tmp_path / "r.session.json").mkdir()
+    done = pianode("ldn", "host", "--game-key", "0123456789abcdef", "--record", str(tmp_path / "r.pcap"), timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"pianode ldn host: --record (its session file) {tmp_path}/r.session.json: is a directory\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.session.json"]

@@ -1,0 +1,75 @@
+"""Ctrl-C and SIGTERM end every command the documented way at any moment (pianode.cli.interrupt).
+
+Ctrl-C: ``interrupted`` on stderr, exit status 130; SIGTERM where a command does not take it as the end
+of its run: ``terminated``, exit status 143; both with the summary until then where the command has one,
+never a traceback nor death by the signal.  Even while the program is still importing the command.
+A scan or browse that SIGTERM stopped says so, not that its --timeout ran out.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from loopback_addresses import free_port, loopback_block
+
+PIANODE = [sys.executable, "-m", "pianode"]
+
+
+def _popen(*argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*PIANODE, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _end(proc: subprocess.Popen[str], signum: int) -> tuple[str, str]:
+    proc.send_signal(signum)
+    try:
+        return proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=5)
+
+
+def _importing(proc: subprocess.Popen[str], timeout: float = 20) -> None:
+    """Until *proc* is importing pianode's command line (its socket module is loaded, the command's are not)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{proc.pid}/maps") as f:
+            if "_socket." in f.read():
+                return
+        time.sleep(0.001)
+    raise AssertionError("the process never got to its imports")
+
+
+@pytest.mark.parametrize(("signum", "line", "status"), [(signal.SIGINT, "interrupted", 130),
+                                                        (signal.SIGTERM, "terminated", 143)])  # fmt: skip
+def test_a_signal_while_the_command_imports(signum: int, line: str, status: int) -> None:
+    proc = _popen("mesh", "-n", "2", "--bind", loopback_block() + "2", "--duration", "30")
+    _importing(proc)
+    out, err = _end(proc, signum)
+    assert (err, proc.returncode) == (f"{line}\n", status)
+
+
+def test_sigterm_on_mesh_prints_the_summary_until_then_and_terminated() -> None:
+    proc = _popen("mesh", "-n", "2", "--bind", loopback_block() + "2", "--duration", "30", "--format", "jsonl")
+    time.sleep(2.0)  # formed and exchanging by then
+    out, err = _end(proc, signal.SIGTERM)
+    assert (err, proc.returncode) == ("terminated\n", 143)
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["ok"] is False and summary["problems"][-1] == "terminated (SIGTERM): the figures are those until then"
+
+
+@pytest.mark.parametrize("argv", [("ldn", "scan", "--discovery-port", "{port}", "--timeout", "60"),
+                                  ("lan", "browse", "--game-key", "0123456789abcdef", "--broadcast",
+                                   "127.255.255.255:{port}", "--timeout", "60")], ids=["ldn scan", "lan browse"])  # fmt: skip
+def test_a_scan_stopped_by_sigterm_says_so(argv: tuple[str, ...]) -> None:
+    proc = _popen(*(a.format(port=free_port()) for a in argv))
+    time.sleep(2.0)
+    out, err = _end(proc, signal.SIGTERM)
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert len(err.splitlines()) == 1 and "before SIGTERM stopped it after " in err and "within 60 s" not in err
