@@ -84,6 +84,11 @@ _log = logging.getLogger("pianode.mesh")  # -v: a worker's traceback
 DATAGRAMS_PER_PROCESS = 20000
 #: How long before the session's start the coordinator hands it to the workers (seconds).
 START_MARGIN = 0.3
+#: What the coordinator sends its workers when it is interrupted (Ctrl-C, SIGTERM): end the step under way
+#: now, so that their figures until then reach the summary at once, not after the rest of --duration.
+STOP_SIGNAL = getattr(signal, "SIGUSR1", None)
+#: How long an interrupted coordinator waits for its workers' figures (seconds).
+COLLECT_TIMEOUT = 3.0
 #: One recorded datagram in the blob a worker returns: wall time, source IP, port, destination IP, port, length.
 _RECORD = struct.Struct(">dIHIHH")
 
@@ -317,6 +322,8 @@ def _unpack_records(blob: bytes) -> Iterator[tuple[float, bytes, tuple[str, int]
 def _worker_main(conn: Any, spec: _ShareSpec) -> None:
     """A worker process: serve the coordinator's commands until it says stop or goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's; it stops us
+    if STOP_SIGNAL is not None:
+        signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # until _serve watches for it
     if spec.core is not None:
         with contextlib.suppress(OSError):  # (a core taken away meanwhile: run anywhere)
             os.sched_setaffinity(0, {spec.core})
@@ -348,6 +355,9 @@ async def _serve(conn: Any, spec: _ShareSpec) -> None:
             conn.send(("ok", await share.start_nodes(nursery)))
             if spec.live_interval is not None:
                 nursery.start_soon(_push_rows, conn, share, spec.live_interval)
+            under_way: list[trio.CancelScope] = []
+            if STOP_SIGNAL is not None:
+                nursery.start_soon(_end_steps_on_signal, under_way)
             while True:
                 try:
                     command, *args = await _receive(conn)
@@ -369,9 +379,24 @@ async def _serve(conn: Any, spec: _ShareSpec) -> None:
                     steps = {"create": share.create, "join_all": share.join_all, "formed": share.formed,
                              "realtime": share.realtime, "exchange": share.exchange,
                              "host_leave": share.host_leave, "settle": share.settle}  # fmt: skip
-                    reply = await steps[command](*args)
+                    with trio.CancelScope() as scope:
+                        under_way[:] = [scope]
+                        reply = await steps[command](*args)
+                    under_way.clear()
+                    if scope.cancelled_caught:
+                        conn.send(("cancelled", None))  # the coordinator was interrupted and asks for "collect"
+                        continue
                 conn.send(("ok", reply))
             nursery.cancel_scope.cancel()
+
+
+async def _end_steps_on_signal(under_way: list[trio.CancelScope]) -> None:
+    """The coordinator was interrupted: end the step under way (STOP_SIGNAL), keeping what it did."""
+    assert STOP_SIGNAL is not None
+    with trio.open_signal_receiver(STOP_SIGNAL) as signals:
+        async for _ in signals:
+            for scope in under_way:
+                scope.cancel()
 
 
 async def _push_rows(conn: Any, share: _MeshShare, interval: float) -> None:
@@ -557,11 +582,39 @@ class ProcessMeshRun:
                 collected = await self._run()
             except* WorkerFailed as group:
                 self.result.problems.extend(str(exc) for exc in _leaves(group))
+        except BaseException:
+            # Ctrl-C or SIGTERM: the workers' figures until now, so that the caller's summary (self.result)
+            # has them at once, not after the rest of the session.
+            collected = self._collect_now()
+            raise
         finally:
             for worker in self.workers:
                 worker.stop()
-        self._merge(collected)
+            self._merge(collected)
         return self.result
+
+    def _collect_now(self) -> list[dict[str, Any]]:
+        """End every worker's step under way and gather what each has so far (bounded by COLLECT_TIMEOUT;
+        a worker that does not answer in time is left out).  Blocking: the run is being torn down."""
+        for worker in self.workers:
+            with contextlib.suppress(OSError):
+                if STOP_SIGNAL is not None and worker.process.pid is not None:
+                    os.kill(worker.process.pid, STOP_SIGNAL)  # our own child, by its handle's PID
+                worker.conn.send(("collect",))
+        deadline = time.monotonic() + COLLECT_TIMEOUT
+        out = []
+        for worker in self.workers:
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    if not worker.conn.poll(left):
+                        break
+                    kind, value = worker.conn.recv()
+                except (EOFError, OSError):
+                    break
+                if kind == "ok" and isinstance(value, dict) and "latencies" in value:  # collect's reply
+                    out.append(value)
+                    break
+        return out
 
     async def _run(self) -> list[dict[str, Any]]:
         r = self.result
