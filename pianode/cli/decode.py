@@ -232,11 +232,15 @@ def _recording_session(args: argparse.Namespace) -> tuple[str | None, str | None
     settings (a file of that name that is not one is left out, and the note says why); the
     flags still override it, and ``--session`` names another file.
     """
-    if args.capture == "-" or any(v is not None for v in _overrides(args).values()):
+    if args.capture == "-":
         return None, None
     path = session_path_for(args.capture)
     if path == args.capture or not os.path.isfile(path):
         return None, None
+    flag = {"allow_nearest": "allow-nearest-version"}
+    given = [f"--{flag.get(k, k.replace('_', '-'))}" for k, v in _overrides(args).items() if v is not None]
+    if given:  # settings on the command line stand alone (README): say so, the file's key may be the one missing
+        return None, f"not using {path} beside the capture: {', '.join(given)} given (add --session {path} for both)"
     try:
         load_session(path)
     except ConfigError as exc:

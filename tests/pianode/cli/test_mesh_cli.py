@@ -150,11 +150,19 @@ def test_decode_of_a_recording_finds_its_session_file_beside_it(tmp_path: pathli
     rows = [json.loads(line) for line in dec.stdout.splitlines() if line.strip()]
     assert len(rows) == recorded and all(row["authenticated"] is True for row in rows)
 
-    # A settings flag: only what was given, and the summary names the file that would authenticate.
+    # A settings flag: only what was given; stderr says the file beside it is left out (in JSON Lines too,
+    # which has no summary), and the table's summary names the file that would authenticate.
+    left_out = (f"pianode decode: not using {session} beside the capture: --version given "
+                f"(add --session {session} for both)")  # fmt: skip
     table = pianode("decode", str(pcap), "--version", "5.29", "--format", "table")
     assert table.returncode == 0, table.stderr
-    assert table.stderr == ""
+    assert table.stderr.splitlines() == [left_out]
     assert f"no key given: encrypted bodies are not shown (--session {session}, beside the capture)" in table.stdout
+    lines = pianode("decode", str(pcap), "--version", "5.18", "--format", "jsonl")
+    assert lines.returncode == 0 and lines.stderr.splitlines() == [left_out.replace("5.29", "5.18")]
+    both = pianode("decode", str(pcap), "--version", "5.18", "--session", str(session), "--format", "jsonl")
+    assert both.returncode == 0 and both.stderr == "", both.stderr
+    assert all(json.loads(line)["authenticated"] is True for line in both.stdout.splitlines() if line.strip())
 
     # A file of that name that is not settings: said in one line, left out, and the decode goes on.
     session.write_text("{not json")
