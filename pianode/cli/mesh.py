@@ -136,7 +136,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="real-time session (--rate): auto (the default) has each station process ask the OS for the "
                    "round-robin real-time class while frames go out, so that busy programs cannot delay them (root, "
                    "CAP_SYS_NICE or 'ulimit -r 10'; the report says what the OS granted, and a process that needs "
-                   "more than 90%% of its core gives it back); normal never asks")
+                   "more than 90%% of its core for 3 s in a row gives it back); normal never asks")
     p.add_argument("--game-key", default=None,
                    help="LAN/LDN discovery: game key (32 hex digits or 16 characters) the keys derive from (default random)")
     add_fault_arguments(p)

@@ -22,9 +22,11 @@ Two bounds keep a real-time process from starving the machine:
 
 * the kernel's own real-time throttling (``sched_rt_runtime_us``, 95 % of
   each second by default) leaves the normal class a share in any case;
-* a process that used more than :data:`GIVE_BACK_LOAD` of its core over a
-  second of the session cannot keep real time with any priority: it gives the
-  class back at once and the report says when.
+* a process that used more than :data:`GIVE_BACK_LOAD` of its core in each
+  of :data:`GIVE_BACK_SECONDS` seconds in a row cannot keep real time with any
+  priority: it gives the class back and the report says when.  (One such
+  second alone is a process catching up after a hiccup, which is what the
+  class is for.)
 
 The OS grants the class to root, to a process with ``CAP_SYS_NICE``, or up to
 the ``RLIMIT_RTPRIO`` limit (``ulimit -r``).  Where it refuses, the session
@@ -44,13 +46,15 @@ from typing import Any
 
 import attrs
 
-__all__ = ["GIVE_BACK_LOAD", "MODES", "PRIORITY", "RealtimeClass", "describe"]
+__all__ = ["GIVE_BACK_LOAD", "GIVE_BACK_SECONDS", "MODES", "PRIORITY", "RealtimeClass", "describe"]
 
 #: The ``SCHED_RR`` priority asked for (1-99): above every normal program and
 #: below the kernel's interrupt threads and audio servers (50 and up).
 PRIORITY = 10
-#: A process that used more than this share of its core over a second of the session gives the class back.
+#: A process that used more than this share of its core in each of GIVE_BACK_SECONDS seconds in a row
+#: gives the class back.
 GIVE_BACK_LOAD = 0.9
+GIVE_BACK_SECONDS = 3
 #: What ``--scheduling`` takes: ask for the real-time class during the frame clock, or never.
 MODES = ("auto", "normal")
 
@@ -81,6 +85,7 @@ class RealtimeClass:
     _start: float = 0.0
     _next: float = float("inf")
     _mark: tuple[float, float] = (0.0, 0.0)
+    _over: int = 0  # seconds in a row above GIVE_BACK_LOAD
 
     def enter(self, now: float, cpu: float) -> None:
         """Ask for the class (mode ``auto``); *now* and *cpu* start the give-back watch."""
@@ -109,12 +114,14 @@ class RealtimeClass:
         self._start, self._next, self._mark = now, now + _CHECK_EVERY, (now, cpu)
 
     def check(self, now: float, cpu: float) -> None:
-        """Give the class back if the process used more than GIVE_BACK_LOAD of its core since the last look."""
+        """Give the class back once the process used more than GIVE_BACK_LOAD of its core in each of
+        GIVE_BACK_SECONDS looks in a row (a look a second)."""
         if now < self._next:
             return
         then, cpu_then = self._mark
         self._next, self._mark = now + _CHECK_EVERY, (now, cpu)
-        if cpu - cpu_then > GIVE_BACK_LOAD * (now - then):
+        self._over = self._over + 1 if cpu - cpu_then > GIVE_BACK_LOAD * (now - then) else 0
+        if self._over >= GIVE_BACK_SECONDS:
             self._restore()
             self.given_back_after = now - self._start
 
@@ -156,7 +163,7 @@ def describe(processes: list[dict[str, Any]]) -> str:
             text = f"real-time class (round-robin, priority {p['priority']}) while frames were sent"
             if p["given_back_after_s"] is not None:
                 text += (f", given back after {p['given_back_after_s']:.0f} s: the process needed more than "
-                         f"{GIVE_BACK_LOAD:.0%} of its core")  # fmt: skip
+                         f"{GIVE_BACK_LOAD:.0%} of its core for {GIVE_BACK_SECONDS} s in a row")  # fmt: skip
         else:
             text = f"normal class: {p['refusal']}"
         parts.append(text)

@@ -21,7 +21,7 @@ import trio
 from loopback_addresses import loopback_block
 from pianode.mesh.config import NodeConfig
 from pianode.sim.mesh_run import MeshRun
-from pianode.sim.scheduling import GIVE_BACK_LOAD, PRIORITY, RealtimeClass, describe
+from pianode.sim.scheduling import GIVE_BACK_LOAD, GIVE_BACK_SECONDS, PRIORITY, RealtimeClass, describe
 
 linux_only = pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="the real-time class is Linux's")
 
@@ -65,20 +65,26 @@ def test_auto_asks_for_round_robin_at_its_priority_and_gives_it_back_after() -> 
 
 
 @linux_only
-def test_a_process_that_needs_more_than_the_give_back_load_returns_to_its_class_at_once() -> None:
+def test_a_process_that_needs_more_than_the_give_back_load_for_seconds_in_a_row_returns_to_its_class() -> None:
     fake = FakeOs()
     rc = watched(fake)
     rc.enter(10.0, 0.0)
-    rc.check(11.0, 0.6)  # 60 %: kept
-    assert fake.policy == os.SCHED_RR
-    rc.check(12.0, 0.6 + GIVE_BACK_LOAD + 0.02)  # more than the bound over the next second: given back
+    now, cpu = 10.0, 0.0
+    for load in [0.6] + [GIVE_BACK_LOAD + 0.05] * (GIVE_BACK_SECONDS - 1) + [0.5]:  # a catch-up, then calm
+        now, cpu = now + 1.0, cpu + load
+        rc.check(now, cpu)
+    assert fake.policy == os.SCHED_RR and rc.given_back_after is None
+    for _ in range(GIVE_BACK_SECONDS):  # overloaded for good
+        now, cpu = now + 1.0, cpu + 0.99
+        assert fake.policy == os.SCHED_RR
+        rc.check(now, cpu)
     assert fake.policy == 0
-    assert rc.given_back_after == pytest.approx(2.0)
+    assert rc.given_back_after == pytest.approx(now - 10.0)
     calls = len(fake.calls)
-    rc.check(20.0, 100.0)
+    rc.check(now + 5, cpu + 5)
     rc.leave()
     assert len(fake.calls) == calls  # given back once; leaving changes nothing more
-    assert "given back after 2 s" in describe([rc.as_dict()])
+    assert f"given back after {now - 10.0:.0f} s" in describe([rc.as_dict()])
 
 
 @linux_only
