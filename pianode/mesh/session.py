@@ -480,7 +480,7 @@ class MeshSession:
             nonce = self._nonce_builder(header, addr[0])
             if not links.first_contact(addr[0], nonce_value(nonce)):
                 return  # the same request from another port of its IP (counted)
-            retired = links.retired(addr, now)
+            retired = links.retired(addr, now, self.handshake.requester_variable_id(packet))
             if retired is not None and not retired.accept(nonce):
                 self._tally.drop(DropReason.REPLAYED)
                 return

@@ -516,6 +516,31 @@ def test_member_restarted_at_the_same_address_joins_again(version: str) -> None:
     exchange(h, members, 2)
 
 
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+@pytest.mark.parametrize("after_timeout", [False, True], ids=["at-once", "after-its-timeout"])
+def test_a_restarted_member_whose_nonce_counter_starts_lower_joins_again(version: str, after_timeout: bool) -> None:
+    # A station's header nonce counter starts anywhere (NC-2020: random per socket, spec §9), so a
+    # station restarted on the same address may count from below its old self.  The departed
+    # identity's replay memory must not judge the new one: neither at the host (the station
+    # timed out there first) nor at the members that connect to it after the host's update.
+    h = BatchHarness(4, version=version)
+    group = form(h)
+    old = group[3]
+    if after_timeout:
+        h.dead.add(old.local_address)  # it vanishes (no leave) until every station has dropped it
+        assert h.run_until(lambda: all(len(s.table) == 3 for s in group[:3]), 3 * TIMEOUT)
+        h.dead.discard(old.local_address)
+    fresh = MeshSession(attrs.evolve(old.config, seed=4242), old.local_address, now=h.now)
+    fresh.outbox._nonce_counter = 0  # below everything its old self sent
+    h.sessions[3] = fresh
+    h.by_addr[fresh.local_address] = fresh
+    fresh.join(group[0].local_address, h.now)
+    members = [*group[:3], fresh]
+    assert h.run_until(lambda: all_connected(members), TIMEOUT + fresh.config.join_timeout)
+    exchange(h, members, 2)
+    assert not any(s.statistics()["drops"].get("replayed") for s in members)
+
+
 def test_a_joiner_of_another_version_is_told_why() -> None:
     h = BatchHarness(2, version="5.18")
     stranger = MeshSession(
