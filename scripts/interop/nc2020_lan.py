@@ -27,6 +27,14 @@ Defects of this NC-2020 commit worked around (see the README's interop section)
       packet of theirs that carries their id ("unexpected connection id").
       Here a station's id is accepted once its handshake completes, and both
       ids are used once it is connected and NC has joined.
+    * A Pia packet that reaches its socket before it has a session key (before
+      it joins: e.g. from a mesh it was in a moment ago at the same address,
+      whose stations keep sending to the old identity until it times out) makes
+      ``PIAPacket.decrypt`` raise (``AES.new`` with a ``None`` key), and its
+      scheduler then kills the socket's receive event for good: NC never hears
+      anything again.  Here such a packet is dropped and counted
+      (``dropped_before_key`` in the summary), as NC's own checks drop a packet
+      they cannot read.
     * It has no Keep Alive and no RTT protocol: this harness sends an empty
       keep-alive (protocol 0x08, port 0) every second to each connected
       station and answers RTT requests (protocol 0x58) on their port.
@@ -100,11 +108,25 @@ def pin_lookups(address: str, broadcast: str) -> None:
     nc_socket.SocketWrapper.bind = bind
 
 
+#: Pia packets NC received before it had a session key, dropped (see the module docstring).
+dropped_before_key = 0
+
+
 def work_around_defects() -> None:
     """The defects of this commit listed in the module docstring, fixed in memory."""
-    from nintendo.pia import mesh, message, session
+    from nintendo.pia import mesh, message, packet, session
 
     message.logger = logging.getLogger("nintendo.pia.message")
+    original_handle_recv = packet.PacketTransport.handle_recv
+
+    def handle_recv(self: Any, pair: Any) -> None:
+        global dropped_before_key
+        if self.session.get_session_key() is None:
+            dropped_before_key += 1
+            return
+        original_handle_recv(self, pair)
+
+    packet.PacketTransport.handle_recv = handle_recv
 
     def get_num_participants(self: Any) -> int:
         return sum(s.identification_info.participants for s in self.stations if s is not None)
@@ -349,6 +371,7 @@ def _summary(nc: Any, observer: _Observer, log: _FirstOfEachWarning, **extra: An
                            for k in sorted(observer.received)},
         "sent": {str(k): v for k, v in sorted(observer.sent.items())}, "rtt_answered": observer.rtt_answered,
         "keep_alives_sent": observer.keep_alives_sent, "join_requests": observer.join_requests,
+        "dropped_before_key": dropped_before_key,
         "warnings": dict(log.counts), **extra,
     })  # fmt: skip
 

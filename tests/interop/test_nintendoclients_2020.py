@@ -183,8 +183,11 @@ def _explain(*procs: CliProcess) -> str:
     return "\n".join(parts)
 
 
-def _assert_nc_joined(nc: CliProcess, segment: Any, host: dict[str, Any], stations: int) -> dict[str, Any]:
-    """NC found the host by browsing, shook hands both ways, parsed the join response and joined; its summary."""
+def _assert_nc_joined(
+    nc: CliProcess, segment: Any, host: dict[str, Any], stations: int, tolerated: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """NC found the host by browsing, shook hands both ways, parsed the join response and joined; its summary.
+    A warning that starts with one of *tolerated* may come any number of times."""
     why = _explain(nc)
     host_address = f"{segment.addresses[0]}:{PIA_PORT}"
     (found,) = _events(nc, "found")
@@ -210,7 +213,7 @@ def _assert_nc_joined(nc: CliProcess, segment: Any, host: dict[str, Any], statio
     assert all(s["connected"] for s in joined["stations"]), why
     (summary,) = _events(nc, "summary")
     for warning, count in summary["warnings"].items():
-        assert warning in NC_GAPS or count <= NC_RACES.get(warning, 0), why
+        assert warning in NC_GAPS or count <= NC_RACES.get(warning, 0) or warning.startswith(tolerated), why
     return summary
 
 
@@ -336,3 +339,54 @@ async def test_nintendoclients_2020_joins_a_mesh_of_four_and_exchanges_data_with
             if r["station_index"] == nc_index:
                 assert r["reason"] != "timeout", why
     assert [r["reason"] for r in _events(host, "station_left") if r["station_index"] == nc_index] == [UNACKED], why
+
+
+async def test_nintendoclients_2020_vanishes_and_rejoins_from_the_same_address(nc2020: list[str]) -> None:
+    """NC leaves no word (its process ends), and a new NC comes straight back on the same address and
+    port, before the host's station timeout: the host takes the new connection request as a restart
+    (the old identity probed, silent), removes the old station with that reason and admits the new one,
+    which joins and exchanges data with the host and the member.  When the second NC vanishes too, the
+    host removes it for its silence and the host and member keep exchanging data."""
+    with lan_segment(3) as segment:
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "120", "--max", "8")
+        member = _pianode_lan(segment, 2, "join", "--bind", segment.addresses[2], "--duration", "120")
+        first = _nc(segment, nc2020, 1, "join", "--duration", "3")
+        second = _nc(segment, nc2020, 1, "join", "--duration", "6")
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                await nursery.start(member.run)
+                await until(lambda: _has(member, "joined") or member.returncode is not None)
+                await nursery.start(first.run)
+                await until(lambda: first.returncode is not None)
+                await nursery.start(second.run)
+                await until(lambda: second.returncode is not None)
+                with trio.move_on_after(15):
+                    await until(lambda: len(_events(host, "station_left")) >= 2)
+                host_numbers = len(_numbers_from(member, 0))
+                await trio.sleep(2)  # the mesh of two carries on
+                member.stop()
+                host.stop()
+    why = _explain(host, member, first, second)
+    assert all(p.returncode == 0 for p in (host, member, first, second)), why
+    (hosting,) = _events(host, "hosting")
+    nc_address = f"{segment.addresses[1]}:{PIA_PORT}"
+    _assert_nc_joined(first, segment, hosting, stations=3)
+    # Until the host has confirmed the restart and the member has heard of it from the host, both
+    # still send to the old identity (its connection id), which the new NC drops, saying so.
+    _assert_nc_joined(second, segment, hosting, stations=3, tolerated=("Packet has unexpected connection id",))
+    for nc in (first, second):
+        (summary,) = _events(nc, "summary")
+        assert summary["received"]["0"] >= 10 and summary["received"]["1"] >= 10, why
+    # Both NCs took index 2 at the same address: the host removed the first as restarted, the second
+    # for its silence.
+    assert [(r["station_index"], r["address"]) for r in _events(host, "station_joined")] == [
+        (1, f"{segment.addresses[2]}:{PIA_PORT}"), (2, nc_address), (2, nc_address)
+    ], why
+    assert [(r["station_index"], r["reason"]) for r in _events(host, "station_left")] == [
+        (2, "restarted"), (2, "silent for 5 s")
+    ], why
+    # The member heard both NCs and the host; the host's data kept coming after the second NC vanished.
+    assert len(_numbers_from(member, 2)) >= 40, why
+    assert len(_numbers_from(member, 0)) >= host_numbers + 5, why
