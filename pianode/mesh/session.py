@@ -46,7 +46,7 @@ import random
 from collections.abc import Callable, Sequence
 
 from pianode.mesh import departure, legacy, wire
-from pianode.mesh.config import NodeConfig
+from pianode.mesh.config import MAX_DATAGRAM, NodeConfig
 from pianode.mesh.events import DataReceived, Event
 from pianode.mesh.handshake import StationHandshake
 from pianode.mesh.links import PROVISIONAL_PER_IP, Links
@@ -544,7 +544,7 @@ class MeshSession:
         judged as :meth:`receive_datagram` judges it.  A session that has left
         stops listening: others' group packets are not counted as its drops.
         """
-        if self.membership.closed:
+        if self.membership.closed or _oversized(self, data):
             return
         peer = self.peers.get(addr)
         offset = self._group_offset
@@ -705,6 +705,8 @@ def _receive_batch(session: MeshSession, batch: Sequence[tuple[bytes, tuple[str,
     opened = _open_in_one_call(session, batch) if session._open_in_batches and len(batch) > 1 else None
     try:
         for i, (data, addr) in enumerate(batch):
+            if len(data) > MAX_DATAGRAM and _oversized(session, data):
+                continue
             codec = session.codec
             peer = peers.get(addr)
             stream = None if peer is None or not peer.connected else peer.opener
@@ -751,6 +753,15 @@ def _receive_batch(session: MeshSession, batch: Sequence[tuple[bytes, tuple[str,
     finally:
         counters["packets_received"] += delivered
         counters["unreliable_delivered"] += delivered
+
+
+def _oversized(session: MeshSession, data: bytes) -> bool:
+    """Whether *data* is longer than a node takes (``MAX_DATAGRAM``; the driver reads one byte
+    more, so a longer datagram arrives cut, and would otherwise fail as a bad tag): dropped."""
+    if len(data) <= MAX_DATAGRAM:
+        return False
+    session._tally.drop(DropReason.OVERSIZED)
+    return True
 
 
 def _open_in_one_call(

@@ -21,6 +21,7 @@ from pianode.mesh import wire as mw
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.links import Links
+from pianode.mesh.reliable import MessageTooLarge
 from pianode.mesh.session import MeshSession
 from protocols.errors import ConfigError
 from protocols.pia.message import Message
@@ -539,6 +540,48 @@ def test_a_restarted_member_whose_nonce_counter_starts_lower_joins_again(version
     assert h.run_until(lambda: all_connected(members), TIMEOUT + fresh.config.join_timeout)
     exchange(h, members, 2)
     assert not any(s.statistics()["drops"].get("replayed") for s in members)
+
+
+@pytest.mark.parametrize(("version", "network"), [("5.7", "lan"), ("5.18", "lan"), ("5.29", "lan"), ("6.32", "ldn")])
+@pytest.mark.parametrize("mtu", [1364, 1472])
+def test_unreliable_data_up_to_what_one_datagram_carries_and_no_more(version: str, network: str, mtu: int) -> None:
+    # Unreliable data is never split (spec §5.8) and a console receives at most 1472 bytes (spec
+    # §1.8): every unreliable message up to the limit arrives whole in a datagram of at most mtu
+    # bytes, unicast and broadcast (5.27+: one group packet with its footer), the empty one too;
+    # one byte more is refused at the sender instead of vanishing on the way.
+    h = BatchHarness(4, version=version, network=network, mtu=mtu)
+    group = form(h)
+    a, b = group[0], group[1]
+    limit = a.outbox.max_unreliable
+    assert limit >= mtu - 80
+    sizes: list[int] = []
+    h.hook = lambda data, src, dst: sizes.append(len(data)) or data
+    assert b.index is not None
+    for data in (b"", b"x", bytes(limit)):
+        a.send(b.index, data, reliable=False, now=h.now)
+        sealed = a.send_unreliable_now(b.index, data, h.now)
+        if sealed is not None:
+            h.deliver(sealed[0], a.local_address, sealed[1])
+            sizes.append(len(sealed[0]))
+        a.broadcast(data, reliable=False, now=h.now)
+        h.run_for(0.5)
+        got = [e.data for e in events_of(h, 1, DataReceived) if not e.reliable]
+        assert got[-3:] == [data] * 3
+        assert all([e.data for e in events_of(h, i, DataReceived) if not e.reliable][-1:] == [data] for i in (2, 3))
+        h.events[1].clear()
+    assert sizes and max(sizes) <= mtu
+    for send in (
+        lambda: a.send(b.index, bytes(limit + 1), reliable=False, now=h.now),  # type: ignore[arg-type]
+        lambda: a.send_unreliable_now(b.index, bytes(limit + 1), h.now),  # type: ignore[arg-type]
+        lambda: a.broadcast(bytes(limit + 1), reliable=False, now=h.now),
+        lambda: a.broadcast_unreliable_now(bytes(limit + 1), h.now),
+    ):
+        with pytest.raises(MessageTooLarge, match=f"unreliable message of {limit + 1} bytes"):
+            send()
+    # Reliably, the window splits it.
+    a.send(b.index, bytes(4 * mtu), reliable=True, now=h.now)
+    h.run_for(2.0)
+    assert [e.data for e in events_of(h, 1, DataReceived) if e.reliable][-1:] == [bytes(4 * mtu)]
 
 
 def test_a_joiner_of_another_version_is_told_why() -> None:
