@@ -44,7 +44,8 @@ Output: one JSON object per line on stdout (``event`` names what happened):
 ``connection_request`` / ``connection_response`` (station messages received),
 ``connected`` (a station handshake completed, with who started it),
 ``join_response`` (a fragment parsed), ``joined`` / ``join_failed``,
-``data`` (the first unreliable message from each station), ``join_request``
+``data`` (the first unreliable message from each station; the summary counts
+them all by station and by payload size), ``join_request``
 (host mode: a join request arrived), ``nc_log`` (the first of each distinct
 warning NC logged), and last ``summary``.
 
@@ -168,6 +169,7 @@ class _Observer:
         self.initiator: dict[int, str] = {}
         self.reported: set[int] = set()
         self.received: collections.Counter[int] = collections.Counter()
+        self.received_sizes: collections.Counter[int] = collections.Counter()  # payload length: messages
         self.first_heard: dict[int, float] = {}
         self.last_heard: dict[int, float] = {}
         self.sent: collections.Counter[int] = collections.Counter()
@@ -177,6 +179,8 @@ class _Observer:
         self.sending = False
         self.joined = False
         self.number = 0
+        #: Payload sizes the unreliable messages cycle through (message N has sizes[N % len]); empty: the bare text.
+        self.sizes: list[int] = []
 
     # ------------------------------------------------------------------ hooks
     def install(self) -> None:
@@ -254,6 +258,7 @@ class _Observer:
     def on_data(self, station: Any, message: Any) -> None:
         index = station.index
         self.received[index] += 1
+        self.received_sizes[len(message.payload)] += 1
         now = time.monotonic()
         self.first_heard.setdefault(index, now)
         self.last_heard[index] = now
@@ -279,8 +284,11 @@ class _Observer:
         for station in self.nc.mesh.get_stations():
             if station is self.nc.local_station() or not station.is_connected():
                 continue
-            text = f"nc2020 #{self.number} to station {station.index}"
-            self._send(station, UNRELIABLE_PROTOCOL, 0, text.encode())
+            text = f"nc2020 #{self.number} to station {station.index}".encode()
+            if self.sizes:
+                size = self.sizes[self.number % len(self.sizes)]
+                text = (text + b"." * size)[:size]
+            self._send(station, UNRELIABLE_PROTOCOL, 0, text)
             self.sent[station.index] += 1
         self.number += 1
 
@@ -372,6 +380,7 @@ def _summary(nc: Any, observer: _Observer, log: _FirstOfEachWarning, **extra: An
         "sent": {str(k): v for k, v in sorted(observer.sent.items())}, "rtt_answered": observer.rtt_answered,
         "keep_alives_sent": observer.keep_alives_sent, "join_requests": observer.join_requests,
         "dropped_before_key": dropped_before_key,
+        "received_sizes": {str(k): v for k, v in sorted(observer.received_sizes.items())},
         "warnings": dict(log.counts), **extra,
     })  # fmt: skip
 
@@ -382,6 +391,7 @@ def run_join(args: argparse.Namespace, log: _FirstOfEachWarning) -> int:
 
     nc = _session(args)
     observer = _Observer(nc, args.interval)
+    observer.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     observer.install()
     emit({"event": "ready", "address": _where(nc.local_station()), "station_id": nc.local_station().id})
     browser = lan.LANBrowser(Settings("switch.cfg"), bytes.fromhex(args.game_key))
@@ -449,6 +459,8 @@ def main() -> None:
     p.add_argument("--name", default="nc2020")
     p.add_argument("--duration", type=float, default=12.0, help="join: seconds of data after joining; host: run time")
     p.add_argument("--interval", type=float, default=0.2, help="seconds between unreliable messages to each member")
+    p.add_argument("--sizes", default="", help="join: payload sizes (comma-separated) the messages cycle through; "
+                   "each is its text cut or padded with dots to that size (0: empty)")
     p.add_argument("--browse-timeout", type=float, default=10.0)
     p.add_argument("--network-id", type=int, default=None)
     p.add_argument("--game-mode", type=int, default=0)

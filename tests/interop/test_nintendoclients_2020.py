@@ -30,6 +30,7 @@ sockets on 49152 stay inside it.  Settings are Super Mario Maker 2's (Pia
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import os
 import pathlib
@@ -390,3 +391,43 @@ async def test_nintendoclients_2020_vanishes_and_rejoins_from_the_same_address(n
     # The member heard both NCs and the host; the host's data kept coming after the second NC vanished.
     assert len(_numbers_from(member, 2)) >= 40, why
     assert len(_numbers_from(member, 0)) >= host_numbers + 5, why
+
+
+#: Unreliable payload sizes: empty, tiny, each length mod 16 near the top (the GCM padding and the
+#: message alignment change there), and pianode's limit at its default mtu (1364 - 80).
+PIANODE_SIZES = [0, 1, 2, 3, 4, 5, 15, 16, 17, 100, 1000, 1269, 1270, 1271, 1272, 1273, 1274, 1275, 1276, 1277,
+                 1278, 1279, 1280, 1281, 1282, 1283, 1284]  # fmt: skip
+#: What NC sends: the same, up to a full Ethernet datagram (NC bounds nothing), and past what a node
+#: takes (2048 bytes), which the node must count as oversized.
+NC_SIZES = [*PIANODE_SIZES, 1400, 1428, 1500, 2100, 4000]
+
+
+async def test_unreliable_data_of_every_size_both_ways_with_nintendoclients_2020(nc2020: list[str]) -> None:
+    with lan_segment(2) as segment:
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "90",
+                            "--sizes", ",".join(map(str, PIANODE_SIZES)))  # fmt: skip
+        nc = _nc(segment, nc2020, 1, "join", "--duration", "10", "--sizes", ",".join(map(str, NC_SIZES)))
+        with trio.fail_after(90):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                await nursery.start(nc.run)
+                await until(lambda: nc.returncode is not None)
+                host.stop()
+    why = _explain(host, nc)
+    assert nc.returncode == 0 and host.returncode == 0, why
+    (hosting,) = _events(host, "hosting")
+    summary = _assert_nc_joined(nc, segment, hosting, stations=2)
+    # NC got pianode's messages of every size, each whole (the text first, then the dots).
+    got = {int(k): v for k, v in summary["received_sizes"].items()}
+    assert set(got) == set(PIANODE_SIZES) and min(got.values()) >= 1, why
+    # pianode got NC's of every size it takes, each whole; the longer ones counted as oversized.
+    data = _events(host, "data")
+    by_size = collections.Counter(r["size"] for r in data)
+    taken = [n for n in NC_SIZES if n <= 2048]
+    assert set(by_size) == set(taken) and min(by_size.values()) >= 1, why
+    assert all(r["text"].startswith("nc2020 #"[: r["size"]]) for r in data), why
+    (host_summary,) = _events(host, "summary")
+    sent = summary["sent"]["0"]
+    oversized = sum(1 for k in range(sent) if NC_SIZES[k % len(NC_SIZES)] > 2048)
+    assert host_summary["drops"] == {"oversized": oversized} and host_summary["received"]["1"] == sent - oversized, why
