@@ -626,6 +626,9 @@ class JoinRequest:
     #: How many bytes the request had beyond its documented layout, before its ack id (processed anyway,
     #: and counted as trailing_bytes).
     trailing: int = 0
+    #: <= 5.10: it came without its pad and StationAddress (the 5.11+ form; processed anyway, counted
+    #: as short_join_requests).
+    short: bool = False
 
 
 @attrs.frozen
@@ -800,7 +803,7 @@ def encode_leave(profile: VersionProfile, index: int, location: Location) -> byt
 def decode_mesh(profile: VersionProfile, payload: bytes) -> MeshMessage:
     msg = pmesh.decode_mesh_message(payload, profile)
     if isinstance(msg, pmesh.JoinRequest):
-        return JoinRequest(msg.ack_id, len(msg.extra))
+        return JoinRequest(msg.ack_id, len(msg.extra), msg.short)
     if isinstance(msg, pmesh.JoinResponse):
         return JoinResponse(
             host_index=msg.host_index,

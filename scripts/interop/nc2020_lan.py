@@ -128,6 +128,24 @@ def work_around_defects() -> None:
         original_handle_recv(self, pair)
 
     packet.PacketTransport.handle_recv = handle_recv
+    def send(self: Any, station: Any, pia_packet: Any) -> None:
+        # PacketTransport.send as NC has it, but for the header-version-0 path (5.9, 5.10), which reads
+        # an undefined ``session_timer`` (meaning ``session_time``) once a station's timer is known.
+        if self.settings.get("pia.header_version") == 0:
+            session_time = self.get_session_time()
+            pia_packet.session_timer = session_time & 0xFFFF
+            if station.rtt_timer is not None:
+                pia_packet.rtt_timer = (station.rtt_timer + session_time - station.base_timer) & 0xFFFF
+            else:
+                pia_packet.rtt_timer = 0
+        pia_packet.connection_id = station.connection_id_out
+        pia_packet.sequence_id = station.next_sequence_id()
+        self.nonce = (self.nonce + 1) & 0xFFFFFFFFFFFFFFFF
+        pia_packet.nonce = self.nonce
+        pia_packet.address = self.local_address()
+        self.socket.send(pia_packet.encode(), station.address)
+
+    packet.PacketTransport.send = send
 
     def get_num_participants(self: Any) -> int:
         return sum(s.identification_info.participants for s in self.stations if s is not None)
@@ -359,7 +377,12 @@ def _session(args: argparse.Namespace) -> Any:
     from nintendo.settings import Settings
 
     nc = LANSession(Settings("switch.cfg"), bytes.fromhex(args.game_key))
-    nc.configure(_version_number(args.version), args.app_version)
+    version = _version_number(args.version)
+    nc.configure(version, args.app_version)
+    if 51100 <= version < 51800:
+        # NC writes and accepts header version 4 for every version from 5.11; 5.11-5.17 send 3
+        # (spec §0.3, §10.1 item 1): NC-2020 targeted 5.18 only.
+        nc.settings.set("pia.header_version", 3)
     nc.prepare(_identification(args.name))
     return nc
 

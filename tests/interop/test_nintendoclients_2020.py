@@ -431,3 +431,34 @@ async def test_unreliable_data_of_every_size_both_ways_with_nintendoclients_2020
     sent = summary["sent"]["0"]
     oversized = sum(1 for k in range(sent) if NC_SIZES[k % len(NC_SIZES)] > 2048)
     assert host_summary["drops"] == {"oversized": oversized} and host_summary["received"]["1"] == sent - oversized, why
+
+
+@pytest.mark.parametrize("version", ["5.10", "5.11", "5.14", "5.17", "5.18"])
+async def test_nintendoclients_2020_joins_at_every_lan_version_it_speaks(nc2020: list[str], version: str) -> None:
+    """Every Pia version NC-2020's settings express that a pianode node runs on LAN (its configure takes
+    5.9-5.11 and 5.14-5.18; its 5.9 reads the host of a LanSessionInfo in the 5.10 form, not the
+    StationLocation 5.7-5.9 publish, spec §6.3, so it never finds the host's address).  The harness
+    gives its 5.11-5.17 the documented header version 3 and fixes its 5.9/5.10 timer path; its 5.10
+    join request comes in the 5.11 form (no StationAddress), which the host takes."""
+    with lan_segment(2) as segment:
+        extra = ["--host-address-size", "6"] if version == "5.10" else []  # NC reads the 6-byte 5.10 form
+        argv = [sys.executable, "-m", "pianode", "lan", "host", "--game-key", SMM2_KEY, "--version", version,
+                "--app-version", "3", "--broadcast", segment.broadcast, "--format", "jsonl", "--interval",
+                str(INTERVAL), "--unreliable", "--bind", segment.addresses[0], "--duration", "60", *extra]  # fmt: skip
+        host = CliProcess(segment.exec_argv(0, *argv))
+        nc = _nc(segment, nc2020, 1, "join", "--duration", "4", "--version", version)
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                await nursery.start(nc.run)
+                await until(lambda: nc.returncode is not None)
+                host.stop()
+    why = _explain(host, nc)
+    assert nc.returncode == 0 and host.returncode == 0, why
+    (hosting,) = _events(host, "hosting")
+    assert hosting["version"] == version, why
+    summary = _assert_nc_joined(nc, segment, hosting, stations=2)
+    assert summary["received"]["0"] >= 10 and len(_numbers_from(host, 1)) >= 10, why
+    (host_summary,) = _events(host, "summary")
+    assert host_summary["drops"] == {}, why
