@@ -462,3 +462,42 @@ async def test_nintendoclients_2020_joins_at_every_lan_version_it_speaks(nc2020:
     assert summary["received"]["0"] >= 10 and len(_numbers_from(host, 1)) >= 10, why
     (host_summary,) = _events(host, "summary")
     assert host_summary["drops"] == {}, why
+
+
+async def test_the_pianode_host_leaves_a_mesh_with_nintendoclients_2020_in_it(nc2020: list[str]) -> None:
+    """The host leaves while NC-2020, which has no handler for the update mesh the new host sends, is a
+    member: the two pianode members agree on the new host and carry on with each other and with NC."""
+    with lan_segment(4) as segment:
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "90", "--max", "8")
+        members = [_pianode_lan(segment, k, "join", "--bind", segment.addresses[k], "--duration", "90") for k in (1, 2)]
+        nc = _nc(segment, nc2020, 3, "join", "--duration", "12")
+        with trio.fail_after(90):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                for m in members:
+                    await nursery.start(m.run)
+                    await until(lambda: _has(m, "joined") or m.returncode is not None)  # noqa: B023
+                await nursery.start(nc.run)
+                await until(lambda: _has(nc, "joined") or nc.returncode is not None)
+                await trio.sleep(2)
+                host.stop()  # leaves the mesh
+                await until(lambda: host.returncode is not None)
+                heard = [len(_numbers_from(m, 3)) for m in members]
+                await until(lambda: nc.returncode is not None)
+                for m in members:
+                    m.stop()
+    why = _explain(nc, host, *members)
+    assert nc.returncode == 0 and host.returncode == 0 and all(m.returncode == 0 for m in members), why
+    for m in members:
+        # The host's leave, and one new host (the migration rule picks station 1 for both).
+        assert [(r["station_index"], r["reason"]) for r in _events(m, "station_left")][:1] == [(0, "left")], why
+        assert [(r["old_host_index"], r["new_host_index"]) for r in _events(m, "host_changed")][:1] == [(0, 1)], why
+        (summary,) = _events(m, "summary")
+        assert summary["host_index"] in (1, 2) and summary["drops"] == {}, why
+    # Data kept flowing between the members and NC after the host left (NC keeps sending for 12 s).
+    for m, before in zip(members, heard, strict=True):
+        assert len(_numbers_from(m, 3)) >= before + 20, why
+    (summary,) = _events(nc, "summary")
+    assert summary["received"]["1"] >= 40 and summary["received"]["2"] >= 40, why
+    assert len(_numbers_from(members[0], 2)) >= 40 and len(_numbers_from(members[1], 1)) >= 40, why
