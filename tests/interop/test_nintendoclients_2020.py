@@ -501,3 +501,41 @@ async def test_the_pianode_host_leaves_a_mesh_with_nintendoclients_2020_in_it(nc
     (summary,) = _events(nc, "summary")
     assert summary["received"]["1"] >= 40 and summary["received"]["2"] >= 40, why
     assert len(_numbers_from(members[0], 2)) >= 40 and len(_numbers_from(members[1], 1)) >= 40, why
+
+
+async def test_three_nintendoclients_2020_joiners_at_once(nc2020: list[str]) -> None:
+    """Three NC-2020 joiners browse and join at the same moment.  The host admits each (indexes 1-3, a join
+    response listing those admitted before it).  The first admitted joins; the others wait for the NCs
+    listed before them to connect, which an NC never does (it has no update-mesh handler), and give up:
+    the host removes each for its silence, saying so, while data with the one that joined flows on."""
+    with lan_segment(4) as segment:
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "90", "--max", "8")
+        ncs = [_nc(segment, nc2020, k, "join", "--duration", "8") for k in (1, 2, 3)]
+        with trio.fail_after(90):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                for nc in ncs:
+                    await nursery.start(nc.run)
+                await until(lambda: all(nc.returncode is not None for nc in ncs))
+                with trio.move_on_after(10):
+                    await until(lambda: len(_events(host, "station_left")) >= 3)
+                host.stop()
+    why = _explain(host, *ncs)
+    assert host.returncode == 0, why
+    by_address = {f"{segment.addresses[k]}:{PIA_PORT}": nc for k, nc in zip((1, 2, 3), ncs, strict=True)}
+    joined = {r["station_index"]: by_address[r["address"]] for r in _events(host, "station_joined")}
+    assert sorted(joined) == [1, 2, 3], why
+    first = joined[1]
+    assert first.returncode == 0 and _events(first, "joined")[0]["index"] == 1, why
+    for index in (2, 3):
+        (failed,) = _events(joined[index], "join_failed")
+        assert failed["reason"] == "Station connection timed out", why
+        (response,) = [r for r in _events(joined[index], "join_response") if "stations" in r]
+        assert response["join_index"] == index and response["stations"] == index + 1, why
+    assert sorted((r["station_index"], r["reason"]) for r in _events(host, "station_left")) == [
+        (1, "silent for 5 s"), (2, "silent for 5 s"), (3, "silent for 5 s")
+    ], why
+    assert len(_numbers_from(host, 1)) >= 30, why
+    (summary,) = _events(first, "summary")
+    assert summary["received"]["0"] >= 30, why
