@@ -453,12 +453,12 @@ class MeshSession:
                 links.stranger(addr, header, self._nonce_builder, now, own=own)  # (dropped, or after a leave)
                 return
             if header.version != self.profile.header_version and self.profile.header_version is not None:
-                # Another version of the same header layout (6.16-6.23 / 6.25-6.26 / 6.29-6.30 differ only in
-                # the version byte, spec §0.3): refused as a version mismatch, not joined.
-                if not self.handshake.deny_other_version(packet_bytes, addr, self.session_key, now):
-                    self._tally.drop(DropReason.MALFORMED)
-                else:
-                    self._tally.drop(DropReason.OTHER_VERSION)
+                # Another version of the same header layout (5.11-5.17 / 5.18-5.21, 6.16-6.23 / 6.25-6.26 / 6.29-6.30
+                # differ only in the version byte, spec §0.3): a version mismatch, answered where the request
+                # reads in that version's format; otherwise (NintendoClients e8f85f5 sends 5.18's 4 with 5.11's
+                # messages, spec §10.1 item 1) still a mismatch, not bytes out of this version's layout.
+                self.handshake.deny_other_version(packet_bytes, addr, self.session_key, now)
+                self._tally.drop(DropReason.OTHER_VERSION)
                 return
             if links.provisional() >= MAX_PROVISIONAL_PEERS or links.provisional(addr[0]) >= PROVISIONAL_PER_IP:
                 self._tally.drop(DropReason.QUEUE_FULL)

@@ -584,6 +584,26 @@ def test_unreliable_data_up_to_what_one_datagram_carries_and_no_more(version: st
     assert [e.data for e in events_of(h, 1, DataReceived) if e.reliable][-1:] == [bytes(4 * mtu)]
 
 
+@pytest.mark.parametrize(("version", "theirs"), [("5.14", 4), ("5.18", 3)])
+def test_a_header_version_of_the_same_layout_but_another_version_is_counted_as_such(version: str, theirs: int) -> None:
+    # H-C carries header version 3 (5.11-5.17) or 4 (5.18-5.21), spec §0.3; NintendoClients e8f85f5
+    # writes 4 at every version from 5.11 (spec §10.1 item 1) with that version's messages.  The
+    # version byte is not authenticated (no associated data, spec §3.1), so it is rewritten here.
+    h = BatchHarness(2, version=version)
+    host, joiner = h.sessions
+
+    def rewrite(data: bytes, src: tuple[str, int], dst: tuple[str, int]) -> bytes:
+        return data[:4] + bytes([0x80 | theirs]) + data[5:] if src == joiner.local_address else data
+
+    h.hook = rewrite
+    host.create(h.now)
+    joiner.join(host.local_address, h.now)
+    h.run_for(3.0)
+    assert not joiner.joined
+    drops = host.statistics()["drops"]
+    assert isinstance(drops, dict) and set(drops) == {"other_version"} and drops["other_version"] >= 2
+
+
 def test_a_joiner_of_another_version_is_told_why() -> None:
     h = BatchHarness(2, version="5.18")
     stranger = MeshSession(
