@@ -35,6 +35,11 @@ Defects of this NC-2020 commit worked around (see the README's interop section)
       anything again.  Here such a packet is dropped and counted
       (``dropped_before_key`` in the summary), as NC's own checks drop a packet
       they cannot read.
+    * Version-specific paths NC-2020 never ran (it targeted 5.18): its 5.11-5.17
+      write and accept header version 4 where the docs give 3 (spec §0.3, §10.1
+      item 1), set to 3 here; its 5.9/5.10 timer path reads an undefined
+      ``session_timer``, fixed here; up to 5.9 it reads a StationLocation's one
+      address into ``public`` but connects to ``local``, copied here.
     * It has no Keep Alive and no RTT protocol: this harness sends an empty
       keep-alive (protocol 0x08, port 0) every second to each connected
       station and answers RTT requests (protocol 0x58) on their port.
@@ -115,7 +120,7 @@ dropped_before_key = 0
 
 def work_around_defects() -> None:
     """The defects of this commit listed in the module docstring, fixed in memory."""
-    from nintendo.pia import mesh, message, packet, session
+    from nintendo.pia import mesh, message, packet, session, types
 
     message.logger = logging.getLogger("nintendo.pia.message")
     original_handle_recv = packet.PacketTransport.handle_recv
@@ -146,6 +151,16 @@ def work_around_defects() -> None:
         self.socket.send(pia_packet.encode(), station.address)
 
     packet.PacketTransport.send = send
+    original_location_decode = types.StationLocation.decode
+
+    def location_decode(self: Any, stream: Any) -> None:
+        # Up to 5.9 a StationLocation carries one address (spec §5.2), which NC reads into
+        # ``public``; but it connects to, and finds stations by, ``local``, left empty there.
+        original_location_decode(self, stream)
+        if stream.settings.get("pia.version") < 51000:
+            self.local = self.public
+
+    types.StationLocation.decode = location_decode
 
     def get_num_participants(self: Any) -> int:
         return sum(s.identification_info.participants for s in self.stations if s is not None)

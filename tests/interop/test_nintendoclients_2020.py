@@ -433,13 +433,12 @@ async def test_unreliable_data_of_every_size_both_ways_with_nintendoclients_2020
     assert host_summary["drops"] == {"oversized": oversized} and host_summary["received"]["1"] == sent - oversized, why
 
 
-@pytest.mark.parametrize("version", ["5.10", "5.11", "5.14", "5.17", "5.18"])
+@pytest.mark.parametrize("version", ["5.9", "5.10", "5.11", "5.14", "5.17", "5.18"])
 async def test_nintendoclients_2020_joins_at_every_lan_version_it_speaks(nc2020: list[str], version: str) -> None:
     """Every Pia version NC-2020's settings express that a pianode node runs on LAN (its configure takes
-    5.9-5.11 and 5.14-5.18; its 5.9 reads the host of a LanSessionInfo in the 5.10 form, not the
-    StationLocation 5.7-5.9 publish, spec §6.3, so it never finds the host's address).  The harness
-    gives its 5.11-5.17 the documented header version 3 and fixes its 5.9/5.10 timer path; its 5.10
-    join request comes in the 5.11 form (no StationAddress), which the host takes."""
+    5.9-5.11 and 5.14-5.18).  The harness gives its 5.11-5.17 the documented header version 3, fixes its
+    5.9/5.10 timer path and its 5.9 StationLocation address (see the harness); its 5.9/5.10 join request
+    comes in the 5.11 form (no StationAddress), which the host takes."""
     with lan_segment(2) as segment:
         extra = ["--host-address-size", "6"] if version == "5.10" else []  # NC reads the 6-byte 5.10 form
         argv = [sys.executable, "-m", "pianode", "lan", "host", "--game-key", SMM2_KEY, "--version", version,
