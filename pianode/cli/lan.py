@@ -58,7 +58,7 @@ from pianode.cli.common import (
 from pianode.cli.relay import (
     RelayPlan, add_relay_arguments, relay_broadcast, relay_local, relay_node_config, relay_plan, run_trio,
 )  # fmt: skip
-from pianode.mesh import legacy
+from pianode.mesh import legacy, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, Event, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.lan.discovery import (
@@ -95,6 +95,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="send every second message unreliable (default: all reliable)")
         q.add_argument("--unreliable", action="store_true",
                        help="send the numbered messages unreliably (for a peer without the Reliable protocol)")
+        q.add_argument("--sizes", default=None, metavar="N,N,...",
+                       help="payload sizes in bytes the numbered messages cycle through (each text cut or padded "
+                            "with dots; 0: empty); unreliable ones up to what one datagram carries (mtu - 80)")
 
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument("--game-key", required=True, help="game key: 32 hex digits or 16 ASCII characters")
@@ -163,6 +166,19 @@ def _no_subcommand(p: argparse.ArgumentParser) -> int:
 def _number(text: str, what: str, *, lo: float = 0, hi: float = 2**32 - 1, integer: bool = True,
             lo_open: bool = False) -> Any:  # fmt: skip
     return check_number(f"--{what}", text, lo, hi, integer=integer, lo_open=lo_open)
+
+
+def _sizes(args: argparse.Namespace, config: NodeConfig) -> list[int]:
+    """--sizes: the payload sizes to cycle through; unreliable ones no longer than one datagram carries."""
+    if args.sizes is None:
+        return []
+    sizes = [_number(x.strip(), "sizes", hi=config.max_message_size) for x in args.sizes.split(",")]
+    if args.unreliable or args.alternate_unreliable:
+        most = config.mtu - wire.UNRELIABLE_ROOM
+        if max(sizes) > most:
+            raise CliError(f"--sizes {max(sizes)}: an unreliable message carries at most {most} bytes "
+                           f"(one datagram of {config.mtu}; unreliable data is never split)")  # fmt: skip
+    return sizes
 
 
 def _profile(args: argparse.Namespace) -> VersionProfile:
@@ -269,7 +285,8 @@ def run_host(args: argparse.Namespace) -> int:
     if args.discovery_only:
         # Flags of the node's data exchange: a host that only answers browse requests runs no node.
         given = [flag for flag, on in (("--interval", args.send_every is not None), ("--unreliable", args.unreliable),
-                                       ("--alternate-unreliable", args.alternate_unreliable)) if on]  # fmt: skip
+                                       ("--alternate-unreliable", args.alternate_unreliable),
+                                       ("--sizes", args.sizes is not None)) if on]  # fmt: skip
         if given:
             raise CliError(f"{given[0]} is for a host that runs a node; --discovery-only answers browse requests only")
     if args.discovery_only or not _node_speaks(profile):
@@ -300,6 +317,7 @@ def run_host(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     report = _Report(fmt, quiet=args.quiet)
     report.alternate_unreliable = args.alternate_unreliable
+    report.sizes = _sizes(args, config)
     stop = Stop()
 
     async def main() -> None:
@@ -455,6 +473,7 @@ def run_join(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     report = _Report(fmt, quiet=args.quiet)
     report.alternate_unreliable = args.alternate_unreliable
+    report.sizes = _sizes(args, config)
     stop = Stop()
 
     async def main() -> int:
@@ -537,6 +556,7 @@ class _Report:
         self.received: Counter[int] = Counter()
         self.sent = 0
         self.alternate_unreliable = False
+        self.sizes: list[int] = []  # --sizes
 
     def emit(self, record: dict[str, Any], text: str, *, result: bool = False) -> None:
         if self.quiet and not result and self.fmt != "jsonl":
@@ -557,6 +577,9 @@ class _Report:
             if node.station_index is None:
                 continue
             text = f"{name} #{number} from station {node.station_index}".encode()
+            if self.sizes:
+                size = self.sizes[number % len(self.sizes)]
+                text = (text + b"." * size)[:size]
             self.sent += await node.broadcast(text, reliable=reliable and not (self.alternate_unreliable and number % 2))
             number += 1
 
@@ -595,16 +618,24 @@ class _Report:
         connected = sorted(
             s.index for s in node.stations() if s.index is not None and not s.is_self and s.state == "connected"
         )
+        drops = node.statistics()["drops"]
+        assert isinstance(drops, dict)
+        # The datagrams the node dropped, by reason (as `pianode node` reports them): a peer whose
+        # traffic vanishes shows why here.
+        drops = {reason: n for reason, n in sorted(drops.items()) if n}
         record = {
             "event": "summary", "network_id": network_id, "station_index": node.station_index,
             "host_index": node.host_index, "stations_seen": sorted(self.seen), "connected": connected,
-            "received": {str(k): v for k, v in sorted(self.received.items())}, "sent": self.sent, **extra,
+            "received": {str(k): v for k, v in sorted(self.received.items())}, "sent": self.sent, "drops": drops,
+            **extra,
         }  # fmt: skip
         received = ", ".join(f"{v} from station {k}" for k, v in sorted(self.received.items())) or "nothing"
         text = (
             f"station {node.station_index} of network 0x{network_id:08x}: saw stations {sorted(self.seen)}, "
             f"connected to {connected}; received {received}; sent {self.sent}"
         )
+        if drops:
+            text += "; dropped " + ", ".join(f"{n} {reason}" for reason, n in drops.items())
         if "browse" in extra:
             text += f"; answered {extra['browse']['answered']} browse requests"
         self.emit(record, text, result=True)

@@ -245,12 +245,14 @@ def _connect(args: argparse.Namespace) -> int:
     rtts: list[float] = []
     bad = 0
     error: str | None = None
+    connected = False
     stop = Stop(math.inf)
 
     async def session(endpoint: PrudpEndpoint) -> None:
-        nonlocal bad
+        nonlocal bad, connected
         t0 = trio.current_time()
         conn = await endpoint.connect(address)
+        connected = True
         if not args.quiet:
             print(f"connected to {address[0]}:{address[1]} in {1000 * (trio.current_time() - t0):.1f} ms", flush=True)
         for i in range(args.count):
@@ -280,7 +282,17 @@ def _connect(args: argparse.Namespace) -> int:
                 if "no answer" in error:
                     error = _no_answer(address, args, endpoint.statistics())
             except trio.TooSlowError:
-                error = _no_answer(address, args, endpoint.statistics()) if not rtts else f"no echo within {args.timeout} s"
+                if not connected:
+                    error = _no_answer(address, args, endpoint.statistics())
+                else:
+                    # The handshake went through: the server is there and takes our handshake, so the
+                    # question is the data: whether it echoes (NintendoClients' echo sends an empty
+                    # message back as nothing), and whether it reads our data (variants that differ only
+                    # there, such as nintendo-v0 and nintendo-v0-friends, connect alike).
+                    error = (f"connected to {address[0]}:{address[1]}, but message {len(rtts)} ({args.size} bytes) "
+                             f"got no echo within --timeout {args.timeout:g} s: does the server echo it, and sign "
+                             f"data as --variant {args.variant} does? (variants that differ only in data connect "
+                             "alike)")  # fmt: skip
             except trio.EndOfChannel as exc:
                 error = f"connection closed: {exc}"
             nursery.cancel_scope.cancel()

@@ -77,6 +77,12 @@ class SocketFactory(Protocol):
     def socket(self, family: int, type: int, proto: int) -> Any: ...  # noqa: A002 - Trio's signature
 
 
+#: The largest datagram a node takes; a longer one is dropped and counted (``oversized``).  A
+#: console's Pia receive buffer is 1472 bytes (spec §1.8) and a node sends at most ``mtu`` (≤ 1472),
+#: so nothing a Pia station sends is cut; the margin takes a third-party peer that does not bound
+#: what it sends (NintendoClients e8f85f5 sends any message in one datagram).
+MAX_DATAGRAM = 2048
+
 @attrs.frozen(kw_only=True)
 class NodeConfig:
     """Settings of one node.

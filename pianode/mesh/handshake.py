@@ -99,6 +99,8 @@ class StationHandshake:
         peer = self._links.peers.get(addr)
         if peer is not None and peer.state is not PeerState.CLOSED:
             return peer
+        if identity is not None:
+            self._links.forget_other_identity(addr, identity[1])
         peer = self._links.new_peer(addr, initiator=True, now=now)
         if identity is not None:
             self._links.learn(peer, *identity)
@@ -218,18 +220,27 @@ class StationHandshake:
             self._connected(peer, now)
 
     # ------------------------------------------------------------------ first contact
+    def first_request(self, packet: Packet) -> wire.ConnectRequest | None:
+        """The (not inverse) connection request a packet opens with, or None."""
+        if not packet.messages or not wire.is_connection_request(self.profile, packet.messages[0]):
+            return None
+        try:
+            msg = wire.decode_station(self.profile, packet.messages[0].payload)
+        except DecodeError:
+            return None
+        return msg if isinstance(msg, wire.ConnectRequest) and not msg.inverse else None
+
+    def requester_variable_id(self, packet: Packet) -> int | None:
+        """The variable id a first contact's connection request names for its sender (None: not one)."""
+        msg = self.first_request(packet)
+        return None if msg is None else msg.location.variable_id
+
     def restarted(self, peer: Peer, packet: Packet) -> bool:
         """A first-contact connection request from a connected peer that names a new identity."""
-        if not peer.connected or not packet.messages or packet.header.packet_id:
+        if not peer.connected or packet.header.packet_id:
             return False
-        first = packet.messages[0]
-        if not wire.is_connection_request(self.profile, first):
-            return False
-        try:
-            msg = wire.decode_station(self.profile, first.payload)
-        except DecodeError:
-            return False
-        if not isinstance(msg, wire.ConnectRequest) or msg.inverse:
+        msg = self.first_request(packet)
+        if msg is None:
             return False
         if self._has_conn_id:
             return msg.conn_id != peer.peer_conn_id

@@ -102,7 +102,8 @@ class Links:
         #: Peers whose output may have changed since the last flush (a dict: ordered, no duplicates).
         self.touched: dict[Peer, None] = {}
         self._by_index: dict[int, Peer] = {}
-        self._retired_replay: collections.OrderedDict[tuple[str, int], tuple[NonceReplayFilter, float]] = (
+        #: Departed peers' replay memory: (filter, kept until, the departed station's variable id).
+        self._retired_replay: collections.OrderedDict[tuple[str, int], tuple[NonceReplayFilter, float, int]] = (
             collections.OrderedDict()
         )
         #: Stations that left cleanly, until when what they sent before their leave may still arrive.
@@ -147,7 +148,8 @@ class Links:
             # station must not open a new connection (bounded).
             # For two station timeouts: a station restarted at the same
             # address starts a new counter, which may be lower.
-            self._retired_replay[peer.address] = (peer.replay, peer.last_heard + 2 * self.config.station_timeout)
+            until = peer.last_heard + 2 * self.config.station_timeout
+            self._retired_replay[peer.address] = (peer.replay, until, peer.variable_id)
             self._retired_replay.move_to_end(peer.address)
             if len(self._retired_replay) > RETIRED_REPLAY_LIMIT:
                 self._retired_replay.popitem(last=False)
@@ -177,12 +179,26 @@ class Links:
             return
         self._tally.counters["after_leave"] += 1
 
-    def retired(self, addr: tuple[str, int], now: float) -> NonceReplayFilter | None:
-        """The replay memory of a departed peer at *addr*, while it is kept."""
+    def retired(self, addr: tuple[str, int], now: float, variable_id: int | None = None) -> NonceReplayFilter | None:
+        """The replay memory of a departed peer at *addr*, while it is kept, for a station there
+        that names *variable_id* (see :meth:`forget_other_identity`)."""
+        self.forget_other_identity(addr, variable_id)
         retired = self._retired_replay.get(addr)
         if retired is None or now >= retired[1]:
             return None
         return retired[0]
+
+    def forget_other_identity(self, addr: tuple[str, int], variable_id: int | None) -> None:
+        """A station at *addr* that names *variable_id*, not the variable id of the station that
+        departed from there, is a new incarnation (a restart on the same port): its header nonce
+        counter starts anew, anywhere (how it is generated is undocumented, spec §10.3; NC-2020
+        starts each socket's at a random 64-bit value, spec §9), so the departed station's replay
+        memory would refuse half of them for two station timeouts.  It is forgotten, as on a
+        restart the host confirms; a recorded datagram of the departed station still names the
+        departed identity and is still judged by it.  Unknown ids (None, 0) change nothing."""
+        retired = self._retired_replay.get(addr)
+        if retired is not None and variable_id and retired[2] and variable_id != retired[2]:
+            self.forget_retired(addr)
 
     def forget_retired(self, addr: tuple[str, int]) -> None:
         self._retired_replay.pop(addr, None)

@@ -289,6 +289,9 @@ class Membership:
                 # Liberal where it costs nothing: the request's fields are all there.
                 self._tally.counters["trailing_bytes"] += 1
                 _log.info("%s:%d: join request with %d bytes beyond its documented layout: taken", *peer.address, msg.trailing)
+            if msg.short:
+                self._tally.counters["short_join_requests"] += 1
+                _log.info("%s:%d: join request without the StationAddress of its documented layout: taken", *peer.address)
             self._ack(peer, msg.ack_id)
             self._on_join_request(peer, now)
         elif isinstance(msg, wire.JoinResponse):

@@ -317,7 +317,8 @@ class Node:
         Raises:
             KeyError: no connected station has that index, or this node is leaving the mesh.
             pianode.mesh.reliable.SendBufferFull: the station's reliable window is full (back off and retry).
-            pianode.mesh.reliable.MessageTooLarge: *data* exceeds the window's message size limit.
+            pianode.mesh.reliable.MessageTooLarge: *data* exceeds the window's message size limit, or,
+                unreliable, what one datagram of the node's ``mtu`` carries (``mtu`` - 108 bytes: it is never split).
         """
         now = trio.current_time()
         ready = self._hand_to_session(station_index, data, reliable, now)
@@ -372,6 +373,7 @@ class Node:
         Unreliable broadcasts on 5.27+ go out as one packet with a footer of
         receiver variable ids.  A reliable broadcast is all or nothing: it
         raises ``SendBufferFull`` without queueing if any station's window is full.
+        Raises ``MessageTooLarge`` as :meth:`send` does.
         """
         session = self._require_session()
         now = trio.current_time()

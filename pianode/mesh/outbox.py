@@ -37,7 +37,7 @@ from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
 from pianode.mesh.packet_ids import PacketIdCounter
 from pianode.mesh.peer import Peer, Pending, PeerState
-from pianode.mesh.reliable import ReliableWindow, SendBufferFull, WindowFailed
+from pianode.mesh.reliable import MessageTooLarge, ReliableWindow, SendBufferFull, WindowFailed
 from pianode.mesh.stats import DropReason, Tally
 from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
@@ -107,6 +107,8 @@ class Outbox:
         self._group_unreliable = profile.footer != "none"
         self._group_destination = profile.message_format is not MessageFormat.G
         self._group_ids = PacketIdCounter()
+        #: The longest unreliable message a datagram of ``mtu`` bytes carries (see fit_unreliable).
+        self.max_unreliable = config.mtu - wire.UNRELIABLE_ROOM
         # Random start well below 2**56, so the 7 bytes replay checks read never wrap.
         self._nonce_counter = rng.getrandbits(48)
         self._ack_counter = rng.randrange(1, 1 << 32)
@@ -176,6 +178,19 @@ class Outbox:
         return True
 
     # ------------------------------------------------------------------ user data
+    def fit_unreliable(self, data: bytes) -> None:
+        """Refuse unreliable *data* that one datagram of the node's ``mtu`` cannot carry.
+
+        Unreliable data is never split (spec §5.8), and a console's Pia receive buffer is 1472
+        bytes (spec §1.8): a longer datagram would be lost at every receiver (a node takes
+        ``MAX_DATAGRAM`` and counts the rest as ``oversized``), so the sender is told instead.
+        """
+        if len(data) > self.max_unreliable:
+            raise MessageTooLarge(
+                f"unreliable message of {len(data)} bytes: one datagram of the node's mtu ({self.config.mtu} bytes) "
+                f"carries at most {self.max_unreliable}; send it reliably (the window splits it)"
+            )
+
     def send_data(self, peer: Peer, data: bytes, reliable: bool, now: float) -> None:
         if reliable:
             assert peer.data_window is not None
@@ -183,13 +198,21 @@ class Outbox:
             self._links.touched[peer] = None
             self._counters["reliable_sent"] += 1
         else:
+            self.fit_unreliable(data)
             self.enqueue(peer, Proto.UNRELIABLE, 0, data)
             self._counters["unreliable_sent"] += 1
 
     def broadcast(self, data: bytes, *, reliable: bool, now: float) -> int:
+        if not reliable:
+            self.fit_unreliable(data)
         links = self._links
         members = links.members()
-        if not reliable and self._group_unreliable and len(members) > 1:
+        if (
+            not reliable
+            and self._group_unreliable
+            and len(members) > 1
+            and len(data) <= self.max_unreliable - 2 * len(links.view()[2])  # else a packet each (fits)
+        ):
             # One packet for everyone, its footer naming the receivers' variable
             # ids (spec §1.6): sealed once, then handed to each member.
             if self._group_destination:
@@ -221,6 +244,7 @@ class Outbox:
 
     def broadcast_unreliable_now(self, data: bytes, now: float) -> tuple[int, list[Datagram]] | None:
         """See :meth:`pianode.mesh.session.MeshSession.broadcast_unreliable_now`."""
+        self.fit_unreliable(data)
         if not self.idle():
             return None
         members = self._links.members()
@@ -231,6 +255,7 @@ class Outbox:
 
     def seal_unreliable(self, peer: Peer, data: bytes, now: float) -> Datagram:
         """The next packet to *peer*, of one unreliable message, through the peer's sealer."""
+        self.fit_unreliable(data)
         return self.seal_unreliable_each((peer,), data, now)[0]
 
     def seal_unreliable_each(self, peers: Sequence[Peer], data: bytes, now: float) -> list[Datagram]:

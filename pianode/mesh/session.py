@@ -46,7 +46,7 @@ import random
 from collections.abc import Callable, Sequence
 
 from pianode.mesh import departure, legacy, wire
-from pianode.mesh.config import NodeConfig
+from pianode.mesh.config import MAX_DATAGRAM, NodeConfig
 from pianode.mesh.events import DataReceived, Event
 from pianode.mesh.handshake import StationHandshake
 from pianode.mesh.links import PROVISIONAL_PER_IP, Links
@@ -453,12 +453,12 @@ class MeshSession:
                 links.stranger(addr, header, self._nonce_builder, now, own=own)  # (dropped, or after a leave)
                 return
             if header.version != self.profile.header_version and self.profile.header_version is not None:
-                # Another version of the same header layout (6.16-6.23 / 6.25-6.26 / 6.29-6.30 differ only in
-                # the version byte, spec §0.3): refused as a version mismatch, not joined.
-                if not self.handshake.deny_other_version(packet_bytes, addr, self.session_key, now):
-                    self._tally.drop(DropReason.MALFORMED)
-                else:
-                    self._tally.drop(DropReason.OTHER_VERSION)
+                # Another version of the same header layout (5.11-5.17 / 5.18-5.21, 6.16-6.23 / 6.25-6.26 / 6.29-6.30
+                # differ only in the version byte, spec §0.3): a version mismatch, answered where the request
+                # reads in that version's format; otherwise (NintendoClients e8f85f5 sends 5.18's 4 with 5.11's
+                # messages, spec §10.1 item 1) still a mismatch, not bytes out of this version's layout.
+                self.handshake.deny_other_version(packet_bytes, addr, self.session_key, now)
+                self._tally.drop(DropReason.OTHER_VERSION)
                 return
             if links.provisional() >= MAX_PROVISIONAL_PEERS or links.provisional(addr[0]) >= PROVISIONAL_PER_IP:
                 self._tally.drop(DropReason.QUEUE_FULL)
@@ -480,7 +480,7 @@ class MeshSession:
             nonce = self._nonce_builder(header, addr[0])
             if not links.first_contact(addr[0], nonce_value(nonce)):
                 return  # the same request from another port of its IP (counted)
-            retired = links.retired(addr, now)
+            retired = links.retired(addr, now, self.handshake.requester_variable_id(packet))
             if retired is not None and not retired.accept(nonce):
                 self._tally.drop(DropReason.REPLAYED)
                 return
@@ -544,7 +544,7 @@ class MeshSession:
         judged as :meth:`receive_datagram` judges it.  A session that has left
         stops listening: others' group packets are not counted as its drops.
         """
-        if self.membership.closed:
+        if self.membership.closed or _oversized(self, data):
             return
         peer = self.peers.get(addr)
         offset = self._group_offset
@@ -705,6 +705,8 @@ def _receive_batch(session: MeshSession, batch: Sequence[tuple[bytes, tuple[str,
     opened = _open_in_one_call(session, batch) if session._open_in_batches and len(batch) > 1 else None
     try:
         for i, (data, addr) in enumerate(batch):
+            if len(data) > MAX_DATAGRAM and _oversized(session, data):
+                continue
             codec = session.codec
             peer = peers.get(addr)
             stream = None if peer is None or not peer.connected else peer.opener
@@ -751,6 +753,15 @@ def _receive_batch(session: MeshSession, batch: Sequence[tuple[bytes, tuple[str,
     finally:
         counters["packets_received"] += delivered
         counters["unreliable_delivered"] += delivered
+
+
+def _oversized(session: MeshSession, data: bytes) -> bool:
+    """Whether *data* is longer than a node takes (``MAX_DATAGRAM``; the driver reads one byte
+    more, so a longer datagram arrives cut, and would otherwise fail as a bad tag): dropped."""
+    if len(data) <= MAX_DATAGRAM:
+        return False
+    session._tally.drop(DropReason.OVERSIZED)
+    return True
 
 
 def _open_in_one_call(

@@ -37,6 +37,7 @@ COUNTERS = (
     "retransmissions",
     "stale_updates",
     "rtt_requests_received",
+    "short_join_requests",
     "successor_updates_held",
     "trailing_bytes",
     "unreliable_delivered",

@@ -23,9 +23,13 @@ from typing import Any
 
 import trio
 
-__all__ = ["UdpEndpoint", "open_udp_endpoint"]
+from pianode.mesh.config import MAX_DATAGRAM
 
-MAX_DATAGRAM = 2048
+__all__ = ["MAX_DATAGRAM", "RECEIVE_SIZE", "UdpEndpoint", "open_udp_endpoint"]
+
+#: What one receive reads: a datagram longer than MAX_DATAGRAM arrives cut to one byte more, so
+#: the session can tell it (and drop it as ``oversized``) from any datagram it takes.
+RECEIVE_SIZE = MAX_DATAGRAM + 1
 
 
 class UdpEndpoint:
@@ -55,7 +59,7 @@ class UdpEndpoint:
             append = out.append
             while len(out) < limit:
                 try:
-                    append(recv(MAX_DATAGRAM))  # (data, (host, port)), as it comes
+                    append(recv(RECEIVE_SIZE))  # (data, (host, port)), as it comes
                 except BlockingIOError:
                     break
                 except OSError:

@@ -384,6 +384,12 @@ def make_message(
 
 _MESSAGE_OVERHEAD = 28  # the largest per-message header of a 5.x format plus alignment
 _PACKET_OVERHEAD = 32 + 16 + 32  # header, padding to 16, footer margin
+#: What a packet of one unicast message needs beside its payload, at most: 75 bytes in 5.7-5.10
+#: (H-C header with its tag, an M-C message header, alignment to 4, 0xFF padding to 16), 71 in
+#: 5.11-5.19, 63 from 5.26, 51 in 3.x/4.x (measured over every payload length mod 16); a group
+#: packet's footer adds 2 bytes a receiver.  An unreliable message is never split (spec §5.8: its
+#: payload is the raw game data), so one longer than ``mtu - UNRELIABLE_ROOM`` is refused.
+UNRELIABLE_ROOM = 80
 
 
 def bundle(profile: VersionProfile, messages: list[Message], mtu: int) -> list[list[Message]]:
@@ -620,6 +626,9 @@ class JoinRequest:
     #: How many bytes the request had beyond its documented layout, before its ack id (processed anyway,
     #: and counted as trailing_bytes).
     trailing: int = 0
+    #: <= 5.10: it came without its pad and StationAddress (the 5.11+ form; processed anyway, counted
+    #: as short_join_requests).
+    short: bool = False
 
 
 @attrs.frozen
@@ -794,7 +803,7 @@ def encode_leave(profile: VersionProfile, index: int, location: Location) -> byt
 def decode_mesh(profile: VersionProfile, payload: bytes) -> MeshMessage:
     msg = pmesh.decode_mesh_message(payload, profile)
     if isinstance(msg, pmesh.JoinRequest):
-        return JoinRequest(msg.ack_id, len(msg.extra))
+        return JoinRequest(msg.ack_id, len(msg.extra), msg.short)
     if isinstance(msg, pmesh.JoinResponse):
         return JoinResponse(
             host_index=msg.host_index,

@@ -128,15 +128,21 @@ class JoinRequest:
     #: ack ends with its ack id in every documented layout (spec §5.3, §5.4), and NintendoClients
     #: appends it last to every message it resends.
     extra: bytes = b""
+    #: <= 5.10 only: the request came in the 5.11+ form, with no pad and no StationAddress.
+    #: NintendoClients e8f85f5 sends that form at 5.10 and below (its version test is inverted, spec
+    #: §10.1 item 6); the address is the sender's, which the packet gives anyway, so it is taken.
+    short: bool = attrs.field(default=False, converter=bool)
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check_mesh(profile)
-        used = {"ack_id", "station_index", "extra"} | ({"address"} if profile.version <= V5_10 else set())
+        used = {"ack_id", "station_index", "extra"} | ({"address", "short"} if profile.version <= V5_10 else set())
         require_only(self, used, profile)
+        if self.short and (self.extra or self.address != StationAddress()):
+            raise EncodeError("a join request in the 5.11+ form (short) carries no StationAddress and no extra bytes")
         w = Writer()
         w.u8(MeshMessageType.JOIN_REQUEST)
         w.u8(self.station_index, "station index")
-        if profile.version <= V5_10:
+        if profile.version <= V5_10 and not self.short:
             w.zeros(2)
             self.address.write(w, profile)
         w.bytes(self.extra)
@@ -148,6 +154,8 @@ def _decode_join_request(r: Reader, profile: VersionProfile) -> JoinRequest:
     r.skip(1)
     index = r.u8("station index")
     address = StationAddress()
+    if profile.version <= V5_10 and r.remaining() == 4:  # the 5.11+ form: only the ack id is left
+        return JoinRequest(r.u32("ack id"), index, short=True)
     if profile.version <= V5_10:
         r.zeros(2, "join request padding")
         address = decode_station_address(r, profile)

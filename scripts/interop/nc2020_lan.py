@@ -27,6 +27,19 @@ Defects of this NC-2020 commit worked around (see the README's interop section)
       packet of theirs that carries their id ("unexpected connection id").
       Here a station's id is accepted once its handshake completes, and both
       ids are used once it is connected and NC has joined.
+    * A Pia packet that reaches its socket before it has a session key (before
+      it joins: e.g. from a mesh it was in a moment ago at the same address,
+      whose stations keep sending to the old identity until it times out) makes
+      ``PIAPacket.decrypt`` raise (``AES.new`` with a ``None`` key), and its
+      scheduler then kills the socket's receive event for good: NC never hears
+      anything again.  Here such a packet is dropped and counted
+      (``dropped_before_key`` in the summary), as NC's own checks drop a packet
+      they cannot read.
+    * Version-specific paths NC-2020 never ran (it targeted 5.18): its 5.11-5.17
+      write and accept header version 4 where the docs give 3 (spec §0.3, §10.1
+      item 1), set to 3 here; its 5.9/5.10 timer path reads an undefined
+      ``session_timer``, fixed here; up to 5.9 it reads a StationLocation's one
+      address into ``public`` but connects to ``local``, copied here.
     * It has no Keep Alive and no RTT protocol: this harness sends an empty
       keep-alive (protocol 0x08, port 0) every second to each connected
       station and answers RTT requests (protocol 0x58) on their port.
@@ -36,7 +49,8 @@ Output: one JSON object per line on stdout (``event`` names what happened):
 ``connection_request`` / ``connection_response`` (station messages received),
 ``connected`` (a station handshake completed, with who started it),
 ``join_response`` (a fragment parsed), ``joined`` / ``join_failed``,
-``data`` (the first unreliable message from each station), ``join_request``
+``data`` (the first unreliable message from each station; the summary counts
+them all by station and by payload size), ``join_request``
 (host mode: a join request arrived), ``nc_log`` (the first of each distinct
 warning NC logged), and last ``summary``.
 
@@ -100,11 +114,53 @@ def pin_lookups(address: str, broadcast: str) -> None:
     nc_socket.SocketWrapper.bind = bind
 
 
+#: Pia packets NC received before it had a session key, dropped (see the module docstring).
+dropped_before_key = 0
+
+
 def work_around_defects() -> None:
     """The defects of this commit listed in the module docstring, fixed in memory."""
-    from nintendo.pia import mesh, message, session
+    from nintendo.pia import mesh, message, packet, session, types
 
     message.logger = logging.getLogger("nintendo.pia.message")
+    original_handle_recv = packet.PacketTransport.handle_recv
+
+    def handle_recv(self: Any, pair: Any) -> None:
+        global dropped_before_key
+        if self.session.get_session_key() is None:
+            dropped_before_key += 1
+            return
+        original_handle_recv(self, pair)
+
+    packet.PacketTransport.handle_recv = handle_recv
+    def send(self: Any, station: Any, pia_packet: Any) -> None:
+        # PacketTransport.send as NC has it, but for the header-version-0 path (5.9, 5.10), which reads
+        # an undefined ``session_timer`` (meaning ``session_time``) once a station's timer is known.
+        if self.settings.get("pia.header_version") == 0:
+            session_time = self.get_session_time()
+            pia_packet.session_timer = session_time & 0xFFFF
+            if station.rtt_timer is not None:
+                pia_packet.rtt_timer = (station.rtt_timer + session_time - station.base_timer) & 0xFFFF
+            else:
+                pia_packet.rtt_timer = 0
+        pia_packet.connection_id = station.connection_id_out
+        pia_packet.sequence_id = station.next_sequence_id()
+        self.nonce = (self.nonce + 1) & 0xFFFFFFFFFFFFFFFF
+        pia_packet.nonce = self.nonce
+        pia_packet.address = self.local_address()
+        self.socket.send(pia_packet.encode(), station.address)
+
+    packet.PacketTransport.send = send
+    original_location_decode = types.StationLocation.decode
+
+    def location_decode(self: Any, stream: Any) -> None:
+        # Up to 5.9 a StationLocation carries one address (spec §5.2), which NC reads into
+        # ``public``; but it connects to, and finds stations by, ``local``, left empty there.
+        original_location_decode(self, stream)
+        if stream.settings.get("pia.version") < 51000:
+            self.local = self.public
+
+    types.StationLocation.decode = location_decode
 
     def get_num_participants(self: Any) -> int:
         return sum(s.identification_info.participants for s in self.stations if s is not None)
@@ -146,6 +202,7 @@ class _Observer:
         self.initiator: dict[int, str] = {}
         self.reported: set[int] = set()
         self.received: collections.Counter[int] = collections.Counter()
+        self.received_sizes: collections.Counter[int] = collections.Counter()  # payload length: messages
         self.first_heard: dict[int, float] = {}
         self.last_heard: dict[int, float] = {}
         self.sent: collections.Counter[int] = collections.Counter()
@@ -155,6 +212,8 @@ class _Observer:
         self.sending = False
         self.joined = False
         self.number = 0
+        #: Payload sizes the unreliable messages cycle through (message N has sizes[N % len]); empty: the bare text.
+        self.sizes: list[int] = []
 
     # ------------------------------------------------------------------ hooks
     def install(self) -> None:
@@ -232,6 +291,7 @@ class _Observer:
     def on_data(self, station: Any, message: Any) -> None:
         index = station.index
         self.received[index] += 1
+        self.received_sizes[len(message.payload)] += 1
         now = time.monotonic()
         self.first_heard.setdefault(index, now)
         self.last_heard[index] = now
@@ -257,8 +317,11 @@ class _Observer:
         for station in self.nc.mesh.get_stations():
             if station is self.nc.local_station() or not station.is_connected():
                 continue
-            text = f"nc2020 #{self.number} to station {station.index}"
-            self._send(station, UNRELIABLE_PROTOCOL, 0, text.encode())
+            text = f"nc2020 #{self.number} to station {station.index}".encode()
+            if self.sizes:
+                size = self.sizes[self.number % len(self.sizes)]
+                text = (text + b"." * size)[:size]
+            self._send(station, UNRELIABLE_PROTOCOL, 0, text)
             self.sent[station.index] += 1
         self.number += 1
 
@@ -329,7 +392,12 @@ def _session(args: argparse.Namespace) -> Any:
     from nintendo.settings import Settings
 
     nc = LANSession(Settings("switch.cfg"), bytes.fromhex(args.game_key))
-    nc.configure(_version_number(args.version), args.app_version)
+    version = _version_number(args.version)
+    nc.configure(version, args.app_version)
+    if 51100 <= version < 51800:
+        # NC writes and accepts header version 4 for every version from 5.11; 5.11-5.17 send 3
+        # (spec §0.3, §10.1 item 1): NC-2020 targeted 5.18 only.
+        nc.settings.set("pia.header_version", 3)
     nc.prepare(_identification(args.name))
     return nc
 
@@ -349,6 +417,8 @@ def _summary(nc: Any, observer: _Observer, log: _FirstOfEachWarning, **extra: An
                            for k in sorted(observer.received)},
         "sent": {str(k): v for k, v in sorted(observer.sent.items())}, "rtt_answered": observer.rtt_answered,
         "keep_alives_sent": observer.keep_alives_sent, "join_requests": observer.join_requests,
+        "dropped_before_key": dropped_before_key,
+        "received_sizes": {str(k): v for k, v in sorted(observer.received_sizes.items())},
         "warnings": dict(log.counts), **extra,
     })  # fmt: skip
 
@@ -359,6 +429,7 @@ def run_join(args: argparse.Namespace, log: _FirstOfEachWarning) -> int:
 
     nc = _session(args)
     observer = _Observer(nc, args.interval)
+    observer.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     observer.install()
     emit({"event": "ready", "address": _where(nc.local_station()), "station_id": nc.local_station().id})
     browser = lan.LANBrowser(Settings("switch.cfg"), bytes.fromhex(args.game_key))
@@ -426,6 +497,8 @@ def main() -> None:
     p.add_argument("--name", default="nc2020")
     p.add_argument("--duration", type=float, default=12.0, help="join: seconds of data after joining; host: run time")
     p.add_argument("--interval", type=float, default=0.2, help="seconds between unreliable messages to each member")
+    p.add_argument("--sizes", default="", help="join: payload sizes (comma-separated) the messages cycle through; "
+                   "each is its text cut or padded with dots to that size (0: empty)")
     p.add_argument("--browse-timeout", type=float, default=10.0)
     p.add_argument("--network-id", type=int, default=None)
     p.add_argument("--game-mode", type=int, default=0)

@@ -22,7 +22,7 @@ tests compare (see ``session_fields``).
 
 Usage:
     python nc_lan.py host --version 5.18 --game-key HEX --address 127.0.0.31 [session options]
-    python nc_lan.py browse --version 5.18 --game-key HEX --address 127.0.0.32 [--timeout 1]
+    python nc_lan.py browse --version 5.18 --game-key HEX --address 127.0.0.32 [--timeout 1] [--criteria JSON]
 """
 
 from __future__ import annotations
@@ -191,12 +191,33 @@ async def run_host(args: argparse.Namespace) -> None:
         await anyio.sleep(args.duration)
 
 
+def _criteria(lan: Any, given: dict[str, Any]) -> Any:
+    """The library's LanSessionSearchCriteria from ``--criteria`` (JSON): ``min_participants`` /
+    ``max_participants`` ``[min, max]``, ``opened_only``, ``vacant_only``, ``game_mode``,
+    ``session_type``, ``result_range`` ``[offset, size]``, and ``attributes`` ``{"i": [values]}`` (a
+    value list) or ``{"i": {"min": a, "max": b}}`` (a range)."""
+    from nintendo.pia import types
+
+    criteria = lan.LanSessionSearchCriteria()
+    for name in ("min_participants", "max_participants"):
+        if name in given:
+            setattr(criteria, name, types.Range(*given[name]))
+    for name in ("opened_only", "vacant_only", "game_mode", "session_type"):
+        if name in given:
+            setattr(criteria, name, given[name])
+    if "result_range" in given:
+        criteria.result_range = types.ResultRange(*given["result_range"])
+    for index, value in given.get("attributes", {}).items():
+        criteria.attributes[int(index)] = types.Range(value["min"], value["max"]) if isinstance(value, dict) else value
+    return criteria
+
+
 async def run_browse(args: argparse.Namespace) -> None:
     from nintendo.pia import lan
 
     version = tuple(int(x) for x in args.version.split(".")[:2])
     settings = _settings(args.version, args.app_version)
-    criteria = lan.LanSessionSearchCriteria()
+    criteria = _criteria(lan, json.loads(args.criteria))
     key = bytes.fromhex(args.game_key)
     sessions = await lan.browse(settings, criteria, key, timeout=args.timeout)
     _emit({"sessions": [session_fields(s, version) for s in sessions]})  # type: ignore[arg-type]
@@ -212,6 +233,7 @@ def main() -> None:
     p.add_argument("--browse-port", type=int, default=30000, help="remap the library's fixed port 30000")
     p.add_argument("--app-version", type=int, default=0)
     p.add_argument("--timeout", type=float, default=1.0)
+    p.add_argument("--criteria", default="{}", help="browse: search criteria as JSON (see _criteria)")
     p.add_argument("--duration", type=float, default=20.0)
     # host session
     p.add_argument("--pia-port", type=int, default=49152)

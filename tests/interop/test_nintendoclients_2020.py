@@ -30,6 +30,7 @@ sockets on 49152 stay inside it.  Settings are Super Mario Maker 2's (Pia
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import os
 import pathlib
@@ -183,8 +184,11 @@ def _explain(*procs: CliProcess) -> str:
     return "\n".join(parts)
 
 
-def _assert_nc_joined(nc: CliProcess, segment: Any, host: dict[str, Any], stations: int) -> dict[str, Any]:
-    """NC found the host by browsing, shook hands both ways, parsed the join response and joined; its summary."""
+def _assert_nc_joined(
+    nc: CliProcess, segment: Any, host: dict[str, Any], stations: int, tolerated: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """NC found the host by browsing, shook hands both ways, parsed the join response and joined; its summary.
+    A warning that starts with one of *tolerated* may come any number of times."""
     why = _explain(nc)
     host_address = f"{segment.addresses[0]}:{PIA_PORT}"
     (found,) = _events(nc, "found")
@@ -210,7 +214,7 @@ def _assert_nc_joined(nc: CliProcess, segment: Any, host: dict[str, Any], statio
     assert all(s["connected"] for s in joined["stations"]), why
     (summary,) = _events(nc, "summary")
     for warning, count in summary["warnings"].items():
-        assert warning in NC_GAPS or count <= NC_RACES.get(warning, 0), why
+        assert warning in NC_GAPS or count <= NC_RACES.get(warning, 0) or warning.startswith(tolerated), why
     return summary
 
 
@@ -336,3 +340,201 @@ async def test_nintendoclients_2020_joins_a_mesh_of_four_and_exchanges_data_with
             if r["station_index"] == nc_index:
                 assert r["reason"] != "timeout", why
     assert [r["reason"] for r in _events(host, "station_left") if r["station_index"] == nc_index] == [UNACKED], why
+
+
+async def test_nintendoclients_2020_vanishes_and_rejoins_from_the_same_address(nc2020: list[str]) -> None:
+    """NC leaves no word (its process ends), and a new NC comes straight back on the same address and
+    port, before the host's station timeout: the host takes the new connection request as a restart
+    (the old identity probed, silent), removes the old station with that reason and admits the new one,
+    which joins and exchanges data with the host and the member.  When the second NC vanishes too, the
+    host removes it for its silence and the host and member keep exchanging data."""
+    with lan_segment(3) as segment:
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "120", "--max", "8")
+        member = _pianode_lan(segment, 2, "join", "--bind", segment.addresses[2], "--duration", "120")
+        first = _nc(segment, nc2020, 1, "join", "--duration", "3")
+        second = _nc(segment, nc2020, 1, "join", "--duration", "6")
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                await nursery.start(member.run)
+                await until(lambda: _has(member, "joined") or member.returncode is not None)
+                await nursery.start(first.run)
+                await until(lambda: first.returncode is not None)
+                await nursery.start(second.run)
+                await until(lambda: second.returncode is not None)
+                with trio.move_on_after(15):
+                    await until(lambda: len(_events(host, "station_left")) >= 2)
+                host_numbers = len(_numbers_from(member, 0))
+                await trio.sleep(2)  # the mesh of two carries on
+                member.stop()
+                host.stop()
+    why = _explain(host, member, first, second)
+    assert all(p.returncode == 0 for p in (host, member, first, second)), why
+    (hosting,) = _events(host, "hosting")
+    nc_address = f"{segment.addresses[1]}:{PIA_PORT}"
+    _assert_nc_joined(first, segment, hosting, stations=3)
+    # Until the host has confirmed the restart and the member has heard of it from the host, both
+    # still send to the old identity (its connection id), which the new NC drops, saying so.
+    _assert_nc_joined(second, segment, hosting, stations=3, tolerated=("Packet has unexpected connection id",))
+    for nc in (first, second):
+        (summary,) = _events(nc, "summary")
+        assert summary["received"]["0"] >= 10 and summary["received"]["1"] >= 10, why
+    # Both NCs took index 2 at the same address: the host removed the first as restarted, the second
+    # for its silence.
+    assert [(r["station_index"], r["address"]) for r in _events(host, "station_joined")] == [
+        (1, f"{segment.addresses[2]}:{PIA_PORT}"), (2, nc_address), (2, nc_address)
+    ], why
+    assert [(r["station_index"], r["reason"]) for r in _events(host, "station_left")] == [
+        (2, "restarted"), (2, "silent for 5 s")
+    ], why
+    # The member heard both NCs and the host; the host's data kept coming after the second NC vanished.
+    assert len(_numbers_from(member, 2)) >= 40, why
+    assert len(_numbers_from(member, 0)) >= host_numbers + 5, why
+
+
+#: Unreliable payload sizes: empty, tiny, each length mod 16 near the top (the GCM padding and the
+#: message alignment change there), and pianode's limit at its default mtu (1364 - 80).
+PIANODE_SIZES = [0, 1, 2, 3, 4, 5, 15, 16, 17, 100, 1000, 1269, 1270, 1271, 1272, 1273, 1274, 1275, 1276, 1277,
+                 1278, 1279, 1280, 1281, 1282, 1283, 1284]  # fmt: skip
+#: What NC sends: the same, up to a full Ethernet datagram (NC bounds nothing), and past what a node
+#: takes (2048 bytes), which the node must count as oversized.
+NC_SIZES = [*PIANODE_SIZES, 1400, 1428, 1500, 2100, 4000]
+
+
+async def test_unreliable_data_of_every_size_both_ways_with_nintendoclients_2020(nc2020: list[str]) -> None:
+    with lan_segment(2) as segment:
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "90",
+                            "--sizes", ",".join(map(str, PIANODE_SIZES)))  # fmt: skip
+        nc = _nc(segment, nc2020, 1, "join", "--duration", "10", "--sizes", ",".join(map(str, NC_SIZES)))
+        with trio.fail_after(90):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                await nursery.start(nc.run)
+                await until(lambda: nc.returncode is not None)
+                host.stop()
+    why = _explain(host, nc)
+    assert nc.returncode == 0 and host.returncode == 0, why
+    (hosting,) = _events(host, "hosting")
+    summary = _assert_nc_joined(nc, segment, hosting, stations=2)
+    # NC got pianode's messages of every size, each whole (the text first, then the dots).
+    got = {int(k): v for k, v in summary["received_sizes"].items()}
+    assert set(got) == set(PIANODE_SIZES) and min(got.values()) >= 1, why
+    # pianode got NC's of every size it takes, each whole; the longer ones counted as oversized.
+    data = _events(host, "data")
+    by_size = collections.Counter(r["size"] for r in data)
+    taken = [n for n in NC_SIZES if n <= 2048]
+    assert set(by_size) == set(taken) and min(by_size.values()) >= 1, why
+    assert all(r["text"].startswith("nc2020 #"[: r["size"]]) for r in data), why
+    (host_summary,) = _events(host, "summary")
+    sent = summary["sent"]["0"]
+    oversized = sum(1 for k in range(sent) if NC_SIZES[k % len(NC_SIZES)] > 2048)
+    assert host_summary["drops"] == {"oversized": oversized} and host_summary["received"]["1"] == sent - oversized, why
+
+
+@pytest.mark.parametrize("version", ["5.9", "5.10", "5.11", "5.14", "5.17", "5.18"])
+async def test_nintendoclients_2020_joins_at_every_lan_version_it_speaks(nc2020: list[str], version: str) -> None:
+    """Every Pia version NC-2020's settings express that a pianode node runs on LAN (its configure takes
+    5.9-5.11 and 5.14-5.18).  The harness gives its 5.11-5.17 the documented header version 3, fixes its
+    5.9/5.10 timer path and its 5.9 StationLocation address (see the harness); its 5.9/5.10 join request
+    comes in the 5.11 form (no StationAddress), which the host takes."""
+    with lan_segment(2) as segment:
+        extra = ["--host-address-size", "6"] if version == "5.10" else []  # NC reads the 6-byte 5.10 form
+        argv = [sys.executable, "-m", "pianode", "lan", "host", "--game-key", SMM2_KEY, "--version", version,
+                "--app-version", "3", "--broadcast", segment.broadcast, "--format", "jsonl", "--interval",
+                str(INTERVAL), "--unreliable", "--bind", segment.addresses[0], "--duration", "60", *extra]  # fmt: skip
+        host = CliProcess(segment.exec_argv(0, *argv))
+        nc = _nc(segment, nc2020, 1, "join", "--duration", "4", "--version", version)
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                await nursery.start(nc.run)
+                await until(lambda: nc.returncode is not None)
+                host.stop()
+    why = _explain(host, nc)
+    assert nc.returncode == 0 and host.returncode == 0, why
+    (hosting,) = _events(host, "hosting")
+    assert hosting["version"] == version, why
+    summary = _assert_nc_joined(nc, segment, hosting, stations=2)
+    assert summary["received"]["0"] >= 10 and len(_numbers_from(host, 1)) >= 10, why
+    (host_summary,) = _events(host, "summary")
+    assert host_summary["drops"] == {}, why
+
+
+async def test_the_pianode_host_leaves_a_mesh_with_nintendoclients_2020_in_it(nc2020: list[str]) -> None:
+    """The host leaves while NC-2020, which has no handler for the update mesh the new host sends, is a
+    member: the two pianode members agree on the new host and carry on with each other and with NC."""
+    with lan_segment(4) as segment:
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "90", "--max", "8")
+        members = [_pianode_lan(segment, k, "join", "--bind", segment.addresses[k], "--duration", "90") for k in (1, 2)]
+        nc = _nc(segment, nc2020, 3, "join", "--duration", "12")
+        with trio.fail_after(90):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                for m in members:
+                    await nursery.start(m.run)
+                    await until(lambda: _has(m, "joined") or m.returncode is not None)  # noqa: B023
+                await nursery.start(nc.run)
+                await until(lambda: _has(nc, "joined") or nc.returncode is not None)
+                await trio.sleep(2)
+                host.stop()  # leaves the mesh
+                await until(lambda: host.returncode is not None)
+                heard = [len(_numbers_from(m, 3)) for m in members]
+                await until(lambda: nc.returncode is not None)
+                for m in members:
+                    m.stop()
+    why = _explain(nc, host, *members)
+    assert nc.returncode == 0 and host.returncode == 0 and all(m.returncode == 0 for m in members), why
+    for m in members:
+        # The host's leave, and one new host (the migration rule picks station 1 for both).
+        assert [(r["station_index"], r["reason"]) for r in _events(m, "station_left")][:1] == [(0, "left")], why
+        assert [(r["old_host_index"], r["new_host_index"]) for r in _events(m, "host_changed")][:1] == [(0, 1)], why
+        (summary,) = _events(m, "summary")
+        assert summary["host_index"] in (1, 2) and summary["drops"] == {}, why
+    # Data kept flowing between the members and NC after the host left (NC keeps sending for 12 s).
+    for m, before in zip(members, heard, strict=True):
+        assert len(_numbers_from(m, 3)) >= before + 20, why
+    (summary,) = _events(nc, "summary")
+    assert summary["received"]["1"] >= 40 and summary["received"]["2"] >= 40, why
+    assert len(_numbers_from(members[0], 2)) >= 40 and len(_numbers_from(members[1], 1)) >= 40, why
+
+
+async def test_three_nintendoclients_2020_joiners_at_once(nc2020: list[str]) -> None:
+    """Three NC-2020 joiners browse and join at the same moment.  The host admits each (indexes 1-3, a join
+    response listing those admitted before it).  The first admitted joins; the others wait for the NCs
+    listed before them to connect, which an NC never does (it has no update-mesh handler), and give up:
+    the host removes each for its silence, saying so, while data with the one that joined flows on."""
+    with lan_segment(4) as segment:
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "90", "--max", "8")
+        ncs = [_nc(segment, nc2020, k, "join", "--duration", "8") for k in (1, 2, 3)]
+        with trio.fail_after(90):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                for nc in ncs:
+                    await nursery.start(nc.run)
+                await until(lambda: all(nc.returncode is not None for nc in ncs))
+                with trio.move_on_after(10):
+                    await until(lambda: len(_events(host, "station_left")) >= 3)
+                host.stop()
+    why = _explain(host, *ncs)
+    assert host.returncode == 0, why
+    by_address = {f"{segment.addresses[k]}:{PIA_PORT}": nc for k, nc in zip((1, 2, 3), ncs, strict=True)}
+    joined = {r["station_index"]: by_address[r["address"]] for r in _events(host, "station_joined")}
+    assert sorted(joined) == [1, 2, 3], why
+    first = joined[1]
+    assert first.returncode == 0 and _events(first, "joined")[0]["index"] == 1, why
+    for index in (2, 3):
+        (failed,) = _events(joined[index], "join_failed")
+        assert failed["reason"] == "Station connection timed out", why
+        (response,) = [r for r in _events(joined[index], "join_response") if "stations" in r]
+        assert response["join_index"] == index and response["stations"] == index + 1, why
+    assert sorted((r["station_index"], r["reason"]) for r in _events(host, "station_left")) == [
+        (1, "silent for 5 s"), (2, "silent for 5 s"), (3, "silent for 5 s")
+    ], why
+    assert len(_numbers_from(host, 1)) >= 30, why
+    (summary,) = _events(first, "summary")
+    assert summary["received"]["0"] >= 30, why

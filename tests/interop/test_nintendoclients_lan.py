@@ -22,6 +22,7 @@ import subprocess
 import sys
 from typing import Any
 
+import attrs
 import pytest
 from loopback_addresses import free_port
 from peers import peer_unavailable
@@ -229,3 +230,90 @@ async def test_wrong_game_key_is_refused_by_nintendoclients_browser(nc_python: p
     sessions = json.loads(result.stdout.decode().splitlines()[-1])["sessions"]
     assert [s for s in sessions if s["network_id"] == info.network_id] == []
     assert host.statistics().dropped.get("bad_challenge", 0) >= 1
+
+
+#: (criteria as the harness takes them, whether our host's session below matches them): each criterion
+#: alone, on and off its value, range bounds inclusive, attribute lists (up to 20 values) and ranges.
+CRITERIA: list[tuple[dict[str, Any], bool]] = [
+    ({}, True),
+    ({"game_mode": 2}, True), ({"game_mode": 3}, False),
+    ({"session_type": 1}, True), ({"session_type": 0}, False),
+    ({"min_participants": [2, 2]}, True), ({"min_participants": [3, 5]}, False),
+    ({"max_participants": [1, 8]}, True), ({"max_participants": [2, 7]}, False),
+    ({"attributes": {"0": [1, 9]}}, True), ({"attributes": {"0": [1, 2]}}, False),
+    ({"attributes": {"2": [0] * 19 + [7]}}, True),
+    ({"attributes": {"5": {"min": 4, "max": 4}}}, True), ({"attributes": {"5": {"min": 5, "max": 10}}}, False),
+    ({"opened_only": True, "vacant_only": True}, True),
+    ({"result_range": [0, 1]}, True),
+    ({"game_mode": 2, "session_type": 1, "min_participants": [1, 2], "max_participants": [8, 9],
+      "attributes": {"0": [9], "1": {"min": 0, "max": 8}, "3": [6]}}, True),
+    ({"game_mode": 2, "session_type": 1, "attributes": {"0": [9], "4": [6]}}, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("state", ["open", "full", "closed"])
+async def test_nintendoclients_browser_search_criteria_against_our_host(nc_python: pathlib.Path, state: str) -> None:
+    """Their browser does not filter what it hears (its browse() keeps every verified reply): what it
+    finds is what our host judged to match, by each criterion's flag, as the library's own check()."""
+    prof = profile_for("5.18")
+    host_ip, browser_ip = {"open": ("127.0.0.140", "127.0.0.141"), "full": ("127.0.0.142", "127.0.0.143"),
+                           "closed": ("127.0.0.144", "127.0.0.145")}[state]  # fmt: skip
+    info = make_session_info(
+        prof, ip=host_ip, max_participants=8, min_participants=2, game_mode=2, session_type=1,
+        attributes=(9, 8, 7, 6, 5, 4), application_version=3,
+    )  # fmt: skip
+    if state == "full":
+        info = attrs.evolve(info, current_participants=8)
+    elif state == "closed":
+        info = attrs.evolve(info, is_opened=False)
+    host = LanHost(prof, GAME_KEY, info, bind=("0.0.0.0", BROWSE_PORT))
+    cases = CRITERIA if state == "open" else [({}, True), ({"vacant_only": True}, state != "full"),
+                                              ({"opened_only": True}, state != "closed"),
+                                              ({"opened_only": False, "vacant_only": False}, True)]  # fmt: skip
+    found = {}
+    with trio.fail_after(180):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(host.run)
+            for criteria, _ in cases:
+                cmd = [
+                    str(nc_python), str(HARNESS), "browse", "--browse-port", str(BROWSE_PORT), "--version", "5.18",
+                    "--game-key", GAME_KEY.hex(), "--address", browser_ip, "--app-version", "3", "--timeout", "1",
+                    "--criteria", json.dumps(criteria),
+                ]  # fmt: skip
+                result = await trio.run_process(cmd, capture_stdout=True, capture_stderr=True, check=False)
+                assert result.returncode == 0, result.stderr.decode()[-2000:]
+                sessions = json.loads(result.stdout.decode().splitlines()[-1])["sessions"]
+                found[json.dumps(criteria)] = any(s["network_id"] == info.network_id for s in sessions)
+            nursery.cancel_scope.cancel()
+    assert found == {json.dumps(c): expected for c, expected in cases}
+    stats = host.statistics()
+    assert stats.answered == sum(expected for _, expected in cases), stats
+
+
+async def test_nintendoclients_browser_finds_every_one_of_many_hosts(nc_python: pathlib.Path) -> None:
+    """Six of our hosts share the browse port on one machine (SO_REUSEADDR/SO_REUSEPORT): each hears the
+    broadcast request, and their browser gets every session, each with its own fields."""
+    prof = profile_for("5.18")
+    hosts = []
+    for k in range(6):
+        info = make_session_info(prof, ip=f"127.0.0.{150 + k}", max_participants=2 + k, game_mode=k,
+                                 attributes=(k,) * 6, application_version=3, application_data=b"host %d" % k)  # fmt: skip
+        hosts.append(LanHost(prof, GAME_KEY, info, bind=("0.0.0.0", BROWSE_PORT)))
+    cmd = [
+        str(nc_python), str(HARNESS), "browse", "--browse-port", str(BROWSE_PORT), "--version", "5.18",
+        "--game-key", GAME_KEY.hex(), "--address", "127.0.0.160", "--app-version", "3", "--timeout", "1.5",
+    ]  # fmt: skip
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            for host in hosts:
+                await nursery.start(host.run)
+            result = await trio.run_process(cmd, capture_stdout=True, capture_stderr=True, check=False)
+            nursery.cancel_scope.cancel()
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    sessions = json.loads(result.stdout.decode().splitlines()[-1])["sessions"]
+    theirs = {s["network_id"]: s for s in sessions}
+    for host in hosts:
+        published = host.session
+        assert isinstance(published, LanSessionInfo)
+        assert theirs.get(published.network_id) == our_fields(published, prof.version), sessions
+        assert host.statistics().answered == 1

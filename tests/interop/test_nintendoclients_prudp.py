@@ -12,6 +12,7 @@ from __future__ import annotations
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 from peers import peer_unavailable
@@ -181,3 +182,29 @@ async def test_other_v0_settings_both_ways(nc_python: str, mode: str, variant: V
     settings = Settings(variant, access_key=KEY)
     await _their_client_against_our_host(nc_python, mode, settings, [], nursery)
     await _our_client_against_their_server(nc_python, mode, settings, [], nursery)
+
+
+async def test_our_connect_cli_says_what_is_missing_when_their_server_answers_no_echo(nc_python: str) -> None:
+    """An empty message: their echo sends it back as nothing (their send() loops ``while data``), so no
+    echo comes.  The connection went through, so the command must not ask whether the variant or the
+    access key is the server's (it did before: the question for a server that never answered)."""
+    argv = [nc_python, str(PEER), "server", "--mode", "v1", "--access-key", KEY]
+    proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        with trio.fail_after(60):
+            port = await _read_port(proc)
+            cli = [sys.executable, "-m", "pianode", "prudp", "connect", f"127.0.0.1:{port}", "--variant", "nintendo-v1",
+                   "--access-key", KEY, "--count", "2", "--size", "0", "--timeout", "3"]  # fmt: skip
+            done = await trio.run_process(cli, capture_stdout=True, capture_stderr=True, check=False)
+    finally:
+        proc.kill()
+        await proc.wait()
+        assert proc.stdout is not None
+        await proc.stdout.aclose()
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.decode().startswith(f"connected to 127.0.0.1:{port} in "), done.stdout
+    assert done.stderr.decode().splitlines() == [
+        f"pianode prudp connect: connected to 127.0.0.1:{port}, but message 0 (0 bytes) got no echo within --timeout 3 s:"
+        " does the server echo it, and sign data as --variant nintendo-v1 does? (variants that differ only in data"
+        " connect alike)"
+    ]

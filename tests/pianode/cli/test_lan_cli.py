@@ -166,6 +166,12 @@ async def test_discovery_only_host_publishes_a_session_without_a_node() -> None:
         (("host", "--game-key", KEY, "--max", "1"), "--max must be an integer ≥ 2 and ≤ 16, got 1"),
         (("host", "--game-key", KEY, "--bind", "10.0.0.1", "--duration", "1"), "--bind 10.0.0.1: not an address of this machine"),
         (("host", "--game-key", KEY, "--bind", "127.0.0.5:99999"), "--bind port must be 0..65535, got 99999"),
+        (("host", "--game-key", KEY, "--sizes", "10,x"), "--sizes must be an integer"),
+        (("host", "--game-key", KEY, "--sizes", "0,1285", "--unreliable"),
+         "--sizes 1285: an unreliable message carries at most 1284 bytes"),
+        (("join", "--game-key", KEY, "--sizes", "1300", "--alternate-unreliable"),
+         "--sizes 1300: an unreliable message carries at most 1284 bytes"),
+        (("host", "--game-key", KEY, "--sizes", "5", "--discovery-only"), "--sizes is for a host that runs a node"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(

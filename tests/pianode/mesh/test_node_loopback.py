@@ -225,3 +225,23 @@ async def test_joining_the_nodes_own_address_says_so() -> None:
             # and the node is as it was (it can still create a mesh).
             assert node.statistics()["drops"] == {}
             assert await node.create_mesh() == 0
+
+
+async def test_a_datagram_longer_than_a_node_takes_is_dropped_as_oversized() -> None:
+    # A console's Pia receive buffer is 1472 bytes (spec §1.8); a node takes up to MAX_DATAGRAM
+    # (2048) and reads one byte more, so a longer datagram (NintendoClients e8f85f5 sends any
+    # message in one) is counted as what it is, not cut and then refused as a bad tag.
+    from pianode.mesh.config import MAX_DATAGRAM
+
+    async with loopback_mesh(111) as mesh:
+        host, guest = await form(mesh, 2)
+        sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+        with sock:
+            await sock.bind(("127.0.0.115", 0))
+            pia = bytes.fromhex("32ab986484") + bytes(range(256)) * 40  # Pia magic, encrypted v4 header
+            for size in (MAX_DATAGRAM + 1, 4000, 10000):
+                await sock.sendto(pia[:size], host.address)
+            await sock.sendto(pia[:MAX_DATAGRAM], host.address)
+            await wait_until(lambda: sum(host.statistics()["drops"].values()) >= 4, 5)  # type: ignore[attr-defined]
+        assert host.statistics()["drops"] == {"oversized": 3, "bad_tag": 1}
+        await exchange(mesh, [host, guest], 3)

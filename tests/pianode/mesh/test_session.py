@@ -21,6 +21,7 @@ from pianode.mesh import wire as mw
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, MeshDestroyed, MeshJoined, StationJoined, StationLeft
 from pianode.mesh.links import Links
+from pianode.mesh.reliable import MessageTooLarge
 from pianode.mesh.session import MeshSession
 from protocols.errors import ConfigError
 from protocols.pia.message import Message
@@ -514,6 +515,93 @@ def test_member_restarted_at_the_same_address_joins_again(version: str) -> None:
     assert h.run_until(lambda: all_connected(members), TIMEOUT + fresh.config.join_timeout)
     assert fresh.index == 3
     exchange(h, members, 2)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+@pytest.mark.parametrize("after_timeout", [False, True], ids=["at-once", "after-its-timeout"])
+def test_a_restarted_member_whose_nonce_counter_starts_lower_joins_again(version: str, after_timeout: bool) -> None:
+    # A station's header nonce counter starts anywhere (NC-2020: random per socket, spec §9), so a
+    # station restarted on the same address may count from below its old self.  The departed
+    # identity's replay memory must not judge the new one: neither at the host (the station
+    # timed out there first) nor at the members that connect to it after the host's update.
+    h = BatchHarness(4, version=version)
+    group = form(h)
+    old = group[3]
+    if after_timeout:
+        h.dead.add(old.local_address)  # it vanishes (no leave) until every station has dropped it
+        assert h.run_until(lambda: all(len(s.table) == 3 for s in group[:3]), 3 * TIMEOUT)
+        h.dead.discard(old.local_address)
+    fresh = MeshSession(attrs.evolve(old.config, seed=4242), old.local_address, now=h.now)
+    fresh.outbox._nonce_counter = 0  # below everything its old self sent
+    h.sessions[3] = fresh
+    h.by_addr[fresh.local_address] = fresh
+    fresh.join(group[0].local_address, h.now)
+    members = [*group[:3], fresh]
+    assert h.run_until(lambda: all_connected(members), TIMEOUT + fresh.config.join_timeout)
+    exchange(h, members, 2)
+    assert not any(s.statistics()["drops"].get("replayed") for s in members)
+
+
+@pytest.mark.parametrize(("version", "network"), [("5.7", "lan"), ("5.18", "lan"), ("5.29", "lan"), ("6.32", "ldn")])
+@pytest.mark.parametrize("mtu", [1364, 1472])
+def test_unreliable_data_up_to_what_one_datagram_carries_and_no_more(version: str, network: str, mtu: int) -> None:
+    # Unreliable data is never split (spec §5.8) and a console receives at most 1472 bytes (spec
+    # §1.8): every unreliable message up to the limit arrives whole in a datagram of at most mtu
+    # bytes, unicast and broadcast (5.27+: one group packet with its footer), the empty one too;
+    # one byte more is refused at the sender instead of vanishing on the way.
+    h = BatchHarness(4, version=version, network=network, mtu=mtu)
+    group = form(h)
+    a, b = group[0], group[1]
+    limit = a.outbox.max_unreliable
+    assert limit >= mtu - 80
+    sizes: list[int] = []
+    h.hook = lambda data, src, dst: sizes.append(len(data)) or data
+    assert b.index is not None
+    for data in (b"", b"x", bytes(limit)):
+        a.send(b.index, data, reliable=False, now=h.now)
+        sealed = a.send_unreliable_now(b.index, data, h.now)
+        if sealed is not None:
+            h.deliver(sealed[0], a.local_address, sealed[1])
+            sizes.append(len(sealed[0]))
+        a.broadcast(data, reliable=False, now=h.now)
+        h.run_for(0.5)
+        got = [e.data for e in events_of(h, 1, DataReceived) if not e.reliable]
+        assert got[-3:] == [data] * 3
+        assert all([e.data for e in events_of(h, i, DataReceived) if not e.reliable][-1:] == [data] for i in (2, 3))
+        h.events[1].clear()
+    assert sizes and max(sizes) <= mtu
+    for send in (
+        lambda: a.send(b.index, bytes(limit + 1), reliable=False, now=h.now),  # type: ignore[arg-type]
+        lambda: a.send_unreliable_now(b.index, bytes(limit + 1), h.now),  # type: ignore[arg-type]
+        lambda: a.broadcast(bytes(limit + 1), reliable=False, now=h.now),
+        lambda: a.broadcast_unreliable_now(bytes(limit + 1), h.now),
+    ):
+        with pytest.raises(MessageTooLarge, match=f"unreliable message of {limit + 1} bytes"):
+            send()
+    # Reliably, the window splits it.
+    a.send(b.index, bytes(4 * mtu), reliable=True, now=h.now)
+    h.run_for(2.0)
+    assert [e.data for e in events_of(h, 1, DataReceived) if e.reliable][-1:] == [bytes(4 * mtu)]
+
+
+@pytest.mark.parametrize(("version", "theirs"), [("5.14", 4), ("5.18", 3)])
+def test_a_header_version_of_the_same_layout_but_another_version_is_counted_as_such(version: str, theirs: int) -> None:
+    # H-C carries header version 3 (5.11-5.17) or 4 (5.18-5.21), spec §0.3; NintendoClients e8f85f5
+    # writes 4 at every version from 5.11 (spec §10.1 item 1) with that version's messages.  The
+    # version byte is not authenticated (no associated data, spec §3.1), so it is rewritten here.
+    h = BatchHarness(2, version=version)
+    host, joiner = h.sessions
+
+    def rewrite(data: bytes, src: tuple[str, int], dst: tuple[str, int]) -> bytes:
+        return data[:4] + bytes([0x80 | theirs]) + data[5:] if src == joiner.local_address else data
+
+    h.hook = rewrite
+    host.create(h.now)
+    joiner.join(host.local_address, h.now)
+    h.run_for(3.0)
+    assert not joiner.joined
+    drops = host.statistics()["drops"]
+    assert isinstance(drops, dict) and set(drops) == {"other_version"} and drops["other_version"] >= 2
 
 
 def test_a_joiner_of_another_version_is_told_why() -> None:

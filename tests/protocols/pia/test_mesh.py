@@ -274,8 +274,10 @@ def test_encode_refuses_or_round_trips(version: str, data: st.DataObject) -> Non
     try:
         raw = msg.encode(p)
     except EncodeError:
-        # Only 4.x has room for an extension id; max_* and the counter need 4.x/5.x.
-        assert (field == "address" and p.version > (4, 10)) or field.startswith("max_") or field == "update_counter"
+        # Only 4.x has room for an extension id; max_* and the counter need 4.x/5.x; the short form
+        # is a <= 5.10 request's with no StationAddress (the drawn ones have one).
+        assert (field == "address" and p.version > (4, 10)) or field.startswith("max_") or field == "update_counter" \
+            or field == "short"
         return
     assert decode_mesh_message(raw, p) == msg
 
@@ -292,3 +294,18 @@ def test_a_join_request_with_bytes_beyond_its_layout_keeps_its_fields_and_its_la
     msg = decode_mesh_message(theirs, p)
     assert msg == JoinRequest(0x01020304, extra=extra)
     assert msg.encode(p) == theirs
+
+
+@pytest.mark.parametrize("version", ["3.10", "4.10", "5.6", "5.9", "5.10"])
+def test_a_join_request_without_its_station_address_up_to_5_10_keeps_its_ack_id(version: str) -> None:
+    """The other half of NintendoClients e8f85f5's inverted version test (spec §10.1 item 6): at 5.10 and
+    below it sends the 5.11+ form, ``u8 1 · u8 253 · u32 ack id``.  Its fields but the StationAddress
+    (the sender's, which the packet gives) are there: it decodes, marked short, and encodes back."""
+    p = profile_for(version)
+    theirs = bytes([1, 253]) + bytes.fromhex("01020304")
+    msg = decode_mesh_message(theirs, p)
+    assert msg == JoinRequest(0x01020304, short=True)
+    assert msg.encode(p) == theirs
+    # The documented form still decodes as it did, address and all.
+    documented = JoinRequest(0x05060708).encode(p)
+    assert len(documented) > 6 and decode_mesh_message(documented, p) == JoinRequest(0x05060708)
