@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from internet_checksum import internet_checksum
 
 from pianode.capture.pcap import (
     CaptureError,
@@ -56,23 +57,14 @@ def tshark_fields(path: Path, *fields: str, prefs: tuple[str, ...] = ()) -> list
 # Hand-built frames (independent of the writer)
 
 
-def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2))
-    while s > 0xFFFF:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 def ipv4_udp(src: str, sport: int, dst: str, dport: int, payload: bytes, *, frag: int = 0x4000) -> bytes:
     s, d = ipaddress.IPv4Address(src).packed, ipaddress.IPv4Address(dst).packed
     ulen = 8 + len(payload)
     pseudo = s + d + bytes([0, 17]) + ulen.to_bytes(2, "big")
-    udp_c = _csum(pseudo + struct.pack(">HHHH", sport, dport, ulen, 0) + payload)
+    udp_c = internet_checksum(pseudo + struct.pack(">HHHH", sport, dport, ulen, 0) + payload)
     udp = struct.pack(">HHHH", sport, dport, ulen, udp_c or 0xFFFF) + payload
     ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + ulen, 7, frag, 64, 17, 0, s, d)
-    ip = ip[:10] + _csum(ip).to_bytes(2, "big") + ip[12:]
+    ip = ip[:10] + internet_checksum(ip).to_bytes(2, "big") + ip[12:]
     return ip + udp
 
 
@@ -80,7 +72,7 @@ def ipv6_udp(src: str, sport: int, dst: str, dport: int, payload: bytes, *, ext:
     s, d = ipaddress.IPv6Address(src).packed, ipaddress.IPv6Address(dst).packed
     ulen = 8 + len(payload)
     pseudo = s + d + ulen.to_bytes(4, "big") + b"\0\0\0\x11"
-    udp_c = _csum(pseudo + struct.pack(">HHHH", sport, dport, ulen, 0) + payload)
+    udp_c = internet_checksum(pseudo + struct.pack(">HHHH", sport, dport, ulen, 0) + payload)
     udp = struct.pack(">HHHH", sport, dport, ulen, udp_c or 0xFFFF) + payload
     if ext:  # one 8-byte hop-by-hop header (PadN option) before UDP
         hbh = bytes([17, 0, 1, 4, 0, 0, 0, 0])

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from internet_checksum import internet_checksum
 
 from pianode.capture.decode import Decoder
 from pianode.capture.fragments import MAX_HELD, MAX_PENDING, Fragment, Reassembler
@@ -21,26 +22,17 @@ from pianode.capture.pcap import open_capture
 from pianode.capture.session_file import load_session
 
 
-def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2))
-    while s > 0xFFFF:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 def udp_segment(src: bytes, dst: bytes, sport: int, dport: int, payload: bytes) -> bytes:
     ulen = 8 + len(payload)
     pseudo = src + dst + (bytes([0, 17]) + ulen.to_bytes(2, "big") if len(src) == 4 else ulen.to_bytes(4, "big") + b"\0\0\0\x11")
-    c = _csum(pseudo + struct.pack(">HHHH", sport, dport, ulen, 0) + payload)
+    c = internet_checksum(pseudo + struct.pack(">HHHH", sport, dport, ulen, 0) + payload)
     return struct.pack(">HHHH", sport, dport, ulen, c or 0xFFFF) + payload
 
 
 def ipv4(src: bytes, dst: bytes, body: bytes, *, ident: int = 0x1234, frag: int = 0, total: int | None = None) -> bytes:
     hdr = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(body) if total is None else total, ident, frag, 64, 17, 0,
                       src, dst)
-    return hdr[:10] + _csum(hdr).to_bytes(2, "big") + hdr[12:] + body
+    return hdr[:10] + internet_checksum(hdr).to_bytes(2, "big") + hdr[12:] + body
 
 
 def ipv4_fragments(src: str, dst: str, segment: bytes, size: int, ident: int = 0x1234) -> list[bytes]:

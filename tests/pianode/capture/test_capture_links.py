@@ -10,34 +10,26 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from internet_checksum import internet_checksum
 
 from pianode.capture.pcap import open_capture
 
 SRC_MAC, DST_MAC = bytes.fromhex("02aabbccdd01"), bytes.fromhex("02aabbccdd02")
 
 
-def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2))
-    while s > 0xFFFF:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 def ipv4_udp(payload: bytes, sport: int = 49152) -> bytes:
     s, d = ipaddress.IPv4Address("10.0.0.1").packed, ipaddress.IPv4Address("10.0.0.2").packed
     ulen = 8 + len(payload)
-    c = _csum(s + d + bytes([0, 17]) + ulen.to_bytes(2, "big") + struct.pack(">HHHH", sport, 49153, ulen, 0) + payload)
+    c = internet_checksum(s + d + bytes([0, 17]) + ulen.to_bytes(2, "big") + struct.pack(">HHHH", sport, 49153, ulen, 0) + payload)
     udp = struct.pack(">HHHH", sport, 49153, ulen, c or 0xFFFF) + payload
     hdr = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + ulen, 1, 0x4000, 64, 17, 0, s, d)
-    return hdr[:10] + _csum(hdr).to_bytes(2, "big") + hdr[12:] + udp
+    return hdr[:10] + internet_checksum(hdr).to_bytes(2, "big") + hdr[12:] + udp
 
 
 def ipv6_udp(payload: bytes) -> bytes:
     s, d = ipaddress.IPv6Address("fd00::1").packed, ipaddress.IPv6Address("fd00::2").packed
     ulen = 8 + len(payload)
-    c = _csum(s + d + ulen.to_bytes(4, "big") + b"\0\0\0\x11" + struct.pack(">HHHH", 5, 6, ulen, 0) + payload)
+    c = internet_checksum(s + d + ulen.to_bytes(4, "big") + b"\0\0\0\x11" + struct.pack(">HHHH", 5, 6, ulen, 0) + payload)
     return struct.pack(">IHBB", 6 << 28, ulen, 17, 64) + s + d + struct.pack(">HHHH", 5, 6, ulen, c or 0xFFFF) + payload
 
 
