@@ -158,6 +158,17 @@ def _events(p: CliProcess, name: str) -> list[dict[str, Any]]:
     return [r for r in p.records() if r["event"] == name]
 
 
+async def _host_then_nc(host: CliProcess, nc: CliProcess, timeout: float) -> None:
+    """Start the pianode host, then NC once it hosts; when NC has finished, stop the host (bounded)."""
+    with trio.fail_after(timeout):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(host.run)
+            await until(lambda: _has(host, "hosting") or host.returncode is not None)
+            await nursery.start(nc.run)
+            await until(lambda: nc.returncode is not None)
+            host.stop()
+
+
 def _has(p: CliProcess, name: str) -> bool:
     return any(r["event"] == name for r in p.records())
 
@@ -407,13 +418,7 @@ async def test_unreliable_data_of_every_size_both_ways_with_nintendoclients_2020
         host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "90",
                             "--sizes", ",".join(map(str, PIANODE_SIZES)))  # fmt: skip
         nc = _nc(segment, nc2020, 1, "join", "--duration", "10", "--sizes", ",".join(map(str, NC_SIZES)))
-        with trio.fail_after(90):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(host.run)
-                await until(lambda: _has(host, "hosting") or host.returncode is not None)
-                await nursery.start(nc.run)
-                await until(lambda: nc.returncode is not None)
-                host.stop()
+        await _host_then_nc(host, nc, 90)
     why = _explain(host, nc)
     assert nc.returncode == 0 and host.returncode == 0, why
     (hosting,) = _events(host, "hosting")
@@ -446,13 +451,7 @@ async def test_nintendoclients_2020_joins_at_every_lan_version_it_speaks(nc2020:
                 str(INTERVAL), "--unreliable", "--bind", segment.addresses[0], "--duration", "60", *extra]  # fmt: skip
         host = CliProcess(segment.exec_argv(0, *argv))
         nc = _nc(segment, nc2020, 1, "join", "--duration", "4", "--version", version)
-        with trio.fail_after(60):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(host.run)
-                await until(lambda: _has(host, "hosting") or host.returncode is not None)
-                await nursery.start(nc.run)
-                await until(lambda: nc.returncode is not None)
-                host.stop()
+        await _host_then_nc(host, nc, 60)
     why = _explain(host, nc)
     assert nc.returncode == 0 and host.returncode == 0, why
     (hosting,) = _events(host, "hosting")
