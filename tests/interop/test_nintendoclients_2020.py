@@ -396,7 +396,8 @@ async def test_nintendoclients_2020_vanishes_and_rejoins_from_the_same_address(n
     assert [(r["station_index"], r["address"]) for r in _events(host, "station_joined")] == [
         (1, f"{segment.addresses[2]}:{PIA_PORT}"), (2, nc_address), (2, nc_address)
     ], why
-    assert [(r["station_index"], r["reason"]) for r in _events(host, "station_left")] == [
+    # (The member's own leave at the end may reach the host before the host stops, or not: not counted.)
+    assert [(r["station_index"], r["reason"]) for r in _events(host, "station_left") if r["station_index"] == 2] == [
         (2, "restarted"), (2, "silent for 5 s")
     ], why
     # The member heard both NCs and the host; the host's data kept coming after the second NC vanished.
