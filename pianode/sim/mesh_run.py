@@ -339,15 +339,21 @@ class MeshRun:
                 node.set_data_handler(functools.partial(self._on_data, node, rec))
             if self.live is not None:
                 nursery.start_soon(self._show_live, nodes)
-            if formed:
-                self._check_table(nodes)
-                if self.rate:
-                    with _frozen_heap(self.freeze_gc):
-                        await self._realtime(nodes)
-                else:
-                    await self._exchange(nodes)
-                if self.leave_host:
-                    await self._migrate(nodes)
+            try:
+                if formed:
+                    self._check_table(nodes)
+                    if self.rate:
+                        with _frozen_heap(self.freeze_gc):
+                            await self._realtime(nodes)
+                    else:
+                        await self._exchange(nodes)
+                    if self.leave_host:
+                        await self._migrate(nodes)
+            except BaseException:
+                # Ctrl-C or SIGTERM (or a failure): what the stations received until now, so that the
+                # summary "until then" counts it (the receivers hold it until _gather).
+                self._gather(nodes)
+                raise
             self._collect(nodes)
             nursery.cancel_scope.cancel()
 

@@ -75,13 +75,17 @@ def test_a_scan_stopped_by_sigterm_says_so(argv: tuple[str, ...]) -> None:
     assert len(err.splitlines()) == 1 and "before SIGTERM stopped it after " in err and "within 60 s" not in err
 
 
-@pytest.mark.parametrize(("signum", "word", "status"), [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)])
-def test_a_real_time_run_split_over_processes_ends_at_once_with_every_processs_figures(
-    signum: int, word: str, status: int
+@pytest.mark.parametrize(
+    ("signum", "word", "status", "processes"),
+    [(signal.SIGINT, "interrupted", 130, 1), (signal.SIGINT, "interrupted", 130, 2), (signal.SIGTERM, "terminated", 143, 2)],
+)
+def test_a_real_time_run_ends_at_once_with_the_figures_until_then(
+    signum: int, word: str, status: int, processes: int
 ) -> None:
-    # The workers are in the middle of their frame clocks: each ends it on the coordinator's word and sends
-    # what it has, so the summary counts the frames until then and nobody waits for the rest of --duration.
-    proc = _popen("mesh", "-n", "6", "--rate", "30", "--duration", "60", "--processes", "2", "--bind",
+    # In the middle of the frame clock: the summary counts what the stations sent and received until then
+    # (one process: its receivers; split: each worker ends its clock on the coordinator's word and sends
+    # what it has), and nobody waits for the rest of --duration.
+    proc = _popen("mesh", "-n", "6", "--rate", "30", "--duration", "60", "--processes", str(processes), "--bind",
                   loopback_block() + "2", "--format", "jsonl")  # fmt: skip
     time.sleep(4)  # formed (a 6-station mesh forms in well under a second) and well into the session
     assert proc.poll() is None, proc.communicate()
@@ -90,7 +94,8 @@ def test_a_real_time_run_split_over_processes_ends_at_once_with_every_processs_f
     took = time.monotonic() - sent
     assert err.strip().splitlines()[-1] == word and proc.returncode == status, err
     summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["processes"] == 2 and summary["result"] == "FAILED"
+    assert summary["processes"] == processes and summary["result"] == "FAILED"
     frames = summary["frames"]
     assert frames["expected"] > 0 and frames["delivered"] > 0, frames
+    assert summary["reliable"]["delivered"] > 0 and len(summary["stations"]) == 6, summary["reliable"]
     assert took < 8, f"{took:.1f} s after the signal"
