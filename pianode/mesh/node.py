@@ -318,7 +318,7 @@ class Node:
             KeyError: no connected station has that index, or this node is leaving the mesh.
             pianode.mesh.reliable.SendBufferFull: the station's reliable window is full (back off and retry).
             pianode.mesh.reliable.MessageTooLarge: *data* exceeds the window's message size limit, or,
-                unreliable, what one datagram of the node's ``mtu`` carries (``mtu`` - 108 bytes: it is never split).
+                unreliable, what one datagram of the node's ``mtu`` carries (``mtu`` - ``wire.UNRELIABLE_ROOM``: it is never split).
         """
         now = trio.current_time()
         ready = self._hand_to_session(station_index, data, reliable, now)

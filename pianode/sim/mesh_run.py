@@ -573,7 +573,7 @@ class MeshRun:
         priority = RealtimeClass(self.scheduling)
         priority.enter(trio.current_time(), cpu_start)
         try:
-            await self._ticks(stations, sequence, frames, start + first, period, stamp_shift, priority)
+            await self._ticks(stations, sequence, frames, every, start + first, period, stamp_shift, priority)
         finally:
             priority.leave()
             self.result.scheduling = [priority.as_dict()]
@@ -592,14 +592,15 @@ class MeshRun:
         stations: list[tuple[Node, int, int, int]],
         sequence: list[int],
         frames: int,
+        every: int,
         first_due: float,
         period: float,
         stamp_shift: float,
         priority: RealtimeClass,
     ) -> None:
-        """The frame clock's ticks: every station's frame (and reliable message at its phase) per tick."""
+        """The frame clock's ticks: every station's frame per tick, and its reliable message at the tick
+        of its phase in each run of *every* ticks (a second)."""
         payload_pad = bytes(48)
-        every = max(1, int(self.rate or 1))
         cpu = time.process_time
         for frame in range(frames):
             due = first_due + frame * period
