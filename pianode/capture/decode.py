@@ -343,6 +343,8 @@ class Decoder:
         self.kinds: collections.Counter[str] = collections.Counter()
         self.auth: collections.Counter[str] = collections.Counter()
         self.errors = 0
+        #: The Pia versions of the datagrams decoded (what the settings were applied to).
+        self.pia_versions: set[tuple[int, int]] = set()
 
     # -- entry points -----------------------------------------------------
     def decode_all(self, datagrams: Iterator[Datagram] | list[Datagram]) -> Iterator[DecodeResult]:
@@ -424,6 +426,7 @@ class Decoder:
     def _codecs_for(self, profile: VersionProfile) -> tuple[PacketCodec, PacketCodec | None, KeySet]:
         entry = self._codecs.get(profile.version)
         if entry is None:
+            self.pia_versions.add(profile.version)
             keys = self.ctx.keys_for(profile)
             plain = PacketCodec(profile)
             keyed: PacketCodec | None = None

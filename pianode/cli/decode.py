@@ -177,6 +177,9 @@ def run(args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    unused = _unused_hmac_key(args, decoder)
+    if unused is not None:
+        print(f"pianode decode: {unused}", file=sys.stderr)
     if cap.stats.problem is not None:
         # One line: where the capture broke, what was written of it before, and where the settings came from.
         extra = "".join(f"; {part}" for part in (exported, note) if part is not None)
@@ -190,6 +193,17 @@ def run(args: argparse.Namespace) -> int:
         # JSON Lines has no summary line: an empty result is said here, not left silent.
         print(f"pianode decode: {cap.name}: {_nothing_read(cap)}", file=sys.stderr)
     return 0
+
+
+def _unused_hmac_key(args: argparse.Namespace, decoder: Decoder) -> str | None:
+    """Why --hmac-key did nothing, if it did nothing: only Pia 5.6 and older sign packets with
+    HMAC-MD5; later versions seal them with AES-GCM under the session key."""
+    seen = sorted(decoder.pia_versions)
+    if args.hmac_key is None or not seen or any(v <= (5, 6) for v in seen):
+        return None
+    names = ", ".join(f"{a}.{b}" for a, b in seen)
+    return (f"--hmac-key was not used: the capture's Pia packets were read as {names}, which seal with AES-GCM under the"
+            " session key (HMAC-MD5 signs Pia 5.6 and older)")
 
 
 def _check_export(args: argparse.Namespace) -> None:

@@ -173,6 +173,24 @@ def test_decode_of_a_recording_finds_its_session_file_beside_it(tmp_path: pathli
     assert len(rows) == recorded and not any(row["authenticated"] is True for row in rows)
 
 
+@pytest.mark.parametrize(("version", "used"), [("5.18", False), ("5.6", True)])
+def test_decode_says_when_the_hmac_key_it_was_given_did_nothing(tmp_path: pathlib.Path, version: str, used: bool) -> None:
+    # Only Pia 5.6 and older sign packets with HMAC-MD5: for later versions --hmac-key changes nothing,
+    # which stderr says (naming the versions read), and the decode goes on with the session key.
+    pcap = tmp_path / "rec.pcap"
+    out = pianode("mesh", "-n", "2", "--version", version, "--record", str(pcap), "--duration", "0.2",
+                  "--messages", "2", "--format", "jsonl")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    session = tmp_path / "rec.session.json"
+    dec = pianode("decode", str(pcap), "--session", str(session), "--hmac-key", "hex:" + "ab" * 16, "--format", "jsonl")
+    assert dec.returncode == 0, dec.stderr
+    note = (f"pianode decode: --hmac-key was not used: the capture's Pia packets were read as {version}, which seal"
+            " with AES-GCM under the session key (HMAC-MD5 signs Pia 5.6 and older)")  # fmt: skip
+    assert dec.stderr.splitlines() == ([] if used else [note])
+    rows = [json.loads(line) for line in dec.stdout.splitlines() if line.strip()]
+    assert rows and {row["authenticated"] for row in rows} == ({False} if used else {True})
+
+
 @pytest.mark.parametrize(("version", "network"), [("5.29", "nex"), ("5.18", "ldn")])
 def test_record_decodes_for_other_versions_and_networks(tmp_path: pathlib.Path, version: str, network: str) -> None:
     pcap = tmp_path / "x.pcap"
