@@ -46,6 +46,11 @@ class Budget:
     #: behaves so), 5.29 as ``pianode mesh --rate`` runs it (group packets broadcast once per frame, spec §1.6),
     #: and 5.29 with one unicast copy per station.
     session_runs: tuple[str, ...] = ("5.18", "5.29", "5.29/unicast")
+    #: Processes the real-time sessions run in; None: as many as ``pianode mesh`` picks for them
+    #: (:func:`pianode.sim.mesh_procs.default_processes`), so the figures are those of the command users run.
+    session_processes: int | None = None
+    #: The scheduling class the sessions' station processes ask for, as ``pianode mesh --scheduling``.
+    session_scheduling: str = "auto"
     #: Seconds of the bare-Python frame loop measured before each session (pianode.bench.floor).
     floor_seconds: float = 2.0
     session_rate: float = 60.0

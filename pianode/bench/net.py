@@ -747,7 +747,7 @@ def profile_hot_paths(budget: Budget, sections: Sequence[str], progress: Callabl
         written["receive"] = path
     if "session" in sections:
         path = os.path.join(budget.profile_dir, "session.pstats")
-        run = session_run(budget, min(budget.session_seconds, budget.profile_session_seconds))
+        run = session_run(budget, min(budget.session_seconds, budget.profile_session_seconds), split=False)
         prof = cProfile.Profile()
         prof.enable()
         trio.run(run.run)

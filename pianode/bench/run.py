@@ -139,6 +139,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=None, help="session: frames per second per station (default 60)")
     p.add_argument("--session-version", type=_csv(str), default=None,
                    help="session: comma list of VERSION[/unicast|/broadcast] runs (default 5.18,5.29,5.29/unicast)")
+    p.add_argument("--session-processes", type=int, default=None, metavar="N",
+                   help="session: processes to split the stations over (default: as pianode mesh picks)")
+    p.add_argument("--scheduling", choices=("auto", "normal"), default=None,
+                   help="session: the station processes' scheduling class, as pianode mesh --scheduling (default auto)")
     p.add_argument("--floor-seconds", type=float, default=None,
                    help="session: seconds of the bare-Python frame loop before each run (default 2)")
     p.add_argument("--profile", metavar="DIR", default=None, help="also profile the receive path and the session (cProfile, DIR/*.pstats)")
@@ -160,6 +164,8 @@ def budget_from_args(args: argparse.Namespace) -> Budget:
         ("rate", "session_rate"),
         ("session_version", "session_runs"),
         ("floor_seconds", "floor_seconds"),
+        ("session_processes", "session_processes"),
+        ("scheduling", "session_scheduling"),
         ("profile", "profile_dir"),
     ):
         value = getattr(args, arg, None)
@@ -183,6 +189,8 @@ def budget_from_args(args: argparse.Namespace) -> Budget:
         problems.append("durations must be positive")
     if any(n < 2 or n > 32 for n in (*budget.formation_sizes, budget.memory_stations, budget.session_nodes)):
         problems.append("station counts must be 2..32")
+    if budget.session_processes is not None and not 1 <= budget.session_processes <= budget.session_nodes:
+        problems.append(f"--session-processes must be 1..{budget.session_nodes} (one station at least in each)")
     if not 100 <= budget.receive_datagrams <= 4_000_000:
         problems.append("--datagrams must be 100..4000000")
     if budget.rtt_pings < 1 or any(s < 0 or s > 4096 for s in budget.sizes):

@@ -1,5 +1,6 @@
-"""Sections of whole meshes in one process: formation time and the real-time sessions (MeshRun), with their
-CPU per delivered frame against the bare-Python loop of :mod:`pianode.bench.floor`."""
+"""Sections of whole meshes: formation time (in one process, MeshRun), and the real-time sessions as
+``pianode mesh --rate`` runs them (over its processes, in its scheduling class), with their CPU per delivered
+frame against the bare-Python loop of :mod:`pianode.bench.floor`."""
 
 from __future__ import annotations
 
@@ -53,22 +54,33 @@ def parse_session_run(text: str) -> tuple[str, str | None]:
     return version, fanout or None
 
 
-def session_run(budget: Budget, seconds: float, run: str | None = None) -> Any:
-    """The real-time session of the bench (a :class:`pianode.sim.mesh_run.MeshRun`), *seconds* long, of *run*
-    (``VERSION[/FANOUT]``, default the budget's first); ``--profile`` runs the same one."""
+def session_processes(budget: Budget) -> int:
+    """How many processes the bench's real-time sessions run in: the budget's, or what ``pianode mesh`` picks."""
+    from pianode.sim.mesh_procs import default_processes
+
+    if budget.session_processes is not None:
+        return budget.session_processes
+    return default_processes(budget.session_nodes, budget.session_rate)
+
+
+def session_run(budget: Budget, seconds: float, run: str | None = None, *, split: bool = True) -> Any:
+    """The real-time session of the bench, *seconds* long, of *run* (``VERSION[/FANOUT]``, default the
+    budget's first): as ``pianode mesh --rate`` runs it, over :func:`session_processes` processes
+    (:class:`pianode.sim.mesh_procs.ProcessMeshRun`) or in this one (:class:`pianode.sim.mesh_run.MeshRun`,
+    and always so with ``split=False``: ``--profile`` runs the same session where cProfile sees it)."""
     from pianode.mesh.config import NodeConfig
     from pianode.sim.mesh_run import MeshRun
 
     version, fanout = run_shape(run or budget.session_runs[0])
     config = NodeConfig(version=version, aead_backend=budget.node_backend, seed=7)
-    return MeshRun(
-        config,
-        nodes=budget.session_nodes,
-        rate=budget.session_rate,
-        duration=seconds,
-        group_fanout=fanout,
-        freeze_gc=True,
-    )
+    shared = dict(nodes=budget.session_nodes, rate=budget.session_rate, duration=seconds, group_fanout=fanout,
+                  freeze_gc=True, scheduling=budget.session_scheduling)  # fmt: skip
+    processes = session_processes(budget) if split else 1
+    if processes > 1:
+        from pianode.sim.mesh_procs import ProcessMeshRun
+
+        return ProcessMeshRun(config, processes=processes, **shared)
+    return MeshRun(config, **shared)
 
 
 def run_shape(run: str) -> tuple[str, str]:
@@ -96,24 +108,25 @@ def bench_session(budget: Budget) -> list[Figure]:
         started = time.perf_counter()
         result = trio.run(run.run)
         wall = time.perf_counter() - started
-        figures.extend(_session_figures(budget, run_shape(spec), result, wall, floor))
+        figures.extend(_session_figures(budget, run_shape(spec), result, wall, floor, getattr(run, "processes", 1)))
     return figures
 
 
 def _session_figures(
-    budget: Budget, shape: tuple[str, str], result: Any, wall: float, floor: dict[str, Any]
+    budget: Budget, shape: tuple[str, str], result: Any, wall: float, floor: dict[str, Any], processes: int
 ) -> list[Figure]:
     s = result.summary()
     frames = s.get("frames") or {}
     on_time = frames.get("within_threshold_pct") if frames else None
     rel = s["reliable"]
     kept = len(s["stations"])
-    # MeshRun's fixed overheads: forming the mesh and a 0.2 s settling sleep at the end.
-    formed = result.formation_time
-    pace = (wall - formed - 0.2) / budget.session_seconds if formed is not None else None
+    # The frame clock's own pace (MeshRunResult.clock_pace): the run's wall time also holds forming the mesh,
+    # a split run's process start and warm-up, and the settling at the end, none of them the session's.
+    pace = result.clock_pace
     version, fanout = shape
+    split = f", {processes} processes" if processes > 1 else ""
     name = (f"{budget.session_nodes} × {budget.session_rate:g} Hz for {budget.session_seconds:g} s"
-            f" (Pia {version}, {fanout})")  # fmt: skip
+            f" (Pia {version}, {fanout}{split})")  # fmt: skip
     detail = {"summary": {k: v for k, v in s.items() if k != "stations"}, "wall_time": wall}
     note = ""
     if frames:
@@ -122,7 +135,12 @@ def _session_figures(
             f" {frames['delivered']}/{frames['expected']} delivered; wall {wall:.1f} s"
         )
         if frames.get("cpu_load_pct") is not None:
-            note += f"; process CPU {frames['cpu_load_pct']:.0f}% of one core"
+            whose = f"the {processes} processes' CPU together" if processes > 1 else "process CPU"
+            note += f"; {whose} {frames['cpu_load_pct']:.0f}% of one core"
+        if frames.get("scheduling"):
+            from pianode.sim.scheduling import describe
+
+            note += f"; {describe(frames['scheduling'])}"
         if frames.get("late_by_second"):
             note += f"; late frames in {len(frames['late_by_second'])} second(s) of {budget.session_seconds:g}"
     elif result.problems:
@@ -149,7 +167,7 @@ def _session_figures(
         ),
         Figure(
             "session",
-            f"{name}: kept real time (wall ÷ session time)",
+            f"{name}: kept real time (frame clock's wall time ÷ its schedule)",
             pace,
             "×",
             "≤ 1.10",

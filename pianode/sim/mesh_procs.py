@@ -231,7 +231,8 @@ class _MeshShare(MeshRun):
             await self._frame_clock(self._placed, self.n, start_shared + shift, stamp_shift=shift)
         r = self.result
         return {"frames_expected": r.frames_expected, "reliable_expected": r.reliable_expected,
-                "cpu_load": r.cpu_load, "session_start": r.session_start, "scheduling": r.scheduling}  # fmt: skip
+                "cpu_load": r.cpu_load, "cpu_time": r.cpu_time, "clock_pace": r.clock_pace, "session_start": r.session_start,
+                "scheduling": r.scheduling}  # fmt: skip
 
     async def exchange(self, count: int, spread: float) -> dict[str, Any]:
         if not hasattr(self, "_seq"):
@@ -665,6 +666,10 @@ class ProcessMeshRun:
         sent = await self._all("realtime", start)
         loads = [s["cpu_load"] for s in sent if s["cpu_load"] is not None]
         self.result.cpu_load = sum(loads) if loads else None
+        times = [s["cpu_time"] for s in sent if s["cpu_time"] is not None]
+        self.result.cpu_time = sum(times) if times else None  # every process's, while its frames went out
+        paces = [s["clock_pace"] for s in sent if s["clock_pace"] is not None]
+        self.result.clock_pace = max(paces) if paces else None
         self.result.scheduling = [p for s in sent for p in s["scheduling"]]
         self.result.session_start = start
         await self._wait_delivered(10.0, sum(s["reliable_expected"] for s in sent))

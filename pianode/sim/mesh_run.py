@@ -119,8 +119,12 @@ class MeshRunResult:
     late_due: list[float] = attrs.field(factory=list)
     #: Real-time session: process CPU time / wall time while frames were sent (None otherwise).
     cpu_load: float | None = None
-    #: Real-time session: process CPU seconds while frames were sent (None otherwise).
+    #: Real-time session: process CPU seconds while frames were sent, summed over the processes of a split
+    #: run (None otherwise).
     cpu_time: float | None = None
+    #: Real-time session: the frame clock's wall time until its last frame went out over the time the
+    #: schedule gives it (1.0: every tick on time; more: it fell behind), the slowest process's of a split run.
+    clock_pace: float | None = None
     #: Real-time session: warm-up messages heard before the clock started, and sent (one per stream).
     warm_up: tuple[int, int] | None = None
     host_changes: list[str] = attrs.field(factory=list)
@@ -574,6 +578,7 @@ class MeshRun:
         priority.enter(trio.current_time(), cpu_start)
         try:
             await self._ticks(stations, sequence, frames, every, start + first, period, stamp_shift, priority)
+            self.result.clock_pace = (trio.current_time() - start) / (first + (frames - 1) * period)
         finally:
             priority.leave()
             self.result.scheduling = [priority.as_dict()]

@@ -145,3 +145,24 @@ def test_script_wrapper_rejects_bad_budgets() -> None:
     )
     assert proc.returncode == 2
     assert "unknown section" in proc.stderr
+
+
+def test_the_session_runs_as_pianode_mesh_does_over_its_processes(tmp_path: pathlib.Path) -> None:
+    # The session figures are those of the command users run: split over processes (here 2, as pianode mesh
+    # --processes 2), every process's CPU counted, the frame clock's own pace, the scheduling class said.
+    out_json = tmp_path / "bench.json"
+    status = main(["bench", "--sections", "session", "--session-version", "5.18", "--stations", "4", "--rate", "10",
+                   "--session-seconds", "0.5", "--floor-seconds", "0.1", "--session-processes", "2",
+                   "--scheduling", "normal", "--json", str(out_json)])  # fmt: skip
+    report = json.loads(out_json.read_text())
+    assert report["errors"] == [] and status in (0, 1)
+    on_time, reliable, kept, pace, cpu = report["figures"]
+    for f in (on_time, reliable, kept, pace, cpu):
+        assert "(Pia 5.18, unicast, 2 processes)" in f["name"]
+    assert reliable["passed"] is True and kept["value"] == 4.0
+    assert on_time["detail"]["summary"]["processes"] == 2
+    assert "the 2 processes' CPU together" in on_time["note"] and "normal class (--scheduling normal)" in on_time["note"]
+    assert pace["name"].endswith("kept real time (frame clock's wall time ÷ its schedule)")
+    assert 1.0 <= pace["value"] < 3.0  # 5 frames at 10 Hz: the clock ran at least its schedule
+    # CPU per frame: that of both station processes while their frames went out (MeshRunResult.cpu_time).
+    assert cpu["detail"]["node_us"] > 0 and cpu["target"] == "≤ 2.00"
