@@ -34,6 +34,7 @@ from pianode.cli.common import (
     CliError, CliFailure, Stop, check_udp_free, number_arg, parse_bind, parse_hostport, parse_remote, render_table,
 )  # fmt: skip
 from pianode.mesh.config import NodeConfig
+from protocols.relay_control import room_name_problem
 
 if TYPE_CHECKING:
     from pianode.relay.certificates import Credentials
@@ -226,8 +227,9 @@ def relay_room(args: argparse.Namespace) -> str:
         raise CliError("--relay-room needs --relay HOST:PORT (it names a room on a relay hub)")
     if room is None:
         return DEFAULT_ROOM
-    if not room or len(room) > 64:
-        raise CliError("--relay-room must be 1..64 characters")
+    problem = room_name_problem(room)
+    if problem is not None:
+        raise CliError(f"--relay-room {room!r}: {problem}")
     return str(room)
 
 

@@ -62,7 +62,9 @@ def test_ca_init_and_issue_make_the_files_with_their_roles(tmp_path: pathlib.Pat
         (("mesh", "--relay", "--processes", "2"), "--relay: the stations of a relayed run share one process"),
         (("mesh", "--relay", "--discovery", "on"), "--relay: a relayed run is formed by hand-off"),
         (("mesh", "--relay", "--loss", "0.1"), "--relay: fault injection applies to loopback links"),
-        (("mesh", "--relay", "--relay-room", ""), "--relay-room must be 1..64 characters"),
+        (("mesh", "--relay", "--relay-room", ""), "--relay-room '': room name must be 1..64 printable characters"),
+        (("mesh", "--relay", "--relay-room", "two\nlines"), "--relay-room 'two\\nlines': room name must be 1..64"),
+        (("mesh", "--relay", "--relay-room", " lan"), "--relay-room ' lan': room name must be 1..64 printable"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(pki: Pki, argv: tuple[str, ...], needle: str) -> None:
