@@ -26,6 +26,7 @@ and drops by reason.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 from collections import Counter
 
 import attrs
@@ -39,6 +40,9 @@ from protocols.relay_control import (
 __all__ = ["ClientRecord", "HubState", "Room"]
 
 LIMITED_BROADCAST = "255.255.255.255"
+#: Addresses a room's network may not hold: a site keeps 0.x and 127.x to itself, and multicast,
+#: the reserved block and the limited broadcast are no host's.
+_RESERVED = tuple(ipaddress.IPv4Network(n) for n in ("0.0.0.0/8", "127.0.0.0/8", "224.0.0.0/3"))
 
 
 @attrs.define(eq=False)
@@ -71,8 +75,13 @@ class HubState:
         self.network = ipaddress.IPv4Network(network)
         if not self.network.prefixlen <= room_prefix <= 30:
             raise ValueError(f"room prefix /{room_prefix} must be within {self.network} and at most /30")
+        reserved = [str(r) for r in _RESERVED if self.network.overlaps(r)]
+        if reserved:
+            raise ValueError(f"{self.network} overlaps {', '.join(reserved)}, reserved (this host, loopback, "
+                             "multicast, broadcast): give a private network such as 10.77.0.0/16")
         self.room_prefix = room_prefix
-        self._subnets = list(self.network.subnets(new_prefix=room_prefix))[:max_rooms]
+        # Only the first max_rooms: a /0 has 16 million /24s.
+        self._subnets = list(itertools.islice(self.network.subnets(new_prefix=room_prefix), max_rooms))
         self.rooms: dict[str, Room] = {}
         self.clients: dict[int, ClientRecord] = {}
         self.drops: Counter[str] = Counter()

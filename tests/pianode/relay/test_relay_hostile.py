@@ -3,6 +3,8 @@ the hub says why in one printable line, and the sites that behave keep their ser
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from relay_pki import Pki, make_pki
 from relay_wire import Wire, WireSite, initial
@@ -122,3 +124,20 @@ def test_a_close_reason_too_long_for_a_packet_goes_out_cut_to_one_line(pki: Pki)
     assert len(left) == 1 and site.conn.closed_reason.startswith("two\nlines")
     to_site = wire.hub.refusals  # no refusal: an admitted site left
     assert not to_site
+
+
+@pytest.mark.parametrize("network", ["0.0.0.0/8", "127.0.0.0/16", "224.0.0.0/4", "240.0.0.0/4", "0.0.0.0/0"])
+def test_a_network_of_reserved_addresses_is_refused_at_once(network: str) -> None:
+    """A site treats 0.0.0.0, 127.x and broadcasts as its own (client.py); multicast is no host.  And
+    0.0.0.0/0 made the hub list its 16 million /24s before it started (minutes, gigabytes)."""
+    with pytest.raises(ValueError, match="reserved"):
+        HubState(network)
+
+
+def test_a_large_network_costs_the_hub_nothing_to_set_up() -> None:
+    start = time.perf_counter()
+    state = HubState("32.0.0.0/6")  # 262144 /24s, of which the hub uses max_rooms
+    assert time.perf_counter() - start < 0.25
+    state.admit(1, "site-a", "127.0.0.2:1")
+    (_, msg), = state.hello(1, Hello("lan", ""))
+    assert isinstance(msg, Welcome) and msg.address == "32.0.0.1"
