@@ -173,10 +173,11 @@ def check_local_address(text: str, flag: str, *, allow_any: bool = False) -> str
     return str(ip)
 
 
-def check_udp_free(flag: str, ip: str, port: int, *, shared: bool = False) -> None:
+def check_udp_free(flag: str, ip: str, port: int, *, shared: bool = False, any_port: bool = True) -> None:
     """Fail now, naming *flag*, if UDP *ip*:*port* (IPv4, or IPv6 with a colon) cannot be bound (port 0 always
     can).  *shared*: the socket will be bound with SO_REUSEADDR and SO_REUSEPORT (a LAN browse listener),
-    so only a holder that does not share it makes it busy."""
+    so only a holder that does not share it makes it busy.  *any_port*: *flag* takes port 0 (any free
+    one), which the line then suggests."""
     if port == 0:
         return
     with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -188,7 +189,7 @@ def check_udp_free(flag: str, ip: str, port: int, *, shared: bool = False) -> No
             s.bind((ip, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                why = "is already in use (pick another port, or 0 for any free one)"
+                why = "is already in use (pick another port" + (", or 0 for any free one)" if any_port else ")")
             elif exc.errno == errno.EACCES:
                 why = "is not allowed (permission denied)"
             else:

@@ -166,7 +166,7 @@ def run_serve(args: argparse.Namespace) -> int:
         # "cannot resolve" line that named no flag.
         raise CliError(f"--listen {args.listen}: the hub listens on IPv4 (sites reach it with --relay IPv4:PORT); "
                        "give an IPv4 address, or 0.0.0.0 for every interface")
-    check_udp_free("--listen", *listen)
+    check_udp_free("--listen", *listen, any_port=False)  # sites must know the port: --listen names one
     creds = _credentials(args.ca, args.cert, args.key, ("--ca", "--cert", "--key"), "server")
     relay = _relay_modules()
     try:
