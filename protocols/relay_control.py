@@ -35,7 +35,7 @@ from protocols.wire import Reader, Writer
 __all__ = [
     "PROTOCOL_VERSION", "BulkData", "ControlMessage", "Envelope", "FrameDecoder", "Hello", "Member", "MemberJoined",
     "MemberLeft", "MessageType", "Ping", "Pong", "Refused", "Welcome", "decode_body", "decode_envelope",
-    "encode_envelope", "encode_frame", "ip_from_int", "ip_to_int",
+    "encode_envelope", "encode_frame", "envelope_sender", "ip_from_int", "ip_to_int", "MAX_ROOM_NAME", "room_name_problem",
 ]  # fmt: skip
 
 #: Version of these messages, sent in :class:`Hello`; the hub refuses others.
@@ -53,6 +53,17 @@ class MessageType(IntEnum):
     PING = 6
     PONG = 7
     BULK = 8
+
+
+#: Longest room name, in characters.
+MAX_ROOM_NAME = 64
+
+
+def room_name_problem(name: str) -> str | None:
+    """Why *name* cannot name a room (it is shown in logs and tables), or None when it can."""
+    if not name or len(name) > MAX_ROOM_NAME or not name.isprintable() or name.strip() != name:
+        return f"room name must be 1..{MAX_ROOM_NAME} printable characters, without spaces at its ends"
+    return None
 
 
 def ip_to_int(ip: str) -> int:
@@ -276,6 +287,12 @@ def encode_envelope(source: tuple[str, int], destination: tuple[str, int], paylo
     except (ValueError, struct.error) as exc:
         raise EncodeError(f"relay envelope {source} -> {destination}: {exc}") from None
     return head + payload
+
+
+def envelope_sender(data: bytes) -> bytes:
+    """The source IPv4 of an envelope, as its 4 bytes (the site that sent it, at the hub); read
+    without decoding (the bytes of a short one)."""
+    return bytes(data[:4])
 
 
 def decode_envelope(data: bytes) -> Envelope:

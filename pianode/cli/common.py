@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from protocols.text import printable
+
 if TYPE_CHECKING:  # imported where used: `pianode --help` and `pianode decode` need neither
     import trio
 
@@ -171,10 +173,11 @@ def check_local_address(text: str, flag: str, *, allow_any: bool = False) -> str
     return str(ip)
 
 
-def check_udp_free(flag: str, ip: str, port: int, *, shared: bool = False) -> None:
+def check_udp_free(flag: str, ip: str, port: int, *, shared: bool = False, any_port: bool = True) -> None:
     """Fail now, naming *flag*, if UDP *ip*:*port* (IPv4, or IPv6 with a colon) cannot be bound (port 0 always
     can).  *shared*: the socket will be bound with SO_REUSEADDR and SO_REUSEPORT (a LAN browse listener),
-    so only a holder that does not share it makes it busy."""
+    so only a holder that does not share it makes it busy.  *any_port*: *flag* takes port 0 (any free
+    one), which the line then suggests."""
     if port == 0:
         return
     with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -186,7 +189,7 @@ def check_udp_free(flag: str, ip: str, port: int, *, shared: bool = False) -> No
             s.bind((ip, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                why = "is already in use (pick another port, or 0 for any free one)"
+                why = "is already in use (pick another port" + (", or 0 for any free one)" if any_port else ")")
             elif exc.errno == errno.EACCES:
                 why = "is not allowed (permission denied)"
             else:
@@ -311,21 +314,6 @@ def check_name(flag: str, text: str | None) -> None:
 
 
 # ---------------------------------------------------------------------- tables
-
-
-#: Characters a terminal acts on rather than shows (C0 and C1 controls, line and paragraph separators,
-#: bidirectional overrides and isolates), each shown escaped instead: text heard from the network
-#: (a session name, a station name, a capture's comment) must not move the cursor, colour the
-#: screen, start a new line that looks like a row, or reorder what follows.
-_UNPRINTABLE = {
-    c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-    for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
-}
-
-
-def printable(text: str) -> str:
-    """*text* with the characters of :data:`_UNPRINTABLE` escaped (``\\x1b``, ``\\u202e``)."""
-    return text.translate(_UNPRINTABLE)
 
 
 def render_table(headers: list[str], rows: list[list[Any]], *, right: set[int] | None = None) -> list[str]:

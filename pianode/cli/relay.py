@@ -34,6 +34,7 @@ from pianode.cli.common import (
     CliError, CliFailure, Stop, check_udp_free, number_arg, parse_bind, parse_hostport, parse_remote, render_table,
 )  # fmt: skip
 from pianode.mesh.config import NodeConfig
+from protocols.relay_control import room_name_problem
 
 if TYPE_CHECKING:
     from pianode.relay.certificates import Credentials
@@ -165,7 +166,7 @@ def run_serve(args: argparse.Namespace) -> int:
         # "cannot resolve" line that named no flag.
         raise CliError(f"--listen {args.listen}: the hub listens on IPv4 (sites reach it with --relay IPv4:PORT); "
                        "give an IPv4 address, or 0.0.0.0 for every interface")
-    check_udp_free("--listen", *listen)
+    check_udp_free("--listen", *listen, any_port=False)  # sites must know the port: --listen names one
     creds = _credentials(args.ca, args.cert, args.key, ("--ca", "--cert", "--key"), "server")
     relay = _relay_modules()
     try:
@@ -226,8 +227,9 @@ def relay_room(args: argparse.Namespace) -> str:
         raise CliError("--relay-room needs --relay HOST:PORT (it names a room on a relay hub)")
     if room is None:
         return DEFAULT_ROOM
-    if not room or len(room) > 64:
-        raise CliError("--relay-room must be 1..64 characters")
+    problem = room_name_problem(room)
+    if problem is not None:
+        raise CliError(f"--relay-room {room!r}: {problem}")
     return str(room)
 
 

@@ -76,6 +76,8 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 def init_ca(directory: str | os.PathLike[str], *, name: str = "pianode relay CA", days: int = 3650) -> pathlib.Path:
     """Make ``DIR/ca.pem`` and ``DIR/ca.key``; refuses to overwrite an existing authority."""
     d = pathlib.Path(directory)
+    if d.exists() and not d.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "is a file, not a folder", str(d))
     d.mkdir(parents=True, exist_ok=True)
     if (d / CA_KEY).exists() or (d / CA_CERT).exists():
         raise FileExistsError(f"{d} already holds a CA ({CA_CERT}/{CA_KEY}); remove them first to make a new one")
@@ -110,7 +112,9 @@ def issue(
     if role not in ("server", "client"):
         raise ValueError(f"role must be server or client, got {role!r}")
     if not _NAME.fullmatch(name) or name == "ca":
-        raise ValueError(f"certificate name must be letters, digits and '-' (not 'ca'), got {name!r}")
+        raise ValueError(
+            f"certificate name must be 1..63 characters: letters, digits and '-' (not first), not 'ca'; got {name!r}"
+        )
     d = pathlib.Path(directory)
     for taken in (d / f"{name}.pem", d / f"{name}.key"):
         if taken.exists():
@@ -153,16 +157,17 @@ def load_credentials(ca: str | os.PathLike[str], cert: str | os.PathLike[str], k
         except OSError as exc:
             raise ValueError(f"{what} {path}: {exc.strerror or exc}") from None
 
+    ca_bytes, cert_bytes, key_bytes = read(ca, "CA certificate"), read(cert, "certificate"), read(key, "key")
     try:
-        ca_cert = x509.load_pem_x509_certificate(read(ca, "CA certificate"))
+        ca_cert = x509.load_pem_x509_certificate(ca_bytes)
     except ValueError as exc:
         raise ValueError(f"CA certificate {ca}: not a PEM certificate ({exc})") from None
     try:
-        own = x509.load_pem_x509_certificate(read(cert, "certificate"))
+        own = x509.load_pem_x509_certificate(cert_bytes)
     except ValueError as exc:
         raise ValueError(f"certificate {cert}: not a PEM certificate ({exc})") from None
     try:
-        private = serialization.load_pem_private_key(read(key, "key"), None)
+        private = serialization.load_pem_private_key(key_bytes, None)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"key {key}: not an unencrypted PEM private key ({exc})") from None
     if not isinstance(private, ec.EllipticCurvePrivateKey):

@@ -7,12 +7,23 @@ connection id; an Initial with an unknown one opens a new
 :class:`~pianode.relay.hub_state.HubState`: a site admitted by its certificate
 sends Hello and gets its room and address; its envelopes are forwarded to the
 members the state names, as DATAGRAM frames, at once.  Refusals and departures
-are logged in one line each through *log*.
+are logged in one line each through *log* (printable: peers choose some of
+the words).
+
+A connection is *half-open* from its first Initial until its peer's
+certificate passed: it costs the hub a TLS handshake and state while anyone
+who can send a UDP datagram can open one.  At most
+``MAX_HANDSHAKES_PER_ADDRESS`` are half-open per peer IP and
+``MAX_HANDSHAKES`` in all; an Initial beyond is dropped (counted as
+``handshakes over limit``; QUIC's client sends it again) and a half-open
+connection that does not finish its handshake within the idle timeout is
+refused.  Only the latest ``MAX_REFUSALS_KEPT`` refusals are kept.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter, deque
 from collections.abc import Callable
 
 import trio
@@ -24,8 +35,16 @@ from pianode.relay.hub_state import HubState
 from pianode.relay.quic import EventKind, RelayConnection, RelayEvent, configuration
 from pianode.relay.udp_driver import QuicDriver
 from protocols.relay_control import BulkData, Hello, Ping, Pong, Refused
+from protocols.text import printable
 
-__all__ = ["RelayHub"]
+__all__ = ["MAX_HANDSHAKES", "MAX_HANDSHAKES_PER_ADDRESS", "MAX_REFUSALS_KEPT", "RelayHub"]
+
+#: Half-open connections (handshake not done, certificate not checked) the hub holds in all...
+MAX_HANDSHAKES = 512
+#: ...and per peer IP (sites behind one NAT, or every station of a ``pianode mesh --relay``, share one).
+MAX_HANDSHAKES_PER_ADDRESS = 64
+#: Refusals kept in ``RelayHub.refusals`` (each is also logged when it happens).
+MAX_REFUSALS_KEPT = 256
 
 
 class RelayHub:
@@ -40,7 +59,7 @@ class RelayHub:
         self.credentials = credentials
         self.listen = listen
         self.state = state or HubState()
-        self.log = log
+        self.log = lambda line: log(printable(line))
         self._config = configuration(credentials, is_client=False)
         self._by_cid: dict[bytes, RelayConnection] = {}
         self._ids: dict[RelayConnection, int] = {}
@@ -48,7 +67,9 @@ class RelayHub:
         self._peers: dict[int, tuple[str, int]] = {}
         self._next_id = itertools.count(1)
         self.driver: QuicDriver | None = None
-        self.refusals: list[str] = []
+        self.refusals: deque[str] = deque(maxlen=MAX_REFUSALS_KEPT)
+        self._half_open: dict[RelayConnection, str] = {}  # connection -> its peer's IP
+        self._half_open_by_ip: Counter[str] = Counter()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -75,6 +96,9 @@ class RelayHub:
             if header.packet_type != QuicPacketType.INITIAL or len(data) < 1200:
                 self.state.drops["unknown connection"] += 1
                 return None
+            if len(self._half_open) >= MAX_HANDSHAKES or self._half_open_by_ip[addr[0]] >= MAX_HANDSHAKES_PER_ADDRESS:
+                self.state.drops["handshakes over limit"] += 1
+                return None
             conn = RelayConnection(
                 self._config, self.credentials.ca, original_destination_connection_id=header.destination_cid
             )
@@ -84,6 +108,8 @@ class RelayHub:
             self._peers[cid] = addr
             self._by_cid[header.destination_cid] = conn
             self._by_cid[conn.quic.host_cid] = conn
+            self._half_open[conn] = addr[0]
+            self._half_open_by_ip[addr[0]] += 1
         self._handle(conn, conn.receive_datagram(data, addr, now))
         return conn
 
@@ -113,6 +139,7 @@ class RelayHub:
                             other.send_bulk(msg)
                             self._flush(other)
             elif ev.kind is EventKind.ADMITTED:
+                self._handshake_done(conn)
                 self.state.admit(cid, str(ev.value), peer)
             elif ev.kind is EventKind.CID_ISSUED:
                 self._by_cid[ev.value] = conn  # type: ignore[index]
@@ -145,7 +172,15 @@ class RelayHub:
         else:
             conn.close(f"unexpected {type(msg).__name__} from a site", refused=False)
 
+    def _handshake_done(self, conn: RelayConnection) -> None:
+        ip = self._half_open.pop(conn, None)
+        if ip is not None:
+            self._half_open_by_ip[ip] -= 1
+            if not self._half_open_by_ip[ip]:
+                del self._half_open_by_ip[ip]
+
     def _closed(self, cid: int, conn: RelayConnection, reason: str, peer: str) -> None:
+        self._handshake_done(conn)
         record = self.state.clients.get(cid)
         if not conn.admitted:
             line = f"{peer}: {reason}"

@@ -26,6 +26,7 @@ and drops by reason.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 from collections import Counter
 
 import attrs
@@ -33,12 +34,15 @@ import attrs
 from protocols.errors import DecodeError
 from protocols.relay_control import (
     ENVELOPE_SIZE, PROTOCOL_VERSION, BulkData, Hello, Member, MemberJoined, MemberLeft, Refused, Welcome,
-    decode_envelope,
+    decode_envelope, room_name_problem,
 )  # fmt: skip
 
 __all__ = ["ClientRecord", "HubState", "Room"]
 
 LIMITED_BROADCAST = "255.255.255.255"
+#: Addresses a room's network may not hold: a site keeps 0.x and 127.x to itself, and multicast,
+#: the reserved block and the limited broadcast are no host's.
+_RESERVED = tuple(ipaddress.IPv4Network(n) for n in ("0.0.0.0/8", "127.0.0.0/8", "224.0.0.0/3"))
 
 
 @attrs.define(eq=False)
@@ -71,13 +75,20 @@ class HubState:
         self.network = ipaddress.IPv4Network(network)
         if not self.network.prefixlen <= room_prefix <= 30:
             raise ValueError(f"room prefix /{room_prefix} must be within {self.network} and at most /30")
+        reserved = [str(r) for r in _RESERVED if self.network.overlaps(r)]
+        if reserved:
+            raise ValueError(f"{self.network} overlaps {', '.join(reserved)}, reserved (this host, loopback, "
+                             "multicast, broadcast): give a private network such as 10.77.0.0/16")
         self.room_prefix = room_prefix
-        self._subnets = list(self.network.subnets(new_prefix=room_prefix))[:max_rooms]
+        # Only the first max_rooms: a /0 has 16 million /24s.
+        self._subnets = list(itertools.islice(self.network.subnets(new_prefix=room_prefix), max_rooms))
         self.rooms: dict[str, Room] = {}
         self.clients: dict[int, ClientRecord] = {}
         self.drops: Counter[str] = Counter()
         #: Clients whose address a reconnection of the same site took over; the driver closes them.
         self.superseded: list[int] = []
+        #: Rooms whose subnet a new room took over, the hub having no other free (see _new_room).
+        self.rooms_reused = 0
         #: Clients gone, newest last (their counters stay in the table).
         self.departed: list[ClientRecord] = []
 
@@ -94,16 +105,12 @@ class HubState:
             return [(client_id, Refused(f"relay protocol version {hello.version} not supported (hub speaks {PROTOCOL_VERSION})"))]
         if client.room is not None:
             return [(client_id, Refused("already in a room"))]
-        if not hello.room or len(hello.room) > 64:
-            return [(client_id, Refused("room name must be 1..64 characters"))]
-        room = self.rooms.get(hello.room)
+        problem = room_name_problem(hello.room)
+        if problem is not None:
+            return [(client_id, Refused(problem))]
+        room = self.rooms.get(hello.room) or self._new_room(hello.room)
         if room is None:
-            if len(self.rooms) >= len(self._subnets):
-                return [(client_id, Refused(f"hub is full ({len(self.rooms)} rooms)"))]
-            used = {r.network for r in self.rooms.values()}
-            subnet = next(s for s in self._subnets if s not in used)
-            room = Room(hello.room, self._subnets.index(subnet) + 1, subnet)
-            self.rooms[hello.room] = room
+            return [(client_id, Refused(f"hub is full ({len(self.rooms)} rooms, none of them empty)"))]
         out: list[tuple[int, object]] = []
         holder = room.members.get(hello.address)
         if holder is not None and self.clients[holder].name == client.name:
@@ -126,6 +133,23 @@ class HubState:
         out.append((client_id, welcome))
         out.extend((c, MemberJoined(member)) for _, c in others)
         return out
+
+    def _new_room(self, name: str) -> Room | None:
+        """A room on a free subnet; when none is free, on the subnet of the room left empty
+        longest ago (which goes: a site joining a new room on every reconnect must not fill
+        the hub for good).  None when every room has members."""
+        used = {r.network for r in self.rooms.values()}
+        subnet = next((s for s in self._subnets if s not in used), None)
+        if subnet is None:
+            empty = next((r for r in self.rooms.values() if not r.members), None)
+            if empty is None:
+                return None
+            del self.rooms[empty.name]
+            self.rooms_reused += 1
+            subnet = empty.network
+        room = Room(name, self._subnets.index(subnet) + 1, subnet)
+        self.rooms[name] = room
+        return room
 
     def _pick_address(self, room: Room, wanted: str) -> str | None:
         if wanted != "0.0.0.0":
@@ -150,6 +174,8 @@ class HubState:
         room = client.room
         room.members.pop(client.address, None)
         room.counters["leaves"] += 1
+        if not room.members:  # to the end of the line of empty rooms a new room may take over
+            self.rooms[room.name] = self.rooms.pop(room.name)
         return [(c, MemberLeft(client.address)) for c in room.members.values()]
 
     # ------------------------------------------------------------------ forwarding

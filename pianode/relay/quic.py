@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import enum
 import ssl
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 
 import attrs
@@ -52,7 +52,8 @@ from cryptography import x509
 
 from pianode.relay.certificates import CertificateRefused, Credentials, check_peer
 from protocols.errors import DecodeError
-from protocols.relay_control import ControlMessage, FrameDecoder, Ping, encode_frame
+from protocols.relay_control import ControlMessage, FrameDecoder, Ping, encode_frame, envelope_sender
+from protocols.text import one_line
 
 __all__ = ["ALPN", "CONTROL_STREAM", "BULK_STREAM", "EventKind", "RelayConnection", "RelayEvent", "configuration"]
 
@@ -63,7 +64,8 @@ BULK_STREAM = 4
 MAX_PACKET = 1452
 #: Largest DATAGRAM frame payload that fits one packet of MAX_PACKET (short header, AEAD tag, frame header).
 MAX_DATAGRAM_PAYLOAD = MAX_PACKET - 64
-#: Real-time datagrams waiting for congestion window; older ones are dropped beyond this (they are stale).
+#: Real-time datagrams waiting for congestion window; beyond this the oldest of the sender with the most
+#: waiting is dropped (it is stale, and no sender can crowd the others out).
 MAX_PENDING_DATAGRAMS = 512
 #: Most bulk bytes in flight or waiting inside aioquic: beyond the half window, a bound on
 #: the queue bulk can build at the bottleneck (the hub's receive queue, a router's) in front
@@ -82,6 +84,22 @@ REFUSED = 0x100 + 42
 _CRYPTO_FRAME = 0x06
 #: How long a connection may be silent before QUIC gives it up; the client pings well within it.
 IDLE_TIMEOUT = 5.0
+#: aioquic's reason phrase when the idle timeout ended a connection.
+_IDLE_PHRASE = "Idle timeout"
+
+
+def _drop_busiest_senders_oldest(pending: deque[bytes], incoming: bytes) -> None:
+    """Make room in a full queue of envelopes: drop the oldest of the sender with the most
+    waiting, *incoming* counted (its oldest is stale).  Dropping the oldest of all let one
+    site that floods a member push every other site's datagrams to that member out."""
+    counts = Counter(map(envelope_sender, pending))
+    counts[envelope_sender(incoming)] += 1
+    busiest = max(counts, key=counts.__getitem__)  # a tie: the sender of the oldest
+    for i, waiting in enumerate(pending):
+        if envelope_sender(waiting) == busiest:
+            del pending[i]
+            return
+    pending.popleft()  # only the incoming one is the busiest's: all others have one each
 
 
 class EventKind(enum.Enum):
@@ -188,10 +206,7 @@ class RelayConnection:
                 self._on_handshake(out)
             elif isinstance(event, quic_events.ConnectionTerminated):
                 if self.closed_reason is None:
-                    reason = event.reason_phrase or f"connection closed (error {event.error_code:#x})"
-                    if event.error_code == REFUSED:
-                        reason = f"refused by the {self.peer_label}: {event.reason_phrase}"
-                    self.closed_reason = reason
+                    self.closed_reason = self._termination_reason(event)
                 out.append(RelayEvent(EventKind.CLOSED, self.closed_reason))
             elif isinstance(event, quic_events.ConnectionIdIssued):
                 out.append(RelayEvent(EventKind.CID_ISSUED, event.connection_id))
@@ -215,6 +230,16 @@ class RelayConnection:
                 kind = EventKind.CONTROL if event.stream_id == CONTROL_STREAM else EventKind.BULK
                 out.extend(RelayEvent(kind, m) for m in messages)
         return out
+
+    def _termination_reason(self, event: quic_events.ConnectionTerminated) -> str:
+        """Why the connection ended, in one line: the peer's own words (from the network: made
+        :func:`~protocols.text.one_line`), or what ended it here."""
+        phrase = one_line(event.reason_phrase)
+        if event.error_code == REFUSED:
+            return f"refused by the {self.peer_label}: {phrase}"
+        if not self.admitted and event.reason_phrase == _IDLE_PHRASE:
+            return f"no TLS handshake within {IDLE_TIMEOUT:g} s"
+        return phrase or f"connection closed (error {event.error_code:#x})"
 
     def _on_handshake(self, out: list[RelayEvent]) -> None:
         tls = self.quic.tls
@@ -250,7 +275,7 @@ class RelayConnection:
             return False
         pending = self.quic._datagrams_pending
         if len(pending) >= MAX_PENDING_DATAGRAMS:
-            pending.popleft()
+            _drop_busiest_senders_oldest(pending, envelope)
             self.counters["stale_dropped"] += 1
         self.quic.send_datagram_frame(envelope)
         self.counters["datagrams_sent"] += 1
@@ -322,9 +347,11 @@ class RelayConnection:
         return self.quic.get_timer()
 
     def close(self, reason: str, *, refused: bool) -> None:
+        """Close with *reason*, which goes to the peer as one short printable line (a long one
+        would not fit the packet of the close), and is kept whole in ``closed_reason``."""
         if self.closed_reason is None:
             self.closed_reason = f"refused the {self.peer_label}: {reason}" if refused else reason
         if refused:
-            self.quic.close(error_code=REFUSED, frame_type=_CRYPTO_FRAME, reason_phrase=reason)
+            self.quic.close(error_code=REFUSED, frame_type=_CRYPTO_FRAME, reason_phrase=one_line(reason))
         else:
-            self.quic.close(error_code=0, reason_phrase=reason)
+            self.quic.close(error_code=0, reason_phrase=one_line(reason))

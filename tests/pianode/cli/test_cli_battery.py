@@ -152,7 +152,7 @@ def bad_values(kind: str, files: dict[str, str]) -> list[str]:
         "trust": ["", "zz", files["missing"]],
         "mac": ["", "abc", "127.0.0.1=zz"],
         "network": ["", "abc"],
-        "cidr": ["", "abc", "10.0.0.0/33"],
+        "cidr": ["", "abc", "10.0.0.0/33", "0.0.0.0/0", "127.0.0.0/16"],
         "word": ["", "abc"],
         "name": ["", "x" * 300],
     }[kind]

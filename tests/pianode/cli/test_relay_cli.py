@@ -62,7 +62,9 @@ def test_ca_init_and_issue_make_the_files_with_their_roles(tmp_path: pathlib.Pat
         (("mesh", "--relay", "--processes", "2"), "--relay: the stations of a relayed run share one process"),
         (("mesh", "--relay", "--discovery", "on"), "--relay: a relayed run is formed by hand-off"),
         (("mesh", "--relay", "--loss", "0.1"), "--relay: fault injection applies to loopback links"),
-        (("mesh", "--relay", "--relay-room", ""), "--relay-room must be 1..64 characters"),
+        (("mesh", "--relay", "--relay-room", ""), "--relay-room '': room name must be 1..64 printable characters"),
+        (("mesh", "--relay", "--relay-room", "two\nlines"), "--relay-room 'two\\nlines': room name must be 1..64"),
+        (("mesh", "--relay", "--relay-room", " lan"), "--relay-room ' lan': room name must be 1..64 printable"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(pki: Pki, argv: tuple[str, ...], needle: str) -> None:
@@ -242,3 +244,21 @@ def test_a_loopback_bind_cannot_reach_a_hub_elsewhere(pki: Pki, command: list[st
         f"pianode {' '.join(command[:2 if command[0] == 'lan' else 1])}: --bind 127.0.0.5: a loopback address cannot "
         "reach the relay at 192.0.2.1:7777"
     ], done.stderr
+
+
+def test_a_listen_port_in_use_is_refused_with_advice_the_command_takes(pki: Pki) -> None:
+    """It advised '0 for any free one', which --listen refuses ('port must be 1..65535')."""
+    import socket
+
+    ip = loopback_block() + "1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as held:
+        held.bind((ip, 0))
+        port = held.getsockname()[1]
+        ca, pem, key = pki.files("hub")
+        done = run("relay", "serve", "--listen", f"{ip}:{port}", "--ca", str(ca), "--cert", str(pem), "--key", str(key))
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "already in use" in done.stderr
+    if "or 0 for" in done.stderr:
+        zero = run("relay", "serve", "--listen", f"{ip}:0", "--ca", str(ca), "--cert", str(pem), "--key", str(key),
+                   "--duration", "0.1")
+        assert zero.returncode == 0, zero.stderr

@@ -76,3 +76,38 @@ def test_ca_init_does_not_overwrite_and_issue_checks_names(tmp_path: pathlib.Pat
 def test_a_key_of_another_certificate_is_refused_on_load(pki: dict[str, pathlib.Path]) -> None:
     with pytest.raises(ValueError, match="does not belong"):
         load_credentials(pki["ca"], pki["site"], pki["hub_key"])
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_a_directory_or_missing_file_is_named_as_such_not_as_a_bad_pem(
+    pki: dict[str, pathlib.Path], tmp_path: pathlib.Path, which: int
+) -> None:
+    """It said 'CA certificate pki: not a PEM certificate (CA certificate pki: Is a directory)'."""
+    for wrong, why in ((tmp_path, "Is a directory"), (tmp_path / "missing.pem", "No such file")):
+        paths = [pki["ca"], pki["site"], pki["site_key"]]
+        paths[which] = wrong
+        with pytest.raises(ValueError) as caught:
+            load_credentials(*paths)
+        assert why in str(caught.value) and "not a PEM" not in str(caught.value) and str(caught.value).count(str(wrong)) == 1
+
+
+def test_a_name_too_long_is_refused_for_its_length(tmp_path: pathlib.Path) -> None:
+    """A 70-letter name was refused as not 'letters, digits and -', which it was."""
+    init_ca(tmp_path)
+    with pytest.raises(ValueError, match="1..63 characters"):
+        issue(tmp_path, "a" * 70, role="client")
+
+
+def test_ca_init_on_a_file_says_it_is_a_file(tmp_path: pathlib.Path) -> None:
+    """It said '[Errno 17] File exists: ...'."""
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(NotADirectoryError, match="is a file, not a folder"):
+        init_ca(tmp_path / "f")
+
+
+def test_a_certificate_not_yet_valid_is_refused(tmp_path: pathlib.Path) -> None:
+    init_ca(tmp_path)
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+    pem, _ = issue(tmp_path, "early", role="client", not_before=soon)
+    with pytest.raises(CertificateRefused, match="is not valid before"):
+        check_peer(_cert(pem), [], _cert(tmp_path / "ca.pem"), role="client")

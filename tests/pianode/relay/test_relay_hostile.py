@@ -1,0 +1,143 @@
+"""The hub against hostile peers, sans-IO (tests/support/relay_wire.py): what they send is dropped and counted,
+the hub says why in one printable line, and the sites that behave keep their service."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from relay_pki import Pki, make_pki
+from relay_wire import Wire, WireSite, initial
+
+from pianode.relay import hub as hub_module
+from pianode.relay.hub_state import HubState
+from pianode.relay.quic import MAX_PENDING_DATAGRAMS
+from protocols.relay_control import Hello, Refused, Welcome, encode_envelope
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def _welcomed(site) -> Welcome:  # type: ignore[no-untyped-def]
+    welcomes = [m for m in site.control() if isinstance(m, Welcome)]
+    assert welcomes, site.control()
+    return welcomes[0]
+
+
+def test_a_handshake_flood_is_bounded_per_address_and_in_all_and_others_still_connect(pki: Pki) -> None:
+    lines: list[str] = []
+    wire = Wire(pki.credentials("hub"), log=lines.append)
+    for i in range(3 * hub_module.MAX_HANDSHAKES_PER_ADDRESS):  # one address, a new connection id each time
+        wire.raw(initial(), ("127.0.0.66", 1000 + i))
+    assert len(wire.hub._conns) == hub_module.MAX_HANDSHAKES_PER_ADDRESS
+    for i in range(2 * hub_module.MAX_HANDSHAKES):  # many addresses
+        wire.raw(initial(), (f"127.0.{1 + i // 200}.{10 + i % 200}", 2000))
+    assert len(wire.hub._conns) == hub_module.MAX_HANDSHAKES
+    assert wire.hub.state.drops["handshakes over limit"] > 0
+    # a room's site still gets in once the half-open ones time out (no new ones crowd it out meanwhile)
+    wire.pump(duration=10.0)
+    assert len(wire.hub._conns) == 0
+    site = wire.site(pki.credentials("site-a"), ip="127.0.0.66")
+    assert _welcomed(site).address == "10.77.0.1"
+    # every refusal is in the log, but the hub keeps only the latest ones
+    assert len(wire.hub.refusals) <= hub_module.MAX_REFUSALS_KEPT
+    assert all("no TLS handshake within" in line for line in wire.hub.refusals), wire.hub.refusals[:3]
+
+
+def test_text_a_peer_chose_reaches_the_log_as_one_printable_line(pki: Pki) -> None:
+    lines: list[str] = []
+    wire = Wire(pki.credentials("hub"), log=lines.append)
+    forged = "bye\nrefused: 127.0.0.9:1: forged\x1b[2J" + "x" * 900  # a close frame holds ~1000 bytes
+    # before its certificate is checked: a close in the first flight (which aioquic takes for a violation)
+    early = wire.sites[("127.0.0.3", 1)] = WireSite(wire, pki.credentials("site-a"), ("127.0.0.3", 1))
+    early.conn.quic.close(error_code=0, reason_phrase=forged)
+    wire.pump()
+    assert not early.conn.admitted
+    # after: an admitted site leaving with that reason
+    site = wire.site(pki.credentials("site-b"))
+    _welcomed(site)
+    site.conn.quic.close(error_code=0, reason_phrase=forged)
+    wire.pump()
+    assert len(lines) == 3, lines  # refused (early), joined, left
+    for line in lines:
+        assert line.isprintable() and len(line) < 400, repr(line)
+
+
+@pytest.mark.parametrize("room", ["two\nlines", "bell\x07", "tab\tbed", " ", "x" * 65, ""])
+def test_a_room_name_with_control_characters_is_refused(room: str) -> None:
+    state = HubState()
+    state.admit(1, "site-a", "127.0.0.2:1")
+    (target, msg), = state.hello(1, Hello(room, ""))
+    assert target == 1 and isinstance(msg, Refused)
+    assert "room name" in msg.reason and msg.reason.isprintable()
+
+
+def test_rooms_left_empty_do_not_fill_the_hub() -> None:
+    """A site that joins a new room on each reconnect took a subnet each time, for good: after
+    max_rooms of them the hub refused every new room ("hub is full")."""
+    state = HubState(max_rooms=4)
+    for i in range(20):
+        state.admit(i, "site-a", "127.0.0.2:1")
+        (_, msg), = state.hello(i, Hello(f"room-{i}", ""))
+        assert isinstance(msg, Welcome), msg
+        state.leave(i)
+    state.admit(100, "site-b", "127.0.0.3:1")
+    state.admit(101, "site-c", "127.0.0.4:1")
+    assert all(isinstance(m, Welcome) for _, m in state.hello(100, Hello("kept", "")))
+    # a room with a member is never taken over
+    for i in range(3):
+        state.admit(200 + i, "site-d", "127.0.0.5:1")
+        state.hello(200 + i, Hello(f"busy-{i}", ""))
+    (_, msg), = state.hello(101, Hello("one-too-many", ""))
+    assert isinstance(msg, Refused) and "full" in msg.reason
+    assert state.rooms["kept"].members == {"10.77.0.1": 100} or list(state.rooms["kept"].members.values()) == [100]
+
+
+def test_a_flooding_site_cannot_push_another_sites_datagrams_out_of_a_members_queue(pki: Pki) -> None:
+    wire = Wire(pki.credentials("hub"))
+    a, b, c = (wire.site(pki.credentials(n)) for n in ("site-a", "site-b", "site-c"))
+    addr = {s: _welcomed(s).address for s in (a, b, c)}
+    to_b = next(conn for conn in wire.hub._conns.values() if conn.peer_name == "site-b")
+    flood = encode_envelope((addr[a], 1), (addr[b], 1), b"flood")
+    for i in range(4 * MAX_PENDING_DATAGRAMS):  # b's path is slow: nothing leaves the hub meanwhile
+        to_b.send_datagram(flood)
+        if i % 100 == 0:
+            to_b.send_datagram(encode_envelope((addr[c], 1), (addr[b], 1), b"from c %d" % i))
+    pending = list(to_b.quic._datagrams_pending)
+    from_c = [p for p in pending if b"from c" in p]
+    assert len(from_c) == len(range(0, 4 * MAX_PENDING_DATAGRAMS, 100)), len(from_c)
+    assert len(pending) <= MAX_PENDING_DATAGRAMS
+    assert to_b.counters["stale_dropped"] > 0
+
+
+def test_a_close_reason_too_long_for_a_packet_goes_out_cut_to_one_line(pki: Pki) -> None:
+    """A hub's Refused may be up to a control frame long; the site closing with it raised
+    QuicPacketBuilderStop from aioquic (the reason did not fit the packet)."""
+    wire = Wire(pki.credentials("hub"))
+    site = wire.site(pki.credentials("site-a"))
+    _welcomed(site)
+    site.conn.close("two\nlines " + "y" * 5000, refused=False)
+    wire.pump()
+    left = [line for line in wire.hub.state.departed]
+    assert len(left) == 1 and site.conn.closed_reason.startswith("two\nlines")
+    to_site = wire.hub.refusals  # no refusal: an admitted site left
+    assert not to_site
+
+
+@pytest.mark.parametrize("network", ["0.0.0.0/8", "127.0.0.0/16", "224.0.0.0/4", "240.0.0.0/4", "0.0.0.0/0"])
+def test_a_network_of_reserved_addresses_is_refused_at_once(network: str) -> None:
+    """A site treats 0.0.0.0, 127.x and broadcasts as its own (client.py); multicast is no host.  And
+    0.0.0.0/0 made the hub list its 16 million /24s before it started (minutes, gigabytes)."""
+    with pytest.raises(ValueError, match="reserved"):
+        HubState(network)
+
+
+def test_a_large_network_costs_the_hub_nothing_to_set_up() -> None:
+    start = time.perf_counter()
+    state = HubState("32.0.0.0/6")  # 262144 /24s, of which the hub uses max_rooms
+    assert time.perf_counter() - start < 0.25
+    state.admit(1, "site-a", "127.0.0.2:1")
+    (_, msg), = state.hello(1, Hello("lan", ""))
+    assert isinstance(msg, Welcome) and msg.address == "32.0.0.1"
