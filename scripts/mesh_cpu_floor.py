@@ -6,13 +6,10 @@
 Rounds alternate: the floor, then the node's session, again and again, so that
 load from other processes on the machine falls on both alike.
 
-* The floor is a plain loop with no Trio and no Pia state: one non-blocking
-  socket per station on 127.0.x, every tick each station seals one AES-GCM
-  packet per peer (the library's own ``AESGCM.encrypt`` or, for pycryptodome,
-  one ``AES.new(..., MODE_GCM)`` per packet is what the design names; we use
-  the backend's fastest call, the per-key object) of a 5.18 frame's size and
-  sends it with ``sendto``; then every socket is drained with ``recvfrom`` and
-  each packet opened.  CPU time over delivered frames.
+* The floor is :func:`pianode.bench.floor.bare_frame_floor`, the bench's: a plain loop with no Trio and no
+  Pia state, one non-blocking socket per station, every round each station seals one frame per peer with the
+  backend's cheapest AEAD call and sends it, then every socket is drained and each packet opened; its rounds
+  run at the session's rate, as the session's ticks do.  CPU time over delivered frames.
 * The node: :class:`pianode.sim.mesh_run.MeshRun` (or ProcessMeshRun) with
   the same stations, rate and duration; CPU time of all its processes over the
   frames delivered while they were sent.
@@ -22,93 +19,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import socket
 import statistics
-import struct
 import sys
 import time
 
 import trio
 
+from pianode.bench.floor import bare_frame_floor
 from pianode.mesh.config import NodeConfig
 from pianode.sim.mesh_run import MeshRun
 
-HEADER = 20  # 5.18 header H-C with its 16-byte tag follows: we use 20 bytes of clear header
-FRAME_BODY = 88  # the message header and a 62-byte frame, padded as 5.18 pads (M-D)
-
-
-def _cpu() -> float:
-    """CPU seconds of this process and its finished children."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def _aead(backend: str, key: bytes):  # type: ignore[no-untyped-def]
-    if backend == "cryptography":
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-        g = AESGCM(key)
-        return g.encrypt, g.decrypt
-    from protocols.crypto.aead import gcm
-
-    g = gcm(key, "pycryptodome")  # the per-key fast path (one ECB + GHASH call per packet)
-
-    def decrypt(nonce: bytes, data: bytes, aad: None) -> bytes:
-        return g.open(nonce, data[:-16], data[-16:])
-
-    return g.seal_raw, decrypt
-
 
 def floor(nodes: int, rate: float, seconds: float, backend: str, base: str) -> float:
-    """CPU µs per delivered frame of the bare loop."""
-    encrypt, decrypt = _aead(backend, os.urandom(16))
-    socks, addrs = [], []
-    first = [int(x) for x in base.split(".")]
-    for i in range(nodes):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        s.bind((f"{first[0]}.{first[1]}.{first[2]}.{first[3] + i}", 0))
-        s.setblocking(False)
-        socks.append(s)
-        addrs.append(s.getsockname())
-    body = bytes(FRAME_BODY)
-    head = struct.Struct(">4sQ8x")  # magic-ish lead, the header nonce; 20 bytes
-    counter = 0
-    delivered = 0
-    lead = socket.inet_aton(addrs[0][0])  # the nonce's lead: the sender's address, as 5.18 builds it
-    period = 1.0 / rate
-    frames = int(seconds * rate)
-    start = time.perf_counter() + 0.05
-    cpu0 = _cpu()
-    try:
-        for frame in range(frames):
-            delay = start + frame * period - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            for i, s in enumerate(socks):
-                sendto = s.sendto
-                for j, addr in enumerate(addrs):
-                    if j == i:
-                        continue
-                    counter += 1
-                    hn = counter.to_bytes(8, "big")
-                    sendto(head.pack(lead, counter) + encrypt(lead + hn, body, None), addr)
-            for s in socks:
-                recv = s.recvfrom
-                while True:
-                    try:
-                        data, _ = recv(2048)
-                    except BlockingIOError:
-                        break
-                    decrypt(lead + data[4:12], data[HEADER:], None)
-                    delivered += 1
-        cpu = _cpu() - cpu0
-    finally:
-        for s in socks:
-            s.close()
-    return cpu / max(1, delivered) * 1e6
+    """CPU µs per delivered frame of the bare loop, paced at *rate* as the session (pianode.bench.floor)."""
+    return bare_frame_floor(nodes, backend, seconds, rate=rate, first_address=base)["cpu_us_per_frame"]
 
 
 class _MeasuredRun(MeshRun):

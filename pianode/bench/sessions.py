@@ -104,7 +104,7 @@ def bench_session(budget: Budget) -> list[Figure]:
     figures: list[Figure] = []
     for spec in budget.session_runs:
         run = session_run(budget, budget.session_seconds, spec)
-        floor = bare_frame_floor(budget.session_nodes, budget.node_backend, budget.floor_seconds)
+        floor = bare_frame_floor(budget.session_nodes, budget.node_backend, budget.floor_seconds, rate=budget.session_rate)
         started = time.perf_counter()
         result = trio.run(run.run)
         wall = time.perf_counter() - started
@@ -196,7 +196,7 @@ def _session_figures(
             "≤ 2.00" if targeted else "",
             (ratio is not None and ratio <= 2.0) if targeted else None,
             (f"node {node_us:.1f} µs" if node_us is not None else "node n/a")
-            + f" vs bare loop {floor_us:.1f} µs ({floor['backend']}, unicast, same run; of which sockets"
+            + f" vs bare loop {floor_us:.1f} µs ({floor['backend']}, unicast, {_pace(floor)}, same run; of which sockets"
             f" {floor['socket_us_per_frame']:.1f} µs)",
             {"node_us": node_us, "floor": floor},
         )
@@ -205,3 +205,8 @@ def _session_figures(
 
 
 # ---------------------------------------------------------------------------- driver
+
+
+def _pace(floor: dict[str, Any]) -> str:
+    """How the bare loop ran: at the session's rate, or flat out."""
+    return f"at {floor['rate']:g} Hz as the session" if floor.get("rate") else "flat out"

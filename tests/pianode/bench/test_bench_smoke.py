@@ -104,7 +104,8 @@ def test_every_section_reports_through_the_cli(tmp_path: pathlib.Path, capsys: p
         assert cpu["name"].endswith("CPU per delivered frame vs a bare-Python loop")
         assert cpu["unit"] == "×" and cpu["value"] > 0 and cpu["detail"]["floor"]["frames"] > 0
         floor = cpu["detail"]["floor"]
-        assert 0 < floor["socket_us_per_frame"] < floor["cpu_us_per_frame"]
+        assert 0 < floor["socket_us_per_frame"] and 0 < floor["cpu_us_per_frame"]
+        assert floor["rate"] == 10.0 and "at 10 Hz as the session" in cpu["note"]  # paced as the session
         assert (cpu["target"], isinstance(cpu["passed"], bool)) == (("≤ 2.00", True) if targeted else ("", False))
 
     # The table shows each figure with its verdict.
@@ -166,3 +167,18 @@ def test_the_session_runs_as_pianode_mesh_does_over_its_processes(tmp_path: path
     assert 1.0 <= pace["value"] < 3.0  # 5 frames at 10 Hz: the clock ran at least its schedule
     # CPU per frame: that of both station processes while their frames went out (MeshRunResult.cpu_time).
     assert cpu["detail"]["node_us"] > 0 and cpu["target"] == "≤ 2.00"
+
+
+@pytest.mark.parametrize("rate", [100.0, None])
+def test_the_bare_loop_counts_its_frames_and_what_the_aead_adds(rate: float | None) -> None:
+    # Paced: round(seconds * rate) rounds, each a frame from every station to every other; flat out: as many
+    # as fit.  Without the AEAD a frame costs less: the sockets' share.
+    from pianode.bench.floor import bare_frame_floor
+
+    floor = bare_frame_floor(8, None, 0.3, rate=rate, first_address="127.0.57.1")
+    assert floor["rate"] == rate
+    if rate is not None:
+        assert floor["frames"] == 30 * 8 * 7
+    else:
+        assert floor["frames"] > 30 * 8 * 7
+    assert 0 < floor["socket_us_per_frame"] < floor["cpu_us_per_frame"]
