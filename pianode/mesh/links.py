@@ -41,7 +41,7 @@ from typing import Protocol
 from pianode.mesh import departure, legacy, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.peer import Peer, PeerState, StationStats
-from pianode.mesh.replay import NonceReplayFilter
+from pianode.mesh.replay import NonceReplayFilter, ReceiverBoundReplayFilter
 from pianode.mesh.rtt import HeaderTimers
 from pianode.mesh.stats import DropReason, Tally
 from pianode.mesh.table import MeshTable
@@ -59,6 +59,13 @@ RETIRED_REPLAY_LIMIT = 256  # departed peers whose replay memory is kept
 #: port, so one captured connection request authenticates from every port of that IP.
 FIRST_CONTACTS_LIMIT = 4096
 PROVISIONAL_PER_IP = 8  # peers without a station index from one IP
+#: A fence reaches this far beyond the nonce values an earlier incarnation was seen to use: its counter is
+#: one per node (spec §3.2: "one counter per socket" in NC-2020, pianode's likewise), so what it sent others
+#: after its last packet to us, or sent us and we never received, lies above them.  2**24 packets is hours
+#: of a busy station's traffic; a new incarnation's random start falls in it about once in 2**23 restarts.
+FENCE_MARGIN = 1 << 24
+FENCES_PER_ADDRESS = 4  # earlier incarnations fenced off per address
+FENCED_ADDRESSES = 1024
 
 #: (members, destination bitmap, footer) of group packets (spec §1.6).
 GroupView = tuple[tuple[Peer, ...], int, tuple[int, ...]]
@@ -81,7 +88,8 @@ class Links:
     """Every peer of one session; see the module docstring."""
 
     def __init__(
-        self, config: NodeConfig, rng: random.Random, started: float, tally: Tally, host: LinkHost
+        self, config: NodeConfig, rng: random.Random, started: float, tally: Tally, host: LinkHost,
+        own_variable_id: int = 0,
     ) -> None:
         self.config = config
         self.profile = config.profile
@@ -94,6 +102,8 @@ class Links:
         #: <= 5.6: a station whose own index is still 253 sends connection id 1 (pianode.mesh.legacy).
         self._conn_ids_any = (0, 1) if legacy.is_legacy(self.profile) else (0,)
         self._legacy = legacy.is_legacy(self.profile)
+        #: 6.32+: header nonces name their receiver (pianode.mesh.replay.receiver_bound_nonce); ours is this.
+        self._bound_to = own_variable_id if self.profile.message_format is MessageFormat.G else None
         self._rtt_port = legacy.rtt_port(self.profile)
         #: M-A messages carry source constant id 0 (pianode.mesh.legacy): nothing to check there.
         self._message_ids = self.profile.message_format is not MessageFormat.A
@@ -112,6 +122,8 @@ class Links:
         self._timer_seq = itertools.count()
         self._next_rtt_slot = -math.inf  # see rtt_slot
         self._first_contacts: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
+        #: Nonce values earlier incarnations of the station at an address used (see forget_retired).
+        self._fences: collections.OrderedDict[tuple[str, int], tuple[tuple[int, int], ...]] = collections.OrderedDict()
         #: None = work it out again (see membership_changed, called wherever a peer's membership changes).
         self.group_view: GroupView | None = None
 
@@ -127,10 +139,13 @@ class Links:
         )
         if self._legacy:
             peer.replay = legacy.PacketIdReplayFilter()
+        elif self._bound_to is not None:
+            peer.replay = ReceiverBoundReplayFilter(self._bound_to)
         retired = self._retired_replay.pop(addr, None)
         self._left.pop(addr, None)
         if retired is not None and now < retired[1]:
             peer.replay = retired[0]
+        peer.replay.fences = self._fences.get(addr, ())
         peer.mesh_window = wire.new_window(self.profile, self.config, now)
         peer.data_window = wire.new_window(self.profile, self.config, now)
         self.peers[addr] = peer
@@ -201,8 +216,22 @@ class Links:
             self.forget_retired(addr)
 
     def forget_retired(self, addr: tuple[str, int]) -> None:
-        self._retired_replay.pop(addr, None)
+        """The station at *addr* is a new incarnation (a confirmed restart, or a new identity there): its
+        predecessor's replay memory no longer judges it, but the values the predecessor used are fenced
+        off for every later peer at *addr*.  Without the fence a datagram the predecessor sent (its leave
+        request, its data), replayed with the new identity written into the header (which the tag does
+        not cover, spec §3.1; a 6.x nonce names only the IP, §3.2), passed as new whenever the new
+        counter started below the old one, and its leave request evicted the new station.  Up to 5.6 the
+        replay checks read per-connection packet ids, which every connection starts at 1 (§1.4): the
+        connection id, which the HMAC covers, tells incarnations apart there instead."""
+        retired = self._retired_replay.pop(addr, None)
         self._left.pop(addr, None)
+        span = None if retired is None or self._legacy else retired[0].span()
+        if span is not None:
+            fences = (*self._fences.pop(addr, ()), (span[0] - FENCE_MARGIN, span[1] + FENCE_MARGIN))
+            self._fences[addr] = fences[-FENCES_PER_ADDRESS:]
+            if len(self._fences) > FENCED_ADDRESSES:
+                self._fences.popitem(last=False)
 
     def provisional(self, ip: str | None = None) -> int:
         """How many peers (from *ip*, or from anywhere) have no station index yet."""

@@ -37,6 +37,7 @@ from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
 from pianode.mesh.packet_ids import PacketIdCounter
 from pianode.mesh.peer import Peer, Pending, PeerState
+from pianode.mesh.replay import receiver_bound_nonce
 from pianode.mesh.reliable import MessageTooLarge, ReliableWindow, SendBufferFull, WindowFailed
 from pianode.mesh.stats import DropReason, Tally
 from protocols.pia.header import PacketHeader
@@ -111,6 +112,11 @@ class Outbox:
         self.max_unreliable = config.mtu - wire.UNRELIABLE_ROOM
         # Random start well below 2**56, so the 7 bytes replay checks read never wrap.
         self._nonce_counter = rng.getrandbits(48)
+        #: 6.32+: each header nonce names its receiver (pianode.mesh.replay.receiver_bound_nonce), the
+        #: counter in 40 bits, started below 2**39 so that it does not wrap either.
+        self._bind_receiver = profile.message_format is MessageFormat.G
+        if self._bind_receiver:
+            self._nonce_counter >>= 9
         self._ack_counter = rng.randrange(1, 1 << 32)
         self.codec: PacketCodec | None = None
         self._ready: list[Datagram] = []
@@ -147,10 +153,17 @@ class Outbox:
         peer.outbox.append(self.message(peer, proto, port, payload))
         self._links.touched[peer] = None
 
-    def next_header_nonce(self) -> bytes:
-        """The next 8-byte header nonce: one counter per node, never reused under the key."""
+    def next_header_nonce(self, receiver_variable_id: int = 0) -> bytes:
+        """The next 8-byte header nonce: one counter per node, never reused under the key (6.32+: for
+        the station of *receiver_variable_id*, 0 for a group or an unknown one; see :meth:`_hn`)."""
         self._nonce_counter = (self._nonce_counter + 1) & _NONCE_MASK
-        return self._nonce_counter.to_bytes(8, "big")
+        return self._hn(receiver_variable_id, self._nonce_counter)
+
+    def _hn(self, receiver_variable_id: int, counter: int) -> bytes:
+        """The header nonce of *counter*: the counter itself, or in 6.32+ the counter and the receiver."""
+        if self._bind_receiver:
+            return receiver_bound_nonce(receiver_variable_id, counter)
+        return counter.to_bytes(8, "big")
 
     def _next_ack_id(self) -> int:
         self._ack_counter = (self._ack_counter + 1) & 0xFFFFFFFF or 1
@@ -282,10 +295,10 @@ class Outbox:
                 counter = (counter + 1) & _NONCE_MASK
                 seal = sealer[1]
                 if seal.seal_many is None:
-                    append((seal(peer.tx_ids.next(), counter.to_bytes(8, "big"), data), peer.address))
+                    append((seal(peer.tx_ids.next(), self._hn(peer.variable_id, counter), data), peer.address))
                 else:
                     # Sealed below with the others in one AEAD call; its place in *out* is kept.
-                    pid, hn = peer.tx_ids.next(), counter.to_bytes(8, "big")
+                    pid, hn = peer.tx_ids.next(), self._hn(peer.variable_id, counter)
                     prepared = seal.prepare(pid, hn, data)
                     if prepared is None:
                         append((seal(pid, hn, data), peer.address))
@@ -377,7 +390,7 @@ class Outbox:
     def _header(self, peer: Peer, now: float) -> PacketHeader:
         if self._legacy:
             return legacy.make_header(self.profile, peer, self._host.station_index(), self._encrypted, now)
-        return wire.make_header(self.profile, peer, self.variable_id, self.next_header_nonce(), now)
+        return wire.make_header(self.profile, peer, self.variable_id, self.next_header_nonce(peer.variable_id), now)
 
     def _packet(self, peer: Peer, messages: tuple[Message, ...], now: float) -> Datagram:
         """Seal *messages* into the next packet to *peer* and count it as sent."""

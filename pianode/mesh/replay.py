@@ -19,13 +19,18 @@ memory is 8 bytes per slot (the default 512 slots: 4 KiB per peer; that is
 about 16 packets of reordering when a sender spreads its counter over 31
 stations unicast, about 500 when it broadcasts group packets; a reordered
 packet older than that is dropped as a replay, and a reliable one is resent).
+
+*Fences* refuse the values an earlier incarnation of the station at the same
+address used (:meth:`NonceReplayFilter.span`, set by ``pianode.mesh.links``):
+a restarted station's counter starts anywhere, so its filter starts empty, and
+what the station there sent before it restarted would otherwise pass as new.
 """
 
 from __future__ import annotations
 
 import array
 
-__all__ = ["NonceReplayFilter", "nonce_value"]
+__all__ = ["NonceReplayFilter", "ReceiverBoundReplayFilter", "nonce_value", "receiver_bound_nonce"]
 
 
 _EMPTY = (1 << 64) - 1  # no 7-byte value equals it
@@ -37,7 +42,7 @@ def nonce_value(nonce: bytes) -> int:
 
 
 class NonceReplayFilter:
-    __slots__ = ("_mask", "_slots", "_top", "window")
+    __slots__ = ("_low", "_mask", "_slots", "_top", "fences", "window")
 
     def __init__(self, window: int = 1 << 9) -> None:
         if window <= 0 or window & (window - 1):
@@ -45,7 +50,14 @@ class NonceReplayFilter:
         self.window = window
         self._mask = window - 1
         self._top = -1
+        self._low = _EMPTY
         self._slots = array.array("Q", [_EMPTY]) * window
+        #: Inclusive ranges of values refused whatever the window says (see the module docstring).
+        self.fences: tuple[tuple[int, int], ...] = ()
+
+    def span(self) -> tuple[int, int] | None:
+        """The lowest and highest value accepted so far (None: none yet)."""
+        return None if self._top < 0 else (self._low, self._top)
 
     def accept(self, nonce: bytes) -> bool:
         """Record an authenticated nonce; False if it was seen before or is too old."""
@@ -53,7 +65,11 @@ class NonceReplayFilter:
 
     def accept_value(self, value: int) -> bool:
         """:meth:`accept` for a nonce already read with :func:`nonce_value`."""
+        if self.fences and any(low <= value <= high for low, high in self.fences):
+            return False
         if value > self._top:
+            if self._top < 0:
+                self._low = value
             self._top = value
             self._slots[value & self._mask] = value
             return True
@@ -63,4 +79,50 @@ class NonceReplayFilter:
         if self._slots[slot] == value:
             return False
         self._slots[slot] = value
+        if value < self._low:
+            self._low = value
         return True
+
+
+#: Pia 6.32+ (M-G) messages carry no destination and the header that names the receiver is not
+#: authenticated (spec §1.1, §2.1, §3.1), nor does the nonce name it (§3.2: the sender's IP, or the
+#: network id XOR it, and the header nonce HN).  A datagram a station sealed for one station, replayed
+#: to another from its address, authenticated there and delivered (its data, its reliable segments).
+#: How a sender picks HN is not specified, only that it never repeats under the key (§3.2, §10: "only
+#: uniqueness matters"); 6.x meshes are pianode's own (protocols.pia.session6).  So a 6.32+ node puts the
+#: receiver in its HN, where the tag covers it: ``00 ‖ receiver variable id (u16) ‖ counter (40 bits)``,
+#: the counter one per node as before (so HNs never repeat); receiver 0 for a group packet (its receivers
+#: are in its encrypted footer, §1.6) and for a packet to a station whose variable id is not known yet
+#: (a joiner's connection request).  The filter reads those bytes (the last 7 of every nonce).
+RECEIVER_SHIFT = 40
+COUNTER_MASK = (1 << RECEIVER_SHIFT) - 1
+
+
+def receiver_bound_nonce(receiver_variable_id: int, counter: int) -> bytes:
+    """The 8-byte header nonce of a 6.32+ packet for *receiver_variable_id* (0: a group, or not known)."""
+    return (((receiver_variable_id & 0xFFFF) << RECEIVER_SHIFT) | (counter & COUNTER_MASK)).to_bytes(8, "big")
+
+
+class ReceiverBoundReplayFilter(NonceReplayFilter):
+    """The replay filter of a 6.32+ peer: a nonce that names another receiver is refused (a datagram
+    sealed for another station); one naming us, or none, is judged on its counter, each kind apart
+    (see :func:`receiver_bound_nonce`).  Refusals return False as replays do."""
+
+    __slots__ = ("_own", "_unbound")
+
+    def __init__(self, own_variable_id: int, window: int = 1 << 9) -> None:
+        super().__init__(window)
+        self._own = own_variable_id & 0xFFFF
+        self._unbound = NonceReplayFilter(window)
+
+    def span(self) -> tuple[int, int] | None:
+        spans = [s for s in (super().span(), self._unbound.span()) if s is not None]
+        return (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+
+    def accept_value(self, value: int) -> bool:
+        receiver, counter = value >> RECEIVER_SHIFT, value & COUNTER_MASK
+        if receiver == self._own:
+            return super().accept_value(counter)
+        if receiver or (self.fences and any(low <= counter <= high for low, high in self.fences)):
+            return False
+        return self._unbound.accept_value(counter)

@@ -100,7 +100,7 @@ class MeshSession:
         self._tally = tally = Tally()
         self.counters = tally.counters
         self.drops = tally.drops
-        self.links = Links(config, self.rng, now, tally, self)
+        self.links = Links(config, self.rng, now, tally, self, self.location.variable_id)
         self.outbox = Outbox(
             config, local_address, self.location.variable_id, source_id, self.rng, self.links, tally, self
         )

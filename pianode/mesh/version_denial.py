@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pianode.mesh.config import NodeConfig
+from pianode.mesh.replay import receiver_bound_nonce
 from pianode.mesh.wire import Location, encode_connect_deny, is_connection_request, packet_codec
 from protocols.errors import DecodeError
 from protocols.pia import session6
 from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
 from protocols.pia.packet_values import Packet
-from protocols.pia.versions import Proto, VersionProfile, profile_for
+from protocols.pia.versions import MessageFormat, Proto, VersionProfile, profile_for
 
 __all__ = ["profile_of_datagram", "version_denial"]
 
@@ -50,13 +51,18 @@ def version_denial(
             return None
         deny = encode_connect_deny(session6.session_profile(other), local, result)
         h = packet.header
+        hn = next_header_nonce()
+        if other.message_format is MessageFormat.G:
+            # A 6.32+ station takes only header nonces that name it or no one (receiver_bound_nonce):
+            # no one, and our counter's low 40 bits, which repeat only after 2**40 packets of ours.
+            hn = receiver_bound_nonce(0, int.from_bytes(hn, "big"))
         header = PacketHeader(
             encrypted=True,
             packet_id=0,
             version=other.header_version,
             destination_variable_id=h.source_variable_id if other.variable_id_size else None,
             source_variable_id=(local.variable_id & ((1 << 8 * other.variable_id_size) - 1)) if other.variable_id_size else None,
-            nonce=next_header_nonce(),
+            nonce=hn,
         )
         message = Message(protocol_type=session6.protocol_ids(other)[Proto.STATION], protocol_port=0, payload=deny)
         return codec.encode(Packet(header=header, messages=(message,)), local.address[0])

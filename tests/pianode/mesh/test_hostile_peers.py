@@ -9,10 +9,13 @@ foreign address contacted, no station dropped, amplification bounded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from mesh_harness import BatchHarness, MeshHarness, all_connected, form
 
 from pianode.mesh import wire
+from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived
 from pianode.mesh.session import MeshSession
 from pianode.mesh.table import MeshTable, StationEntry
@@ -68,7 +71,20 @@ def _watch_addresses(h: MeshHarness) -> list[tuple[str, int]]:
 def test_a_datagram_redirected_to_another_member_is_not_delivered(version: str) -> None:
     """B's datagrams to C, replayed to A from B's own address (no key needed): A delivers none of
     them, counts them, and B's next reliable message to A arrives exactly once."""
-    h = BatchHarness(3, version=version)
+    _redirect_and_check(version, "lan")
+
+
+@pytest.mark.parametrize(
+    ("version", "network"), [("6.20", "lan"), ("6.30", "ldn"), ("6.32", "ldn"), ("6.41", "ldn"), ("4.10", "ldn"), ("5.6", "lan")]
+)
+def test_a_datagram_redirected_to_another_member_is_not_delivered_in_6x_and_before_5_7(version: str, network: str) -> None:
+    """The same in 6.x, where from 6.32 no message names its receivers and neither the header nor the
+    nonce does so under the tag (spec §2.1, §3.1, §3.2), and in the ECB + HMAC versions."""
+    _redirect_and_check(version, network)
+
+
+def _redirect_and_check(version: str, network: str) -> None:
+    h = BatchHarness(3, version=version, network=network)
     a, b, c = form(h)
     assert a.index is not None and b.index is not None and c.index is not None
     b.send(c.index, b"reliable for C", reliable=True, now=h.now)
@@ -386,3 +402,63 @@ def test_data_held_for_a_station_without_an_index_is_bounded_in_bytes() -> None:
         a.deliver(peer, bytes(60_000), reliable=False)
     assert peer.held_bytes <= HELD_BYTES and sum(len(d) for d, _ in peer.held) == peer.held_bytes
     assert a.drops["queue_full"] == 1000 - len(peer.held)
+
+
+def _restart_at(h: MeshHarness, old: MeshSession, seed: int) -> MeshSession:
+    """A new session at *old*'s address (a restart, or the same user joining again): a new identity,
+    and a header nonce counter that starts below everything *old* sent (it starts anywhere, spec §3.2)."""
+    cfg = NodeConfig(version=old.config.profile.name, network=old.config.network.value, session_key=old.config.session_key,
+                     bind=old.local_address, seed=seed)
+    new = MeshSession(cfg, old.local_address, now=h.now)
+    assert old.outbox._nonce_counter > 1 << 33
+    new.outbox._nonce_counter = old.outbox._nonce_counter - (1 << 32)
+    h.sessions[h.sessions.index(old)] = new
+    h.by_addr[old.local_address] = new
+    return new
+
+
+#: Where each header keeps the sender's variable id (spec §1.1), which the tag does not cover.
+_SOURCE_VID = {"5.29": (9, 4), "6.20": (7, 2), "6.30": (7, 2), "6.32": (8, 2), "6.41": (8, 2)}
+
+
+@pytest.mark.parametrize(("version", "network"), [("6.20", "lan"), ("6.30", "ldn"), ("6.32", "ldn"), ("6.41", "ldn")])
+def test_a_departed_stations_leave_does_not_evict_the_station_that_rejoined_at_its_address(version: str, network: str) -> None:
+    """B leaves (its leave request to the host is captured) and joins again from the same address as a new
+    session.  The captured leave, replayed to the host with the new identity written into the header (which
+    the tag does not cover; 6.x nonces name only the IP, spec §3.2), evicts nobody, and is counted."""
+    h = BatchHarness(3, version=version, network=network)
+    a, b, c = form(h)
+    captured = _capture_while(h, b, a, lambda: b.leave(h.now), lambda: b.closed and len(a.table) == 2)
+    assert captured
+    h.run_for(2.0)
+    b2 = _restart_at(h, b, seed=4242)
+    b2.join(a.local_address, h.now)
+    assert h.run_until(lambda: all_connected([a, b2, c]), 30.0)
+    h.run_for(1.0)
+    offset, size = _SOURCE_VID[version]
+    before = sum(a.drops.values())
+    for data in captured:
+        forged = bytearray(data)
+        forged[offset:offset + size] = b2.variable_id.to_bytes(size, "big")
+        a.receive_datagram(bytes(forged), b.local_address, h.now)
+    h.run_for(3.0)
+    assert all_connected([a, b2, c]) and b2.index in a.table
+    assert sum(a.drops.values()) - before >= len(captured)
+
+
+def _capture_while(
+    h: MeshHarness, src: MeshSession, dst: MeshSession, start: Callable[[], None], until: Callable[[], bool]
+) -> list[bytes]:
+    """Call *start*, then run until *until*, keeping a copy of every datagram *src* sends *dst*."""
+    captured: list[bytes] = []
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
+        if s == src.local_address and d == dst.local_address:
+            captured.append(data)
+        return data
+
+    h.hook = hook
+    start()
+    assert h.run_until(until, 10.0)
+    h.hook = None
+    return captured

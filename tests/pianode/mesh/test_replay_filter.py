@@ -90,3 +90,26 @@ def test_window_is_a_power_of_two() -> None:
 
     with pytest.raises(ValueError, match="power of two"):
         NonceReplayFilter(window=1000)
+
+
+def test_a_fence_refuses_an_earlier_incarnations_values_and_nothing_else() -> None:
+    f = NonceReplayFilter(8)
+    f.fences = ((100, 200),)
+    assert not f.accept_value(150) and not f.accept_value(100) and not f.accept_value(200)
+    assert f.accept_value(50) and f.accept_value(201) and f.span() == (50, 201)
+
+
+def test_a_6_32_nonce_for_another_receiver_is_refused_whatever_its_counter() -> None:
+    from pianode.mesh.replay import ReceiverBoundReplayFilter, receiver_bound_nonce
+
+    f = ReceiverBoundReplayFilter(0x1234, 8)
+    ours, other, group = (receiver_bound_nonce(v, 1000) for v in (0x1234, 0x9999, 0))
+    assert f.accept(b"\x7f\x00\x00\x01" + ours) and not f.accept(b"\x7f\x00\x00\x01" + ours)
+    assert f.accept(b"\x7f\x00\x00\x01" + group)  # a group packet's counter, judged apart
+    for counter in (999, 1001, 1 << 30):
+        assert not f.accept(b"\x7f\x00\x00\x01" + receiver_bound_nonce(0x9999, counter))
+        assert not f.accept(b"\x7f\x00\x00\x01" + receiver_bound_nonce(0x0012, counter))
+    assert not f.accept(b"\x7f\x00\x00\x01" + other)
+    f.fences = ((0, 5000),)
+    assert not f.accept(b"\x7f\x00\x00\x01" + receiver_bound_nonce(0, 2000))
+    assert not f.accept(b"\x7f\x00\x00\x01" + receiver_bound_nonce(0x1234, 2000))
