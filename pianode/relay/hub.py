@@ -18,6 +18,10 @@ who can send a UDP datagram can open one.  At most
 ``handshakes over limit``; QUIC's client sends it again) and a half-open
 connection that does not finish its handshake within the idle timeout is
 refused.  Only the latest ``MAX_REFUSALS_KEPT`` refusals are kept.
+
+An admitted site has ``HELLO_TIMEOUT`` to send Hello; one that does not (it
+may ping all it likes) is refused with ``no Hello within N s``, counted as
+``no Hello in time``: without, it held its connection for good.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from pianode.relay.udp_driver import QuicDriver
 from protocols.relay_control import BulkData, Hello, Ping, Pong, Refused
 from protocols.text import printable
 
-__all__ = ["MAX_HANDSHAKES", "MAX_HANDSHAKES_PER_ADDRESS", "MAX_REFUSALS_KEPT", "RelayHub"]
+__all__ = ["HELLO_TIMEOUT", "MAX_HANDSHAKES", "MAX_HANDSHAKES_PER_ADDRESS", "MAX_REFUSALS_KEPT", "RelayHub"]
 
 #: Half-open connections (handshake not done, certificate not checked) the hub holds in all...
 MAX_HANDSHAKES = 512
@@ -45,6 +49,13 @@ MAX_HANDSHAKES = 512
 MAX_HANDSHAKES_PER_ADDRESS = 64
 #: Refusals kept in ``RelayHub.refusals`` (each is also logged when it happens).
 MAX_REFUSALS_KEPT = 256
+#: Seconds an admitted site has to send Hello.  A site's Hello waits for the hub's certificate and
+#: then leaves with the last flight of its handshake (quic.py holds it), so it reaches the hub
+#: right after admission, later only by that flight's retransmissions: 5 s covers several of those
+#: at any round trip a site keeps real time over, and is the idle timeout, the same bound a
+#: handshake gets (a path silent that long is given up anyway).
+HELLO_TIMEOUT = 5.0
+_HELLO_DEADLINE = "hello"
 
 
 class RelayHub:
@@ -110,13 +121,13 @@ class RelayHub:
             self._by_cid[conn.quic.host_cid] = conn
             self._half_open[conn] = addr[0]
             self._half_open_by_ip[addr[0]] += 1
-        self._handle(conn, conn.receive_datagram(data, addr, now))
+        self._handle(conn, conn.receive_datagram(data, addr, now), now)
         return conn
 
     def _on_timer(self, conn: RelayConnection, now: float) -> None:
-        self._handle(conn, conn.handle_timer(now))
+        self._handle(conn, conn.handle_timer(now), now)
 
-    def _handle(self, conn: RelayConnection, events: list[RelayEvent]) -> None:
+    def _handle(self, conn: RelayConnection, events: list[RelayEvent], now: float) -> None:
         cid = self._ids.get(conn)
         if cid is None:
             return
@@ -141,6 +152,10 @@ class RelayHub:
             elif ev.kind is EventKind.ADMITTED:
                 self._handshake_done(conn)
                 self.state.admit(cid, str(ev.value), peer)
+                conn.set_deadline(now + HELLO_TIMEOUT, _HELLO_DEADLINE)
+            elif ev.kind is EventKind.DEADLINE and ev.value == _HELLO_DEADLINE:
+                self.state.drops["no Hello in time"] += 1
+                conn.close(f"no Hello within {HELLO_TIMEOUT:g} s", refused=True)
             elif ev.kind is EventKind.CID_ISSUED:
                 self._by_cid[ev.value] = conn  # type: ignore[index]
             elif ev.kind is EventKind.CID_RETIRED:
@@ -152,6 +167,7 @@ class RelayHub:
         if isinstance(msg, Ping):
             conn.send_control(Pong(msg.token))
         elif isinstance(msg, Hello):
+            conn.set_deadline(None)
             for target, out in self.state.hello(cid, msg):
                 other = self._conns.get(target)
                 if other is None:

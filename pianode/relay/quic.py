@@ -110,6 +110,7 @@ class EventKind(enum.Enum):
     CLOSED = "closed"  # value: the reason (one line)
     CID_ISSUED = "cid issued"  # value: a connection id of ours the peer may now use (the hub routes by it)
     CID_RETIRED = "cid retired"
+    DEADLINE = "deadline"  # value: the label given to set_deadline; the time came first
 
 
 @attrs.frozen
@@ -179,6 +180,7 @@ class RelayConnection:
         self._bulk_queue: deque[bytes] = deque()
         self._bulk_queued = 0
         self._held: list[tuple[str, object]] = []
+        self._deadline: tuple[float, str] | None = None  # see set_deadline
         self._head_started = False  # the first queued bulk frame is partly handed over
         #: See BULK_WINDOW; None hands every bulk byte to aioquic at once (no priority: for comparison).
         self.bulk_window: int | None = BULK_WINDOW  # sends asked for before admission (a client's Hello)
@@ -196,8 +198,17 @@ class RelayConnection:
         return self._events()
 
     def handle_timer(self, now: float) -> list[RelayEvent]:
+        due: list[RelayEvent] = []
+        if self._deadline is not None and now >= self._deadline[0]:
+            due.append(RelayEvent(EventKind.DEADLINE, self._deadline[1]))
+            self._deadline = None
         self.quic.handle_timer(now)
-        return self._events()
+        return due + self._events()
+
+    def set_deadline(self, when: float | None, label: str = "") -> None:
+        """Report a DEADLINE event (value: *label*) from :meth:`handle_timer` at *when*, once,
+        unless this is called again first (None: no deadline).  :meth:`get_timer` includes it."""
+        self._deadline = None if when is None else (when, label)
 
     def _events(self) -> list[RelayEvent]:
         out: list[RelayEvent] = []
@@ -344,7 +355,10 @@ class RelayConnection:
         return out
 
     def get_timer(self) -> float | None:
-        return self.quic.get_timer()
+        timer = self.quic.get_timer()
+        if self._deadline is not None and self.closed_reason is None and (timer is None or self._deadline[0] < timer):
+            return self._deadline[0]
+        return timer
 
     def close(self, reason: str, *, refused: bool) -> None:
         """Close with *reason*, which goes to the peer as one short printable line (a long one

@@ -12,7 +12,7 @@ from relay_wire import Wire, WireSite, initial
 from pianode.relay import hub as hub_module
 from pianode.relay.hub_state import HubState
 from pianode.relay.quic import MAX_PENDING_DATAGRAMS
-from protocols.relay_control import Hello, Refused, Welcome, encode_envelope
+from protocols.relay_control import Hello, Ping, Refused, Welcome, encode_envelope
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +141,31 @@ def test_a_large_network_costs_the_hub_nothing_to_set_up() -> None:
     state.admit(1, "site-a", "127.0.0.2:1")
     (_, msg), = state.hello(1, Hello("lan", ""))
     assert isinstance(msg, Welcome) and msg.address == "32.0.0.1"
+
+
+def test_an_admitted_site_that_never_says_hello_is_refused_after_the_deadline(pki: Pki) -> None:
+    """A site whose certificate passed but that only pings held its connection (and its place
+    among the hub's connections) for good: nothing asked it to join a room."""
+    lines: list[str] = []
+    wire = Wire(pki.credentials("hub"), log=lines.append)
+    mute = wire.sites[("127.0.0.2", 1)] = WireSite(wire, pki.credentials("site-a"), ("127.0.0.2", 1))
+    mute.conn.send_control(Ping(1))  # its first words on the control stream: a ping, not Hello
+    wire.pump()
+    assert mute.conn.admitted
+    for _ in range(60):  # 30 s of the wire's clock at most, pinging every 0.5 s
+        mute.conn.send_control(Ping(1))
+        wire.pump(duration=0.5)
+        if not wire.hub._conns:
+            break
+    assert not wire.hub._conns, "the mute site still holds its connection"
+    assert mute.conn.closed_reason is not None and "no Hello within" in mute.conn.closed_reason, mute.conn.closed_reason
+    assert wire.hub.state.drops["no Hello in time"] == 1
+    said = [line for line in lines if "no Hello within" in line]
+    assert len(said) == 1 and said[0].isprintable(), lines
+    # a site that says Hello at once keeps its place past the deadline
+    site = wire.site(pki.credentials("site-b"))
+    _welcomed(site)
+    for _ in range(30):
+        site.conn.send_control(Ping(2))
+        wire.pump(duration=0.5)
+    assert site.conn.closed_reason is None and len(wire.hub._conns) == 1
