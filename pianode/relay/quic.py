@@ -48,6 +48,7 @@ import attrs
 from aioquic.quic import events as quic_events
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
+from aioquic.quic.packet import QuicErrorCode
 from cryptography import x509
 
 from pianode.relay.certificates import CertificateRefused, Credentials, check_peer
@@ -250,7 +251,22 @@ class RelayConnection:
             return f"refused by the {self.peer_label}: {phrase}"
         if not self.admitted and event.reason_phrase == _IDLE_PHRASE:
             return f"no TLS handshake within {IDLE_TIMEOUT:g} s"
-        return phrase or f"connection closed (error {event.error_code:#x})"
+        return phrase or self._wordless_close(event.error_code)
+
+    def _wordless_close(self, code: int) -> str:
+        """A close without a reason phrase, in words: the peer's (every close of ours has its reason)."""
+        when = "" if self.admitted else " before the TLS handshake completed"
+        if code == QuicErrorCode.APPLICATION_ERROR and not self.admitted:
+            # RFC 9000 10.2.3: an application close sent that early travels as this, without its reason.
+            return f"closed by the {self.peer_label}{when} (an application close: QUIC sends no reason that early)"
+        if QuicErrorCode.CRYPTO_ERROR <= code <= QuicErrorCode.CRYPTO_ERROR + 0xFF:
+            what = f"TLS alert {code - QuicErrorCode.CRYPTO_ERROR}"
+        else:
+            try:
+                what = QuicErrorCode(code).name.lower().replace("_", " ")
+            except ValueError:
+                what = "unknown QUIC error"
+        return f"closed by the {self.peer_label}{when}: {what} ({code:#x}), no reason given"
 
     def _on_handshake(self, out: list[RelayEvent]) -> None:
         tls = self.quic.tls

@@ -169,3 +169,17 @@ def test_an_admitted_site_that_never_says_hello_is_refused_after_the_deadline(pk
         site.conn.send_control(Ping(2))
         wire.pump(duration=0.5)
     assert site.conn.closed_reason is None and len(wire.hub._conns) == 1
+
+
+def test_a_close_in_a_sites_first_packets_is_told_in_words(pki: Pki) -> None:
+    """QUIC sends an application close before the handshake as a transport close with
+    APPLICATION_ERROR and no reason (RFC 9000 10.2.3): the hub said 'connection closed (error 0xc)'."""
+    lines: list[str] = []
+    wire = Wire(pki.credentials("hub"), log=lines.append)
+    early = wire.sites[("127.0.0.3", 1)] = WireSite(wire, pki.credentials("site-a"), ("127.0.0.3", 1))
+    early.conn.quic.close(error_code=0, reason_phrase="changed my mind")
+    wire.pump(duration=2.0)
+    assert not wire.hub._conns
+    (line,) = wire.hub.refusals
+    assert "error 0xc" not in line and "closed by the site before the TLS handshake completed" in line, line
+    assert line.isprintable() and lines == [f"refused: {line}"]
