@@ -141,7 +141,7 @@ class RelayHub:
                     if other is not None and other.send_datagram(data):
                         self._flush(other)
             elif ev.kind is EventKind.CONTROL:
-                self._control(cid, conn, ev.value)
+                self._control(cid, conn, ev.value, now)
             elif ev.kind is EventKind.BULK:
                 if isinstance(ev.value, BulkData):
                     for target, msg in self.state.bulk(cid, ev.value):
@@ -163,12 +163,12 @@ class RelayHub:
             elif ev.kind is EventKind.CLOSED:
                 self._closed(cid, conn, str(ev.value), peer)
 
-    def _control(self, cid: int, conn: RelayConnection, msg: object) -> None:
+    def _control(self, cid: int, conn: RelayConnection, msg: object, now: float) -> None:
         if isinstance(msg, Ping):
             conn.send_control(Pong(msg.token))
         elif isinstance(msg, Hello):
             conn.set_deadline(None)
-            for target, out in self.state.hello(cid, msg):
+            for target, out in self.state.hello(cid, msg, now):
                 other = self._conns.get(target)
                 if other is None:
                     continue
@@ -179,12 +179,12 @@ class RelayHub:
             record = self.state.clients.get(cid)
             if record is not None and record.address is not None:
                 self.log(f"joined: {record.name} from {record.peer} as {record.address} in room {msg.room}")
-            for stale in self.state.superseded:
-                old = self._conns.get(stale)
-                if old is not None:
-                    old.close("superseded by a new connection of the same site", refused=False)
-                    self._flush(old)
-            self.state.superseded.clear()
+            for target, reason in self.state.to_close:
+                other = self._conns.get(target)
+                if other is not None:
+                    other.close(reason, refused=False)
+                    self._flush(other)
+            self.state.to_close.clear()
         else:
             conn.close(f"unexpected {type(msg).__name__} from a site", refused=False)
 

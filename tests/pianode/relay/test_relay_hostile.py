@@ -10,7 +10,7 @@ from relay_pki import Pki, make_pki
 from relay_wire import Wire, WireSite, initial
 
 from pianode.relay import hub as hub_module
-from pianode.relay.hub_state import HubState
+from pianode.relay.hub_state import TAKEOVER_BURST, TAKEOVER_INTERVAL, TAKEOVERS_PER_NAME, HubState
 from pianode.relay.quic import MAX_PENDING_DATAGRAMS
 from protocols.relay_control import Hello, Ping, Refused, Welcome, encode_envelope
 
@@ -183,3 +183,48 @@ def test_a_close_in_a_sites_first_packets_is_told_in_words(pki: Pki) -> None:
     (line,) = wire.hub.refusals
     assert "error 0xc" not in line and "closed by the site before the TLS handshake completed" in line, line
     assert line.isprintable() and lines == [f"refused: {line}"]
+
+
+def test_a_reconnect_storm_with_one_certificate_is_rate_limited(pki: Pki) -> None:
+    """Each new connection of a site asking for its address took it over from the last one, as often
+    as it liked: every takeover is a leave and a join told to the whole room."""
+    wire = Wire(pki.credentials("hub"))
+    first = wire.site(pki.credentials("site-a"))
+    address = _welcomed(first).address
+    other = wire.site(pki.credentials("site-b"))
+    _welcomed(other)
+    start = wire.now
+    storm = [wire.site(pki.credentials("site-a"), address=address) for _ in range(20)]
+    elapsed = wire.now - start
+    assert elapsed < 10.0
+    taken = [s for s in storm if any(isinstance(m, Welcome) for m in s.control())]
+    turned = [s for s in storm if s not in taken]
+    assert 1 <= len(taken) <= TAKEOVER_BURST + elapsed / TAKEOVER_INTERVAL + 1, (len(taken), elapsed)
+    assert wire.hub.state.drops["takeovers over limit"] == len(turned)
+    wire.pump(duration=1.0)
+    for s in turned:  # told why, and not for good: the site may come back later
+        reason = s.conn.closed_reason or ""
+        assert "taken over" in reason and not reason.startswith("refused") and reason.isprintable(), reason
+    joined = [m for m in other.control() if type(m).__name__ == "MemberJoined"]
+    assert len(joined) <= 1 + len(taken)  # the room heard of each takeover allowed, no more
+    # once the storm is over, the site takes its address over again
+    for _ in range(int(2 * TAKEOVER_INTERVAL)):
+        taken[-1].conn.send_control(Ping(3))  # the holder lives on
+        wire.pump(duration=1.0)
+    assert taken[-1].conn.closed_reason is None
+    again = wire.site(pki.credentials("site-a"), address=address)
+    assert _welcomed(again).address == address
+
+
+def test_takeovers_are_limited_per_certificate_over_all_its_addresses() -> None:
+    state = HubState()
+    n = TAKEOVERS_PER_NAME + 6
+    for i in range(n):  # one certificate holding many addresses (a run's stations), then all come back
+        state.admit(i, "station", "127.0.0.2:1")
+        state.hello(i, Hello("lan", "", f"10.77.0.{i + 1}"))
+    for i in range(n):
+        state.admit(1000 + i, "station", "127.0.0.2:2")
+        state.hello(1000 + i, Hello("lan", "", f"10.77.0.{i + 1}"), now=1.0)
+    assert state.drops["takeovers over limit"] == n - TAKEOVERS_PER_NAME
+    turned = [reason for _, reason in state.to_close if "too often" in reason]
+    assert len(turned) == n - TAKEOVERS_PER_NAME and all(r.isprintable() for r in turned)
