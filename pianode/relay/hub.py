@@ -121,6 +121,8 @@ class RelayHub:
             self._by_cid[conn.quic.host_cid] = conn
             self._half_open[conn] = addr[0]
             self._half_open_by_ip[addr[0]] += 1
+        elif not self.state.charge(self._ids[conn], now):
+            return None  # the site is over its budget: dropped before it costs a decryption
         self._handle(conn, conn.receive_datagram(data, addr, now), now)
         return conn
 
@@ -136,7 +138,7 @@ class RelayHub:
             if ev.kind is EventKind.DATAGRAM:
                 data = ev.value
                 assert isinstance(data, bytes)
-                for target in self.state.forward(cid, data):
+                for target in self.state.forward(cid, data, now):
                     other = self._conns.get(target)
                     if other is not None and other.send_datagram(data):
                         self._flush(other)

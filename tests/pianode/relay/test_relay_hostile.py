@@ -10,7 +10,7 @@ from relay_pki import Pki, make_pki
 from relay_wire import Wire, WireSite, initial
 
 from pianode.relay import hub as hub_module
-from pianode.relay.hub_state import TAKEOVER_BURST, TAKEOVER_INTERVAL, TAKEOVERS_PER_NAME, HubState
+from pianode.relay.hub_state import SITE_BURST, SITE_RATE, TAKEOVER_BURST, TAKEOVER_INTERVAL, TAKEOVERS_PER_NAME, HubState
 from pianode.relay.quic import MAX_PENDING_DATAGRAMS
 from protocols.relay_control import Hello, Ping, Refused, Welcome, encode_envelope
 
@@ -228,3 +228,29 @@ def test_takeovers_are_limited_per_certificate_over_all_its_addresses() -> None:
     assert state.drops["takeovers over limit"] == n - TAKEOVERS_PER_NAME
     turned = [reason for _, reason in state.to_close if "too often" in reason]
     assert len(turned) == n - TAKEOVERS_PER_NAME and all(r.isprintable() for r in turned)
+
+
+def test_a_broadcast_flood_is_held_to_the_sites_budget_and_others_get_through(pki: Pki) -> None:
+    """One site's broadcasts cost the hub once per member, without limit: a flooding site used the
+    hub's time up (on a real socket the other sites' datagrams waited behind, or were lost)."""
+    wire = Wire(pki.credentials("hub"))
+    flooder, good, r1, r2 = (wire.site(pki.credentials(n)) for n in ("site-a", "site-b", "site-c", "site-c"))
+    addr = {s: _welcomed(s).address for s in (flooder, good, r1, r2)}
+    flood = encode_envelope((addr[flooder], 1), ("255.255.255.255", 1), b"flood" * 20)
+    start, began = wire.now, time.perf_counter()
+    rounds, per_round = 40, 100  # 4000 broadcasts to 3 members, as fast as QUIC takes them
+    for i in range(rounds):
+        for _ in range(per_round):
+            flooder.conn.quic.send_datagram_frame(flood)
+        good.conn.send_datagram(encode_envelope((addr[good], 1), (addr[r1], 1), b"good %d" % i))
+        wire.pump(duration=0.001)
+        assert time.perf_counter() - began < 60
+    elapsed = wire.now - start
+    wire.pump(duration=0.5)  # what is on its way arrives
+    got = [d for d in r1.datagrams() if b"good" in d]
+    assert len(got) == rounds, len(got)  # every one of the well-behaved site's
+    copies = sum(b"flood" in d for s in (good, r1, r2) for d in s.datagrams())
+    assert copies <= SITE_BURST + elapsed * SITE_RATE, (copies, elapsed)
+    assert wire.hub.state.drops["over the site's budget"] > 0, (copies, elapsed, dict(wire.hub.state.drops), flooder.conn.counters)
+    flooder_record = next(c for c in wire.hub.state.clients.values() if c.address == addr[flooder])
+    assert flooder_record.counters["dropped: over the site's budget"] > 0
