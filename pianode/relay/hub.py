@@ -36,9 +36,10 @@ from aioquic.quic.packet import QuicPacketType, pull_quic_header
 
 from pianode.relay.certificates import Credentials
 from pianode.relay.hub_state import HubState
+from pianode.relay.limits import BulkLedger
 from pianode.relay.quic import EventKind, RelayConnection, RelayEvent, configuration
 from pianode.relay.udp_driver import QuicDriver
-from protocols.relay_control import BulkData, Hello, Ping, Pong, Refused
+from protocols.relay_control import BulkData, Hello, Ping, Pong, Refused, encode_frame
 from protocols.text import printable
 
 __all__ = ["HELLO_TIMEOUT", "MAX_HANDSHAKES", "MAX_HANDSHAKES_PER_ADDRESS", "MAX_REFUSALS_KEPT", "RelayHub"]
@@ -56,6 +57,12 @@ MAX_REFUSALS_KEPT = 256
 #: handshake gets (a path silent that long is given up anyway).
 HELLO_TIMEOUT = 5.0
 _HELLO_DEADLINE = "hello"
+#: Bulk bytes the hub holds for forwarding, in all and per sender (its certificate name): a frame
+#: counts once however many members it goes to, until the last of them took it.  Each member's queue
+#: is also capped (quic.MAX_BULK_BACKLOG).  A sender gets at most a quarter of the hub's, so one or
+#: three cannot starve the others; 64 MB is four frames of the largest, or one member's backlog.
+MAX_HUB_BULK = 256 * 1024 * 1024
+MAX_SENDER_BULK = 64 * 1024 * 1024
 
 
 class RelayHub:
@@ -81,6 +88,7 @@ class RelayHub:
         self.refusals: deque[str] = deque(maxlen=MAX_REFUSALS_KEPT)
         self._half_open: dict[RelayConnection, str] = {}  # connection -> its peer's IP
         self._half_open_by_ip: Counter[str] = Counter()
+        self.bulk = BulkLedger(MAX_HUB_BULK, MAX_SENDER_BULK)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -146,11 +154,7 @@ class RelayHub:
                 self._control(cid, conn, ev.value, now)
             elif ev.kind is EventKind.BULK:
                 if isinstance(ev.value, BulkData):
-                    for target, msg in self.state.bulk(cid, ev.value):
-                        other = self._conns.get(target)
-                        if other is not None:
-                            other.send_bulk(msg)
-                            self._flush(other)
+                    self._bulk(cid, ev.value)
             elif ev.kind is EventKind.ADMITTED:
                 self._handshake_done(conn)
                 self.state.admit(cid, str(ev.value), peer)
@@ -164,6 +168,25 @@ class RelayHub:
                 self._by_cid.pop(ev.value, None)  # type: ignore[arg-type]
             elif ev.kind is EventKind.CLOSED:
                 self._closed(cid, conn, str(ev.value), peer)
+
+    def _bulk(self, cid: int, msg: BulkData) -> None:
+        """Queue a site's bulk frame for its members, one frame for all of them (see MAX_HUB_BULK)."""
+        targets = self.state.bulk(cid, msg)
+        if not targets:
+            return
+        frame = self.bulk.frame(self.state.clients[cid].name, encode_frame(targets[0][1]))
+        if isinstance(frame, str):
+            self.state.count_drop(cid, frame)
+            return
+        for target, _ in targets:
+            other = self._conns.get(target)
+            if other is None:
+                continue
+            refused = other.queue_bulk(frame)
+            if refused is not None:
+                self.state.count_drop(cid, refused)
+            self._flush(other)
+        frame.release()
 
     def _control(self, cid: int, conn: RelayConnection, msg: object, now: float) -> None:
         if isinstance(msg, Ping):
@@ -211,6 +234,7 @@ class RelayHub:
             if other is not None:
                 other.send_control(out)  # type: ignore[arg-type]
                 self._flush(other)
+        conn.drop_queued_bulk(partial=True)  # what it never took is no longer held for it
         self._conns.pop(cid, None)
         self._ids.pop(conn, None)
         self._peers.pop(cid, None)

@@ -303,6 +303,14 @@ class HubState:
             self.clients[t].counters["bulk_out"] += len(msg.data)
         return [(t, out) for t in targets]
 
+    def count_drop(self, client_id: int, reason: str) -> None:
+        """Something of the client's dropped elsewhere (the hub's bulk queues), counted here."""
+        client = self.clients.get(client_id)
+        if client is None:
+            self.drops[reason] += 1
+        else:
+            self._drop(client, reason)
+
     def _drop(self, client: ClientRecord, reason: str) -> list[int]:
         client.counters[f"dropped: {reason}"] += 1
         self.drops[reason] += 1

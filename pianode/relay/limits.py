@@ -1,16 +1,23 @@
-"""Rate limits of the relay hub: token buckets, alone or one per key (sans-IO: the caller gives ``now``).
+"""Limits of the relay hub: token buckets (sans-IO: the caller gives ``now``) and the bulk bytes it holds.
 
 A bucket holds up to *burst* tokens and regains *rate* per second; an action
 costing *n* tokens may go when the bucket holds *n*.  A new bucket is full.
+
+A bulk frame the hub forwards is one :class:`SharedFrame`, held by every
+member's queue it goes to (a broadcast is not copied per member); the
+:class:`BulkLedger` charges its size to its sender from when it is made until
+the last queue is done with it, and refuses one that would take the sender
+over its share, or the hub over its total.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable
 
 import attrs
 
-__all__ = ["RateLimits", "TokenBucket"]
+__all__ = ["BulkLedger", "RateLimits", "SharedFrame", "TokenBucket"]
 
 
 @attrs.define
@@ -55,3 +62,43 @@ class RateLimits:
                 self._buckets = {k: b for k, b in self._buckets.items() if b.level(now) < b.burst}
             bucket = self._buckets[key] = TokenBucket(self.rate, self.burst)
         return bucket.take(now, n)
+
+
+@attrs.define(eq=False)
+class SharedFrame:
+    """Bytes of one bulk frame, and how many hold them (its maker first: :meth:`release` when done)."""
+
+    data: bytes
+    ledger: BulkLedger | None = None
+    sender: Hashable = None
+    holders: int = 1
+
+    def hold(self) -> None:
+        self.holders += 1
+
+    def release(self) -> None:
+        self.holders -= 1
+        if not self.holders and self.ledger is not None:
+            self.ledger.queued -= len(self.data)
+            self.ledger.by_sender[self.sender] -= len(self.data)
+            if not self.ledger.by_sender[self.sender]:
+                del self.ledger.by_sender[self.sender]
+
+
+class BulkLedger:
+    """Bulk bytes held for forwarding: at most *total* in all, *per_sender* for one sender."""
+
+    def __init__(self, total: int, per_sender: int) -> None:
+        self.total, self.per_sender = total, per_sender
+        self.queued = 0
+        self.by_sender: Counter[Hashable] = Counter()
+
+    def frame(self, sender: Hashable, data: bytes) -> SharedFrame | str:
+        """*data* charged to *sender*, or why it cannot be (one line)."""
+        if self.by_sender[sender] + len(data) > self.per_sender:
+            return "bulk over the sender's share"
+        if self.queued + len(data) > self.total:
+            return "bulk over the hub's limit"
+        self.queued += len(data)
+        self.by_sender[sender] += len(data)
+        return SharedFrame(data, self, sender)

@@ -52,6 +52,7 @@ from aioquic.quic.packet import QuicErrorCode
 from cryptography import x509
 
 from pianode.relay.certificates import CertificateRefused, Credentials, check_peer
+from pianode.relay.limits import SharedFrame
 from protocols.errors import DecodeError
 from protocols.relay_control import ControlMessage, FrameDecoder, Ping, encode_frame, envelope_sender
 from protocols.text import one_line
@@ -101,6 +102,12 @@ def _drop_busiest_senders_oldest(pending: deque[bytes], incoming: bytes) -> None
             del pending[i]
             return
     pending.popleft()  # only the incoming one is the busiest's: all others have one each
+
+
+@attrs.define
+class _QueuedBulk:
+    frame: SharedFrame
+    sent: int = 0  # bytes of it handed to QUIC
 
 
 class EventKind(enum.Enum):
@@ -178,7 +185,7 @@ class RelayConnection:
         self.admitted = False
         self.closed_reason: str | None = None
         self._decoders = {CONTROL_STREAM: FrameDecoder(), BULK_STREAM: FrameDecoder(MAX_BULK_FRAME)}
-        self._bulk_queue: deque[bytes] = deque()
+        self._bulk_queue: deque[_QueuedBulk] = deque()
         self._bulk_queued = 0
         self._held: list[tuple[str, object]] = []
         self._deadline: tuple[float, str] | None = None  # see set_deadline
@@ -310,21 +317,35 @@ class RelayConnection:
 
     def send_bulk(self, msg: ControlMessage) -> bool:
         """Queue a bulk frame; False (counted) when the backlog is full."""
-        frame = encode_frame(msg)
-        if self._bulk_queued + len(frame) > MAX_BULK_BACKLOG:
-            self.counters["bulk_refused"] += 1
-            return False
-        self._bulk_queue.append(frame)
-        self._bulk_queued += len(frame)
-        return True
+        frame = SharedFrame(encode_frame(msg))
+        try:
+            return self.queue_bulk(frame) is None
+        finally:
+            frame.release()
 
-    def drop_queued_bulk(self) -> int:
-        """Forget the bulk frames not yet begun (a partly sent one is finished); returns the bytes dropped."""
-        keep = [self._bulk_queue.popleft()] if self._head_started and self._bulk_queue else []
-        dropped = self._bulk_queued - sum(map(len, keep))
+    def queue_bulk(self, frame: SharedFrame) -> str | None:
+        """Queue a bulk frame (held until sent or dropped, so one frame can go to several peers);
+        None, or why not (counted): the backlog is full."""
+        if self._bulk_queued + len(frame.data) > MAX_BULK_BACKLOG:
+            self.counters["bulk_refused"] += 1
+            return "bulk backlog of a member full"
+        frame.hold()
+        self._bulk_queue.append(_QueuedBulk(frame))
+        self._bulk_queued += len(frame.data)
+        return None
+
+    def drop_queued_bulk(self, *, partial: bool = False) -> int:
+        """Forget the bulk frames not yet begun, and a partly sent one too with *partial* (the
+        connection is gone: nobody will read its end); returns the bytes dropped."""
+        keep = [self._bulk_queue.popleft()] if self._head_started and self._bulk_queue and not partial else []
+        dropped = 0
+        for queued in self._bulk_queue:
+            dropped += len(queued.frame.data) - queued.sent
+            queued.frame.release()
         self._bulk_queue.clear()
         self._bulk_queue.extend(keep)
         self._bulk_queued -= dropped
+        self._head_started = bool(keep)
         return dropped
 
     @property
@@ -346,13 +367,14 @@ class RelayConnection:
         else:
             room = min(loss.congestion_window // 2, self.bulk_window) - loss.bytes_in_flight - held
         while room > 0 and self._bulk_queue:
-            frame = self._bulk_queue[0]
-            piece = frame[:room]
-            if len(piece) == len(frame):
+            head = self._bulk_queue[0]
+            piece = head.frame.data[head.sent : head.sent + room]
+            head.sent += len(piece)
+            if head.sent == len(head.frame.data):
                 self._bulk_queue.popleft()
                 self._head_started = False
+                head.frame.release()
             else:
-                self._bulk_queue[0] = frame[len(piece):]
                 self._head_started = True
             self._bulk_queued -= len(piece)
             room -= len(piece)

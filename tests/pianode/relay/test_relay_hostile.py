@@ -4,15 +4,17 @@ the hub says why in one printable line, and the sites that behave keep their ser
 from __future__ import annotations
 
 import time
+import tracemalloc
 
 import pytest
 from relay_pki import Pki, make_pki
 from relay_wire import Wire, WireSite, initial
 
 from pianode.relay import hub as hub_module
+from pianode.relay import quic as quic_module
 from pianode.relay.hub_state import SITE_BURST, SITE_RATE, TAKEOVER_BURST, TAKEOVER_INTERVAL, TAKEOVERS_PER_NAME, HubState
-from pianode.relay.quic import MAX_PENDING_DATAGRAMS
-from protocols.relay_control import Hello, Ping, Refused, Welcome, encode_envelope
+from pianode.relay.quic import MAX_PENDING_DATAGRAMS, EventKind, RelayEvent
+from protocols.relay_control import BulkData, Hello, Ping, Refused, Welcome, encode_envelope
 
 
 @pytest.fixture(scope="module")
@@ -254,3 +256,40 @@ def test_a_broadcast_flood_is_held_to_the_sites_budget_and_others_get_through(pk
     assert wire.hub.state.drops["over the site's budget"] > 0, (copies, elapsed, dict(wire.hub.state.drops), flooder.conn.counters)
     flooder_record = next(c for c in wire.hub.state.clients.values() if c.address == addr[flooder])
     assert flooder_record.counters["dropped: over the site's budget"] > 0
+
+
+def test_bulk_the_hub_holds_is_bounded_per_sender_and_in_all(pki: Pki, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each member's bulk backlog was capped, the hub's not: broadcasts to a room of N members that
+    read slowly made the hub hold N backlogs (N x 64 MB), a copy of each frame per member, and a
+    well-behaved site's bulk to a member found that member's backlog full."""
+    mb = 1 << 20
+    monkeypatch.setattr(quic_module, "MAX_BULK_BACKLOG", 8 * mb)  # the limits, scaled down for the test
+    monkeypatch.setattr(hub_module, "MAX_SENDER_BULK", 4 * mb, raising=False)
+    monkeypatch.setattr(hub_module, "MAX_HUB_BULK", 6 * mb, raising=False)
+    wire = Wire(pki.credentials("hub"))
+    names = ("site-a", "site-b", "site-c", "site-c", "site-c", "site-c")
+    flooder, good, *members = (wire.site(pki.credentials(n)) for n in names)
+    by_address = {c.address: wire.hub._conns[i] for i, c in wire.hub.state.clients.items()}
+    at_hub = {s: by_address[_welcomed(s).address] for s in (flooder, good, *members)}
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(40):  # 40 MB of broadcasts; nobody reads meanwhile (no pump)
+            flood = BulkData("0.0.0.0", "flood", bytes([i]) * mb)
+            wire.hub._handle(at_hub[flooder], [RelayEvent(EventKind.BULK, flood)], wire.now)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= 5 * mb, held / mb
+    assert wire.hub.state.drops["bulk over the sender's share"] > 0
+    # another site's bulk still gets to a member
+    target = at_hub[members[0]]
+    backlog = target.bulk_backlog
+    note = BulkData(_welcomed(members[0]).address, "note", b"x" * 1000)
+    wire.hub._handle(at_hub[good], [RelayEvent(EventKind.BULK, note)], wire.now)
+    assert target.bulk_backlog > backlog
+    # what members never took is given back when they go
+    for s in members:
+        s.conn.close("bye", refused=False)
+    wire.pump(duration=1.0)
+    assert wire.hub.bulk.queued == 0
