@@ -18,6 +18,10 @@ who can send a UDP datagram can open one.  At most
 ``handshakes over limit``; QUIC's client sends it again) and a half-open
 connection that does not finish its handshake within the idle timeout is
 refused.  Only the latest ``MAX_REFUSALS_KEPT`` refusals are kept.
+
+An admitted site has ``HELLO_TIMEOUT`` to send Hello; one that does not (it
+may ping all it likes) is refused with ``no Hello within N s``, counted as
+``no Hello in time``: without, it held its connection for good.
 """
 
 from __future__ import annotations
@@ -32,12 +36,13 @@ from aioquic.quic.packet import QuicPacketType, pull_quic_header
 
 from pianode.relay.certificates import Credentials
 from pianode.relay.hub_state import HubState
+from pianode.relay.limits import BulkLedger
 from pianode.relay.quic import EventKind, RelayConnection, RelayEvent, configuration
 from pianode.relay.udp_driver import QuicDriver
-from protocols.relay_control import BulkData, Hello, Ping, Pong, Refused
+from protocols.relay_control import BulkData, Hello, Ping, Pong, Refused, encode_frame
 from protocols.text import printable
 
-__all__ = ["MAX_HANDSHAKES", "MAX_HANDSHAKES_PER_ADDRESS", "MAX_REFUSALS_KEPT", "RelayHub"]
+__all__ = ["HELLO_TIMEOUT", "MAX_HANDSHAKES", "MAX_HANDSHAKES_PER_ADDRESS", "MAX_REFUSALS_KEPT", "RelayHub"]
 
 #: Half-open connections (handshake not done, certificate not checked) the hub holds in all...
 MAX_HANDSHAKES = 512
@@ -45,6 +50,19 @@ MAX_HANDSHAKES = 512
 MAX_HANDSHAKES_PER_ADDRESS = 64
 #: Refusals kept in ``RelayHub.refusals`` (each is also logged when it happens).
 MAX_REFUSALS_KEPT = 256
+#: Seconds an admitted site has to send Hello.  A site's Hello waits for the hub's certificate and
+#: then leaves with the last flight of its handshake (quic.py holds it), so it reaches the hub
+#: right after admission, later only by that flight's retransmissions: 5 s covers several of those
+#: at any round trip a site keeps real time over, and is the idle timeout, the same bound a
+#: handshake gets (a path silent that long is given up anyway).
+HELLO_TIMEOUT = 5.0
+_HELLO_DEADLINE = "hello"
+#: Bulk bytes the hub holds for forwarding, in all and per sender (its certificate name): a frame
+#: counts once however many members it goes to, until the last of them took it.  Each member's queue
+#: is also capped (quic.MAX_BULK_BACKLOG).  A sender gets at most a quarter of the hub's, so one or
+#: three cannot starve the others; 64 MB is four frames of the largest, or one member's backlog.
+MAX_HUB_BULK = 256 * 1024 * 1024
+MAX_SENDER_BULK = 64 * 1024 * 1024
 
 
 class RelayHub:
@@ -70,6 +88,7 @@ class RelayHub:
         self.refusals: deque[str] = deque(maxlen=MAX_REFUSALS_KEPT)
         self._half_open: dict[RelayConnection, str] = {}  # connection -> its peer's IP
         self._half_open_by_ip: Counter[str] = Counter()
+        self.bulk = BulkLedger(MAX_HUB_BULK, MAX_SENDER_BULK)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -110,13 +129,15 @@ class RelayHub:
             self._by_cid[conn.quic.host_cid] = conn
             self._half_open[conn] = addr[0]
             self._half_open_by_ip[addr[0]] += 1
-        self._handle(conn, conn.receive_datagram(data, addr, now))
+        elif not self.state.charge(self._ids[conn], now):
+            return None  # the site is over its budget: dropped before it costs a decryption
+        self._handle(conn, conn.receive_datagram(data, addr, now), now)
         return conn
 
     def _on_timer(self, conn: RelayConnection, now: float) -> None:
-        self._handle(conn, conn.handle_timer(now))
+        self._handle(conn, conn.handle_timer(now), now)
 
-    def _handle(self, conn: RelayConnection, events: list[RelayEvent]) -> None:
+    def _handle(self, conn: RelayConnection, events: list[RelayEvent], now: float) -> None:
         cid = self._ids.get(conn)
         if cid is None:
             return
@@ -125,22 +146,22 @@ class RelayHub:
             if ev.kind is EventKind.DATAGRAM:
                 data = ev.value
                 assert isinstance(data, bytes)
-                for target in self.state.forward(cid, data):
+                for target in self.state.forward(cid, data, now):
                     other = self._conns.get(target)
                     if other is not None and other.send_datagram(data):
                         self._flush(other)
             elif ev.kind is EventKind.CONTROL:
-                self._control(cid, conn, ev.value)
+                self._control(cid, conn, ev.value, now)
             elif ev.kind is EventKind.BULK:
                 if isinstance(ev.value, BulkData):
-                    for target, msg in self.state.bulk(cid, ev.value):
-                        other = self._conns.get(target)
-                        if other is not None:
-                            other.send_bulk(msg)
-                            self._flush(other)
+                    self._bulk(cid, ev.value)
             elif ev.kind is EventKind.ADMITTED:
                 self._handshake_done(conn)
                 self.state.admit(cid, str(ev.value), peer)
+                conn.set_deadline(now + HELLO_TIMEOUT, _HELLO_DEADLINE)
+            elif ev.kind is EventKind.DEADLINE and ev.value == _HELLO_DEADLINE:
+                self.state.drops["no Hello in time"] += 1
+                conn.close(f"no Hello within {HELLO_TIMEOUT:g} s", refused=True)
             elif ev.kind is EventKind.CID_ISSUED:
                 self._by_cid[ev.value] = conn  # type: ignore[index]
             elif ev.kind is EventKind.CID_RETIRED:
@@ -148,11 +169,31 @@ class RelayHub:
             elif ev.kind is EventKind.CLOSED:
                 self._closed(cid, conn, str(ev.value), peer)
 
-    def _control(self, cid: int, conn: RelayConnection, msg: object) -> None:
+    def _bulk(self, cid: int, msg: BulkData) -> None:
+        """Queue a site's bulk frame for its members, one frame for all of them (see MAX_HUB_BULK)."""
+        targets = self.state.bulk(cid, msg)
+        if not targets:
+            return
+        frame = self.bulk.frame(self.state.clients[cid].name, encode_frame(targets[0][1]))
+        if isinstance(frame, str):
+            self.state.count_drop(cid, frame)
+            return
+        for target, _ in targets:
+            other = self._conns.get(target)
+            if other is None:
+                continue
+            refused = other.queue_bulk(frame)
+            if refused is not None:
+                self.state.count_drop(cid, refused)
+            self._flush(other)
+        frame.release()
+
+    def _control(self, cid: int, conn: RelayConnection, msg: object, now: float) -> None:
         if isinstance(msg, Ping):
             conn.send_control(Pong(msg.token))
         elif isinstance(msg, Hello):
-            for target, out in self.state.hello(cid, msg):
+            conn.set_deadline(None)
+            for target, out in self.state.hello(cid, msg, now):
                 other = self._conns.get(target)
                 if other is None:
                     continue
@@ -163,12 +204,12 @@ class RelayHub:
             record = self.state.clients.get(cid)
             if record is not None and record.address is not None:
                 self.log(f"joined: {record.name} from {record.peer} as {record.address} in room {msg.room}")
-            for stale in self.state.superseded:
-                old = self._conns.get(stale)
-                if old is not None:
-                    old.close("superseded by a new connection of the same site", refused=False)
-                    self._flush(old)
-            self.state.superseded.clear()
+            for target, reason in self.state.to_close:
+                other = self._conns.get(target)
+                if other is not None:
+                    other.close(reason, refused=False)
+                    self._flush(other)
+            self.state.to_close.clear()
         else:
             conn.close(f"unexpected {type(msg).__name__} from a site", refused=False)
 
@@ -193,6 +234,7 @@ class RelayHub:
             if other is not None:
                 other.send_control(out)  # type: ignore[arg-type]
                 self._flush(other)
+        conn.drop_queued_bulk(partial=True)  # what it never took is no longer held for it
         self._conns.pop(cid, None)
         self._ids.pop(conn, None)
         self._peers.pop(cid, None)

@@ -21,6 +21,24 @@ speak for another) and forwards the envelope unchanged:
 
 The hub never decrypts Pia; it counts datagrams and bytes per client and room,
 and drops by reason.
+
+Each site has a budget of the hub's work (a token bucket, ``SITE_RATE`` a
+second, ``SITE_BURST`` at once): one unit for each of its packets the hub
+reads (charged before it is decrypted: :meth:`HubState.charge`) and one for
+each copy of its datagrams the hub forwards, so a broadcast costs one per
+member.  A site over its budget loses what is beyond, counted as ``over the
+site's budget``; the other sites' budgets are their own, so one flooding site
+cannot use up the hub's time for them.
+
+A site coming back before the hub noticed its old connection die takes its
+address over (the old connection is closed).  A site is its certificate and
+its address (every station of a ``pianode mesh --relay`` run shares one
+certificate, and all of them come back together after their link dropped), so
+takeovers are limited per certificate name and address, ``TAKEOVER_BURST`` at
+once and one more each ``TAKEOVER_INTERVAL``, and per certificate name in all
+(``TAKEOVERS_PER_NAME``): one beyond is closed (not refused: the site may come
+back), counted as ``takeovers over limit``, and the address stays with the
+old connection until that one ends.
 """
 
 from __future__ import annotations
@@ -31,18 +49,35 @@ from collections import Counter
 
 import attrs
 
+from pianode.relay.limits import RateLimits, TokenBucket
 from protocols.errors import DecodeError
 from protocols.relay_control import (
     ENVELOPE_SIZE, PROTOCOL_VERSION, BulkData, Hello, Member, MemberJoined, MemberLeft, Refused, Welcome,
     decode_envelope, room_name_problem,
 )  # fmt: skip
 
-__all__ = ["ClientRecord", "HubState", "Room"]
+__all__ = ["SITE_BURST", "SITE_RATE", "TAKEOVER_BURST", "TAKEOVER_INTERVAL", "TAKEOVERS_PER_NAME", "ClientRecord", "HubState", "Room"]
 
 LIMITED_BROADCAST = "255.255.255.255"
 #: Addresses a room's network may not hold: a site keeps 0.x and 127.x to itself, and multicast,
 #: the reserved block and the limited broadcast are no host's.
 _RESERVED = tuple(ipaddress.IPv4Network(n) for n in ("0.0.0.0/8", "127.0.0.0/8", "224.0.0.0/3"))
+#: A site's budget of the hub's work, in units a second (a packet read, a copy forwarded).  A station of
+#: a 32-station mesh at 60 Hz (pianode bench's largest) needs about 4000: its datagrams to each peer and
+#: the copies of its group broadcasts, 60 x 31 each, and the packets carrying them; this is five times
+#: that.  What is beyond is dropped, a packet before it is decrypted (a header read is all it costs).
+SITE_RATE = 20000.0
+#: ...and at once: a quarter second's worth.
+SITE_BURST = 5000.0
+_OVER_BUDGET = "over the site's budget"
+#: Takeovers of one address by one certificate at once, then one per TAKEOVER_INTERVAL seconds: a site
+#: whose link drops comes back once per drop (its client waits 0.1 s, then up to 1 s between tries).
+TAKEOVER_BURST = 3
+TAKEOVER_INTERVAL = 2.0
+#: Takeovers by one certificate over all its addresses at once (a NAT's worth of stations sharing it
+#: coming back together), then as many again over _NAME_REFILL seconds.
+TAKEOVERS_PER_NAME = 64
+_NAME_REFILL = 8.0
 
 
 @attrs.define(eq=False)
@@ -66,12 +101,22 @@ class ClientRecord:
     room: Room | None = None
     address: str | None = None
     counters: Counter[str] = attrs.Factory(Counter)
+    budget: TokenBucket = attrs.Factory(lambda: TokenBucket(SITE_RATE, SITE_BURST))  # see the module docstring
 
 
 class HubState:
     """Every room and admitted client of one hub."""
 
-    def __init__(self, network: str = "10.77.0.0/16", room_prefix: int = 24, max_rooms: int = 256) -> None:
+    def __init__(
+        self,
+        network: str = "10.77.0.0/16",
+        room_prefix: int = 24,
+        max_rooms: int = 256,
+        *,
+        site_rate: float = SITE_RATE,
+        site_burst: float = SITE_BURST,
+    ) -> None:
+        self.site_rate, self.site_burst = site_rate, site_burst
         self.network = ipaddress.IPv4Network(network)
         if not self.network.prefixlen <= room_prefix <= 30:
             raise ValueError(f"room prefix /{room_prefix} must be within {self.network} and at most /30")
@@ -85,8 +130,10 @@ class HubState:
         self.rooms: dict[str, Room] = {}
         self.clients: dict[int, ClientRecord] = {}
         self.drops: Counter[str] = Counter()
-        #: Clients whose address a reconnection of the same site took over; the driver closes them.
-        self.superseded: list[int] = []
+        #: Clients the driver closes (not a refusal: the site may come back), with the reason.
+        self.to_close: list[tuple[int, str]] = []
+        self._takeovers = RateLimits(1 / TAKEOVER_INTERVAL, TAKEOVER_BURST)
+        self._takeovers_by_name = RateLimits(TAKEOVERS_PER_NAME / _NAME_REFILL, TAKEOVERS_PER_NAME)
         #: Rooms whose subnet a new room took over, the hub having no other free (see _new_room).
         self.rooms_reused = 0
         #: Clients gone, newest last (their counters stay in the table).
@@ -95,11 +142,20 @@ class HubState:
     # ------------------------------------------------------------------ membership
     def admit(self, client_id: int, name: str, peer: str) -> None:
         """A client whose certificate passed; it joins a room with :meth:`hello`."""
-        self.clients[client_id] = ClientRecord(client_id, name, peer)
+        self.clients[client_id] = ClientRecord(client_id, name, peer, budget=TokenBucket(self.site_rate, self.site_burst))
 
-    def hello(self, client_id: int, hello: Hello) -> list[tuple[int, object]]:
+    def charge(self, client_id: int, now: float) -> bool:
+        """One packet of the client read: False (counted) when it is over its budget and the packet is
+        to be dropped unread.  True for a connection not admitted yet (bounded in hub.py)."""
+        client = self.clients.get(client_id)
+        if client is None or client.budget.take(now):
+            return True
+        self._drop(client, _OVER_BUDGET)
+        return False
+
+    def hello(self, client_id: int, hello: Hello, now: float = 0.0) -> list[tuple[int, object]]:
         """Place the client in its room; returns (client id, message) to send: a Welcome and
-        MemberJoined for the others, or a Refused."""
+        MemberJoined for the others, or a Refused (or nothing: the client is in ``to_close``)."""
         client = self.clients[client_id]
         if hello.version != PROTOCOL_VERSION:
             return [(client_id, Refused(f"relay protocol version {hello.version} not supported (hub speaks {PROTOCOL_VERSION})"))]
@@ -116,8 +172,21 @@ class HubState:
         if holder is not None and self.clients[holder].name == client.name:
             # The same site (same certificate) coming back before the hub noticed its old
             # connection die: the new connection takes the address over, so the mesh above keeps it.
+            site = (client.name, hello.address)
+            too_often = None
+            if not self._takeovers.ready(site, now):
+                too_often = f"{hello.address} taken over {TAKEOVER_BURST} times in {TAKEOVER_BURST * TAKEOVER_INTERVAL:g} s"
+            elif not self._takeovers_by_name.ready(client.name, now):
+                too_often = f"{TAKEOVERS_PER_NAME} of its addresses taken over in {_NAME_REFILL:g} s"
+            if too_often is not None:
+                self.drops["takeovers over limit"] += 1
+                self.to_close.append((client_id, f"{client.name} reconnected too often ({too_often}): "
+                                      "the address stays with its old connection until that one ends"))
+                return []
+            self._takeovers.take(site, now)
+            self._takeovers_by_name.take(client.name, now)
             out.extend(self.leave(holder))
-            self.superseded.append(holder)
+            self.to_close.append((holder, "superseded by a new connection of the same site"))
         address = self._pick_address(room, hello.address)
         if address is None:
             return [(client_id, Refused(f"room {room.name} is full"))]
@@ -179,7 +248,7 @@ class HubState:
         return [(c, MemberLeft(client.address)) for c in room.members.values()]
 
     # ------------------------------------------------------------------ forwarding
-    def forward(self, client_id: int, data: bytes) -> list[int]:
+    def forward(self, client_id: int, data: bytes, now: float) -> list[int]:
         """The clients that get this envelope (unchanged), or none (the drop is counted)."""
         client = self.clients.get(client_id)
         if client is None or client.room is None:
@@ -203,6 +272,8 @@ class HubState:
             if target is None:
                 return self._drop(client, "no such member")
             targets = [target]
+        if not client.budget.take(now, len(targets)):
+            return self._drop(client, _OVER_BUDGET)
         payload = len(data) - ENVELOPE_SIZE
         room.counters["datagrams"] += len(targets)
         room.counters["bytes"] += payload * len(targets)
@@ -231,6 +302,14 @@ class HubState:
         for t in targets:
             self.clients[t].counters["bulk_out"] += len(msg.data)
         return [(t, out) for t in targets]
+
+    def count_drop(self, client_id: int, reason: str) -> None:
+        """Something of the client's dropped elsewhere (the hub's bulk queues), counted here."""
+        client = self.clients.get(client_id)
+        if client is None:
+            self.drops[reason] += 1
+        else:
+            self._drop(client, reason)
 
     def _drop(self, client: ClientRecord, reason: str) -> list[int]:
         client.counters[f"dropped: {reason}"] += 1

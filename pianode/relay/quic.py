@@ -48,9 +48,11 @@ import attrs
 from aioquic.quic import events as quic_events
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
+from aioquic.quic.packet import QuicErrorCode
 from cryptography import x509
 
 from pianode.relay.certificates import CertificateRefused, Credentials, check_peer
+from pianode.relay.limits import SharedFrame
 from protocols.errors import DecodeError
 from protocols.relay_control import ControlMessage, FrameDecoder, Ping, encode_frame, envelope_sender
 from protocols.text import one_line
@@ -102,6 +104,12 @@ def _drop_busiest_senders_oldest(pending: deque[bytes], incoming: bytes) -> None
     pending.popleft()  # only the incoming one is the busiest's: all others have one each
 
 
+@attrs.define
+class _QueuedBulk:
+    frame: SharedFrame
+    sent: int = 0  # bytes of it handed to QUIC
+
+
 class EventKind(enum.Enum):
     ADMITTED = "admitted"  # the peer's certificate passed; value: its name
     CONTROL = "control"  # value: a ControlMessage
@@ -110,6 +118,7 @@ class EventKind(enum.Enum):
     CLOSED = "closed"  # value: the reason (one line)
     CID_ISSUED = "cid issued"  # value: a connection id of ours the peer may now use (the hub routes by it)
     CID_RETIRED = "cid retired"
+    DEADLINE = "deadline"  # value: the label given to set_deadline; the time came first
 
 
 @attrs.frozen
@@ -176,9 +185,10 @@ class RelayConnection:
         self.admitted = False
         self.closed_reason: str | None = None
         self._decoders = {CONTROL_STREAM: FrameDecoder(), BULK_STREAM: FrameDecoder(MAX_BULK_FRAME)}
-        self._bulk_queue: deque[bytes] = deque()
+        self._bulk_queue: deque[_QueuedBulk] = deque()
         self._bulk_queued = 0
         self._held: list[tuple[str, object]] = []
+        self._deadline: tuple[float, str] | None = None  # see set_deadline
         self._head_started = False  # the first queued bulk frame is partly handed over
         #: See BULK_WINDOW; None hands every bulk byte to aioquic at once (no priority: for comparison).
         self.bulk_window: int | None = BULK_WINDOW  # sends asked for before admission (a client's Hello)
@@ -196,8 +206,17 @@ class RelayConnection:
         return self._events()
 
     def handle_timer(self, now: float) -> list[RelayEvent]:
+        due: list[RelayEvent] = []
+        if self._deadline is not None and now >= self._deadline[0]:
+            due.append(RelayEvent(EventKind.DEADLINE, self._deadline[1]))
+            self._deadline = None
         self.quic.handle_timer(now)
-        return self._events()
+        return due + self._events()
+
+    def set_deadline(self, when: float | None, label: str = "") -> None:
+        """Report a DEADLINE event (value: *label*) from :meth:`handle_timer` at *when*, once,
+        unless this is called again first (None: no deadline).  :meth:`get_timer` includes it."""
+        self._deadline = None if when is None else (when, label)
 
     def _events(self) -> list[RelayEvent]:
         out: list[RelayEvent] = []
@@ -239,7 +258,22 @@ class RelayConnection:
             return f"refused by the {self.peer_label}: {phrase}"
         if not self.admitted and event.reason_phrase == _IDLE_PHRASE:
             return f"no TLS handshake within {IDLE_TIMEOUT:g} s"
-        return phrase or f"connection closed (error {event.error_code:#x})"
+        return phrase or self._wordless_close(event.error_code)
+
+    def _wordless_close(self, code: int) -> str:
+        """A close without a reason phrase, in words: the peer's (every close of ours has its reason)."""
+        when = "" if self.admitted else " before the TLS handshake completed"
+        if code == QuicErrorCode.APPLICATION_ERROR and not self.admitted:
+            # RFC 9000 10.2.3: an application close sent that early travels as this, without its reason.
+            return f"closed by the {self.peer_label}{when} (an application close: QUIC sends no reason that early)"
+        if QuicErrorCode.CRYPTO_ERROR <= code <= QuicErrorCode.CRYPTO_ERROR + 0xFF:
+            what = f"TLS alert {code - QuicErrorCode.CRYPTO_ERROR}"
+        else:
+            try:
+                what = QuicErrorCode(code).name.lower().replace("_", " ")
+            except ValueError:
+                what = "unknown QUIC error"
+        return f"closed by the {self.peer_label}{when}: {what} ({code:#x}), no reason given"
 
     def _on_handshake(self, out: list[RelayEvent]) -> None:
         tls = self.quic.tls
@@ -283,21 +317,35 @@ class RelayConnection:
 
     def send_bulk(self, msg: ControlMessage) -> bool:
         """Queue a bulk frame; False (counted) when the backlog is full."""
-        frame = encode_frame(msg)
-        if self._bulk_queued + len(frame) > MAX_BULK_BACKLOG:
-            self.counters["bulk_refused"] += 1
-            return False
-        self._bulk_queue.append(frame)
-        self._bulk_queued += len(frame)
-        return True
+        frame = SharedFrame(encode_frame(msg))
+        try:
+            return self.queue_bulk(frame) is None
+        finally:
+            frame.release()
 
-    def drop_queued_bulk(self) -> int:
-        """Forget the bulk frames not yet begun (a partly sent one is finished); returns the bytes dropped."""
-        keep = [self._bulk_queue.popleft()] if self._head_started and self._bulk_queue else []
-        dropped = self._bulk_queued - sum(map(len, keep))
+    def queue_bulk(self, frame: SharedFrame) -> str | None:
+        """Queue a bulk frame (held until sent or dropped, so one frame can go to several peers);
+        None, or why not (counted): the backlog is full."""
+        if self._bulk_queued + len(frame.data) > MAX_BULK_BACKLOG:
+            self.counters["bulk_refused"] += 1
+            return "bulk backlog of a member full"
+        frame.hold()
+        self._bulk_queue.append(_QueuedBulk(frame))
+        self._bulk_queued += len(frame.data)
+        return None
+
+    def drop_queued_bulk(self, *, partial: bool = False) -> int:
+        """Forget the bulk frames not yet begun, and a partly sent one too with *partial* (the
+        connection is gone: nobody will read its end); returns the bytes dropped."""
+        keep = [self._bulk_queue.popleft()] if self._head_started and self._bulk_queue and not partial else []
+        dropped = 0
+        for queued in self._bulk_queue:
+            dropped += len(queued.frame.data) - queued.sent
+            queued.frame.release()
         self._bulk_queue.clear()
         self._bulk_queue.extend(keep)
         self._bulk_queued -= dropped
+        self._head_started = bool(keep)
         return dropped
 
     @property
@@ -319,13 +367,14 @@ class RelayConnection:
         else:
             room = min(loss.congestion_window // 2, self.bulk_window) - loss.bytes_in_flight - held
         while room > 0 and self._bulk_queue:
-            frame = self._bulk_queue[0]
-            piece = frame[:room]
-            if len(piece) == len(frame):
+            head = self._bulk_queue[0]
+            piece = head.frame.data[head.sent : head.sent + room]
+            head.sent += len(piece)
+            if head.sent == len(head.frame.data):
                 self._bulk_queue.popleft()
                 self._head_started = False
+                head.frame.release()
             else:
-                self._bulk_queue[0] = frame[len(piece):]
                 self._head_started = True
             self._bulk_queued -= len(piece)
             room -= len(piece)
@@ -344,7 +393,10 @@ class RelayConnection:
         return out
 
     def get_timer(self) -> float | None:
-        return self.quic.get_timer()
+        timer = self.quic.get_timer()
+        if self._deadline is not None and self.closed_reason is None and (timer is None or self._deadline[0] < timer):
+            return self._deadline[0]
+        return timer
 
     def close(self, reason: str, *, refused: bool) -> None:
         """Close with *reason*, which goes to the peer as one short printable line (a long one

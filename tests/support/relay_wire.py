@@ -45,11 +45,14 @@ class Wire:
     def mark(self, conn: RelayConnection) -> None:
         self.marked[id(conn)] = conn
 
-    def site(self, credentials: Credentials, ip: str = "127.0.0.2", room: str | None = "lan") -> WireSite:
+    def site(
+        self, credentials: Credentials, ip: str = "127.0.0.2", room: str | None = "lan", address: str = "0.0.0.0"
+    ) -> WireSite:
+        """A site that says Hello for *room* (asking for *address*) as soon as it is admitted."""
         addr = (ip, 40000 + len(self.sites))
         site = self.sites[addr] = WireSite(self, credentials, addr)
         if room is not None:
-            site.conn.send_control(Hello(room, ""))
+            site.conn.send_control(Hello(room, "", address))
         self.pump()
         return site
 

@@ -4,15 +4,17 @@ the hub says why in one printable line, and the sites that behave keep their ser
 from __future__ import annotations
 
 import time
+import tracemalloc
 
 import pytest
 from relay_pki import Pki, make_pki
 from relay_wire import Wire, WireSite, initial
 
 from pianode.relay import hub as hub_module
-from pianode.relay.hub_state import HubState
-from pianode.relay.quic import MAX_PENDING_DATAGRAMS
-from protocols.relay_control import Hello, Refused, Welcome, encode_envelope
+from pianode.relay import quic as quic_module
+from pianode.relay.hub_state import SITE_BURST, SITE_RATE, TAKEOVER_BURST, TAKEOVER_INTERVAL, TAKEOVERS_PER_NAME, HubState
+from pianode.relay.quic import MAX_PENDING_DATAGRAMS, EventKind, RelayEvent
+from protocols.relay_control import BulkData, Hello, Ping, Refused, Welcome, encode_envelope
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +143,153 @@ def test_a_large_network_costs_the_hub_nothing_to_set_up() -> None:
     state.admit(1, "site-a", "127.0.0.2:1")
     (_, msg), = state.hello(1, Hello("lan", ""))
     assert isinstance(msg, Welcome) and msg.address == "32.0.0.1"
+
+
+def test_an_admitted_site_that_never_says_hello_is_refused_after_the_deadline(pki: Pki) -> None:
+    """A site whose certificate passed but that only pings held its connection (and its place
+    among the hub's connections) for good: nothing asked it to join a room."""
+    lines: list[str] = []
+    wire = Wire(pki.credentials("hub"), log=lines.append)
+    mute = wire.sites[("127.0.0.2", 1)] = WireSite(wire, pki.credentials("site-a"), ("127.0.0.2", 1))
+    mute.conn.send_control(Ping(1))  # its first words on the control stream: a ping, not Hello
+    wire.pump()
+    assert mute.conn.admitted
+    for _ in range(60):  # 30 s of the wire's clock at most, pinging every 0.5 s
+        mute.conn.send_control(Ping(1))
+        wire.pump(duration=0.5)
+        if not wire.hub._conns:
+            break
+    assert not wire.hub._conns, "the mute site still holds its connection"
+    assert mute.conn.closed_reason is not None and "no Hello within" in mute.conn.closed_reason, mute.conn.closed_reason
+    assert wire.hub.state.drops["no Hello in time"] == 1
+    said = [line for line in lines if "no Hello within" in line]
+    assert len(said) == 1 and said[0].isprintable(), lines
+    # a site that says Hello at once keeps its place past the deadline
+    site = wire.site(pki.credentials("site-b"))
+    _welcomed(site)
+    for _ in range(30):
+        site.conn.send_control(Ping(2))
+        wire.pump(duration=0.5)
+    assert site.conn.closed_reason is None and len(wire.hub._conns) == 1
+
+
+def test_a_close_in_a_sites_first_packets_is_told_in_words(pki: Pki) -> None:
+    """QUIC sends an application close before the handshake as a transport close with
+    APPLICATION_ERROR and no reason (RFC 9000 10.2.3): the hub said 'connection closed (error 0xc)'."""
+    lines: list[str] = []
+    wire = Wire(pki.credentials("hub"), log=lines.append)
+    early = wire.sites[("127.0.0.3", 1)] = WireSite(wire, pki.credentials("site-a"), ("127.0.0.3", 1))
+    early.conn.quic.close(error_code=0, reason_phrase="changed my mind")
+    wire.pump(duration=2.0)
+    assert not wire.hub._conns
+    (line,) = wire.hub.refusals
+    assert "error 0xc" not in line and "closed by the site before the TLS handshake completed" in line, line
+    assert line.isprintable() and lines == [f"refused: {line}"]
+
+
+def test_a_reconnect_storm_with_one_certificate_is_rate_limited(pki: Pki) -> None:
+    """Each new connection of a site asking for its address took it over from the last one, as often
+    as it liked: every takeover is a leave and a join told to the whole room."""
+    wire = Wire(pki.credentials("hub"))
+    first = wire.site(pki.credentials("site-a"))
+    address = _welcomed(first).address
+    other = wire.site(pki.credentials("site-b"))
+    _welcomed(other)
+    start = wire.now
+    storm = [wire.site(pki.credentials("site-a"), address=address) for _ in range(20)]
+    elapsed = wire.now - start
+    assert elapsed < 10.0
+    taken = [s for s in storm if any(isinstance(m, Welcome) for m in s.control())]
+    turned = [s for s in storm if s not in taken]
+    assert 1 <= len(taken) <= TAKEOVER_BURST + elapsed / TAKEOVER_INTERVAL + 1, (len(taken), elapsed)
+    assert wire.hub.state.drops["takeovers over limit"] == len(turned)
+    wire.pump(duration=1.0)
+    for s in turned:  # told why, and not for good: the site may come back later
+        reason = s.conn.closed_reason or ""
+        assert "taken over" in reason and not reason.startswith("refused") and reason.isprintable(), reason
+    joined = [m for m in other.control() if type(m).__name__ == "MemberJoined"]
+    assert len(joined) <= 1 + len(taken)  # the room heard of each takeover allowed, no more
+    # once the storm is over, the site takes its address over again
+    for _ in range(int(2 * TAKEOVER_INTERVAL)):
+        taken[-1].conn.send_control(Ping(3))  # the holder lives on
+        wire.pump(duration=1.0)
+    assert taken[-1].conn.closed_reason is None
+    again = wire.site(pki.credentials("site-a"), address=address)
+    assert _welcomed(again).address == address
+
+
+def test_takeovers_are_limited_per_certificate_over_all_its_addresses() -> None:
+    state = HubState()
+    n = TAKEOVERS_PER_NAME + 6
+    for i in range(n):  # one certificate holding many addresses (a run's stations), then all come back
+        state.admit(i, "station", "127.0.0.2:1")
+        state.hello(i, Hello("lan", "", f"10.77.0.{i + 1}"))
+    for i in range(n):
+        state.admit(1000 + i, "station", "127.0.0.2:2")
+        state.hello(1000 + i, Hello("lan", "", f"10.77.0.{i + 1}"), now=1.0)
+    assert state.drops["takeovers over limit"] == n - TAKEOVERS_PER_NAME
+    turned = [reason for _, reason in state.to_close if "too often" in reason]
+    assert len(turned) == n - TAKEOVERS_PER_NAME and all(r.isprintable() for r in turned)
+
+
+def test_a_broadcast_flood_is_held_to_the_sites_budget_and_others_get_through(pki: Pki) -> None:
+    """One site's broadcasts cost the hub once per member, without limit: a flooding site used the
+    hub's time up (on a real socket the other sites' datagrams waited behind, or were lost)."""
+    wire = Wire(pki.credentials("hub"))
+    flooder, good, r1, r2 = (wire.site(pki.credentials(n)) for n in ("site-a", "site-b", "site-c", "site-c"))
+    addr = {s: _welcomed(s).address for s in (flooder, good, r1, r2)}
+    flood = encode_envelope((addr[flooder], 1), ("255.255.255.255", 1), b"flood" * 20)
+    start, began = wire.now, time.perf_counter()
+    rounds, per_round = 40, 100  # 4000 broadcasts to 3 members, as fast as QUIC takes them
+    for i in range(rounds):
+        for _ in range(per_round):
+            flooder.conn.quic.send_datagram_frame(flood)
+        good.conn.send_datagram(encode_envelope((addr[good], 1), (addr[r1], 1), b"good %d" % i))
+        wire.pump(duration=0.001)
+        assert time.perf_counter() - began < 60
+    elapsed = wire.now - start
+    wire.pump(duration=0.5)  # what is on its way arrives
+    got = [d for d in r1.datagrams() if b"good" in d]
+    assert len(got) == rounds, len(got)  # every one of the well-behaved site's
+    copies = sum(b"flood" in d for s in (good, r1, r2) for d in s.datagrams())
+    assert copies <= SITE_BURST + elapsed * SITE_RATE, (copies, elapsed)
+    assert wire.hub.state.drops["over the site's budget"] > 0, (copies, elapsed, dict(wire.hub.state.drops), flooder.conn.counters)
+    flooder_record = next(c for c in wire.hub.state.clients.values() if c.address == addr[flooder])
+    assert flooder_record.counters["dropped: over the site's budget"] > 0
+
+
+def test_bulk_the_hub_holds_is_bounded_per_sender_and_in_all(pki: Pki, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each member's bulk backlog was capped, the hub's not: broadcasts to a room of N members that
+    read slowly made the hub hold N backlogs (N x 64 MB), a copy of each frame per member, and a
+    well-behaved site's bulk to a member found that member's backlog full."""
+    mb = 1 << 20
+    monkeypatch.setattr(quic_module, "MAX_BULK_BACKLOG", 8 * mb)  # the limits, scaled down for the test
+    monkeypatch.setattr(hub_module, "MAX_SENDER_BULK", 4 * mb, raising=False)
+    monkeypatch.setattr(hub_module, "MAX_HUB_BULK", 6 * mb, raising=False)
+    wire = Wire(pki.credentials("hub"))
+    names = ("site-a", "site-b", "site-c", "site-c", "site-c", "site-c")
+    flooder, good, *members = (wire.site(pki.credentials(n)) for n in names)
+    by_address = {c.address: wire.hub._conns[i] for i, c in wire.hub.state.clients.items()}
+    at_hub = {s: by_address[_welcomed(s).address] for s in (flooder, good, *members)}
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(40):  # 40 MB of broadcasts; nobody reads meanwhile (no pump)
+            flood = BulkData("0.0.0.0", "flood", bytes([i]) * mb)
+            wire.hub._handle(at_hub[flooder], [RelayEvent(EventKind.BULK, flood)], wire.now)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= 5 * mb, held / mb
+    assert wire.hub.state.drops["bulk over the sender's share"] > 0
+    # another site's bulk still gets to a member
+    target = at_hub[members[0]]
+    backlog = target.bulk_backlog
+    note = BulkData(_welcomed(members[0]).address, "note", b"x" * 1000)
+    wire.hub._handle(at_hub[good], [RelayEvent(EventKind.BULK, note)], wire.now)
+    assert target.bulk_backlog > backlog
+    # what members never took is given back when they go
+    for s in members:
+        s.conn.close("bye", refused=False)
+    wire.pump(duration=1.0)
+    assert wire.hub.bulk.queued == 0
