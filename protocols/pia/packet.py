@@ -62,7 +62,15 @@ from typing import Any
 import attrs
 
 from protocols.crypto.aead import gcm
-from protocols.errors import AuthenticationError, BadValue, ConfigError, DecodeError, EncodeError, ShortData
+from protocols.errors import (
+    AuthenticationError,
+    BadValue,
+    ConfigError,
+    DecodeError,
+    EncodeError,
+    ShortData,
+    UnsupportedVersion,
+)
 from protocols.pia.header import (
     HEADER_SIZES,
     HMAC_TRAILER_SIZE,
@@ -93,6 +101,14 @@ from protocols.pia.versions import Cipher, HeaderFormat, VersionProfile
 __all__ = ["LoneMessage", "NonceBuilder", "Packet", "PacketCodec", "PacketReport"]
 
 _FF16 = b"\xff" * 16
+#: H-G packet flag: the payload is a Zstandard frame (KW Pia-Protocol.md, "Packet Flags").
+PACKET_FLAG_ZSTD = 0x01
+
+
+def _refuse_zstd(header: PacketHeader) -> None:
+    """Compressed 6.32+ payloads are not messages until inflated, which this codec cannot do."""
+    if header.packet_flags & PACKET_FLAG_ZSTD:
+        raise UnsupportedVersion("the payload is Zstandard-compressed (packet flag 1); its messages cannot be read")
 
 
 @attrs.frozen
@@ -389,6 +405,7 @@ class PacketCodec:
             nonce = self._nonce(header, source)  # type: ignore[misc]
             self.last_nonce = nonce
             body = self._gcm.open(nonce, body, header.tag)
+        _refuse_zstd(header)
         if self.profile.footer == "encrypted":
             body, footer_raw = self._split_inner(body, header)
         footer = unpack_footer(footer_raw) if footer_raw else ()
@@ -433,6 +450,8 @@ class PacketCodec:
                         except AuthenticationError as e:
                             return PacketReport(header, False, None, footer, e)
                         auth = True
+                if body is not None:
+                    _refuse_zstd(header)
                 if body is not None and profile.footer == "encrypted":
                     body, footer_raw = self._split_inner(body, header)
                     footer = unpack_footer(footer_raw) if footer_raw else ()

@@ -626,7 +626,7 @@ def fast_decoder(
         elif is_g:
             m_, b4, pf, dst, idv, pid, fs, hn, tag = unpack(data)
             v = b4 & 0x7F
-            if m_ != magic or b4 < 0x80 or v not in versions or fs:
+            if m_ != magic or b4 < 0x80 or v not in versions or fs or pf & 1:  # 1: ZSTD payload
                 return general(data, source, verify=verify)
             h = (True, pid, 0, v, None, None, dst, idv, 0, pf >> 4, pf & 0x0F, hn, tag)
         else:

@@ -195,7 +195,7 @@ class VersionProfile:
     zlib_flag: int | None
     #: Message flag meaning "destination is a station bitmap"; 0 when the bitmap is the flag-clear meaning (<= 5.4).
     bitmap_flag: int
-    #: Message flag meaning "do not bundle with other messages".
+    #: Message flag meaning "do not bundle with other messages" (0: none known, 6.32+).
     no_bundle_flag: int
     #: "none", "plain" (5.27-6.30, follows the ciphertext) or "encrypted" (6.32+).
     footer: str
@@ -301,8 +301,12 @@ def _build(v: Version) -> VersionProfile:
         bitmap_flag, no_bundle, zlib = 0x01, 0x08, 0x10
     elif v <= (5, 45):
         bitmap_flag, no_bundle, zlib = 0x01, 0x10, 0x20
-    else:
+    elif v <= (6, 31):
         bitmap_flag, no_bundle, zlib = 0x00, 0x10, 0x20
+    else:
+        # KW lists only 0x20 and 0x40 for 6.32-7.0, both unknown: compression is the
+        # packet header's ZSTD flag now, and no flag is known to mean "do not bundle".
+        bitmap_flag, no_bundle, zlib = 0x00, 0x00, None
 
     footer = "none" if v <= (5, 26) else ("plain" if v <= (6, 31) else "encrypted")
     var_size = 0 if v <= (5, 26) else (4 if v <= (5, 45) else 2)
