@@ -1,4 +1,4 @@
-"""Cross-checks of the codecs against the public documentation, one test per finding.
+"""Pia 6.32+ compression flags against the public documentation: message flag 0x20 is not zlib, packet flag 1 is Zstandard.
 
 Each test builds its bytes from a documented layout and names the page it comes from
 (kinnay/NintendoClientsWiki, "KW", is the newer of the two wikis and wins where they differ).
