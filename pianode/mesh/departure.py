@@ -10,7 +10,6 @@ from __future__ import annotations
 
 __all__ = [
     "LEFT",
-    "REFUSED",
     "REMOVED",
     "RESTARTED",
     "never_joined",
@@ -25,8 +24,6 @@ LEFT = "left"
 REMOVED = "removed by the host"
 #: A connection request with a new identity came from its address, and its old identity stayed silent.
 RESTARTED = "restarted"
-#: It refused our connection request.
-REFUSED = "refused the connection"
 
 
 def silent(seconds: float) -> str:

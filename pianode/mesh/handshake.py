@@ -148,6 +148,12 @@ class StationHandshake:
 
     def _on_request(self, peer: Peer, msg: wire.ConnectRequest, now: float) -> None:
         self._ack(peer, msg.ack_id)
+        if peer.connected:
+            # A retransmission whose ack was lost, or a request the station sent another (to an
+            # address: destination 0, spec §2.5), replayed from its address: a connected station's
+            # ids and connection id change only through a confirmed restart
+            # (MeshSession._receive_packet), never here.
+            return
         self._links.learn(peer, msg.location.constant_id, msg.location.variable_id)
         if msg.inverse:
             # We initiated; this is the peer's inverse request (<= 5.26).
@@ -171,8 +177,6 @@ class StationHandshake:
             for ack_id in [k for k, p in peer.pending.items() if p.kind == "connect"]:
                 del peer.pending[ack_id]
             peer.initiator = False
-        if peer.connected:
-            return  # a retransmission whose ack was lost: acked above
         peer.peer_conn_id = msg.conn_id
         if not self._host.accepts_stations():
             deny = wire.encode_connect_deny(self.profile, self.local, 1)
@@ -189,12 +193,19 @@ class StationHandshake:
             self._connected(peer, now)
 
     def _on_response(self, peer: Peer, msg: wire.ConnectResponse, now: float) -> None:
+        if peer.connected:
+            # A response answers a request, and we send none to a connected station: this is a
+            # retransmission (its ack was lost), or one the station sent another, replayed from
+            # its address (a denial of a joiner, say: destination 0).  It neither ends the link
+            # nor changes the station's ids.
+            if msg.result != 0:
+                self._tally.drop(DropReason.UNEXPECTED)
+            elif msg.ack_id is not None:
+                self._ack(peer, msg.ack_id)
+            return
         if msg.result != 0:
             if msg.ack_id is not None:
                 self._ack(peer, msg.ack_id)
-            if peer.connected:
-                self._host.peer_lost(peer, departure.REFUSED, now)
-                return
             why = {2: "our Pia version is too low for it", 3: "our Pia version is too high for it"}.get(
                 msg.result, f"result {msg.result}"
             )

@@ -247,11 +247,15 @@ def replay_nonce(header: PacketHeader) -> bytes:
     """What the replay checks read of an authenticated H-A packet, in place of a GCM nonce.
 
     ``01 ‖ packet id (2)`` for a packet with a packet id; ``00 ‖ HMAC trailer[:7]``
-    for one without (the filters read the last 7 bytes, see the module docstring).
+    for one without, ``02 ‖ ...`` where its connection id is not 0 (its sender has no
+    station index yet, spec §1.3); the filters read the last 7 bytes, see the module docstring.
     """
     if header.packet_id:
         return b"\x01" + header.packet_id.to_bytes(2, "big")
-    return b"\x00" + bytes(header.tag[:7]).rjust(7, b"\0")
+    return (b"\x02" if header.connection_id else b"\x00") + bytes(header.tag[:7]).rjust(7, b"\0")
+
+
+UNNUMBERED_KEPT = 256  # trailers of datagrams without a packet id remembered per numbered connection
 
 
 class PacketIdReplayFilter(NonceReplayFilter):
@@ -260,23 +264,40 @@ class PacketIdReplayFilter(NonceReplayFilter):
     A sender's packet ids to one station count up from 1 and skip 0 on rollover
     (spec §1.4); each id is mapped to the nearest value of the counter, so a
     reordered or rolled-over id needs no special case.  Packets without a packet
-    id pass (their freshness is judged at first contact, see the module docstring).
+    id pass until the connection's first numbered one (their freshness is judged at
+    first contact, see the module docstring).  After it, the sender knows our index and
+    numbers what it sends us (spec §1.3, §1.4): one without a packet id is a datagram it
+    sent a station without an index (a joiner), replayed, which kept a vanished station
+    alive forever; refused.  Only one whose sender has lost its own index (connection id 1:
+    joining again) passes, each once (its trailer remembered, :data:`UNNUMBERED_KEPT`), so
+    replays of its first join's datagrams keep it for a station timeout each at most.
     """
 
-    __slots__ = ("_high",)
+    __slots__ = ("_high", "_unnumbered", "numbered")
 
     def __init__(self, window: int = 1 << 9) -> None:
         super().__init__(window)
         self._high: int | None = None
+        #: Whether this connection sent a packet with a packet id (reset when its peer closes).
+        self.numbered = False
+        self._unnumbered: dict[bytes, None] = {}
 
     def accept(self, nonce: bytes) -> bool:
-        if not nonce or nonce[0] == 0:
+        if not nonce or nonce[0] != 1:
+            if not self.numbered:
+                return True
+            if not nonce or nonce[0] == 0 or nonce in self._unnumbered:
+                return False
+            self._unnumbered[nonce] = None
+            if len(self._unnumbered) > UNNUMBERED_KEPT:
+                del self._unnumbered[next(iter(self._unnumbered))]
             return True
         if len(nonce) != 3:
             raise DecodeError("an H-A replay value is 3 bytes")
         return self.accept_value(int.from_bytes(nonce[1:], "big"))
 
     def accept_value(self, value: int) -> bool:
+        self.numbered = True
         value &= 0xFFFF
         if self._high is None:
             self._high = value

@@ -36,7 +36,7 @@ import logging
 import math
 import random
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from pianode.mesh import departure, legacy, wire
 from pianode.mesh.config import NodeConfig
@@ -55,6 +55,11 @@ _log = logging.getLogger("pianode.mesh")
 __all__ = ["GroupView", "LinkHost", "Links"]
 
 RETIRED_REPLAY_LIMIT = 256  # departed peers whose replay memory is kept
+#: Of them, from one IP: a key holder can open and end connections from every port of its own IP, and
+#: its churn must push out only its own IP's memory, never a departed station's elsewhere (whose captured
+#: datagrams would then pass against the station that comes back at its address).  A mesh's stations
+#: (32 at most, spec §2.5) may share an IP: each keeps its place.
+RETIRED_PER_IP = 32
 #: First-contact nonces remembered per source IP: the nonce binds the sender's IP but not its
 #: port, so one captured connection request authenticates from every port of that IP.
 FIRST_CONTACTS_LIMIT = 4096
@@ -66,6 +71,25 @@ PROVISIONAL_PER_IP = 8  # peers without a station index from one IP
 FENCE_MARGIN = 1 << 24
 FENCES_PER_ADDRESS = 4  # earlier incarnations fenced off per address
 FENCED_ADDRESSES = 1024
+
+
+_V = TypeVar("_V")
+
+
+def remember(memory: collections.OrderedDict[tuple[str, int], _V], addr: tuple[str, int], value: _V, limit: int) -> None:
+    """Keep *value* for *addr* in *memory*, newest last, within *limit* addresses and
+    :data:`RETIRED_PER_IP` of one IP: past its IP's share, the oldest of *addr*'s own IP goes;
+    past *limit*, the oldest of all (see :data:`RETIRED_PER_IP`).  Called as peers close: a scan."""
+    memory[addr] = value
+    memory.move_to_end(addr)
+    if len(memory) <= RETIRED_PER_IP:
+        return
+    same = [a for a in memory if a[0] == addr[0]]
+    if len(same) > RETIRED_PER_IP:
+        del memory[same[0]]
+    elif len(memory) > limit:
+        memory.popitem(last=False)
+
 
 #: (members, destination bitmap, footer) of group packets (spec §1.6).
 GroupView = tuple[tuple[Peer, ...], int, tuple[int, ...]]
@@ -164,18 +188,14 @@ class Links:
             # For two station timeouts: a station restarted at the same
             # address starts a new counter, which may be lower.
             until = peer.last_heard + 2 * self.config.station_timeout
-            self._retired_replay[peer.address] = (peer.replay, until, peer.variable_id)
-            self._retired_replay.move_to_end(peer.address)
-            if len(self._retired_replay) > RETIRED_REPLAY_LIMIT:
-                self._retired_replay.popitem(last=False)
+            if isinstance(peer.replay, legacy.PacketIdReplayFilter):
+                peer.replay.numbered = False  # a next connection's handshake is judged at first contact
+            remember(self._retired_replay, peer.address, (peer.replay, until, peer.variable_id), RETIRED_REPLAY_LIMIT)
             if left is not None:
                 # A station's leave request can arrive before datagrams it sent earlier (a
                 # relay's milliseconds of transit, a reordering link) and its data after
                 # it (sent before our ack reached it): one station timeout of grace.
-                self._left[peer.address] = left + self.config.station_timeout
-                self._left.move_to_end(peer.address)
-                if len(self._left) > RETIRED_REPLAY_LIMIT:
-                    self._left.popitem(last=False)
+                remember(self._left, peer.address, left + self.config.station_timeout, RETIRED_REPLAY_LIMIT)
 
     def stranger(
         self, addr: tuple[str, int], header: PacketHeader, nonce_of: Callable[[PacketHeader, str], bytes] | None,
@@ -229,9 +249,7 @@ class Links:
         span = None if retired is None or self._legacy else retired[0].span()
         if span is not None:
             fences = (*self._fences.pop(addr, ()), (span[0] - FENCE_MARGIN, span[1] + FENCE_MARGIN))
-            self._fences[addr] = fences[-FENCES_PER_ADDRESS:]
-            if len(self._fences) > FENCED_ADDRESSES:
-                self._fences.popitem(last=False)
+            remember(self._fences, addr, fences[-FENCES_PER_ADDRESS:], FENCED_ADDRESSES)
 
     def provisional(self, ip: str | None = None) -> int:
         """How many peers (from *ip*, or from anywhere) have no station index yet."""
@@ -335,18 +353,25 @@ class Links:
         return rows
 
     # ------------------------------------------------------------------ checks
-    def addressed_to_us(self, messages: tuple[Message, ...], own_index: int | None) -> bool:
+    def addressed_to_us(self, messages: tuple[Message, ...], own_index: int | None, peer: Peer | None = None) -> bool:
         """Whether every message names us among its receivers (or names none); counts a drop if not.
 
         The destination bits are inside the ciphertext, so they say where the sender meant
         the datagram to go: one it sealed for another station, replayed to us from its
         address, is refused here (the header's ids are not authenticated, spec §3.1).
+        A message to a station without an index names none (destination 0, spec §2.5): one
+        that ends the link (a disconnection) counts from a member *peer* only if it names us,
+        as the member knows our index; else it may be one the peer sent a joiner, replayed to us.
         """
         if own_index is None:
             return True
+        member = peer is not None and peer.connected and peer.index is not None
         for message in messages:
             destination = message.destination
             if destination and not destination >> own_index & 1:
+                self._tally.drop(DropReason.NOT_ADDRESSED)
+                return False
+            if member and not destination and wire.ends_link(self.profile, message):
                 self._tally.drop(DropReason.NOT_ADDRESSED)
                 return False
         return True

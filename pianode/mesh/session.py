@@ -445,7 +445,7 @@ class MeshSession:
             self._tally.drop(DropReason.UNENCRYPTED)
             return
         links = self.links
-        if not links.addressed_to_us(packet.messages, self.membership.index):
+        if not links.addressed_to_us(packet.messages, self.membership.index, peer):
             return
         if peer is None:
             own = addr == self.local_address  # never a peer; a stranger may only ask to connect

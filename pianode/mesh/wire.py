@@ -417,6 +417,14 @@ def is_connection_request(profile: VersionProfile, message: Message) -> bool:
     )
 
 
+def ends_link(profile: VersionProfile, message: Message) -> bool:
+    """Whether *message* is a disconnection request or response (spec §5.3: types 3, 4)."""
+    return (
+        message.protocol_type == session6.protocol_ids(profile).get(Proto.STATION)
+        and message.payload[:1] in (b"\x03", b"\x04")
+    )
+
+
 # ---------------------------------------------------------------------- station protocol
 
 
@@ -578,6 +586,8 @@ def encode_connect_response(
 
 
 def encode_connect_deny(profile: VersionProfile, local: Location, result: int) -> bytes:
+    if profile.version < (5, 7):  # u8 2 · u8 result · u8 version · u8 0: no ids (spec §5.3)
+        return pstation.ConnectionDenied(result=result).encode(profile)
     return pstation.ConnectionDenied(
         result=result, constant_id=local.constant_id, variable_id=local.variable_id & 0xFFFFFFFF
     ).encode(profile)

@@ -9,6 +9,7 @@ foreign address contacted, no station dropped, amplification bounded.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 
 import pytest
@@ -462,3 +463,181 @@ def _capture_while(
     assert h.run_until(until, 10.0)
     h.hook = None
     return captured
+
+
+def _capture_join(h: MeshHarness, member: MeshSession, joiner: MeshSession, *, deny: bool = False,
+                  conn_id: int | None = None) -> list[bytes]:
+    """*joiner* asks *member* to connect (denied when *deny*: it does not accept stations then); every
+    datagram *member* sends *joiner* meanwhile is kept (many carry destination 0: the joiner has no index)."""
+    if deny:
+        member.accepts_stations = lambda: False  # type: ignore[method-assign]
+    joiner.membership._join_deadline = None
+    if conn_id is not None:  # the connection id the joiner draws for *member*
+        joiner.links._rng = types.SimpleNamespace(randrange=lambda low, high: conn_id)  # type: ignore[assignment]
+    joiner.join(member.local_address, h.now)
+    captured = _capture(h, member, joiner, 1.5)
+    if deny:
+        del member.accepts_stations
+    return captured
+
+
+def _replay_everywhere(h: MeshHarness, captured: list[bytes], sender: MeshSession, group: list[MeshSession]) -> int:
+    """Replay *captured* (what *sender* sent a joiner) to every other member from *sender*'s address;
+    returns how many drops that made."""
+    before = sum(sum(s.drops.values()) for s in group)
+    for target in group:
+        if target is not sender:
+            for data in captured:
+                target.receive_datagram(data, sender.local_address, h.now)
+    h._send_all()
+    return sum(sum(s.drops.values()) for s in group) - before
+
+
+@pytest.mark.parametrize(("version", "network"), [("5.6", "lan"), ("4.10", "ldn"), ("5.18", "lan"), ("5.29", "lan"), ("5.45", "lan")])
+def test_a_connection_denial_meant_for_a_joiner_does_not_evict_its_sender(version: str, network: str) -> None:
+    """A refuses a joiner's connection (its denial carries destination 0: the joiner has no index), and
+    the denial, replayed to the other members from A's address, makes none of them drop A."""
+    h = BatchHarness(4, version=version, network=network)
+    group = form(h, [0, 1, 2])
+    a, joiner = group[1], h.sessions[3]
+    captured = _capture_join(h, a, joiner, deny=True)
+    assert captured
+    _replay_everywhere(h, captured, a, group)
+    h.run_for(2 * a.config.station_timeout)
+    assert all_connected(group)
+    assert all(sum(s._tally.departures.values()) == 0 for s in group)
+
+
+@pytest.mark.parametrize(("version", "network"), [("5.6", "lan"), ("4.10", "ldn"), ("5.18", "lan")])
+def test_a_connection_request_meant_for_a_joiner_does_not_change_its_senders_link(version: str, network: str) -> None:
+    """A's inverse connection request to a joiner (up to 5.26; destination 0) replayed to the other members
+    from A's address changes no connection id there: A is not dropped.  From 5.7 the request names the
+    joiner's connection id, which a member's own id for A equals once in 254 joins: that case is forced."""
+    h = BatchHarness(4, version=version, network=network)
+    group = form(h, [0, 1, 2])
+    a, b, joiner = group[1], group[2], h.sessions[3]
+
+    captured = _capture_join(h, a, joiner, conn_id=b.links.peers[a.local_address].own_conn_id)
+    assert captured
+    ids = {s.local_address: (s.links.peers[a.local_address].peer_conn_id, s.links.peers[a.local_address].constant_id)
+           for s in group if s is not a}
+    _replay_everywhere(h, captured, a, group)
+    assert {s.local_address: (s.links.peers[a.local_address].peer_conn_id, s.links.peers[a.local_address].constant_id)
+            for s in group if s is not a} == ids
+    h.run_for(2 * a.config.station_timeout)
+    assert all_connected(group)
+    assert all(sum(s._tally.departures.values()) == 0 for s in group)
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_a_disconnect_sent_to_an_address_does_not_evict_a_member(version: str) -> None:
+    """A disconnect message with destination 0 (sent to a station with no index yet, as a third-party station
+    may), sealed by A and replayed to members from A's address, ends no link: a member A reaches by its
+    index would carry its destination bit."""
+    h = BatchHarness(4, version=version)
+    group = form(h, [0, 1, 2])
+    a, joiner = group[1], h.sessions[3]
+    captured: list[bytes] = []
+
+    def disconnect_to_joiner() -> None:
+        peer = a.links.peers.get(joiner.local_address)
+        if peer is not None:
+            for response in (False, True):
+                a.outbox.enqueue(peer, Proto.STATION, 0, wire.encode_disconnect(a.profile, response))
+
+    captured = _capture_join(h, a, joiner)
+    disconnect_to_joiner()
+    captured += _capture(h, a, joiner, 0.2)
+    assert captured
+    drops = _replay_everywhere(h, captured, a, group)
+    h.run_for(2 * a.config.station_timeout)
+    assert all_connected(group)
+    assert all(sum(s._tally.departures.values()) == 0 for s in group)
+    assert drops >= 2
+
+
+def _throwaway_connections(h: MeshHarness, target: MeshSession, ip: str, count: int) -> None:
+    """A key holder's churn: *count* connections to *target* from ports of its own *ip*, each ended by a
+    disconnection request as soon as it is up (so *target* closes each and keeps its replay memory)."""
+    from protocols.pia import session6
+
+    for port in range(40000, 40000 + count):
+        addr = (ip, port)
+        cfg = NodeConfig(version=target.config.profile.name, network=target.config.network.value,
+                         session_key=target.config.session_key, bind=addr, seed=port)
+        m = MeshSession(cfg, addr, now=h.now)
+        m.join(target.local_address, h.now)
+        for _ in range(20):  # the handshake, a few round trips
+            for data, dst in m.datagrams_to_send(h.now):
+                if dst == target.local_address:
+                    target.receive_datagram(data, addr, h.now)
+            for data, dst in target.datagrams_to_send(h.now):
+                if dst == addr:
+                    m.receive_datagram(data, target.local_address, h.now)
+                else:
+                    h._route(data, target.local_address, dst)
+            peer = m.links.peers.get(target.local_address)
+            if peer is not None and peer.connected and addr in target.peers and target.peers[addr].connected:
+                break
+            h.now += 0.001
+        peer = m.links.peers[target.local_address]
+        m.outbox.enqueue(peer, Proto.STATION, 0, wire.encode_disconnect(session6.session_profile(m.profile), False))
+        for data, dst in m.datagrams_to_send(h.now):
+            target.receive_datagram(data, addr, h.now)
+        assert addr not in target.peers
+
+
+@pytest.mark.parametrize(("version", "network"), [("6.20", "lan"), ("6.32", "ldn")])
+def test_a_key_holders_churn_does_not_push_out_a_departed_stations_memory(version: str, network: str) -> None:
+    """B leaves (its leave to the host captured); a key holder then opens and ends 300 connections to the
+    host from ports of its own IP, more than the host keeps replay memory for.  B joins again from its
+    address as a new session, and its captured leave, replayed with the new identity written in, evicts
+    nobody: one IP's churn pushes out only that IP's memory."""
+    h = BatchHarness(4, version=version, network=network)
+    a, b, c = form(h, [0, 1, 2])
+    churner_ip = h.sessions[3].local_address[0]
+    captured = _capture_while(h, b, a, lambda: b.leave(h.now), lambda: b.closed and len(a.table) == 2)
+    assert captured
+    h.run_for(0.5)
+    _throwaway_connections(h, a, churner_ip, 300)
+    b2 = _restart_at(h, b, seed=4343)
+    b2.join(a.local_address, h.now)
+    assert h.run_until(lambda: all_connected([a, b2, c]), 30.0)
+    h.run_for(1.0)
+    offset, size = _SOURCE_VID[version]
+    for data in captured:
+        forged = bytearray(data)
+        forged[offset:offset + size] = b2.variable_id.to_bytes(size, "big")
+        a.receive_datagram(bytes(forged), b.local_address, h.now)
+    h.run_for(3.0)
+    assert all_connected([a, b2, c]) and b2.index in a.table
+
+
+@pytest.mark.parametrize(("version", "network"), [("5.6", "lan"), ("4.10", "ldn")])
+def test_a_vanished_host_is_not_kept_alive_by_its_replayed_unnumbered_datagrams(version: str, network: str) -> None:
+    """Up to 5.6 the replay checks read the packet id, which the HMAC covers (spec §1.4, §3.1); the
+    datagrams of a handshake carry none.  The host's, captured as the mesh formed and replayed to the
+    members from its address every second after it vanished, do not keep it in the mesh: it is
+    removed for its silence and a member takes over."""
+    h = BatchHarness(3, version=version, network=network)
+    a, b, c = h.sessions
+    captured: list[bytes] = []
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
+        if s == a.local_address and a.codec is not None and a.codec.decode(data, s[0]).header.packet_id == 0:
+            captured.append(data)
+        return data
+
+    h.hook = hook
+    form(h)
+    h.hook = None
+    assert captured
+    h.dead.add(a.local_address)
+    for _ in range(int(3 * a.config.station_timeout)):
+        for target in (b, c):
+            for data in captured:
+                target.receive_datagram(data, a.local_address, h.now)
+        h.run_for(1.0)
+    assert all(a.local_address not in [e.address for e in s.table.entries()] for s in (b, c))
+    assert b.table.host_index == c.table.host_index != 0
+    assert b.drops["replayed"] > 0

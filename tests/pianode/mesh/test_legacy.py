@@ -41,15 +41,20 @@ def test_header_connection_id_rule() -> None:
 
 def test_replay_filter_unwraps_packet_ids() -> None:
     f = legacy.PacketIdReplayFilter()
+    # Packets without a packet id (connection set-up) are judged at first contact, not here.
+    zero = legacy.replay_nonce(PacketHeader(True, 0, tag=bytes(range(16))))
+    assert zero == b"\x00" + bytes(range(7)) and f.accept(zero) and f.accept(zero)
     seq = [*range(65530, 65536), *range(1, 6)]  # a rollover, 0 skipped (spec §1.4)
     assert all(f.accept(legacy.replay_nonce(PacketHeader(True, i))) for i in seq)
     assert not f.accept(legacy.replay_nonce(PacketHeader(True, 65533)))  # replayed across the rollover
     assert not f.accept(legacy.replay_nonce(PacketHeader(True, 3)))
     assert f.accept(legacy.replay_nonce(PacketHeader(True, 7)))
     assert f.accept(legacy.replay_nonce(PacketHeader(True, 6)))  # reordered, not seen: fresh
-    # Packets without a packet id (connection set-up) are judged at first contact, not here.
-    zero = legacy.replay_nonce(PacketHeader(True, 0, tag=bytes(range(16))))
-    assert zero == b"\x00" + bytes(range(7)) and f.accept(zero) and f.accept(zero)
+    # Once the connection numbers its packets, one without a packet id is a replay (spec §1.3, §1.4),
+    # but where its sender has lost its own index (connection id 1: joining again), each passes once.
+    assert not f.accept(zero)
+    rejoin = legacy.replay_nonce(PacketHeader(True, 0, 1, tag=bytes(range(1, 17))))
+    assert f.accept(rejoin) and not f.accept(rejoin)
 
 
 def test_replay_filter_starts_anywhere() -> None:
