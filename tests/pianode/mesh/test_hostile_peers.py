@@ -31,8 +31,8 @@ def _received(h: MeshHarness, i: int) -> list[tuple[int, bytes, bool]]:
     return [(e.source_index, e.data, e.reliable) for e in h.events[i] if isinstance(e, DataReceived)]
 
 
-def _capture(h: MeshHarness, src: MeshSession, dst: MeshSession, seconds: float) -> list[bytes]:
-    """Run *seconds*, keeping a copy of every datagram *src* sends *dst* (they are still delivered)."""
+def _copy_from_now(h: MeshHarness, src: MeshSession, dst: MeshSession) -> list[bytes]:
+    """From now until ``h.hook`` is cleared, a copy of every datagram *src* sends *dst* (they are still delivered)."""
     captured: list[bytes] = []
 
     def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
@@ -41,6 +41,12 @@ def _capture(h: MeshHarness, src: MeshSession, dst: MeshSession, seconds: float)
         return data
 
     h.hook = hook
+    return captured
+
+
+def _capture(h: MeshHarness, src: MeshSession, dst: MeshSession, seconds: float) -> list[bytes]:
+    """Run *seconds*, keeping a copy of every datagram *src* sends *dst* (they are still delivered)."""
+    captured = _copy_from_now(h, src, dst)
     h.run_for(seconds)
     h.hook = None
     return captured
@@ -436,29 +442,28 @@ def test_a_departed_stations_leave_does_not_evict_the_station_that_rejoined_at_i
     b2.join(a.local_address, h.now)
     assert h.run_until(lambda: all_connected([a, b2, c]), 30.0)
     h.run_for(1.0)
-    offset, size = _SOURCE_VID[version]
     before = sum(a.drops.values())
-    for data in captured:
-        forged = bytearray(data)
-        forged[offset:offset + size] = b2.variable_id.to_bytes(size, "big")
-        a.receive_datagram(bytes(forged), b.local_address, h.now)
-    h.run_for(3.0)
+    _replay_as(h, captured, version, b2, to=a)
     assert all_connected([a, b2, c]) and b2.index in a.table
     assert sum(a.drops.values()) - before >= len(captured)
+
+
+def _replay_as(h: MeshHarness, captured: list[bytes], version: str, new: MeshSession, *, to: MeshSession) -> None:
+    """Replay *captured* (an earlier incarnation's) to *to* from *new*'s address with *new*'s variable id
+    written into each header, where the tag does not cover it, then run 3 s."""
+    offset, size = _SOURCE_VID[version]
+    for data in captured:
+        forged = bytearray(data)
+        forged[offset:offset + size] = new.variable_id.to_bytes(size, "big")
+        to.receive_datagram(bytes(forged), new.local_address, h.now)
+    h.run_for(3.0)
 
 
 def _capture_while(
     h: MeshHarness, src: MeshSession, dst: MeshSession, start: Callable[[], None], until: Callable[[], bool]
 ) -> list[bytes]:
     """Call *start*, then run until *until*, keeping a copy of every datagram *src* sends *dst*."""
-    captured: list[bytes] = []
-
-    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
-        if s == src.local_address and d == dst.local_address:
-            captured.append(data)
-        return data
-
-    h.hook = hook
+    captured = _copy_from_now(h, src, dst)
     start()
     assert h.run_until(until, 10.0)
     h.hook = None
@@ -604,12 +609,7 @@ def test_a_key_holders_churn_does_not_push_out_a_departed_stations_memory(versio
     b2.join(a.local_address, h.now)
     assert h.run_until(lambda: all_connected([a, b2, c]), 30.0)
     h.run_for(1.0)
-    offset, size = _SOURCE_VID[version]
-    for data in captured:
-        forged = bytearray(data)
-        forged[offset:offset + size] = b2.variable_id.to_bytes(size, "big")
-        a.receive_datagram(bytes(forged), b.local_address, h.now)
-    h.run_for(3.0)
+    _replay_as(h, captured, version, b2, to=a)
     assert all_connected([a, b2, c]) and b2.index in a.table
 
 
