@@ -59,7 +59,7 @@ def test_help_imports_only_the_parser(tmp_path: Path) -> None:
     assert done.returncode == 0 and "decode" in done.stdout and "wireshark" in done.stdout
     assert _under(modules, "pianode", "protocols") == {
         "pianode", "pianode.cli", "pianode.cli.main", "pianode.cli.common", "pianode.cli.interrupt", "protocols",
-        "protocols.errors",
+        "protocols.errors", "protocols.text",
     }  # fmt: skip
     assert _under(modules, "trio", "attr", "attrs", "Crypto", "cryptography", "importlib.metadata", "logging") == set()
 
