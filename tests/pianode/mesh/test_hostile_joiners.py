@@ -11,10 +11,14 @@ from __future__ import annotations
 import types
 
 import pytest
-from mesh_harness import BatchHarness, all_connected
+from mesh_harness import BatchHarness, MeshHarness, all_connected
 from test_hostile_peers import _capture_join, _copy_from_now
 
+from pianode.mesh import wire
+from pianode.mesh.config import NodeConfig
 from pianode.mesh.session import MeshSession
+from protocols.pia import session6
+from protocols.pia.versions import Proto
 
 
 def _connected_to(joiner: MeshSession, member: MeshSession) -> bool:
@@ -80,3 +84,45 @@ def test_a_connection_denial_meant_for_another_station_does_not_refuse_a_join(ve
     assert not j.closed and j.failure is None
     assert sum(j.drops.values()) > before
 
+
+def _first_contacts_from(h: MeshHarness, target: MeshSession, ip: str, count: int) -> None:
+    """A key holder's churn: *count* fresh connection requests to *target*, each from another port of
+    *ip* and each ended at once by a disconnection request (so the provisional peers never pile up)."""
+    cfg = NodeConfig(version=target.config.profile.name, network=target.config.network.value,
+                     session_key=target.config.session_key, bind=(ip, 40000), seed=40000)
+    m = MeshSession(cfg, (ip, 40000), now=h.now)
+    m.join(target.local_address, h.now)
+    for port in range(40000, 40000 + count):
+        if port > 40000:
+            m.links.peers.pop(target.local_address)
+            m.handshake.connect(target.local_address, h.now)
+        for data, _ in m.datagrams_to_send(h.now):
+            target.receive_datagram(data, (ip, port), h.now)
+        assert (ip, port) in target.peers
+        peer = m.links.peers[target.local_address]
+        m.outbox.enqueue(peer, Proto.STATION, 0, wire.encode_disconnect(session6.session_profile(m.profile), False))
+        for data, _ in m.datagrams_to_send(h.now):
+            target.receive_datagram(data, (ip, port), h.now)
+        assert (ip, port) not in target.peers
+        target.datagrams_to_send(h.now)  # (what it answers goes nowhere)
+
+
+@pytest.mark.parametrize("version", ["5.6", "5.18", "5.29"])
+def test_one_ips_first_contacts_do_not_push_out_anothers(version: str) -> None:
+    """V's connection request reached the host once.  A key holder then makes more first contacts from
+    its own IP than the host remembers; V's request, replayed from another port of V's IP (the nonce
+    binds the IP, not the port), is still refused: it opens no provisional peer."""
+    h = BatchHarness(3, version=version)
+    host, victim, churner = h.sessions
+    host.create(h.now)
+    victim.join(host.local_address, h.now)
+    (request, dst), *_ = victim.datagrams_to_send(h.now)
+    assert dst == host.local_address
+    h.dead.add(victim.local_address)
+    host.receive_datagram(request, victim.local_address, h.now)
+    victim_ip = victim.local_address[0]
+    _first_contacts_from(h, host, churner.local_address[0], 4200)
+    before = host.drops["replayed"]
+    host.receive_datagram(request, (victim_ip, 20001), h.now)
+    assert (victim_ip, 20001) not in host.peers
+    assert host.drops["replayed"] == before + 1
