@@ -42,6 +42,8 @@ MAX_DENIED = 64  # addresses remembered for the once-a-second version denial
 #: probe while fresh connection requests under the new identity kept coming.
 RESTART_CONFIRM = 1.0
 RESTART_NONCES = 16  # distinct nonces of restart requests remembered per peer
+#: Timer rounding (ms) and the denier's time to answer, beyond the time since we asked (denial_for_us).
+DENIAL_SLACK = 0.01
 
 
 class HandshakeHost(Protocol):
@@ -179,7 +181,7 @@ class StationHandshake:
             peer.initiator = False
         peer.peer_conn_id = msg.conn_id
         if not self._host.accepts_stations():
-            deny = wire.encode_connect_deny(self.profile, self.local, 1)
+            deny = wire.encode_connect_deny(self.profile, (peer.constant_id, peer.variable_id), 1)
             self._outbox.enqueue(peer, Proto.STATION, 0, deny)
             return
         if self.profile.inverse_handshake:
@@ -204,6 +206,9 @@ class StationHandshake:
                 self._ack(peer, msg.ack_id)
             return
         if msg.result != 0:
+            if not self.denial_for_us(peer, msg, now):
+                self._tally.drop(DropReason.NOT_ADDRESSED)
+                return
             if msg.ack_id is not None:
                 self._ack(peer, msg.ack_id)
             why = {2: "our Pia version is too low for it", 3: "our Pia version is too high for it"}.get(
@@ -225,6 +230,26 @@ class StationHandshake:
         if self.profile.inverse_handshake and not peer.initiator and not peer.sent_response:
             self._respond(peer, now)
         self._connected(peer, now)
+
+    def denial_for_us(self, peer: Peer, msg: wire.ConnectResponse, now: float) -> bool:
+        """Whether a denial from *peer*, which has not connected, refuses our connection request.
+
+        A denial goes to a station without an index, so its destination is 0 (spec §2.5): one the
+        station sent another, replayed to us from its address, reads the same, and ended our join.
+        From 5.7 a denial names the station it refuses (spec §5.3; NintendoClients fills it so, and
+        pianode does): one naming neither us nor the denier (what pianode put there before) is
+        another's.  Up to 5.6 it names no one, but its header's destination timer, which the HMAC
+        covers (§1.3-§1.5), is the denier's estimate of its receiver's clock: the round trip it gives
+        is no longer than the time since we asked, unless it estimates another station's clock."""
+        if msg.named is not None:
+            constant_id, variable_id = msg.named
+            return (
+                not constant_id and not variable_id
+                or (constant_id, variable_id) == (self.local.constant_id, self.local.variable_id & 0xFFFFFFFF)
+                or bool(peer.constant_id) and (constant_id, variable_id) == (peer.constant_id, peer.variable_id & 0xFFFFFFFF)
+            )
+        rtt_ms = peer.header_timers.last_rtt_ms
+        return rtt_ms is None or rtt_ms <= (now - peer.created + DENIAL_SLACK) * 1000
 
     def _on_acked(self, peer: Peer, pending: Pending, now: float) -> None:
         if pending.proto is Proto.STATION and self.profile.version >= (5, 27) and not peer.initiator:

@@ -60,9 +60,13 @@ RETIRED_REPLAY_LIMIT = 256  # departed peers whose replay memory is kept
 #: datagrams would then pass against the station that comes back at its address).  A mesh's stations
 #: (32 at most, spec §2.5) may share an IP: each keeps its place.
 RETIRED_PER_IP = 32
-#: First-contact nonces remembered per source IP: the nonce binds the sender's IP but not its
+#: First-contact nonces remembered, by source IP: the nonce binds the sender's IP but not its
 #: port, so one captured connection request authenticates from every port of that IP.
 FIRST_CONTACTS_LIMIT = 4096
+#: Of them, from one IP: a key holder's churn (fresh connection requests from its own IP) pushes out
+#: only its own IP's, never another's (whose captured request would then open a provisional peer).
+#: A legitimate IP makes a first contact per connection it opens: a few, 32 stations at most.
+FIRST_CONTACTS_PER_IP = 64
 PROVISIONAL_PER_IP = 8  # peers without a station index from one IP
 #: A fence reaches this far beyond the nonce values an earlier incarnation was seen to use: its counter is
 #: one per node (spec §3.2: "one counter per socket" in NC-2020, pianode's likewise), so what it sent others
@@ -145,7 +149,9 @@ class Links:
         self._timers: list[tuple[float, int, Peer]] = []
         self._timer_seq = itertools.count()
         self._next_rtt_slot = -math.inf  # see rtt_slot
-        self._first_contacts: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
+        #: First-contact nonce values by IP, the IP that made one last at the end (see first_contact).
+        self._first_contacts: dict[str, collections.OrderedDict[int, None]] = {}
+        self._first_contact_count = 0
         #: Nonce values earlier incarnations of the station at an address used (see forget_retired).
         self._fences: collections.OrderedDict[tuple[str, int], tuple[tuple[int, int], ...]] = collections.OrderedDict()
         #: None = work it out again (see membership_changed, called wherever a peer's membership changes).
@@ -258,13 +264,26 @@ class Links:
     def first_contact(self, ip: str, value: int) -> bool:
         """Record the nonce (*value*) of a first contact from *ip*; False if one from that IP,
         on any port, carried it before (a replay: counts a drop)."""
-        key = (ip, value)
-        if key in self._first_contacts:
+        memory = self._first_contacts
+        seen = memory.pop(ip, None)
+        if seen is None:
+            seen = collections.OrderedDict()
+        memory[ip] = seen  # the IP heard from last goes last
+        if value in seen:
             self._tally.drop(DropReason.REPLAYED)
             return False
-        self._first_contacts[key] = None
-        if len(self._first_contacts) > FIRST_CONTACTS_LIMIT:
-            self._first_contacts.popitem(last=False)
+        seen[value] = None
+        if len(seen) > FIRST_CONTACTS_PER_IP:
+            seen.popitem(last=False)  # past its share an IP pushes out its own oldest
+        elif self._first_contact_count >= FIRST_CONTACTS_LIMIT:
+            # Past the limit, the oldest of the IP heard from longest ago: FIRST_CONTACTS_LIMIT /
+            # FIRST_CONTACTS_PER_IP IPs must churn to push out an IP's memory.
+            quiet = next(iter(memory))
+            memory[quiet].popitem(last=False)
+            if not memory[quiet]:
+                del memory[quiet]
+        else:
+            self._first_contact_count += 1
         return True
 
     def by_index(self, index: int) -> Peer | None:

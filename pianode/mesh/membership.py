@@ -55,6 +55,7 @@ _log = logging.getLogger("pianode.mesh")
 
 HEAL_INTERVAL = 3.0  # seconds between checks for table members we have no link to
 JOIN_ANSWER_INTERVAL = 2.0  # a member's re-sent join request is answered at most this often
+JOIN_FRAGMENTS_KEPT = 64  # join response fragments kept per host until their response is complete
 
 
 class MembershipHost(Protocol):
@@ -100,6 +101,8 @@ class Membership:
         self._leave_deadline: float | None = None
         self._next_heal: float | None = None
         self._early_update: tuple[list[StationEntry], int, int] | None = None
+        #: The joiner index of the last join response that did not list us (None: none); see _on_join_response.
+        self._unlisted: int | None = None
         #: Before 5.0 the join response carries no update counter (spec §5.4): the counter of the
         #: last update that listed us, below which an update that does not is stale, not a reason
         #: to join again (None: none yet).  Only read where the join response has no counter.
@@ -173,7 +176,11 @@ class Membership:
     def handle_timer(self, now: float) -> bool:
         """Run the membership's due timers; False when the session ended (join timeout, leave done)."""
         if self._join_deadline is not None and now >= self._join_deadline and not self.joined:
-            self.fail_join(self._unanswered_step(), now)
+            unlisted = self._unlisted
+            step = self._unanswered_step()
+            if unlisted is not None and step == "join request unanswered":
+                step = f"the host's join responses do not list us (the last at index {unlisted})"
+            self.fail_join(step, now)
             return False
         if self._leave_deadline is not None and now >= self._leave_deadline:
             self.close("left", now)
@@ -401,16 +408,26 @@ class Membership:
         ):
             self._tally.drop(DropReason.MALFORMED)
             return
-        peer.join_fragments[msg.fragment_index] = msg
-        if len(peer.join_fragments) < msg.fragment_count:
+        # Fragments of one response share its joiner index, counter and count; the fragments of a response
+        # the host sent another joiner (replayed to us: destination 0 names no one, spec §2.5) never
+        # mix with ours, nor push them out (each of ours is acked and not sent again).
+        key = (msg.joiner_index, msg.update_counter, msg.fragment_count)
+        frags = peer.join_fragments
+        frags[(*key, msg.fragment_index)] = msg
+        got = [f for k, f in frags.items() if k[:3] == key]
+        if len(got) < msg.fragment_count:
+            if len(frags) > JOIN_FRAGMENTS_KEPT:
+                del frags[next(iter(frags))]
             return
-        entries: list[StationEntry] = []
-        for frag in peer.join_fragments.values():
-            entries.extend(frag.entries)
-        peer.join_fragments.clear()
+        for k in [k for k in frags if k[:3] == key]:
+            del frags[k]
+        entries = [e for f in got for e in f.entries]
         if not any(e.index == msg.joiner_index and e.constant_id == self.local.constant_id for e in entries):
-            # Nothing in it can be trusted to connect to: a host that admits us lists us.
-            self.fail_join(f"the host's join response does not list us at index {msg.joiner_index}", now)
+            # Nothing in it can be trusted to connect to: a host that admits us lists us.  It is a response
+            # the host sent another joiner, replayed to us (dropped: ours may still come), or a host that
+            # never lists us, which the join timeout ends saying so (handle_timer).
+            self._unlisted = msg.joiner_index
+            self._tally.drop(DropReason.NOT_ADDRESSED)
             return
         self.index = msg.joiner_index
         self.joined = True
@@ -558,4 +575,5 @@ class Membership:
         self.join_host = host.address
         self._join_deadline = now + self.config.join_timeout
         self._next_heal = None
+        self._unlisted = None
         self._outbox.queue_acked(host, Proto.MESH, 0, self._join_request, now, kind="join")

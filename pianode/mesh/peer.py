@@ -102,7 +102,8 @@ class Peer:
     next_rtt: float = 0.0
     packets_sent: int = 0
     packets_received: int = 0
-    join_fragments: dict[int, JoinResponse] = attrs.field(factory=dict)
+    #: Join response fragments by (joiner index, update counter, fragment count, fragment index).
+    join_fragments: dict[tuple[int, int, int, int], JoinResponse] = attrs.field(factory=dict)
     update_fragments: dict[int, UpdateMesh] = attrs.field(factory=dict)
     held: list[tuple[bytes, bool]] = attrs.field(factory=list)
     held_bytes: int = 0

@@ -236,6 +236,8 @@ class HeaderTimers:
         self.session_start = session_start
         self.max_rtt = max_rtt
         self._last: tuple[int, float] | None = None  # (peer's source timer, our time of receipt)
+        #: The round trip the last packet's destination timer gives, in ms, believable or not (None: timer 0).
+        self.last_rtt_ms: int | None = None
 
     def source_timer(self, now: float) -> int:
         return session_timer(now, self.session_start)
@@ -256,8 +258,9 @@ class HeaderTimers:
         """
         self._last = (source_timer & 0xFFFF, now)
         if destination_timer == 0:
+            self.last_rtt_ms = None
             return None
-        rtt_ms = rtt_from_timers(self.source_timer(now), destination_timer)
+        rtt_ms = self.last_rtt_ms = rtt_from_timers(self.source_timer(now), destination_timer)
         if rtt_ms > self.max_rtt * 1000:
             return None
         return rtt_ms / 1000

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.replay import receiver_bound_nonce
-from pianode.mesh.wire import Location, encode_connect_deny, is_connection_request, packet_codec
+from pianode.mesh.wire import ConnectRequest, Location, decode_station, encode_connect_deny, is_connection_request, packet_codec
 from protocols.errors import DecodeError
 from protocols.pia import session6
 from protocols.pia.header import PacketHeader
@@ -49,7 +49,12 @@ def version_denial(
         packet = codec.decode(data, addr[0])
         if not packet.messages or not is_connection_request(other, packet.messages[0]):
             return None
-        deny = encode_connect_deny(session6.session_profile(other), local, result)
+        try:  # the station it refuses, named in the denial (spec §5.3)
+            request = decode_station(session6.session_profile(other), packet.messages[0].payload)
+            requester = (request.location.constant_id, request.location.variable_id) if isinstance(request, ConnectRequest) else (0, 0)
+        except (DecodeError, ValueError):
+            requester = (0, 0)
+        deny = encode_connect_deny(session6.session_profile(other), requester, result)
         h = packet.header
         hn = next_header_nonce()
         if other.message_format is MessageFormat.G:

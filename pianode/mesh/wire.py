@@ -442,6 +442,8 @@ class ConnectResponse:
     result: int
     ack_id: int | None
     location: Location | None = None
+    #: A denial's (constant id, variable id) from 5.7 (spec §5.3): the station it refuses (None: no ids).
+    named: tuple[int, int] | None = None
 
 
 @attrs.frozen
@@ -585,11 +587,16 @@ def encode_connect_response(
     return pstation.ConnectionResponse(**fields).encode(profile)  # type: ignore[arg-type]
 
 
-def encode_connect_deny(profile: VersionProfile, local: Location, result: int) -> bytes:
+def encode_connect_deny(profile: VersionProfile, requester: tuple[int, int], result: int) -> bytes:
+    """A denial of the connection request of the station with ids *requester* (constant id, variable id).
+
+    From 5.7 it names that station, as NintendoClients fills it (spec §5.3): a station that reads a
+    denial naming another takes it for one sent to another station, replayed (see
+    :meth:`pianode.mesh.handshake.StationHandshake.denial_for_us`)."""
     if profile.version < (5, 7):  # u8 2 · u8 result · u8 version · u8 0: no ids (spec §5.3)
         return pstation.ConnectionDenied(result=result).encode(profile)
     return pstation.ConnectionDenied(
-        result=result, constant_id=local.constant_id, variable_id=local.variable_id & 0xFFFFFFFF
+        result=result, constant_id=requester[0], variable_id=requester[1] & 0xFFFFFFFF
     ).encode(profile)
 
 
@@ -619,7 +626,8 @@ def decode_station(profile: VersionProfile, payload: bytes) -> StationMessage:
         loc = getattr(msg, "location", None)
         return ConnectResponse(0, msg.ack_id, _from_station_location(loc) if loc is not None else None)
     if isinstance(msg, pstation.ConnectionDenied):
-        return ConnectResponse(int(msg.result) or 1, None)
+        named = (msg.constant_id, msg.variable_id) if profile.version >= (5, 7) else None
+        return ConnectResponse(int(msg.result) or 1, None, named=named)
     if isinstance(msg, pstation.DisconnectionRequest):
         return Disconnect(False)
     if isinstance(msg, pstation.DisconnectionResponse):
