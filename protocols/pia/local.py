@@ -224,6 +224,7 @@ def decode_local_message(payload: Source, profile: VersionProfile) -> LocalMessa
 
     def read(r: Reader) -> LocalMessage:
         version = r.u8("local header version")
+        # Kept strict: "Version number (1)" (KW Local-Protocol.md); another value would announce another layout.
         if version != LOCAL_VERSION:
             raise BadValue(f"Local protocol header version must be {LOCAL_VERSION}, not {version}")
         kind = r.u8("local message type")

@@ -120,7 +120,7 @@ def _stations(value: Sequence[MeshStationInfo]) -> tuple[MeshStationInfo, ...]:
 
 @attrs.frozen
 class JoinRequest:
-    """``u8 1 · u8 253 · [u16 0 · StationAddress] (<= 5.10) · u32 ack id``."""
+    """``u8 1 · u8 253 · [u16 padding · StationAddress] (<= 5.10) · u32 ack id``."""
 
     ack_id: int
     station_index: int = UNASSIGNED_STATION_INDEX
@@ -265,6 +265,8 @@ class JoinRefused:
 def _decode_join_response(r: Reader, profile: VersionProfile) -> JoinResponse | JoinRefused:
     if r.remaining() == 5:
         head = r.bytes(4)
+        # Kept strict: "Always 0 / 0xFF / 0xFF" (KW Mesh-Protocol.md) are not padding but the marker
+        # that tells a refusal from a success, whose bytes 1-3 are station count, host and joiner index.
         if head != bytes([MeshMessageType.JOIN_RESPONSE, 0, 0xFF, 0xFF]):
             raise BadValue(f"5-byte join response is not a refusal: {head.hex()}")
         return JoinRefused(r.u8("reason"))
@@ -312,7 +314,7 @@ def _read_station_ref(r: Reader, profile: VersionProfile) -> tuple[int, StationA
 
 @attrs.frozen
 class LeaveRequest:
-    """``u8 0x04 · u8 station index · u16 0 · StationAddress (8)``."""
+    """``u8 0x04 · u8 station index · u16 padding · StationAddress (8)``."""
 
     station_index: int
     address: StationAddress = StationAddress()
@@ -324,7 +326,7 @@ class LeaveRequest:
 
 @attrs.frozen
 class LeaveResponse:
-    """``u8 0x08 · u8 station index · u16 0 · StationAddress (8)``."""
+    """``u8 0x08 · u8 station index · u16 padding · StationAddress (8)``."""
 
     station_index: int
     address: StationAddress = StationAddress()
@@ -336,7 +338,7 @@ class LeaveResponse:
 
 @attrs.frozen
 class DestroyMesh:
-    """Destroy request: ``u8 0x10 · u8 station index · u16 0 · StationAddress (8)``."""
+    """Destroy request: ``u8 0x10 · u8 station index · u16 padding · StationAddress (8)``."""
 
     station_index: int
     address: StationAddress = StationAddress()
@@ -371,7 +373,7 @@ UPDATE_MESH_HEAD = 12
 
 @attrs.frozen
 class UpdateMesh:
-    """``u8 0x20 · #stations · host index · u8 0 · u32 update counter · #fragments ·
+    """``u8 0x20 · #stations · host index · u8 reserved · u32 update counter · #fragments ·
     fragment index · #entries · base index · StationInfo entries`` (no ack id)."""
 
     station_count: int
