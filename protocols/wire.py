@@ -5,6 +5,12 @@ Every read past the end raises :class:`~protocols.errors.ShortData`, never
 "a value or a DecodeError" promise without try/except of their own.
 Big-endian is the default (Pia and most Nintendo formats); pass ``le=True`` or
 use the ``*_le`` methods for the little-endian exceptions.
+
+Reserved bytes (padding, "always 0", unknown) are read with :meth:`Reader.reserved`
+and kept in the value in a :func:`reserved_field`, so a decoder accepts whatever a
+console put there and :meth:`Writer.reserved` gives the same bytes back.  The kept
+form drops trailing zero bytes: all-zero padding is ``b""``, the default a value
+built by hand has, and what the node sends.
 """
 
 from __future__ import annotations
@@ -12,10 +18,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
+
+import attrs
 
 from protocols.errors import BadValue, EncodeError, ShortData, TrailingData
 
-__all__ = ["Reader", "Writer"]
+__all__ = ["KEPT_AS_SENT", "Reader", "Writer", "reserved_field"]
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -23,6 +32,29 @@ _U64 = struct.Struct(">Q")
 _U16LE = struct.Struct("<H")
 _U32LE = struct.Struct("<I")
 _U64LE = struct.Struct("<Q")
+
+
+def _kept(data: bytes | bytearray | memoryview) -> bytes:
+    """The kept form of reserved bytes: as sent, without trailing zeros (all zero → b"")."""
+    return bytes(data).rstrip(b"\0")
+
+
+def _kept_repr(data: bytes) -> str:
+    return repr(data.hex())
+
+
+#: attrs metadata key of fields that only keep what a peer sent for a byte-exact round trip (reserved
+#: bytes, a declared size, trailing bytes): a listing may leave such a field out while it has its default.
+KEPT_AS_SENT = "kept_as_sent"
+
+
+def reserved_field(**kw: Any) -> Any:
+    """An attrs field for reserved bytes kept for a byte-exact round trip (default ``b""``: all zero).
+
+    The codec writes it with :meth:`Writer.reserved`, which pads it with zeros to
+    the reserved size; the node's logic never reads it.
+    """
+    return attrs.field(default=b"", converter=_kept, repr=_kept_repr, metadata={KEPT_AS_SENT: True}, **kw)
 
 
 class Reader:
@@ -109,6 +141,10 @@ class Reader:
         if raw.count(0) != n:
             raise BadValue(f"{what}: expected {n} zero bytes, got {raw.hex()}")
 
+    def reserved(self, n: int, what: str = "reserved") -> bytes:
+        """Read *n* reserved bytes, any value, in the kept form of :func:`reserved_field`."""
+        return _kept(self.bytes(n, what))
+
     def align(self, boundary: int, base: int = 0) -> None:
         """Skip padding up to the next multiple of *boundary* counted from *base*."""
         pad = (-(self.pos - base)) % boundary
@@ -174,6 +210,10 @@ class Writer:
 
     def zeros(self, n: int) -> None:
         self._buf += bytes(n)
+
+    def reserved(self, kept: bytes, n: int, what: str = "reserved") -> None:
+        """Write *n* reserved bytes: those a :func:`reserved_field` kept, then zeros."""
+        self.fixed(kept, n, what)
 
     def align(self, boundary: int, base: int = 0, fill: int = 0) -> None:
         pad = (-(len(self._buf) - base)) % boundary

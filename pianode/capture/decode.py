@@ -68,6 +68,7 @@ from protocols.pia.versions import (
     VersionProfile,
     profile_for,
 )
+from protocols.wire import KEPT_AS_SENT
 
 __all__ = ["KINDS", "DecodeResult", "Decoder", "FlowTracker", "candidate_profiles", "to_jsonable"]
 
@@ -102,7 +103,9 @@ def to_jsonable(value: Any) -> Any:
         return {
             f.name.lstrip("_"): to_jsonable(getattr(value, f.name))
             for f in attrs.fields(type(value))
-            if f.repr is not False or f.name in ("checksum_ok", "plaintext")
+            if (f.repr is not False or f.name in ("checksum_ok", "plaintext"))
+            # reserved bytes and the like appear only when a peer sent something else than the node would
+            and not (f.metadata.get(KEPT_AS_SENT) and getattr(value, f.name) == f.default)
         }
     if isinstance(value, dict):
         return {str(to_jsonable(k)) if not isinstance(k, str) else k: to_jsonable(v) for k, v in value.items()}

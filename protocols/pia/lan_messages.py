@@ -1,5 +1,9 @@
 """LAN protocol messages inside Pia packets (protocol 0x44, spec §6.5): host and session requests, the session
-info in fragments, keep-alive."""
+info in fragments, keep-alive.
+
+Every message starts ``u8 type · 11 bytes "Padding (always 0)"`` (KW LAN-Protocol.md): the decoder takes any
+bytes there and keeps them in ``padding`` (empty = all zero, what the node sends).
+"""
 
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from protocols.pia.types import (
     decode_station_location,
 )
 from protocols.pia.versions import VersionProfile
-from protocols.wire import Reader, Writer
+from protocols.wire import Reader, Writer, reserved_field
 
 from protocols.pia.lan import SESSION_FRAGMENT_SIZE
 
@@ -50,6 +54,7 @@ class LanMessageType(enum.IntEnum):
 @attrs.frozen
 class HostRequest:
     network_id: int
+    padding: bytes = reserved_field()
 
 
 @attrs.frozen
@@ -61,11 +66,13 @@ class HostMessage:
 
     network_id: int
     location: StationConnectionInfo | StationLocation
+    padding: bytes = reserved_field()
 
 
 @attrs.frozen
 class SessionRequest:
     network_id: int
+    padding: bytes = reserved_field()
 
 
 @attrs.frozen
@@ -77,59 +84,59 @@ class SessionMessage:
     fragment_index: int
     fragment_count: int
     data: bytes = attrs.field(repr=False)
+    padding: bytes = reserved_field()
 
 
 @attrs.frozen
 class KeepAlive:
-    pass
+    padding: bytes = reserved_field()
 
 
 LanMessage = Union[HostRequest, HostMessage, SessionRequest, SessionMessage, KeepAlive]
 
 
+_TYPES: dict[type, LanMessageType] = {
+    HostRequest: LanMessageType.HOST_REQUEST,
+    HostMessage: LanMessageType.HOST,
+    SessionRequest: LanMessageType.SESSION_REQUEST,
+    SessionMessage: LanMessageType.SESSION,
+    KeepAlive: LanMessageType.KEEP_ALIVE,
+}
+
+
 def encode_lan_message(msg: LanMessage, profile: VersionProfile) -> bytes:
-    """Payload of a LAN protocol message: u8 type · 11 zero bytes · body."""
+    """Payload of a LAN protocol message: u8 type · 11 padding bytes · body."""
+    kind = _TYPES.get(type(msg))
+    if kind is None:
+        raise EncodeError(f"not a LAN message: {msg!r}")
     w = Writer()
-    if isinstance(msg, HostRequest):
-        w.u8(LanMessageType.HOST_REQUEST)
-        w.zeros(11)
+    w.u8(kind)
+    w.reserved(msg.padding, 11, "LAN message padding")
+    if isinstance(msg, (HostRequest, SessionRequest)):
         w.u32(msg.network_id, "network_id")
     elif isinstance(msg, HostMessage):
-        w.u8(LanMessageType.HOST)
-        w.zeros(11)
         w.u32(msg.network_id, "network_id")
         want = StationConnectionInfo if profile.version <= (5, 9) else StationLocation
         if not isinstance(msg.location, want):
             raise EncodeError(f"Pia {profile.name} host messages carry a {want.__name__}")
         msg.location.write(w, profile)
-    elif isinstance(msg, SessionRequest):
-        w.u8(LanMessageType.SESSION_REQUEST)
-        w.zeros(11)
-        w.u32(msg.network_id, "network_id")
     elif isinstance(msg, SessionMessage):
-        w.u8(LanMessageType.SESSION)
-        w.zeros(11)
         w.u32(msg.tag, "tag")
         w.u16(msg.sequence_id, "sequence_id")
         w.u8(msg.fragment_index, "fragment_index")
         w.u8(msg.fragment_count, "fragment_count")
         w.u32(len(msg.data))
         w.bytes(msg.data)
-    elif isinstance(msg, KeepAlive):
-        w.u8(LanMessageType.KEEP_ALIVE)
-        w.zeros(11)
-    else:
-        raise EncodeError(f"not a LAN message: {msg!r}")
     return w.getvalue()
 
 
 def decode_lan_message(payload: bytes, profile: VersionProfile) -> LanMessage:
     r = Reader(payload)
     t = r.u8("LAN message type")
-    r.zeros(11, "LAN message header")
+    padding = r.reserved(11, "LAN message padding")
     msg: LanMessage
     if t == LanMessageType.HOST_REQUEST:
-        msg = HostRequest(r.u32())
+        msg = HostRequest(r.u32(), padding)
     elif t == LanMessageType.HOST:
         nid = r.u32()
         location: StationConnectionInfo | StationLocation
@@ -137,16 +144,16 @@ def decode_lan_message(payload: bytes, profile: VersionProfile) -> LanMessage:
             location = decode_station_connection_info(r, profile)
         else:
             location = decode_station_location(r, profile)
-        msg = HostMessage(nid, location)
+        msg = HostMessage(nid, location, padding)
     elif t == LanMessageType.SESSION_REQUEST:
-        msg = SessionRequest(r.u32())
+        msg = SessionRequest(r.u32(), padding)
     elif t == LanMessageType.SESSION:
         tag, seq, idx, count, size = r.u32(), r.u16(), r.u8(), r.u8(), r.u32()
         if count == 0 or idx >= count:
             raise BadValue(f"session fragment {idx} of {count}")
-        msg = SessionMessage(tag, seq, idx, count, r.bytes(size, "session fragment"))
+        msg = SessionMessage(tag, seq, idx, count, r.bytes(size, "session fragment"), padding)
     elif t == LanMessageType.KEEP_ALIVE:
-        msg = KeepAlive()
+        msg = KeepAlive(padding)
     else:
         raise BadValue(f"unknown LAN message type {t}")
     r.expect_end("LAN message")

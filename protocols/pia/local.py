@@ -9,23 +9,33 @@ with a 12-byte header ``u8 version (1) · u8 type · u16 payload size · 6 zero 
 addresses (IPv4 InetAddress + u16 extension id), which are big-endian like the
 rest of Pia (KW Local-Protocol.md).
 
-Choices where the docs are silent: "payload size" counts the bytes after the
-12-byte header and must match them; the 2 pad bytes are zero; 5.3-5.6 use the
-5.2 update-session layout (the 5.7 one adds the host service variable id and
-constant id); destroy network / start host migration (documented for 5.9) and
-the ack (5.9-5.45) are accepted for every 5.x version.
+Choices where the docs are silent: the wiki never says what "payload size"
+counts (every byte after the header, or only the 73-byte update-session
+payload), so the decoder reads each type by its layout whatever the size says,
+refusing only a body too short for that layout; the size is kept in
+``declared_size`` (``None`` when it counts the bytes after the header, what the
+encoder writes for a value built by hand).  The header's "always 0" and
+"padding" bytes, the messages' padding and "always 0" u32s, and any bytes
+after a layout are accepted and kept (``header_reserved``, ``padding``,
+``id_padding``, ``reserved``, ``trailing``) so that encoding gives the same
+bytes back; the node sends zeros and nothing after the layout.  The version
+byte stays strict: another value would announce another header layout.
+5.3-5.6 use the 5.2 update-session layout (the 5.7 one adds the host service
+variable id and constant id); destroy network / start host migration
+(documented for 5.9) and the ack (5.9-5.45) are accepted for every 5.x version.
 """
 
 from __future__ import annotations
 
 import enum
+from typing import ClassVar
 
 import attrs
 
 from protocols.errors import BadValue, EncodeError, UnsupportedVersion
 from protocols.pia.types import Source, StationAddress, decode_station_address, read_source, require_only
 from protocols.pia.versions import VersionProfile
-from protocols.wire import Reader, Writer
+from protocols.wire import KEPT_AS_SENT, Reader, Writer, reserved_field
 
 __all__ = [
     "LOCAL_HEADER_SIZE",
@@ -59,16 +69,32 @@ def _check(profile: VersionProfile, exc: type[Exception]) -> None:
         raise exc(f"Pia {profile.name} has no Local protocol (5.2-5.45)")
 
 
-def _frame(kind: int, body: bytes) -> bytes:
-    w = Writer()
-    w.u8(LOCAL_VERSION)
-    w.u8(kind)
-    if len(body) > 0xFFFF:
-        raise EncodeError("Local protocol body too large")
-    w.u16_le(len(body))
-    w.zeros(8)
-    w.bytes(body)
-    return w.getvalue()
+@attrs.frozen
+class _Framed:
+    """The header and trailer fields every Local message keeps as sent (keyword-only, after the message's own)."""
+
+    #: The header's u16 payload size when it differs from the bytes after the header (None: it counts them).
+    declared_size: int | None = attrs.field(default=None, kw_only=True, metadata={KEPT_AS_SENT: True})
+    #: Header bytes 4-11: 6 "always 0" and 2 "padding" (KW Local-Protocol.md).
+    header_reserved: bytes = reserved_field(kw_only=True)
+    #: Bytes after the message type's layout.
+    trailing: bytes = attrs.field(
+        default=b"", kw_only=True, converter=bytes, repr=lambda b: repr(b.hex()), metadata={KEPT_AS_SENT: True}
+    )
+
+    def _frame(self, kind: int, body: bytes) -> bytes:
+        body += self.trailing
+        size = len(body) if self.declared_size is None else self.declared_size
+        w = Writer()
+        w.u8(LOCAL_VERSION)
+        w.u8(kind)
+        w.u16_le(size, "local payload size")
+        w.reserved(self.header_reserved, 8, "local header reserved bytes")
+        w.bytes(body)
+        return w.getvalue()
+
+
+_FRAMED = {"declared_size", "header_reserved", "trailing"}
 
 
 @attrs.frozen
@@ -85,7 +111,7 @@ def _nodes(value: object) -> tuple[LocalNode, ...]:
 
 
 @attrs.frozen
-class UpdateSession:
+class UpdateSession(_Framed):
     """Host → all: the session's node table (``nodes`` is padded to 8 unused slots)."""
 
     sequence_id: int
@@ -97,6 +123,10 @@ class UpdateSession:
     #: 5.7+ only.
     host_service_variable_id: int = 0
     host_constant_id: int = 0
+    #: 5.7+ only: the 4 padding bytes after the host service variable id.
+    id_padding: bytes = reserved_field()
+    #: The 7 padding bytes after allow participation.
+    padding: bytes = reserved_field()
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check(profile, EncodeError)
@@ -104,56 +134,65 @@ class UpdateSession:
             raise EncodeError(f"an update session lists exactly {LOCAL_NODE_SLOTS} nodes, not {len(self.nodes)}")
         if profile.version < (5, 7):
             require_only(self, {"sequence_id", "network_id", "host_variable_id", "allow_participation", "nodes",
-                                "migration_state"}, profile)
+                                "migration_state", "padding"} | _FRAMED, profile)
         w = Writer()
         w.u32_le(self.sequence_id, "sequence id")
         w.u32_le(self.network_id, "network id")
         w.u32_le(self.host_variable_id, "host variable id")
         if profile.version >= (5, 7):
             w.u32_le(self.host_service_variable_id, "host service variable id")
-            w.zeros(4)
+            w.reserved(self.id_padding, 4, "update session padding")
             w.u64_le(self.host_constant_id, "host constant id")
         w.u8(self.allow_participation, "allow participation")
-        w.zeros(7)
+        w.reserved(self.padding, 7, "update session padding")
         for node in self.nodes:
             node.address.write(w, profile, 8)
             w.u8(node.ranking, "ranking")
         w.u8(self.migration_state, "migration state")
-        return _frame(LocalMessageType.UPDATE_SESSION, w.getvalue())
+        return self._frame(LocalMessageType.UPDATE_SESSION, w.getvalue())
 
 
 @attrs.frozen
-class UpdateSessionAck:
-    """``header · u32 sequence id · u32 0``."""
+class UpdateSessionAck(_Framed):
+    """``header · u32 sequence id · u32 "always 0"`` (kept in ``reserved``)."""
 
     sequence_id: int
+    reserved: bytes = reserved_field()
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check(profile, EncodeError)
         w = Writer()
         w.u32_le(self.sequence_id, "sequence id")
-        w.zeros(4)
-        return _frame(LocalMessageType.UPDATE_SESSION_ACK, w.getvalue())
+        w.reserved(self.reserved, 4, "ack reserved bytes")
+        return self._frame(LocalMessageType.UPDATE_SESSION_ACK, w.getvalue())
 
 
 @attrs.frozen
-class DestroyNetwork:
-    """``header · u32 0``."""
+class _Notice(_Framed):
+    """``header · u32 "always 0"`` (kept in ``reserved``)."""
 
+    reserved: bytes = reserved_field()
+    KIND: ClassVar[LocalMessageType]
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check(profile, EncodeError)
-        return _frame(LocalMessageType.DESTROY_NETWORK, bytes(4))
+        w = Writer()
+        w.reserved(self.reserved, 4, "reserved")
+        return self._frame(self.KIND, w.getvalue())
 
 
 @attrs.frozen
-class StartHostMigration:
-    """``header · u32 0``."""
+class DestroyNetwork(_Notice):
+    """``header · u32 "always 0"`` (kept in ``reserved``)."""
+
+    KIND = LocalMessageType.DESTROY_NETWORK
 
 
-    def encode(self, profile: VersionProfile) -> bytes:
-        _check(profile, EncodeError)
-        return _frame(LocalMessageType.START_HOST_MIGRATION, bytes(4))
+@attrs.frozen
+class StartHostMigration(_Notice):
+    """``header · u32 "always 0"`` (kept in ``reserved``)."""
+
+    KIND = LocalMessageType.START_HOST_MIGRATION
 
 
 LocalMessage = UpdateSession | UpdateSessionAck | DestroyNetwork | StartHostMigration
@@ -165,17 +204,19 @@ def _decode_update(r: Reader, profile: VersionProfile) -> UpdateSession:
         "network_id": r.u32_le("network id"),
         "host_variable_id": r.u32_le("host variable id"),
     }
+    id_padding = b""
     if profile.version >= (5, 7):
         kw["host_service_variable_id"] = r.u32_le("host service variable id")
-        r.zeros(4, "update session padding")
+        id_padding = r.reserved(4, "update session padding")
         kw["host_constant_id"] = r.u64_le("host constant id")
     kw["allow_participation"] = r.u8("allow participation")
-    r.zeros(7, "update session padding")
+    padding = r.reserved(7, "update session padding")
     nodes = []
     for _ in range(LOCAL_NODE_SLOTS):
         address = decode_station_address(r, profile, 8)
         nodes.append(LocalNode(address, r.u8("ranking")))
-    return UpdateSession(nodes=tuple(nodes), migration_state=r.u8("migration state"), **kw)
+    return UpdateSession(nodes=tuple(nodes), migration_state=r.u8("migration state"), id_padding=id_padding,
+                         padding=padding, **kw)
 
 
 def decode_local_message(payload: Source, profile: VersionProfile) -> LocalMessage:
@@ -183,22 +224,26 @@ def decode_local_message(payload: Source, profile: VersionProfile) -> LocalMessa
 
     def read(r: Reader) -> LocalMessage:
         version = r.u8("local header version")
+        # Kept strict: "Version number (1)" (KW Local-Protocol.md); another value would announce another layout.
         if version != LOCAL_VERSION:
             raise BadValue(f"Local protocol header version must be {LOCAL_VERSION}, not {version}")
         kind = r.u8("local message type")
         size = r.u16_le("local payload size")
-        r.zeros(8, "local header padding")
-        with r.restrict_to(size, "Local protocol body") as body:
-            if kind == LocalMessageType.UPDATE_SESSION:
-                return _decode_update(body, profile)
-            if kind == LocalMessageType.UPDATE_SESSION_ACK:
-                seq = body.u32_le("sequence id")
-                body.zeros(4, "ack padding")
-                return UpdateSessionAck(seq)
-            if kind in (LocalMessageType.DESTROY_NETWORK, LocalMessageType.START_HOST_MIGRATION):
-                body.zeros(4, "reserved")
-                cls = DestroyNetwork if kind == LocalMessageType.DESTROY_NETWORK else StartHostMigration
-                return cls()
+        header_reserved = r.reserved(8, "local header reserved bytes")
+        # The layout decides where the message ends; the declared size is kept, not enforced.
+        body = Reader(r.rest())
+        declared_size = None if size == body.remaining() else size
+        msg: LocalMessage
+        if kind == LocalMessageType.UPDATE_SESSION:
+            msg = _decode_update(body, profile)
+        elif kind == LocalMessageType.UPDATE_SESSION_ACK:
+            seq = body.u32_le("sequence id")
+            msg = UpdateSessionAck(seq, body.reserved(4, "ack reserved bytes"))
+        elif kind in (LocalMessageType.DESTROY_NETWORK, LocalMessageType.START_HOST_MIGRATION):
+            cls = DestroyNetwork if kind == LocalMessageType.DESTROY_NETWORK else StartHostMigration
+            msg = cls(body.reserved(4, "reserved"))
+        else:
             raise BadValue(f"unknown Local message type 0x{kind:02x}")
+        return attrs.evolve(msg, declared_size=declared_size, header_reserved=header_reserved, trailing=body.rest())
 
     return read_source(payload, read, "Local message")

@@ -22,6 +22,11 @@ Layouts: spec/pia.md §5.4.  Choices and real-traffic findings:
   every version.
 * Join refusal is told apart from success by its size (5 bytes; a success has
   at least 12).
+* Padding and "always 0" bytes (join request u16, join response u16 / u8,
+  leave/destroy u16, update mesh byte 3; KW Mesh-Protocol.md) take any value
+  and are kept in ``padding`` / ``reserved`` for a byte-exact round trip; the
+  node sends zeros.  The refusal's ``00 FF FF`` is kept strict: it is what
+  tells a refusal from a 5-byte fragment.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from protocols.pia.types import (
     require_only,
 )
 from protocols.pia.versions import VersionProfile
-from protocols.wire import Reader, Writer
+from protocols.wire import Reader, Writer, reserved_field
 
 __all__ = [
     "HOST_STATION_INDEX",
@@ -115,7 +120,7 @@ def _stations(value: Sequence[MeshStationInfo]) -> tuple[MeshStationInfo, ...]:
 
 @attrs.frozen
 class JoinRequest:
-    """``u8 1 · u8 253 · [u16 0 · StationAddress] (<= 5.10) · u32 ack id``."""
+    """``u8 1 · u8 253 · [u16 padding · StationAddress] (<= 5.10) · u32 ack id``."""
 
     ack_id: int
     station_index: int = UNASSIGNED_STATION_INDEX
@@ -132,18 +137,22 @@ class JoinRequest:
     #: NintendoClients e8f85f5 sends that form at 5.10 and below (its version test is inverted, spec
     #: §10.1 item 6); the address is the sender's, which the packet gives anyway, so it is taken.
     short: bool = attrs.field(default=False, converter=bool)
+    #: <= 5.10 only: the u16 "Padding (always 0)" after the station index, as sent.
+    padding: bytes = reserved_field()
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check_mesh(profile)
-        used = {"ack_id", "station_index", "extra"} | ({"address", "short"} if profile.version <= V5_10 else set())
+        used = {"ack_id", "station_index", "extra"}
+        if profile.version <= V5_10:
+            used |= {"address", "short", "padding"}
         require_only(self, used, profile)
-        if self.short and (self.extra or self.address != StationAddress()):
-            raise EncodeError("a join request in the 5.11+ form (short) carries no StationAddress and no extra bytes")
+        if self.short and (self.extra or self.padding or self.address != StationAddress()):
+            raise EncodeError("a join request in the 5.11+ form (short) carries no StationAddress, padding or extra bytes")
         w = Writer()
         w.u8(MeshMessageType.JOIN_REQUEST)
         w.u8(self.station_index, "station index")
         if profile.version <= V5_10 and not self.short:
-            w.zeros(2)
+            w.reserved(self.padding, 2, "join request padding")
             self.address.write(w, profile)
         w.bytes(self.extra)
         w.u32(self.ack_id, "ack id")
@@ -154,13 +163,14 @@ def _decode_join_request(r: Reader, profile: VersionProfile) -> JoinRequest:
     r.skip(1)
     index = r.u8("station index")
     address = StationAddress()
+    padding = b""
     if profile.version <= V5_10 and r.remaining() == 4:  # the 5.11+ form: only the ack id is left
         return JoinRequest(r.u32("ack id"), index, short=True)
     if profile.version <= V5_10:
-        r.zeros(2, "join request padding")
+        padding = r.reserved(2, "join request padding")
         address = decode_station_address(r, profile)
     extra = r.bytes(max(r.remaining() - 4, 0), "join request extra bytes")
-    return JoinRequest(r.u32("ack id"), index, address, extra)
+    return JoinRequest(r.u32("ack id"), index, address, extra, padding=padding)
 
 
 # ---------------------------------------------------------------------------
@@ -203,6 +213,8 @@ class JoinResponse:
     max_buffer: int = 0
     max_total: int = 0
     update_counter: int = 0
+    #: 4.x+: the u16 (4.x) or u8 (5.x) "Padding" after the max station counts, as sent.
+    padding: bytes = reserved_field()
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check_mesh(profile)
@@ -210,7 +222,7 @@ class JoinResponse:
         used = {"ack_id", "station_count", "host_index", "joiner_index", "stations", "fragment_count",
                 "fragment_index", "base_index"}
         if extra:
-            used |= {"max_active", "max_buffer"} | ({"max_total", "update_counter"} if extra == 8 else set())
+            used |= {"max_active", "max_buffer", "padding"} | ({"max_total", "update_counter"} if extra == 8 else set())
         require_only(self, used, profile)
         w = Writer()
         w.u8(MeshMessageType.JOIN_RESPONSE)
@@ -225,10 +237,10 @@ class JoinResponse:
             w.u8(self.max_active, "max active stations")
             w.u8(self.max_buffer, "max buffer stations")
             if extra == 4:
-                w.zeros(2)
+                w.reserved(self.padding, 2, "join response padding")
             else:
                 w.u8(self.max_total, "max total stations")
-                w.zeros(1)
+                w.reserved(self.padding, 1, "join response padding")
                 w.u32(self.update_counter, "update counter")
         for info in self.stations:
             info.write(w, profile)
@@ -253,26 +265,29 @@ class JoinRefused:
 def _decode_join_response(r: Reader, profile: VersionProfile) -> JoinResponse | JoinRefused:
     if r.remaining() == 5:
         head = r.bytes(4)
+        # Kept strict: "Always 0 / 0xFF / 0xFF" (KW Mesh-Protocol.md) are not padding but the marker
+        # that tells a refusal from a success, whose bytes 1-3 are station count, host and joiner index.
         if head != bytes([MeshMessageType.JOIN_RESPONSE, 0, 0xFF, 0xFF]):
             raise BadValue(f"5-byte join response is not a refusal: {head.hex()}")
         return JoinRefused(r.u8("reason"))
     r.skip(1)
     station_count, host, joiner, frag_count, frag_index, n, base = (r.u8("join response field") for _ in range(7))
     kw: dict[str, int] = {}
+    padding = b""
     extra = _join_extra(profile)
     if extra:
         kw["max_active"] = r.u8("max active stations")
         kw["max_buffer"] = r.u8("max buffer stations")
         if extra == 4:
-            r.zeros(2, "join response padding")
+            padding = r.reserved(2, "join response padding")
         else:
             kw["max_total"] = r.u8("max total stations")
-            r.zeros(1, "join response padding")
+            padding = r.reserved(1, "join response padding")
             kw["update_counter"] = r.u32("update counter")
     stations = tuple(decode_mesh_station_info(r, profile) for _ in range(n))
     return JoinResponse(
         r.u32("ack id"), station_count, host, joiner, stations,
-        fragment_count=frag_count, fragment_index=frag_index, base_index=base, **kw,
+        fragment_count=frag_count, fragment_index=frag_index, base_index=base, padding=padding, **kw,
     )
 
 
@@ -280,60 +295,57 @@ def _decode_join_response(r: Reader, profile: VersionProfile) -> JoinResponse | 
 # Leave / destroy
 
 
-def _write_station_ref(w: Writer, kind: int, index: int, address: StationAddress, profile: VersionProfile) -> None:
+def _encode_station_ref(msg: LeaveRequest | LeaveResponse | DestroyMesh, kind: int, profile: VersionProfile) -> bytes:
+    _check_mesh(profile)
+    w = Writer()
     w.u8(kind)
-    w.u8(index, "station index")
-    w.zeros(2)
-    address.write(w, profile, 8)
+    w.u8(msg.station_index, "station index")
+    w.reserved(msg.padding, 2, "padding")
+    msg.address.write(w, profile, 8)
+    return w.getvalue()
 
 
-def _read_station_ref(r: Reader, profile: VersionProfile) -> tuple[int, StationAddress]:
+def _read_station_ref(r: Reader, profile: VersionProfile) -> tuple[int, StationAddress, bytes]:
     r.skip(1)
     index = r.u8("station index")
-    r.zeros(2, "padding")
-    return index, decode_station_address(r, profile, 8)
+    padding = r.reserved(2, "padding")
+    return index, decode_station_address(r, profile, 8), padding
 
 
 @attrs.frozen
 class LeaveRequest:
-    """``u8 0x04 · u8 station index · u16 0 · StationAddress (8)``."""
+    """``u8 0x04 · u8 station index · u16 padding · StationAddress (8)``."""
 
     station_index: int
     address: StationAddress = StationAddress()
+    padding: bytes = reserved_field()
 
     def encode(self, profile: VersionProfile) -> bytes:
-        _check_mesh(profile)
-        w = Writer()
-        _write_station_ref(w, MeshMessageType.LEAVE_REQUEST, self.station_index, self.address, profile)
-        return w.getvalue()
+        return _encode_station_ref(self, MeshMessageType.LEAVE_REQUEST, profile)
 
 
 @attrs.frozen
 class LeaveResponse:
-    """``u8 0x08 · u8 station index · u16 0 · StationAddress (8)``."""
+    """``u8 0x08 · u8 station index · u16 padding · StationAddress (8)``."""
 
     station_index: int
     address: StationAddress = StationAddress()
+    padding: bytes = reserved_field()
 
     def encode(self, profile: VersionProfile) -> bytes:
-        _check_mesh(profile)
-        w = Writer()
-        _write_station_ref(w, MeshMessageType.LEAVE_RESPONSE, self.station_index, self.address, profile)
-        return w.getvalue()
+        return _encode_station_ref(self, MeshMessageType.LEAVE_RESPONSE, profile)
 
 
 @attrs.frozen
 class DestroyMesh:
-    """Destroy request: ``u8 0x10 · u8 station index · u16 0 · StationAddress (8)``."""
+    """Destroy request: ``u8 0x10 · u8 station index · u16 padding · StationAddress (8)``."""
 
     station_index: int
     address: StationAddress = StationAddress()
+    padding: bytes = reserved_field()
 
     def encode(self, profile: VersionProfile) -> bytes:
-        _check_mesh(profile)
-        w = Writer()
-        _write_station_ref(w, MeshMessageType.DESTROY_MESH, self.station_index, self.address, profile)
-        return w.getvalue()
+        return _encode_station_ref(self, MeshMessageType.DESTROY_MESH, profile)
 
 
 @attrs.frozen
@@ -361,7 +373,7 @@ UPDATE_MESH_HEAD = 12
 
 @attrs.frozen
 class UpdateMesh:
-    """``u8 0x20 · #stations · host index · u8 0 · u32 update counter · #fragments ·
+    """``u8 0x20 · #stations · host index · u8 reserved · u32 update counter · #fragments ·
     fragment index · #entries · base index · StationInfo entries`` (no ack id)."""
 
     station_count: int
@@ -371,6 +383,8 @@ class UpdateMesh:
     fragment_count: int = 1
     fragment_index: int = 0
     base_index: int = 0
+    #: Byte 3, "Always 0" (KW Mesh-Protocol.md), as sent.
+    reserved: bytes = reserved_field()
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check_mesh(profile)
@@ -378,7 +392,7 @@ class UpdateMesh:
         w.u8(MeshMessageType.UPDATE_MESH)
         w.u8(self.station_count, "station count")
         w.u8(self.host_index, "host index")
-        w.zeros(1)
+        w.reserved(self.reserved, 1, "update mesh reserved byte")
         w.u32(self.update_counter, "update counter")
         w.u8(self.fragment_count, "fragment count")
         w.u8(self.fragment_index, "fragment index")
@@ -393,11 +407,11 @@ def _decode_update(r: Reader, profile: VersionProfile) -> UpdateMesh:
     r.skip(1)
     count = r.u8("station count")
     host = r.u8("host index")
-    r.zeros(1, "update mesh padding")
+    reserved = r.reserved(1, "update mesh reserved byte")
     counter = r.u32("update counter")
     frag_count, frag_index, n, base = (r.u8("update mesh field") for _ in range(4))
     stations = tuple(decode_mesh_station_info(r, profile) for _ in range(n))
-    return UpdateMesh(count, host, counter, stations, frag_count, frag_index, base)
+    return UpdateMesh(count, host, counter, stations, frag_count, frag_index, base, reserved)
 
 
 # ---------------------------------------------------------------------------
@@ -456,13 +470,13 @@ def decode_mesh_message(payload: Source, profile: VersionProfile) -> MeshMessage
         if kind == MeshMessageType.JOIN_RESPONSE:
             return _decode_join_response(r, profile)
         if kind in (MeshMessageType.LEAVE_REQUEST, MeshMessageType.LEAVE_RESPONSE, MeshMessageType.DESTROY_MESH):
-            index, address = _read_station_ref(r, profile)
+            index, address, padding = _read_station_ref(r, profile)
             cls = {
                 MeshMessageType.LEAVE_REQUEST: LeaveRequest,
                 MeshMessageType.LEAVE_RESPONSE: LeaveResponse,
                 MeshMessageType.DESTROY_MESH: DestroyMesh,
             }[MeshMessageType(kind)]
-            return cls(index, address)
+            return cls(index, address, padding)
         if kind == MeshMessageType.DESTROY_RESPONSE:
             r.skip(1)
             return DestroyResponse(r.u8("station index"))

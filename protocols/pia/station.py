@@ -49,7 +49,7 @@ from protocols.pia.types import (
     require_only,
 )
 from protocols.pia.versions import DOCUMENTED_VERSIONS, Proto, VersionProfile, profile_for
-from protocols.wire import Reader, Writer
+from protocols.wire import Reader, Writer, reserved_field
 
 __all__ = [
     "Ack",
@@ -472,6 +472,10 @@ class ConnectionDenied:
       version), expected_version, constant_id, variable_id; 5.24-5.26 add
       connection_id.
     * 5.27-5.45: result, constant_id, variable_id.
+
+    ``reserved`` keeps the bytes KW Station-Protocol.md gives as "always 0"
+    (0x3 up to 5.6; 0x3-0x4 in 5.7-5.18; 0x4-0x5 in 5.19-5.26; 0x2 from 5.27),
+    whatever a console put there; the node sends zeros.
     """
 
     result: int = ConnectionResult.DENIED
@@ -481,13 +485,14 @@ class ConnectionDenied:
     constant_id: int = 0
     variable_id: int = 0
     connection_id: int = 0
+    reserved: bytes = reserved_field()
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check_station(profile)
         if self.result == ConnectionResult.ACCEPTED:
             raise EncodeError("a denial cannot carry result 0 (accepted)")
         v = profile.version
-        used = {"result"}
+        used = {"result", "reserved"}
         if v <= V5_18:
             used.add("version")
         if v >= V5_7:
@@ -500,21 +505,20 @@ class ConnectionDenied:
         w.u8(self.result, "result")
         if v <= V5_18:
             w.u8(_version(self.version, profile), "version")
-            w.zeros(1)
+            w.reserved(self.reserved, 2 if v >= V5_7 else 1, "denial reserved bytes")
             if v >= V5_7:
-                w.zeros(1)
                 w.u64(self.constant_id, "constant id")
                 w.u32(self.variable_id, "variable id")
         elif v <= V5_26:
             w.u8(self.protocol_id, "protocol id")
             w.u8(self.expected_version, "expected version")
-            w.zeros(2)
+            w.reserved(self.reserved, 2, "denial reserved bytes")
             w.u64(self.constant_id, "constant id")
             w.u32(self.variable_id, "variable id")
             if v > V5_23:
                 w.u8(self.connection_id, "connection id")
         else:
-            w.zeros(1)
+            w.reserved(self.reserved, 1, "denial reserved bytes")
             w.u64(self.constant_id, "constant id")
             w.u32(self.variable_id, "variable id")
         return w.getvalue()
@@ -524,26 +528,26 @@ def _decode_denied(r: Reader, profile: VersionProfile) -> ConnectionDenied:
     v = profile.version
     r.u8("message type")
     kw: dict[str, int] = {"result": r.u8("result")}
+    reserved = b""
     if v <= V5_18:
         kw["version"] = r.u8("version")
-        r.zeros(1)
+        reserved = r.reserved(2 if v >= V5_7 else 1, "denial reserved bytes")
         if v >= V5_7:
-            r.zeros(1)
             kw["constant_id"] = r.u64("constant id")
             kw["variable_id"] = r.u32("variable id")
     elif v <= V5_26:
         kw["protocol_id"] = r.u8("protocol id")
         kw["expected_version"] = r.u8("expected version")
-        r.zeros(2)
+        reserved = r.reserved(2, "denial reserved bytes")
         kw["constant_id"] = r.u64("constant id")
         kw["variable_id"] = r.u32("variable id")
         if v > V5_23:
             kw["connection_id"] = r.u8("connection id")
     else:
-        r.zeros(1)
+        reserved = r.reserved(1, "denial reserved bytes")
         kw["constant_id"] = r.u64("constant id")
         kw["variable_id"] = r.u32("variable id")
-    return ConnectionDenied(**kw)
+    return ConnectionDenied(**kw, reserved=reserved)
 
 
 # ---------------------------------------------------------------------------
@@ -566,15 +570,16 @@ class DisconnectionResponse:
 
 @attrs.frozen
 class Ack:
-    """``u8 5 · 3 zero bytes · u32 ack id`` (all versions)."""
+    """``u8 5 · 3 padding bytes · u32 ack id`` (all versions; ``padding`` keeps what was sent, KW Station-Protocol.md)."""
 
     ack_id: int
+    padding: bytes = reserved_field()
 
     def encode(self, profile: VersionProfile) -> bytes:
         _check_station(profile)
         w = Writer()
         w.u8(StationMessageType.ACK)
-        w.zeros(3)
+        w.reserved(self.padding, 3, "ack padding")
         w.u32(self.ack_id, "ack id")
         return w.getvalue()
 
@@ -629,8 +634,8 @@ def decode_station_message(payload: Source, profile: VersionProfile) -> StationM
         if kind == StationMessageType.DISCONNECTION_RESPONSE:
             return DisconnectionResponse()
         if kind == StationMessageType.ACK:
-            r.zeros(3, "ack padding")
-            return Ack(r.u32("ack id"))
+            padding = r.reserved(3, "ack padding")
+            return Ack(r.u32("ack id"), padding)
         if kind in (StationMessageType.RELAY_CONNECTION_REQUEST, StationMessageType.RELAY_CONNECTION_RESPONSE):
             return StationOpaque(kind, r.rest())
         raise BadValue(f"unknown station message type {kind}")

@@ -31,7 +31,7 @@ import attrs
 
 from protocols.errors import BadValue, ConfigError, EncodeError, UnsupportedVersion
 from protocols.pia.versions import VersionProfile
-from protocols.wire import Reader, Writer
+from protocols.wire import Reader, Writer, reserved_field
 
 __all__ = [
     "IPV4_ANY",
@@ -472,6 +472,8 @@ class PlayerInfo:
     String fields hold the raw field bytes without their trailing NULs.  Up to
     4.10 the name is always UTF-16BE and ``name_length`` counts characters;
     from 5.2 each string carries an encoding byte (1 UTF-8, 2 UTF-16).
+    ``padding`` keeps the 2 "Padding" bytes that end the <= 4.10 layout (KW
+    Station-Protocol.md) as sent.
     """
 
     name: bytes = attrs.field(default=b"", converter=_rstrip_nul, repr=_hex)
@@ -483,6 +485,7 @@ class PlayerInfo:
     account_encoding: int = ENCODING_UTF16
     play_history_key: bytes = attrs.field(default=b"", converter=_rstrip_nul, repr=_hex)
     principal_id: int = 0
+    padding: bytes = reserved_field()
 
     @classmethod
     def from_text(
@@ -518,7 +521,7 @@ class PlayerInfo:
             w.u8(self.language, "language")
             if v >= (4, 0):
                 w.u32(self.gathering_id, "gathering id")
-            w.zeros(2)
+            w.reserved(self.padding, 2, "PlayerInfo padding")
             return
         if v <= V5_26:
             w.fixed(self.name, 80, "player name")
@@ -544,7 +547,7 @@ class PlayerInfo:
 def _player_fields(profile: VersionProfile) -> set[str]:
     v = profile.version
     if v <= V4_10:
-        return {"name", "name_length", "language"} | ({"gathering_id"} if v >= (4, 0) else set())
+        return {"name", "name_length", "language", "padding"} | ({"gathering_id"} if v >= (4, 0) else set())
     used = {"name", "name_encoding", "account_name", "account_encoding", "language", "play_history_key"}
     return used | ({"principal_id"} if v >= (5, 7) else set())
 
@@ -560,8 +563,8 @@ def decode_player_info(src: Source, profile: VersionProfile) -> PlayerInfo:
             length = r.u8("name length")
             lang = r.u8("language")
             gid = r.u32("gathering id") if v >= (4, 0) else 0
-            r.zeros(2, "PlayerInfo padding")
-            return PlayerInfo(name, name_length=length, language=lang, gathering_id=gid)
+            padding = r.reserved(2, "PlayerInfo padding")
+            return PlayerInfo(name, name_length=length, language=lang, gathering_id=gid, padding=padding)
         if v <= V5_26:
             name = r.bytes(80, "player name")
             name_enc = r.u8("name encoding")
@@ -685,36 +688,45 @@ def _location_slot(profile: VersionProfile) -> int:
 
 @attrs.frozen
 class MeshStationInfo:
-    """One mesh member: its location (a StationConnectionInfo up to 5.9) and station index."""
+    """One mesh member: its location (a StationConnectionInfo up to 5.9) and station index.
+
+    ``location_fill`` (5.10+) keeps the bytes after the location in its 62/64-byte
+    slot, which KW Mesh-Protocol.md says are "filled with 0's", and ``padding``
+    the "Padding" bytes after the index (or join order), both as sent: the
+    location's own size fields say where it ends, so other values there are
+    unambiguous.  The node sends zeros.
+    """
 
     location: StationLocation | StationConnectionInfo
     index: int
     #: 5.30-5.45 only.
     join_order: int = 0
+    location_fill: bytes = reserved_field()
+    padding: bytes = reserved_field()
 
     def write(self, w: Writer, profile: VersionProfile) -> None:
         v = profile.version
         if v > V5_45:
             raise EncodeError(f"Pia {profile.name} has no mesh protocol")
-        require_only(self, {"location", "index"} | ({"join_order"} if _has_join_order(profile) else set()), profile)
+        used = {"location", "index", "padding"} | ({"join_order"} if _has_join_order(profile) else set())
+        require_only(self, used | ({"location_fill"} if v > V5_9 else set()), profile)
         start = len(w)
         if v <= V5_9:
             if not isinstance(self.location, StationConnectionInfo):
                 raise EncodeError(f"a Pia {profile.name} StationInfo holds a StationConnectionInfo")
             self.location.write(w, profile)
-            w.u8(self.index, "station index")
-            w.align(4, start)
-            return
-        if not isinstance(self.location, StationLocation):
-            raise EncodeError(f"a Pia {profile.name} StationInfo holds a StationLocation")
-        loc = self.location.encode(profile)
-        w.fixed(loc, _location_slot(profile), "StationLocation in StationInfo")
+        else:
+            if not isinstance(self.location, StationLocation):
+                raise EncodeError(f"a Pia {profile.name} StationInfo holds a StationLocation")
+            loc = self.location.encode(profile)
+            if len(loc) > _location_slot(profile):
+                raise EncodeError(f"StationLocation in StationInfo: {len(loc)} bytes do not fit in its slot")
+            w.bytes(loc)
+            w.reserved(self.location_fill, _location_slot(profile) - len(loc), "StationLocation zero fill")
         w.u8(self.index, "station index")
         if _has_join_order(profile):
             w.u16(self.join_order, "join order")
-            w.zeros(1)
-        else:
-            w.zeros(mesh_station_info_size(profile) - (len(w) - start))
+        w.reserved(self.padding, mesh_station_info_size(profile) - (len(w) - start), "StationInfo padding")
 
     def encode(self, profile: VersionProfile) -> bytes:
         w = Writer()
@@ -733,17 +745,14 @@ def decode_mesh_station_info(src: Source, profile: VersionProfile) -> MeshStatio
             location: StationLocation | StationConnectionInfo
             if v <= V5_9:
                 location = decode_station_connection_info(s, profile)
-                index = s.u8("station index")
-                s.zeros(s.remaining(), "StationInfo padding")
-                return MeshStationInfo(location, index)
-            with s.restrict_to(_location_slot(profile), "StationLocation slot") as slot:
-                location = decode_station_location(slot, profile)
-                slot.zeros(slot.remaining(), "StationLocation zero fill")
+                fill = b""
+            else:
+                with s.restrict_to(_location_slot(profile), "StationLocation slot") as slot:
+                    location = decode_station_location(slot, profile)
+                    fill = slot.reserved(slot.remaining(), "StationLocation zero fill")
             index = s.u8("station index")
-            order = 0
-            if _has_join_order(profile):
-                order = s.u16("join order")
-            s.zeros(s.remaining(), "StationInfo padding")
-            return MeshStationInfo(location, index, order)
+            order = s.u16("join order") if _has_join_order(profile) else 0
+            padding = s.reserved(s.remaining(), "StationInfo padding")
+            return MeshStationInfo(location, index, order, fill, padding)
 
     return read_source(src, read, "StationInfo")

@@ -681,6 +681,21 @@ def test_lan_protocol_messages_inside_pia_packets_are_decoded() -> None:
     assert r.messages[0]["decoded"] == {"type": "HostRequest", "network_id": 0xB2D7C002}
 
 
+def test_non_zero_padding_is_decoded_and_listed() -> None:
+    """The 11 LAN header bytes are "Padding (always 0)" (KW LAN-Protocol.md): other bytes decode and are shown."""
+    from protocols.pia.lan_messages import HostRequest, encode_lan_message
+
+    p = profile_for("5.18")
+    payload = encode_lan_message(HostRequest(0xB2D7C002, padding=b"\0\0\x7f"), p)
+    assert payload[1:12] == bytes.fromhex("00007f") + bytes(8)
+    msg = Message(p.protocol_id(Proto.LAN), 0, payload, flags=p.bitmap_flag, source_constant_id=1)
+    codec = PacketCodec(p, KEY, nonce_builder(p, NetworkType.LAN))
+    data = codec.encode(Packet(PacketHeader(True, 3, connection_id=5, nonce=bytes(8)), (msg,)), "192.168.1.10")
+    r = one(data, version="5.18", network="lan", session_key=KEY.hex())
+    assert r.messages is not None
+    assert r.messages[0]["decoded"] == {"type": "HostRequest", "network_id": 0xB2D7C002, "padding": "00007f"}
+
+
 def test_ignored_jsonl_fields_become_a_note_not_an_error(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_text(json.dumps({"hex": D9.hex(), "src": "192.168.1.10:49152", "dst": "somewhere", "time": "later"}))

@@ -44,8 +44,8 @@ def test_rtt_garbage(blob: bytes) -> None:
 def test_rtt_errors() -> None:
     with pytest.raises(BadValue):
         decode_rtt(bytes.fromhex("00000002") + bytes(12))
-    with pytest.raises(BadValue):
-        decode_rtt(bytes.fromhex("0000000000000001") + bytes(8))
+    padded = bytes.fromhex("0000000000000001") + bytes(8)  # "Padding (always 0)" (KW RTT-Protocol.md): kept
+    assert decode_rtt(padded) == RttMessage(0, reserved=b"\0\0\0\1") and decode_rtt(padded).encode() == padded
     with pytest.raises(ShortData):
         decode_rtt(bytes(15))
     with pytest.raises(TrailingData):

@@ -283,8 +283,9 @@ def test_ack_and_disconnection() -> None:
     assert DisconnectionResponse().encode(p) == b"\x04"
     assert decode_station_message(b"\x03", p) == DisconnectionRequest()
     assert decode_station_message(b"\x04", p) == DisconnectionResponse()
-    with pytest.raises(BadValue):
-        decode_station_message(bytes.fromhex("0500010001020304"), p)
+    padded = bytes.fromhex("0500010001020304")  # the 3 bytes are "Padding" (KW Station-Protocol.md): kept
+    assert decode_station_message(padded, p) == Ack(0x01020304, padding=b"\0\1")
+    assert decode_station_message(padded, p).encode(p) == padded
     with pytest.raises(BadValue):
         decode_station_message(b"\x08", p)
     with pytest.raises(DecodeError):

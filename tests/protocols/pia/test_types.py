@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -287,8 +288,9 @@ def test_player_info_4x_layout_and_text() -> None:
     assert raw[0x20] == 6 and raw[0x21] == 0
     assert raw[0x22:0x26] == bytes.fromhex("8c4ed336") and raw[0x26:0x28] == b"\0\0"
     assert decode_player_info(raw, p).name_text == "BBGAME"
-    with pytest.raises(BadValue):
-        decode_player_info(raw[:-1] + b"\x01", p)  # padding must be zero
+    padded = raw[:-1] + b"\x01"  # the 2 "Padding" bytes (KW Station-Protocol.md) are kept as sent
+    assert decode_player_info(padded, p) == attrs.evolve(info, padding=b"\0\1")
+    assert decode_player_info(padded, p).encode(p) == padded
 
 
 def test_player_info_name_too_long() -> None:
@@ -330,15 +332,15 @@ def test_mesh_station_info_5_18_and_5_31_offsets() -> None:
     assert raw[64] == 3 and raw[65:] == bytes(3)
 
 
-def test_mesh_station_info_rejects_oversized_location_and_dirty_fill() -> None:
+def test_mesh_station_info_rejects_oversized_location_keeps_dirty_fill() -> None:
     p = profile_for("5.18")
     big = StationLocation(public=InetAddress(bytes(16), 0), private=InetAddress(bytes(16), 0))
     with pytest.raises(EncodeError):
         MeshStationInfo(big, 1).encode(p)  # 64 bytes do not fit the 62-byte slot
     raw = bytearray(MeshStationInfo(StationLocation(), 1).encode(p))
-    raw[50] = 1
-    with pytest.raises(BadValue):
-        decode_mesh_station_info(bytes(raw), p)
+    raw[50] = 1  # the location (40 bytes) is followed by its zero fill: other bytes there are kept
+    assert decode_mesh_station_info(bytes(raw), p).location_fill == bytes(10) + b"\1"
+    assert decode_mesh_station_info(bytes(raw), p).encode(p) == bytes(raw)
     with pytest.raises(EncodeError):
         MeshStationInfo(StationConnectionInfo(), 1).encode(p)
 
