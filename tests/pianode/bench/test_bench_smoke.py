@@ -151,12 +151,17 @@ def test_script_wrapper_rejects_bad_budgets() -> None:
 def test_the_session_runs_as_pianode_mesh_does_over_its_processes(tmp_path: pathlib.Path) -> None:
     # The session figures are those of the command users run: split over processes (here 2, as pianode mesh
     # --processes 2), every process's CPU counted, the frame clock's own pace, the scheduling class said.
+    # (A process of its own: the split run's worker processes, and the helper process multiprocessing keeps
+    # after spawning them, are its children, not the test run's.)
     out_json = tmp_path / "bench.json"
-    status = main(["bench", "--sections", "session", "--session-version", "5.18", "--stations", "4", "--rate", "10",
-                   "--session-seconds", "0.5", "--floor-seconds", "0.1", "--session-processes", "2",
-                   "--scheduling", "normal", "--json", str(out_json)])  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pianode", "bench", "--sections", "session", "--session-version", "5.18", "--stations",
+         "4", "--rate", "10", "--session-seconds", "0.5", "--floor-seconds", "0.1", "--session-processes", "2",
+         "--scheduling", "normal", "--json", str(out_json)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
     report = json.loads(out_json.read_text())
-    assert report["errors"] == [] and status in (0, 1)
+    assert report["errors"] == [] and done.returncode in (0, 1), done.stderr
     on_time, reliable, kept, pace, cpu = report["figures"]
     for f in (on_time, reliable, kept, pace, cpu):
         assert "(Pia 5.18, unicast, 2 processes)" in f["name"]
@@ -172,8 +177,9 @@ def test_the_session_runs_as_pianode_mesh_does_over_its_processes(tmp_path: path
 @pytest.mark.parametrize(("rate", "backend"), [(100.0, "cryptography"), (None, "cryptography"), (100.0, "pycryptodome")])
 def test_the_bare_loop_counts_its_frames_and_what_the_aead_adds(rate: float | None, backend: str) -> None:
     # Paced: round(seconds * rate) rounds, each a frame from every station to every other; flat out: as many
-    # as fit.  Without the AEAD a frame costs less: the sockets' share.  (pycryptodome: a call per station's
-    # frame to all and per socket's batch, as the node makes them.)
+    # as fit.  Without the AEAD a frame costs less, the sockets' share: measured flat out, where a tick's
+    # wake-up (the same with and without it, and large against 56 frames a tick) does not blur it.
+    # (pycryptodome: a call per station's frame to all and per socket's batch, as the node makes them.)
     from pianode.bench.floor import bare_frame_floor
 
     floor = bare_frame_floor(8, backend, 0.3, rate=rate, first_address="127.0.57.1")
@@ -183,4 +189,6 @@ def test_the_bare_loop_counts_its_frames_and_what_the_aead_adds(rate: float | No
         assert floor["frames"] == 30 * 8 * 7
     else:
         assert floor["frames"] > 30 * 8 * 7
-    assert 0 < floor["socket_us_per_frame"] < floor["cpu_us_per_frame"]
+    assert 0 < floor["socket_us_per_frame"] and 0 < floor["cpu_us_per_frame"]
+    if rate is None:
+        assert floor["socket_us_per_frame"] < floor["cpu_us_per_frame"]
