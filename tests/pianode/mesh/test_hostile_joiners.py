@@ -12,7 +12,7 @@ import types
 
 import pytest
 from mesh_harness import BatchHarness, MeshHarness, all_connected
-from test_hostile_peers import _capture_join, _copy_from_now
+from test_hostile_peers import _capture_join, _copy_from_now, _first_request
 
 from pianode.mesh import wire
 from pianode.mesh.config import NodeConfig
@@ -114,11 +114,7 @@ def test_one_ips_first_contacts_do_not_push_out_anothers(version: str) -> None:
     binds the IP, not the port), is still refused: it opens no provisional peer."""
     h = BatchHarness(3, version=version)
     host, victim, churner = h.sessions
-    host.create(h.now)
-    victim.join(host.local_address, h.now)
-    (request, dst), *_ = victim.datagrams_to_send(h.now)
-    assert dst == host.local_address
-    h.dead.add(victim.local_address)
+    request = _first_request(h, host, victim)
     host.receive_datagram(request, victim.local_address, h.now)
     victim_ip = victim.local_address[0]
     _first_contacts_from(h, host, churner.local_address[0], 4200)

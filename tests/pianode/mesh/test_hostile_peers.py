@@ -303,18 +303,25 @@ def test_a_departed_stations_datagrams_stay_refused(version: str) -> None:
     assert b.local_address not in host.peers and host.drops["replayed"] >= 1
 
 
+def _first_request(h: MeshHarness, host: MeshSession, victim: MeshSession) -> bytes:
+    """*host* creates a mesh and *victim* asks to join it; returns the victim's first connection request,
+    which the victim sends no more of (its address is dead from now on: the request is the attacker's)."""
+    host.create(h.now)
+    victim.join(host.local_address, h.now)
+    (request, dst), *_ = victim.datagrams_to_send(h.now)
+    assert dst == host.local_address
+    h.dead.add(victim.local_address)
+    return request
+
+
 @pytest.mark.parametrize("version", ["5.18", "5.29"])
 def test_a_legitimate_joiner_joins_during_a_replay_flood_from_many_ports(version: str) -> None:
     """One captured connection request, replayed from 64 ports of its IP every second (the nonce binds the IP,
     not the port): a real joiner from elsewhere still joins, and the flood holds at most one provisional peer."""
     h = BatchHarness(3, version=version)
     host, victim, joiner = h.sessions
-    host.create(h.now)
-    victim.join(host.local_address, h.now)
-    (request, dst), *_ = victim.datagrams_to_send(h.now)
-    assert dst == host.local_address
+    request = _first_request(h, host, victim)
     victim_ip = victim.local_address[0]
-    h.dead.add(victim.local_address)  # the victim's own request is only the attacker's now
 
     def flood() -> None:
         for port in range(20000, 20064):
