@@ -1,3 +1,6 @@
+"""``python -m pianode`` and the ``pianode`` command: the command line, with Ctrl-C and SIGTERM handled from
+the first instruction on (pianode.cli.interrupt)."""
+
 from __future__ import annotations
 
 import os
@@ -5,20 +8,26 @@ import sys
 
 from pianode.cli import interrupt
 
-interrupt.install()  # first: Ctrl-C or SIGTERM while the rest imports ends the way it does later
-try:
-    from pianode.cli.main import main
-except KeyboardInterrupt:
-    # Stopped while importing: no command has started, so there is nothing to finish or clean up, and the
-    # process ends here at once.  Leaving through the interpreter's shutdown instead let the stop end as
-    # death by SIGINT in about one run in thirty (the shutdown of an interrupted import), after the
-    # process had said "interrupted".
-    status = interrupt.report()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
-try:
-    status = main()
-except KeyboardInterrupt:
-    status = interrupt.report()
-sys.exit(status)
+
+def run() -> None:
+    """Run the command line and exit with its status."""
+    # First: a stop while the rest imports and the command line is read ends the process at once, with
+    # its line and status (no command has started yet); main() switches to the handling of a running
+    # command (interrupt.install) just before the command starts.
+    interrupt.install_early()
+    try:
+        from pianode.cli.main import main
+    except KeyboardInterrupt:  # (a SIGINT sent another way than the signal: raise_signal in a test, say)
+        status = interrupt.report()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        status = interrupt.report()
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    run()

@@ -18,7 +18,7 @@ import signal
 import sys
 from types import FrameType
 
-__all__ = ["install", "report", "words"]
+__all__ = ["install", "install_early", "report", "words"]
 
 _terminated = False
 
@@ -35,6 +35,32 @@ def install() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread (a test calling main())
+        pass
+
+
+def _stop_now(signum: int, frame: FrameType | None) -> None:
+    """Before a command starts: say the signal and end the process at once (see :func:`install_early`)."""
+    line, status = ("terminated", 143) if signum == signal.SIGTERM else ("interrupted", 130)
+    try:
+        os.write(2, f"{line}\n".encode())
+    except OSError:
+        pass
+    os._exit(status)
+
+
+def install_early() -> None:
+    """Until :func:`install`: SIGINT and SIGTERM end the process at once, with their line and status.
+
+    While the program imports and parses its command line no command has started, so there is nothing to
+    finish or clean up.  A ``KeyboardInterrupt`` raised there could also be lost: CPython drops an
+    exception raised inside a weakref callback (the import machinery runs some), and the command then ran
+    on to its end (about one stop in 160 that landed during the imports).  A handler that ends the process
+    itself cannot be lost that way.  The line goes out with one ``write`` (no Python buffer: the signal
+    may land in the middle of another write)."""
+    try:
+        signal.signal(signal.SIGINT, _stop_now)
+        signal.signal(signal.SIGTERM, _stop_now)
+    except ValueError:  # not the main thread
         pass
 
 

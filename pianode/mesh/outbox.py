@@ -284,6 +284,7 @@ class Outbox:
         assert codec is not None
         own_vid, own_source = self.variable_id, self.message_source_id
         counter = self._nonce_counter
+        bind = self._bind_receiver
         out: list[Any] = []
         append = out.append
         staged: list[tuple[int, StreamSealer, int, bytes, tuple[bytes, bytes]]] = []
@@ -294,11 +295,13 @@ class Outbox:
             if sealer is not None and sealer[0] == made_for and sealer[1] is not None:
                 counter = (counter + 1) & _NONCE_MASK
                 seal = sealer[1]
+                # self._hn(peer.variable_id, counter), inline: this loop runs once per station a frame
+                hn = receiver_bound_nonce(peer.variable_id, counter) if bind else counter.to_bytes(8, "big")
                 if seal.seal_many is None:
-                    append((seal(peer.tx_ids.next(), self._hn(peer.variable_id, counter), data), peer.address))
+                    append((seal(peer.tx_ids.next(), hn, data), peer.address))
                 else:
                     # Sealed below with the others in one AEAD call; its place in *out* is kept.
-                    pid, hn = peer.tx_ids.next(), self._hn(peer.variable_id, counter)
+                    pid = peer.tx_ids.next()
                     prepared = seal.prepare(pid, hn, data)
                     if prepared is None:
                         append((seal(pid, hn, data), peer.address))
