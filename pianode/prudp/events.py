@@ -125,6 +125,8 @@ class Settings:
     receive_queue_bytes: int = 4 << 20
     #: Connections a host keeps from one source IP; more are refused.
     max_connections_per_source: int = 16
+    #: Connections a host keeps in all (from any number of source IPs); more are refused.
+    max_connections: int = 1024
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.receive_window < 32768:

@@ -1,0 +1,154 @@
+"""PRUDP against forged and replayed packets: none takes over, splits or stops a connection, memory stays bounded.
+
+Sans-IO over the deterministic link of prudp_harness.  The attacker writes datagrams straight into an
+endpoint's ``receive_datagram`` with the source address it claims (what a spoofed or replayed datagram does).
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from prudp_harness import Net
+
+from pianode.prudp import (
+    Connected,
+    Disconnected,
+    EndpointCore,
+    MessageReceived,
+    Settings,
+)
+from pianode.prudp.connection import State
+from protocols.prudp import Flag, PacketType
+from protocols.prudp.rendezvous import generate_key
+
+HOST = ("127.0.0.1", 5000)
+CLIENT = ("127.0.0.2", 6000)
+VARIANTS = ["nintendo-v0", "nintendo-v0-friends", "nintendo-v1", "quazal-v0", "rendezvous"]
+CERT = generate_key()
+
+
+def _settings(variant: str, *, host: bool, **kw: object) -> Settings:
+    return Settings(variant, access_key="12345678", certificate=CERT if host else CERT.public_key(), **kw)  # type: ignore[arg-type]
+
+
+def _echo_pair(variant: str, **kw: object) -> tuple[Net, EndpointCore, EndpointCore]:
+    net = Net()
+    host = net.add(HOST, EndpointCore(_settings(variant, host=True, **kw)))
+    client = net.add(CLIENT, EndpointCore(_settings(variant, host=False, **kw)))
+    host.listen()
+
+    def on_event(addr: tuple[str, int], e: object) -> None:
+        live = host.connections.get(e.connection) if isinstance(e, MessageReceived) else None
+        if addr == HOST and live is not None and live.state == State.CONNECTED:
+            host.send(e.connection, e.data, net.now, e.substream)  # type: ignore[union-attr]
+
+    net.on_event = on_event
+    return net, host, client
+
+
+def _connect(net: Net, client: EndpointCore, at: tuple[str, int] = CLIENT) -> object:
+    before = sum(isinstance(e, Connected) for e in net.events[at])
+    cid = client.connect(HOST, net.now)
+    net.run_until(lambda: sum(isinstance(e, Connected) for e in net.events[at]) > before, max_time=net.now + 30)
+    return cid
+
+
+def _echoed(net: Net, client: EndpointCore, cid: object, data: bytes) -> None:
+    client.send(cid, data, net.now)  # type: ignore[arg-type]
+    net.run_until(lambda: data in [e.data for e in net.events[CLIENT] if isinstance(e, MessageReceived)],
+                  max_time=net.now + 30)  # fmt: skip
+
+
+def _connects_sent(net: Net, client: EndpointCore, since: int = 0) -> list[bytes]:
+    return [d for _, src, d in net.sent[since:] if src == CLIENT
+            and any(p.type == PacketType.CONNECT and not p.flags & Flag.ACK for p in client.codec.decode(d))]  # fmt: skip
+
+
+def _host_events(net: Net, kind: type) -> list[object]:
+    return [e for e in net.events[HOST] if isinstance(e, kind)]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_forged_connect_from_the_clients_address_leaves_its_connection_alone(variant: str) -> None:
+    """A CONNECT naming another client signature and session, from the client's own address and port, whose
+    signature does not verify: before, the host ended the live connection first and then refused the CONNECT."""
+    net, host, client = _echo_pair(variant)
+    cid = _connect(net, client)
+    (connect,) = [p for p in client.codec.decode(_connects_sent(net, client)[0])]
+    size = len(connect.connection_signature or b"")
+    forged = attrs.evolve(connect, signature=bytes(len(connect.signature)), connection_signature=b"\x5a" * size,
+                          session_id=connect.session_id ^ 0xFF)  # fmt: skip
+    live = next(iter(host.connections.values()))
+    host.receive_datagram(client.codec.encode(forged), CLIENT, net.now)
+    net.step()
+    assert _host_events(net, Disconnected) == [] and list(host.connections.values()) == [live]
+    assert live.state == State.CONNECTED
+    assert host.statistics().get("refused_connect", 0) == 1
+    _echoed(net, client, cid, b"still here")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_connect_replayed_from_an_earlier_connection_neither_takes_over_nor_comes_back(variant: str) -> None:
+    """The CONNECT of a client's first connection, captured and replayed from its address: while the client's
+    next connection (a restart on the same port) is live, it must not supersede it; once that one is closed, it must
+    not open a connection nobody asked for.  Before, the host's signature depended only on the address and ports, so
+    the old CONNECT verified again and took the port over."""
+    net, host, client = _echo_pair(variant)
+    _connect(net, client)
+    first_connect = _connects_sent(net, client)[0]
+    mark = len(net.sent)
+    net.nodes[CLIENT] = client2 = EndpointCore(_settings(variant, host=False))  # the client restarts on its port
+    cid2 = _connect(net, client2)
+    assert len(_host_events(net, Disconnected)) == 1  # the restart superseded the first connection
+    live = dict(host.connections)
+    host.receive_datagram(first_connect, CLIENT, net.now)
+    net.step()
+    assert len(_host_events(net, Disconnected)) == 1 and host.connections.keys() == live.keys()
+    assert next(iter(host.connections.values())) is next(iter(live.values()))
+    _echoed(net, client2, cid2, b"mine")
+    # the restart's own CONNECT, replayed later, is the live connection's: answered, nothing else
+    host.receive_datagram(_connects_sent(net, client2, mark)[0], CLIENT, net.now)
+    net.step()
+    assert len(_host_events(net, Connected)) == 2
+    client2.close(cid2, net.now)  # type: ignore[arg-type]
+    net.run_until(lambda: len(_host_events(net, Disconnected)) == 2)
+    for _ in range(20):
+        net.step()
+    for replay in (first_connect, _connects_sent(net, client2, mark)[0]):
+        host.receive_datagram(replay, CLIENT, net.now)
+        net.step()
+    assert len(_host_events(net, Connected)) == 2 and not host.connections
+    assert host.statistics().get("refused_connect", 0) >= 2
+
+
+@pytest.mark.parametrize("variant", ["nintendo-v0", "nintendo-v1", "quazal-v0"])
+def test_a_connect_replayed_long_after_its_connection_ended_opens_nothing(variant: str) -> None:
+    """Even once the host has forgotten the connection, a CONNECT from minutes ago does not verify any more."""
+    net, host, client = _echo_pair(variant)
+    cid = _connect(net, client)
+    first_connect = _connects_sent(net, client)[0]
+    client.close(cid, net.now)  # type: ignore[arg-type]
+    net.run_until(lambda: len(_host_events(net, Disconnected)) == 1)
+    net.now += 600.0
+    host.receive_datagram(first_connect, CLIENT, net.now)
+    net.step()
+    assert len(_host_events(net, Connected)) == 1 and not host.connections
+    # and a fresh connection from the same port still works
+    _connect(net, client)
+    _echoed(net, client, next(iter(client.connections)), b"again")
+
+
+def test_connections_from_many_addresses_are_capped_in_all() -> None:
+    """Handshakes from 12 source IPs against a host that keeps 5 connections: 5 connect, the rest are refused."""
+    net = Net()
+    host = net.add(HOST, EndpointCore(_settings("nintendo-v1", host=True, max_connections=5)))
+    host.listen()
+    for i in range(12):
+        addr = (f"127.0.1.{i + 1}", 6000)
+        c = net.add(addr, EndpointCore(_settings("nintendo-v1", host=False)))
+        c.connect(HOST, net.now)
+    for _ in range(2000):
+        if not net.step() or net.now > 20:
+            break
+    assert len(host.connections) == 5
+    assert host.statistics()["refused: the host holds max_connections connections"] >= 7
