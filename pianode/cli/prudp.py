@@ -134,7 +134,7 @@ DROP_HINTS = {
                     "second: not tried as the other variants)",
     "no_connection": "belonged to no connection",
     "bad_session": "named another session of their connection",
-    "bad_aggregate_ack": "carried an aggregate ack that could not be read",
+    "bad_aggregate_ack": "carried an aggregate ack that could not be read, or acked ids never sent",
     "bad_payload": "carried a payload that could not be opened (--compression differs?)",
     "bad_substream": "named a substream the connection did not negotiate",
     "beyond_window": "were too far ahead of the receive window (sent again later)",

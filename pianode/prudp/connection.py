@@ -571,6 +571,9 @@ class Connection:
                     raise DecodeError("aggregate ack of odd size")
                 sub, base = 0, p.sequence_id
                 extras = struct.unpack(f"<{len(p.payload) // 2}H", p.payload)
+            # a base ahead of the last id sent acks ids never sent: ignored (spec §6.4, §6.10 item 4)
+            if sub > self._max_sub or 0 < _serial_diff(base, (self._next_seq[sub] - 1) & 0xFFFF) < 0x8000:
+                raise DecodeError("aggregate ack beyond the ids sent")
         except DecodeError:
             self.stats["dropped_bad_aggregate_ack"] += 1
             return

@@ -6,6 +6,8 @@ endpoint's ``receive_datagram`` with the source address it claims (what a spoofe
 
 from __future__ import annotations
 
+import struct
+
 import attrs
 import pytest
 from prudp_harness import Net
@@ -136,6 +138,30 @@ def test_a_connect_replayed_long_after_its_connection_ended_opens_nothing(varian
     # and a fresh connection from the same port still works
     _connect(net, client)
     _echoed(net, client, next(iter(client.connections)), b"again")
+
+
+def test_an_aggregate_ack_beyond_what_was_sent_clears_nothing() -> None:
+    """An aggregate ack naming a base the client never sent: before, every reliable packet in flight counted as
+    acked (serial "seq <= base"), so the message was never retransmitted and never arrived."""
+    net, host, client = _echo_pair("nintendo-v1", max_transmissions=10)
+    cid = _connect(net, client)
+    net.link.down = True
+    client.send(cid, b"x" * 3000, net.now)  # type: ignore[arg-type]
+    net.step()
+    c = client.connections[cid]  # type: ignore[index]
+    in_flight = len(c._inflight)
+    assert in_flight >= 3
+    h = next(iter(host.connections.values()))
+    base = (c._next_seq[0] + 200) & 0xFFFF
+    ack = h._packet(PacketType.DATA, Flag.MULTI_ACK | Flag.HAS_SIZE, substream_id=0, sequence_id=base, fragment_id=0)
+    client.receive_datagram(h.codec.encode(h._sign(ack)), HOST, net.now)
+    new = h._packet(PacketType.DATA, Flag.MULTI_ACK | Flag.HAS_SIZE, substream_id=1, sequence_id=0, fragment_id=0,
+                    payload=struct.pack("<BBH", 0, 0, base))  # fmt: skip
+    client.receive_datagram(h.codec.encode(h._sign(new)), HOST, net.now)
+    assert len(c._inflight) == in_flight
+    assert client.statistics().get("dropped_bad_aggregate_ack", 0) == 2
+    net.link.down = False
+    net.run_until(lambda: [e.data for e in net.events[CLIENT] if isinstance(e, MessageReceived)] == [b"x" * 3000])
 
 
 def test_connections_from_many_addresses_are_capped_in_all() -> None:
