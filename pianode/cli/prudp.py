@@ -138,6 +138,7 @@ DROP_HINTS = {
     "bad_payload": "carried a payload that could not be opened (--compression differs?)",
     "bad_substream": "named a substream the connection did not negotiate",
     "beyond_window": "were too far ahead of the receive window (sent again later)",
+    "hold_full": "came early while the connection already held max_held_bytes for reordering (sent again later)",
 }
 
 

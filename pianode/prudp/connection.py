@@ -23,8 +23,9 @@ Theory of operation (spec ../shared/spec/prudp.md §1.4, §5, §6):
   early packets included, except packets too far ahead of the window.  In-flight
   packets are matched on (type, substream, seq), so a PING ack never clears DATA.
   v1 can acknowledge with aggregate acks (spec §6.4), old and new formats.
-* **Receiving** (spec §6.3): early reliable packets are held back, old ones are
-  dropped after acking; in-order packets are decrypted, decompressed and
+* **Receiving** (spec §6.3): early reliable packets are held back (at most
+  ``Settings.max_held_bytes`` of them: an early packet beyond it is dropped
+  unacked and comes again), old ones are dropped after acking; in-order packets are decrypted, decompressed and
   reassembled, and a message is delivered on fragment id 0.  Reliable PINGs,
   USERs occupy their slot as no-ops (spec §6.9).
 * **Keep-alive** (spec §6.6, seeds 000/001): after ``ping`` seconds without any
@@ -142,6 +143,7 @@ class Connection:
         self.queued_bytes = 0
         self._expected = [1] * nsub
         self._held: list[dict[int, PrudpPacket]] = [{} for _ in range(nsub)]
+        self._held_bytes = 0  # payload bytes in _held (Settings.max_held_bytes bounds it)
         self._fragments = [bytearray() for _ in range(nsub)]
         self._agg_pending: set[int] = set()
         self._ping_seq = 1
@@ -612,6 +614,10 @@ class Connection:
         if self.settings.receive_window <= d < 0x8000:
             self.stats["dropped_beyond_window"] += 1  # no ack: the sender will try again (spec §6.3 step 5)
             return
+        full = self._held_bytes + len(p.payload) > self.settings.max_held_bytes
+        if full and 0 < d < 0x8000 and p.sequence_id not in self._held[sub]:
+            self.stats["dropped_hold_full"] += 1  # unacked: it comes again once the window moved (spec §6.3 step 5)
+            return
         use_agg = self.settings.aggregate_ack and p.type == PacketType.DATA and self.variant.framing == Framing.V1
         if p.flags & Flag.NEED_ACK:
             if use_agg:
@@ -622,8 +628,10 @@ class Connection:
             self.stats["duplicates"] += 1
             return
         self._held[sub][p.sequence_id] = p
+        self._held_bytes += len(p.payload)
         while self._expected[sub] in self._held[sub] and self.state != State.CLOSED:
             q = self._held[sub].pop(self._expected[sub])
+            self._held_bytes -= len(q.payload)
             self._expected[sub] = (self._expected[sub] + 1) & 0xFFFF
             self._process_in_order(q, now)
 

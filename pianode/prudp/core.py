@@ -65,6 +65,7 @@ DROP_REASONS = (
     "bad_payload",
     "bad_substream",
     "beyond_window",
+    "hold_full",
 )
 
 #: At most this many datagrams a second (and as many at once) that our variant cannot read are tried as

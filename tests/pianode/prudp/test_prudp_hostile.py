@@ -164,6 +164,25 @@ def test_an_aggregate_ack_beyond_what_was_sent_clears_nothing() -> None:
     net.run_until(lambda: [e.data for e in net.events[CLIENT] if isinstance(e, MessageReceived)] == [b"x" * 3000])
 
 
+@pytest.mark.parametrize("variant", ["nintendo-v0", "nintendo-v1", "quazal-v0"])
+def test_a_window_of_large_early_packets_is_held_within_a_byte_bound(variant: str) -> None:
+    """255 early DATA packets of 60 000 bytes each (the whole receive window, ~15 MB): before, the host held them
+    all; now it holds at most max_held_bytes, drops the rest unacked (counted) and the connection goes on."""
+    net, host, client = _echo_pair(variant, max_held_bytes=1 << 20)
+    cid = _connect(net, client)
+    c = client.connections[cid]  # type: ignore[index]
+    h = next(iter(host.connections.values()))
+    start = c._next_seq[0]
+    for k in range(1, 256):
+        p = c._packet(PacketType.DATA, Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE,
+                      sequence_id=(start + k) & 0xFFFF, substream_id=0, fragment_id=1, payload=bytes(60000))  # fmt: skip
+        host.receive_datagram(c.codec.encode(c._sign(p)), CLIENT, net.now)
+    held = sum(len(q.payload) for sub in h._held for q in sub.values())
+    assert held <= (1 << 20)
+    assert host.statistics().get("dropped_hold_full", 0) >= 200
+    assert h.state == State.CONNECTED
+
+
 def test_connections_from_many_addresses_are_capped_in_all() -> None:
     """Handshakes from 12 source IPs against a host that keeps 5 connections: 5 connect, the rest are refused."""
     net = Net()
