@@ -206,9 +206,8 @@ class Connection:
     # ---------------------------------------------------------------- client
     def start(self, now: float) -> None:
         """Client: send SYN."""
-        size = self.variant.connection_signature_bytes
         syn = self._packet(PacketType.SYN, Flag.NEED_ACK, session_id=0)
-        syn = self._v1_handshake_options(syn, connect=False, conn_sig=bytes(size))
+        syn = self._v1_handshake_options(syn, connect=False, conn_sig=bytes(self.variant.connection_signature_bytes))
         self._transmit_tracked(self._sign(syn, peer=False), (PacketType.SYN, 0, 0), now)
         self._last_rx = now
 
@@ -298,14 +297,15 @@ class Connection:
         now: float,
         *,
         random_bytes: RandomBytes = os.urandom,
+        avoid_session: int | None = None,
     ) -> Connection:
-        """Host: build a connection from a client's CONNECT.
+        """Host: build a connection from a client's CONNECT, with another session id than *avoid_session*.
 
         Raises:
-            DecodeError: the CONNECT is not acceptable (bad signature, negotiation
-                or key); the message says which.
+            DecodeError: the CONNECT is not acceptable (bad signature, negotiation or key); the message says which.
         """
         conn = cls(settings, codec, cid, is_client=False, local_signature=local_signature, random_bytes=random_bytes)
+        conn.local_session ^= 0x80 if conn.local_session == avoid_session else 0
         if connect.signature != conn._expected_inbound(connect):
             raise DecodeError("CONNECT signature does not verify")
         v = settings.variant

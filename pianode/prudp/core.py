@@ -98,6 +98,10 @@ class EndpointCore:
         self._identify_at = -math.inf
         #: Host side: the local signature of the last connection closed on an id, and when (see _bind).
         self._closed: dict[ConnectionId, tuple[bytes, float]] = {}
+        #: Our session id in the last connection on an id (client and host): the next one takes another, so
+        #: that a packet replayed from that connection names another session (v0 signs DATA and DISCONNECT
+        #: without anything of their connection, spec §2.5).  Bounded like _closed.
+        self._last_session: dict[ConnectionId, int] = {}
 
     # ---------------------------------------------------------------- verbs
     def listen(self, port: int | None = None, stream_type: int | None = None) -> int:
@@ -127,6 +131,9 @@ class EndpointCore:
         conn = Connection(
             self.settings, self.codec, cid, is_client=True, local_signature=self._random(size), random_bytes=self._random
         )
+        if conn.local_session == self._last_session.get(cid):
+            conn.local_session ^= 0x80  # (the SYN carries session 0: the CONNECT is the first to name it)
+        self._note_session(conn)
         self.connections[cid] = conn
         conn.start(now)
         self._collect(conn)
@@ -218,6 +225,12 @@ class EndpointCore:
         while len(self._closed) > REMEMBERED_CLOSED:
             self._closed.pop(next(iter(self._closed)))
 
+    def _note_session(self, conn: Connection) -> None:
+        self._last_session.pop(conn.id, None)
+        self._last_session[conn.id] = conn.local_session
+        while len(self._last_session) > REMEMBERED_CLOSED:
+            self._last_session.pop(next(iter(self._last_session)))
+
     def _verified_cookie(self, address: Address, p: PrudpPacket, now: float, bind: bytes) -> bytes | None:
         """The cookie *p* (a CONNECT) is signed with, of this epoch or the one before; None when it is neither."""
         epoch = math.floor(now / COOKIE_EPOCH)
@@ -279,10 +292,12 @@ class EndpointCore:
             self._refuse("too many connections from one source")
             return
         try:
-            conn = Connection.accept(self.settings, self.codec, cid, p, cookie, now, random_bytes=self._random)
+            conn = Connection.accept(self.settings, self.codec, cid, p, cookie, now, random_bytes=self._random,
+                                     avoid_session=self._last_session.get(cid))  # fmt: skip
         except DecodeError as exc:
             self._refuse(str(exc))
             return
+        self._note_session(conn)
         self._closed.pop(cid, None)
         self.connections[cid] = conn
         self._collect(conn)

@@ -197,3 +197,43 @@ def test_connections_from_many_addresses_are_capped_in_all() -> None:
             break
     assert len(host.connections) == 5
     assert host.statistics()["refused: the host holds max_connections connections"] >= 7
+
+
+def _disconnects(net: Net, core: EndpointCore, src: tuple[str, int]) -> list[bytes]:
+    return [d for _, s, d in net.sent if s == src
+            and any(p.type == PacketType.DISCONNECT and not p.flags & Flag.ACK for p in core.codec.decode(d))]  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", ["nintendo-v0", "nintendo-v0-friends", "nintendo-v1"])
+@pytest.mark.parametrize("closer", ["client", "host"])
+def test_a_disconnect_replayed_after_a_reconnect_does_not_end_the_new_connection(variant: str, closer: str) -> None:
+    """The DISCONNECT that ended a connection, replayed into the next connection on the same ports.  v0 signs a
+    DISCONNECT without anything of its connection (spec §2.5), so only the session id tells them apart: before,
+    an endpoint could draw the same session id again (here its random source repeats itself, as 1 in 256 draws
+    do), and the old DISCONNECT ended the new connection.  Now each side takes another session id than its last
+    connection's on those ports, and the replay is dropped as another session's."""
+
+    def same(n: int) -> bytes:  # a random source that repeats itself
+        return bytes([0x42]) * n
+
+    net = Net()
+    host = net.add(HOST, EndpointCore(_settings(variant, host=True), random_bytes=same))
+    client = net.add(CLIENT, EndpointCore(_settings(variant, host=False), random_bytes=same))
+    host.listen()
+    cid = _connect(net, client)
+    if closer == "client":
+        client.close(cid, net.now)  # type: ignore[arg-type]
+    else:
+        host.close(next(iter(host.connections)), net.now)
+    net.run_until(lambda: not host.connections and not client.connections)
+    old = _disconnects(net, client if closer == "client" else host, CLIENT if closer == "client" else HOST)[0]
+    cid2 = _connect(net, client)
+    target, source = (host, CLIENT) if closer == "client" else (client, HOST)
+    target.receive_datagram(old, source, net.now)
+    for _ in range(20):
+        net.step()
+    assert len(host.connections) == 1 and client.connections[cid2].state == State.CONNECTED  # type: ignore[index]
+    stats = target.statistics()
+    assert stats.get("dropped_bad_session", 0) + stats.get("dropped_bad_signature", 0) >= 1
+    client.send(cid2, b"after the replay", net.now)  # type: ignore[arg-type]
+    net.run_until(lambda: b"after the replay" in [e.data for e in net.events[HOST] if isinstance(e, MessageReceived)])
