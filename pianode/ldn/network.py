@@ -102,6 +102,7 @@ __all__ = [
     "DEFAULT_BROADCAST",
     "DISCOVERY_PORT",
     "MAX_PARTICIPANTS",
+    "MAX_SCAN_NETWORKS",
     "PIA_PORT",
     "REJECTED",
     "AdvertFrame",
@@ -137,6 +138,9 @@ ADVERTISE_INTERVAL = 0.1  # advertisement frames every 100 ms (spec §7.1)
 CONNECT_TIMEOUT = 0.7  # authentication response awaited 700 ms, 3 attempts (spec §7.1)
 CONNECT_ATTEMPTS = 3
 _MAX_DATAGRAM = 2048
+#: Networks one scan keeps: adverts of more (a flood of new SSIDs) are counted as ``too_many_networks``, so a
+#: scan's memory stays bounded.  A real channel carries a few networks.
+MAX_SCAN_NETWORKS = 64
 
 Address = tuple[str, int]
 Tap = Callable[[bytes, Address, Address, float], None]
@@ -644,7 +648,7 @@ async def scan(
     *first*: return as soon as one matching network is heard.  *link_tap* sees each advertisement kept.
     *ignored* counts what was heard and not kept, by reason (``not_a_frame``, ``not_an_advertisement``,
     ``other_local_communication_id``, ``other_ssid``, ``no_ldn_host``, ``other_source``: an advert of a network
-    already heard, from another address than its host's).
+    already heard, from another address than its host's; ``too_many_networks``: past :data:`MAX_SCAN_NETWORKS`).
     """
     skipped: collections.Counter[str] = collections.Counter() if ignored is None else ignored
     found: dict[bytes, FoundNetwork] = {}
@@ -674,6 +678,9 @@ async def scan(
                 known = found.get(adv.ssid)
                 if known is not None and known.control != control:
                     skipped["other_source"] += 1  # the network stays at the host first heard (a fake one takes nothing)
+                    continue
+                if known is None and len(found) >= MAX_SCAN_NETWORKS:
+                    skipped["too_many_networks"] += 1
                     continue
                 found[adv.ssid] = FoundNetwork(adv, frame.pia_port, control, trio.current_time(), port)
                 if link_tap is not None:

@@ -110,3 +110,24 @@ def test_host_state_frees_an_address_only_for_its_own_station() -> None:
     a = state.connect(ldn.ConnectRequest(b"a" * 8, "a"), 0.0)
     assert not state.leave(a.ip, source=FORGER)
     assert state.leave(a.ip, source=ldn.ldn_to_loopback(a.ip))
+
+
+async def test_a_flood_of_adverts_of_new_networks_keeps_a_scan_bounded(autojump_clock: trio.testing.MockClock) -> None:
+    """Adverts of ever new SSIDs: before, a scan kept one per SSID until its timeout, without bound; now it keeps
+    MAX_SCAN_NETWORKS and counts the rest (too_many_networks)."""
+    async with SimulatedNetwork() as net:
+        net.install()
+        state = ldn.LdnHostState(profile_for("5.29"), GAME_KEY, rng=random.Random(5), subnet=42)
+        async with trio.open_nursery() as nursery:
+
+            async def flood() -> None:
+                await trio.sleep(0.05)
+                for i in range(ldn.MAX_SCAN_NETWORKS + 30):
+                    adv = attrs.evolve(state.advertisement(), ssid=i.to_bytes(16, "big"))
+                    await _send(AdvertFrame(50000, 50001, adv), (ldn.DEFAULT_BROADCAST, ldn.DISCOVERY_PORT))
+
+            nursery.start_soon(flood)
+            ignored: collections.Counter[str] = collections.Counter()
+            found = await ldn.scan(0.5, ignored=ignored)
+        assert len(found) == ldn.MAX_SCAN_NETWORKS
+        assert ignored["too_many_networks"] == 30
