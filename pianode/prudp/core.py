@@ -35,6 +35,7 @@ import hashlib
 import hmac
 import math
 import os
+import re
 from collections import Counter, deque
 
 import attrs
@@ -295,7 +296,8 @@ class EndpointCore:
             conn = Connection.accept(self.settings, self.codec, cid, p, cookie, now, random_bytes=self._random,
                                      avoid_session=self._last_session.get(cid))  # fmt: skip
         except DecodeError as exc:
-            self._refuse(str(exc))
+            # one counter per kind of refusal: numbers the peer chose (a length) would make one per value
+            self._refuse(re.sub(r"\d+", "N", str(exc)))
             return
         self._note_session(conn)
         self._closed.pop(cid, None)

@@ -237,3 +237,46 @@ def test_a_disconnect_replayed_after_a_reconnect_does_not_end_the_new_connection
     assert stats.get("dropped_bad_session", 0) + stats.get("dropped_bad_signature", 0) >= 1
     client.send(cid2, b"after the replay", net.now)  # type: ignore[arg-type]
     net.run_until(lambda: b"after the replay" in [e.data for e in net.events[HOST] if isinstance(e, MessageReceived)])
+
+
+def test_packets_from_another_port_of_the_clients_ip_touch_nothing() -> None:
+    """Every packet of a live connection, sent again from another port of the client's IP: none reaches the
+    connection (its id holds the port), each is counted, and the SYN leaves no state behind."""
+    net, host, client = _echo_pair("nintendo-v0")
+    cid = _connect(net, client)
+    live = next(iter(host.connections.values()))
+    sent = [d for _, src, d in net.sent if src == CLIENT]
+    client.close(cid, net.now)  # type: ignore[arg-type]
+    net.step()
+    sent += [d for _, src, d in net.sent if src == CLIENT][len(sent):]
+    before = host.statistics().get("dropped_no_connection", 0)
+    for data in sent:
+        host.receive_datagram(data, ("127.0.0.2", 6001), net.now)
+    assert list(host.connections.values()) == [live] or live.state.value in ("closing", "closed")
+    assert all(c.id.address == CLIENT for c in host.connections.values())
+    stats = host.statistics()
+    assert stats["dropped_no_connection"] - before + stats.get("refused_connect", 0) >= len(sent) - 1
+
+
+def test_a_flood_of_refused_connects_keeps_the_statistics_small() -> None:
+    """CONNECTs that verify but carry key exchanges of every length: each is refused and counted, and the
+    statistics name the reason once, not once per length (before: one counter per length, without bound)."""
+    net = Net()
+    host = net.add(HOST, EndpointCore(_settings("rendezvous", host=True)))
+    host.listen()
+    attacker = ("127.0.0.9", 7000)
+    client = EndpointCore(_settings("rendezvous", host=False))
+    cid = client.connect(HOST, 0.0)
+    (syn_data,) = [d for d, _ in client.datagrams_to_send(0.0)]
+    host.receive_datagram(syn_data, attacker, 0.0)
+    ((syn_ack, _),) = host.datagrams_to_send(0.0)
+    client.receive_datagram(syn_ack, HOST, 0.0)
+    ((connect_data, _),) = client.datagrams_to_send(0.0)
+    (connect,) = client.codec.decode(connect_data)
+    conn = client.connections[cid]
+    for n in range(0, 300, 3):
+        forged = conn._sign(attrs.evolve(connect, payload=bytes(n)))
+        host.receive_datagram(client.codec.encode(forged), attacker, 0.0)
+    stats = host.statistics()
+    assert stats["refused_connect"] == 100 and not host.connections
+    assert len([k for k in stats if k.startswith("refused: ")]) <= 3, sorted(stats)
