@@ -280,3 +280,29 @@ def test_a_flood_of_refused_connects_keeps_the_statistics_small() -> None:
     stats = host.statistics()
     assert stats["refused_connect"] == 100 and not host.connections
     assert len([k for k in stats if k.startswith("refused: ")]) <= 3, sorted(stats)
+
+
+@pytest.mark.parametrize("variant", ["nintendo-v0", "nintendo-v1", "quazal-v0"])
+def test_replayed_packets_do_not_keep_a_vanished_peers_connection_alive(variant: str) -> None:
+    """The client vanishes; someone replays what it sent (data, acks, pings) to the host, one packet every 0.3 s.
+    Before, any packet that verified counted as a sign of life, so the connection never ended; now only new ones
+    do (a new sequence id, an ack of something in flight or of our last ping), and keep-alive ends it."""
+    net, host, client = _echo_pair(variant, ping_interval=1.0)
+    cid = _connect(net, client)
+    for n in range(3):
+        _echoed(net, client, cid, bytes([n]) * 10)
+    for _ in range(40):  # pings both ways
+        net.step()
+    captured = [d for _, src, d in net.sent if src == CLIENT][3:]
+    del net.nodes[CLIENT]  # the client is gone: nothing reaches it, it sends nothing
+    start = net.now
+    k = 0
+    while net.now < start + 30 and host.connections:
+        host.receive_datagram(captured[k % len(captured)], CLIENT, net.now)
+        k += 1
+        net.now += 0.3
+        host.handle_timer(net.now)
+        host.datagrams_to_send(net.now)
+        net._flush()
+    reasons = [e.reason for e in net.events[HOST] if isinstance(e, Disconnected)]
+    assert reasons and ("keep-alive" in reasons[0] or "timeout" in reasons[0]), (reasons, net.now - start)
