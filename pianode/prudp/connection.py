@@ -372,10 +372,12 @@ class Connection:
         return conn
 
     def repeat_connect_ack(self) -> None:
-        """Host: the client sent its CONNECT again (our CONNECT+ACK was lost)."""
+        """Host: the client sent its CONNECT again (our CONNECT+ACK was lost): answered as many times as a
+        client retransmits, not for every copy a replay sends (it is larger than the CONNECT)."""
         if self._connect_ack is not None and self.state in (State.CONNECTED, State.CLOSING):
-            self._out.append(self._connect_ack)
-            self.stats["connect_ack_repeated"] += 1
+            done = self.stats["connect_ack_repeated"] >= self.settings.transmissions
+            self._out.extend([] if done else [self._connect_ack])
+            self.stats["connect_ack_not_repeated" if done else "connect_ack_repeated"] += 1
 
     # ------------------------------------------------------------- user verbs
     def send(self, data: bytes, substream: int = 0, now: float = 0.0) -> None:

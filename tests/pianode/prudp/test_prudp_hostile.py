@@ -306,3 +306,19 @@ def test_replayed_packets_do_not_keep_a_vanished_peers_connection_alive(variant:
         net._flush()
     reasons = [e.reason for e in net.events[HOST] if isinstance(e, Disconnected)]
     assert reasons and ("keep-alive" in reasons[0] or "timeout" in reasons[0]), (reasons, net.now - start)
+
+
+@pytest.mark.parametrize("variant", ["nintendo-v1", "rendezvous"])
+def test_a_replayed_connect_is_answered_a_few_times_not_once_per_copy(variant: str) -> None:
+    """The client's own CONNECT replayed 100 times (as if from the client): the host answers a lost CONNECT+ACK
+    again, as many times as a client retransmits, not once per copy (a CONNECT+ACK is larger than the CONNECT:
+    before, the replays reflected twice their bytes toward the client)."""
+    net, host, client = _echo_pair(variant)
+    _connect(net, client)
+    connect = _connects_sent(net, client)[0]
+    answers = 0
+    for _ in range(100):
+        host.receive_datagram(connect, CLIENT, net.now)
+        answers += len(host.datagrams_to_send(net.now))
+    assert answers <= host.settings.transmissions + 1
+    assert host.statistics()["connect_ack_not_repeated"] >= 100 - answers
