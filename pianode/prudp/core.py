@@ -211,7 +211,7 @@ class EndpointCore:
         """What the host's cookie for *cid* is bound to: the live connection's signature, else that of the one
         closed on *cid* within two epochs, else nothing."""
         conn = self.connections.get(cid)
-        if conn is not None and not conn.is_client and conn.state != State.CLOSED:
+        if conn is not None and not conn.is_client:  # (a closed one not yet removed is remembered as it goes)
             return conn.local_signature
         closed = self._closed.get(cid)
         if closed is not None and now - closed[1] < 2 * COOKIE_EPOCH:

@@ -322,3 +322,25 @@ def test_a_replayed_connect_is_answered_a_few_times_not_once_per_copy(variant: s
         answers += len(host.datagrams_to_send(net.now))
     assert answers <= host.settings.transmissions + 1
     assert host.statistics()["connect_ack_not_repeated"] >= 100 - answers
+
+
+def test_a_client_restarting_while_its_old_connection_is_being_removed_still_connects() -> None:
+    """The old connection has just closed (not yet removed from the table) when the restarted client's SYN comes:
+    the cookie it gets must still verify once the old connection is gone."""
+    net, host, client = _echo_pair("nintendo-v1")
+    _connect(net, client)
+    live = next(iter(host.connections.values()))
+    live.abort(net.now, "aborted")  # closed, still in the table until the host next sends
+    client2 = EndpointCore(_settings("nintendo-v1", host=False))
+    cid2 = client2.connect(HOST, net.now)
+    (syn,) = [d for d, _ in client2.datagrams_to_send(net.now)]
+    host.receive_datagram(syn, CLIENT, net.now)
+    answers = [d for d, to in host.datagrams_to_send(net.now) if to == CLIENT]
+    assert not host.connections
+    for d in answers:
+        client2.receive_datagram(d, HOST, net.now)
+    for d, _ in client2.datagrams_to_send(net.now):
+        host.receive_datagram(d, CLIENT, net.now)
+    for d, _ in host.datagrams_to_send(net.now):
+        client2.receive_datagram(d, HOST, net.now)
+    assert client2.connections[cid2].state == State.CONNECTED and len(host.connections) == 1
