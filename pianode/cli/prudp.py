@@ -139,6 +139,8 @@ DROP_HINTS = {
     "bad_substream": "named a substream the connection did not negotiate",
     "beyond_window": "were too far ahead of the receive window (sent again later)",
     "hold_full": "came early while the connection already held max_held_bytes for reordering (sent again later)",
+    "unexpected_handshake": "were handshake packets (SYN, CONNECT) their connection no longer expected: late "
+                            "copies or replays",
 }
 
 

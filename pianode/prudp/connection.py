@@ -234,9 +234,7 @@ class Connection:
         self._transmit_tracked(self._sign(syn, peer=False), (PacketType.SYN, 0, 0), now)
         self._last_rx = now
 
-    def _on_syn_ack(self, p: PrudpPacket, now: float) -> None:
-        if self.state != State.SYN_SENT:
-            return  # a duplicate SYN+ACK
+    def _on_syn_ack(self, p: PrudpPacket, now: float) -> None:  # (in SYN_SENT: receive_packet counts the others)
         if p.signature != expected_signature(p, self.variant, self.settings.access_key):
             self._bad_signature(p, inbound=False)
             return
@@ -267,7 +265,8 @@ class Connection:
         self.state = State.CONNECT_SENT
 
     def _on_connect_ack(self, p: PrudpPacket, now: float) -> None:
-        if self.state != State.CONNECT_SENT or (PacketType.CONNECT, 0, p.sequence_id) not in self._inflight:
+        if (PacketType.CONNECT, 0, p.sequence_id) not in self._inflight:
+            self.stats["dropped_unexpected_handshake"] += 1
             return
         if p.signature != self._expected_inbound(p):
             self._bad_signature(p)
@@ -546,14 +545,18 @@ class Connection:
         if self.state == State.CLOSED:
             return
         if p.type == PacketType.SYN:
-            if p.flags & Flag.ACK and self.is_client:
+            if p.flags & Flag.ACK and self.is_client and self.state == State.SYN_SENT:
                 self._on_syn_ack(p, now)
+            else:  # a replayed or late handshake packet
+                self.stats["dropped_unexpected_handshake"] += 1
             return
         if p.type == PacketType.CONNECT:
-            if p.flags & Flag.ACK and self.is_client:
+            if p.flags & Flag.ACK and self.is_client and self.state == State.CONNECT_SENT:
                 self._on_connect_ack(p, now)
             elif not p.flags & Flag.ACK and not self.is_client:
                 self.repeat_connect_ack()
+            else:
+                self.stats["dropped_unexpected_handshake"] += 1
             return
         if self.remote_session is None or p.session_id != self.remote_session:
             self.stats["dropped_bad_session"] += 1

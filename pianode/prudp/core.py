@@ -67,6 +67,7 @@ DROP_REASONS = (
     "bad_substream",
     "beyond_window",
     "hold_full",
+    "unexpected_handshake",
 )
 
 #: At most this many datagrams a second (and as many at once) that our variant cannot read are tried as

@@ -344,3 +344,18 @@ def test_a_client_restarting_while_its_old_connection_is_being_removed_still_con
     for d, _ in host.datagrams_to_send(net.now):
         client2.receive_datagram(d, HOST, net.now)
     assert client2.connections[cid2].state == State.CONNECTED and len(host.connections) == 1
+
+
+@pytest.mark.parametrize("variant", ["nintendo-v0", "nintendo-v1", "quazal-v0"])
+def test_handshake_packets_replayed_into_a_connection_are_dropped_and_counted(variant: str) -> None:
+    """The host's SYN+ACK and CONNECT+ACK replayed, three times each, to a connected client: before, they
+    vanished without a trace; now each counts as dropped_unexpected_handshake and the connection goes on."""
+    net, host, client = _echo_pair(variant)
+    cid = _connect(net, client)
+    from_host = [d for _, src, d in net.sent if src == HOST
+                 and any(p.type in (PacketType.SYN, PacketType.CONNECT) for p in host.codec.decode(d))]  # fmt: skip
+    assert len(from_host) >= 2
+    for d in from_host * 3:
+        client.receive_datagram(d, HOST, net.now)
+    assert client.statistics().get("dropped_unexpected_handshake", 0) == 3 * len(from_host)
+    _echoed(net, client, cid, b"unmoved")
