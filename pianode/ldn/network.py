@@ -719,6 +719,9 @@ class LdnStation:
         if has_local_protocol(node.config.profile):
             node.set_protocol_handler(Proto.LOCAL, self._on_local)
         self.seen: dict[str, bytes] = {}
+        #: Frames of the discovery channel not learnt from, by reason (``other_source``: this network's SSID
+        #: from another address than its host's control socket; ``not_a_frame``).
+        self.ignored: collections.Counter[str] = collections.Counter()
         self._learn(network.advertisement)
 
     def _on_local(self, index: int, port: int, payload: bytes) -> None:
@@ -762,12 +765,16 @@ class LdnStation:
                 try:
                     frame = decode_frame(data)
                 except DecodeError:
+                    self.ignored["not_a_frame"] += 1
                     continue
-                # only the host's own adverts (from its control socket) tell who is in the network: a station
-                # table anyone else sends for this SSID would split this station's MACs, hence nonces, from the host's
-                if (isinstance(frame, AdvertFrame) and frame.advertisement.ssid == self.advertisement.ssid
-                        and (str(addr[0]), frame.control_port) == self.network.control):  # fmt: skip
-                    self._learn(frame.advertisement)
+                if not isinstance(frame, AdvertFrame) or frame.advertisement.ssid != self.advertisement.ssid:
+                    continue  # another network's (or not an advert): not ours to learn from
+                # only the host's adverts tell who is in the network (another's table would split our MACs, nonces)
+                if (str(addr[0]), frame.control_port) != self.network.control:
+                    self.ignored["other_source"] += 1
+                    log.debug("LDN station ignored an advert of its network from %s:%d", addr[0], addr[1])
+                    continue
+                self._learn(frame.advertisement)
 
 
 class JoinRefused(Exception):

@@ -78,6 +78,7 @@ async def test_a_station_table_forged_from_another_address_is_not_learnt(
                     await trio.sleep(0.05)
                 await trio.sleep(0.3)
                 assert one.macs() == before
+                assert one.ignored["other_source"] == 5
                 assert one.advertisement.participants == host.state.advertisement().participants
 
 
