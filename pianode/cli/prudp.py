@@ -152,11 +152,14 @@ def _heard(stats: dict[str, int]) -> str:
 
 
 def drop_lines(stats: dict[str, int], seen: dict[str, int], variant: str) -> list[str]:
-    """One line per drop reason whose count grew since *seen*: how many packets, why, and the reason's tag."""
+    """One line per drop reason (and per kind of refused CONNECT) whose count grew since *seen*: how many
+    packets, why, and the reason's tag."""
     lines = []
     for name in sorted(stats):
         reason = name.removeprefix("dropped_")
         new = stats[name] - seen.get(name, 0)
+        if name.startswith("refused: ") and new > 0:  # a CONNECT the host refused (pianode.prudp.core._refuse)
+            lines.append(f"refused {new} connection request(s): {name.removeprefix('refused: ')} [refused_connect]")
         if not name.startswith("dropped_") or new <= 0:
             continue
         hint = DROP_HINTS.get(reason, reason.replace("_", " ")).format(variants=_heard(stats), ours=variant)
