@@ -11,8 +11,8 @@ Theory of operation (spec ../shared/spec/prudp.md §1.1, §6.11):
   same value.  A CONNECT creates the host-side :class:`Connection`
   (:meth:`Connection.accept`).  The peer never checks a connection signature
   (spec §1.6), so the host makes it a cookie that a captured CONNECT cannot
-  reuse: the HMAC also takes the time (:data:`COOKIE_EPOCH`; the current and
-  the previous epoch verify) and the signature of the connection last accepted
+  reuse: the HMAC also takes the time (:data:`COOKIE_EPOCH`; it verifies as
+  long as a client retransmits its CONNECT, at least two epochs) and the signature of the connection last accepted
   on that (address, ports), live or recently closed.  A CONNECT that would
   supersede a live connection (a client restarted on the same port) must
   verify against a SYN answered *during* that connection, and is checked before
@@ -76,10 +76,11 @@ DROP_REASONS = (
 IDENTIFY_PER_SECOND = 20
 
 #: Seconds per epoch of the host's connection-signature cookie: a CONNECT verifies with the cookie of its
-#: SYN+ACK for one to two epochs, then never again (a capture replayed later opens nothing).
+#: SYN+ACK for as long as a client retransmits it (at least two epochs), then never again (a capture replayed
+#: later opens nothing).
 COOKIE_EPOCH = 30.0
-#: Closed connections whose signature the host remembers (for two epochs), so that a CONNECT of the
-#: connection before cannot open its port again.
+#: Closed connections whose signature the host remembers (while their cookies verify), so that a CONNECT of
+#: the connection before cannot open its port again.
 REMEMBERED_CLOSED = 4096
 
 
@@ -104,6 +105,11 @@ class EndpointCore:
         #: that a packet replayed from that connection names another session (v0 signs DATA and DISCONNECT
         #: without anything of their connection, spec §2.5).  Bounded like _closed.
         self._last_session: dict[ConnectionId, int] = {}
+        rto, retrying = settings.rto, 0.0  # how long a client retransmits its CONNECT (Connection._give_up_after)
+        for _ in range(settings.transmissions):
+            retrying, rto = retrying + rto, min(rto * settings.backoff, settings.rto_max)
+        #: Epochs a cookie verifies in (this one and the ones before): the whole retransmission of a CONNECT.
+        self._cookie_epochs = max(2, math.ceil(retrying / COOKIE_EPOCH) + 1)
 
     # ---------------------------------------------------------------- verbs
     def listen(self, port: int | None = None, stream_type: int | None = None) -> int:
@@ -210,12 +216,12 @@ class EndpointCore:
 
     def _bind(self, cid: ConnectionId, now: float) -> bytes:
         """What the host's cookie for *cid* is bound to: the live connection's signature, else that of the one
-        closed on *cid* within two epochs, else nothing."""
+        closed on *cid* while its cookies still verify, else nothing."""
         conn = self.connections.get(cid)
         if conn is not None and not conn.is_client:  # (a closed one not yet removed is remembered as it goes)
             return conn.local_signature
         closed = self._closed.get(cid)
-        if closed is not None and now - closed[1] < 2 * COOKIE_EPOCH:
+        if closed is not None and now - closed[1] < self._cookie_epochs * COOKIE_EPOCH:
             return closed[0]
         return b""
 
@@ -234,9 +240,9 @@ class EndpointCore:
             self._last_session.pop(next(iter(self._last_session)))
 
     def _verified_cookie(self, address: Address, p: PrudpPacket, now: float, bind: bytes) -> bytes | None:
-        """The cookie *p* (a CONNECT) is signed with, of this epoch or the one before; None when it is neither."""
+        """The cookie *p* (a CONNECT) is signed with, of this epoch or the few before; None when it is none."""
         epoch = math.floor(now / COOKIE_EPOCH)
-        for e in (epoch, epoch - 1):
+        for e in range(epoch, epoch - self._cookie_epochs, -1):
             cookie = self._host_signature(address, p, e, bind)
             if p.signature == expected_signature(p, self.settings.variant, self.settings.access_key, peer_signature=cookie):
                 return cookie

@@ -359,3 +359,25 @@ def test_handshake_packets_replayed_into_a_connection_are_dropped_and_counted(va
         client.receive_datagram(d, HOST, net.now)
     assert client.statistics().get("dropped_unexpected_handshake", 0) == 3 * len(from_host)
     _echoed(net, client, cid, b"unmoved")
+
+
+def test_a_connect_retransmitted_for_as_long_as_the_quazal_profile_retries_still_connects() -> None:
+    """Quazal retransmits a CONNECT for about 130 s (20 sends): one that arrives only near the end still
+    verifies (the cookie lives as long as the retransmission), while the same CONNECT far later does not."""
+    net, host, client = _echo_pair("quazal-v0")
+    client.connect(HOST, net.now)
+    lost: list[bytes] = []
+
+    def drop_connects(d: bytes, s: object, t: object) -> bytes | None:
+        if s == CLIENT and any(p.type == PacketType.CONNECT for p in client.codec.decode(d)):
+            lost.append(d)
+            return None
+        return d
+
+    net.hook = drop_connects
+    net.run_until(lambda: len(lost) >= 1, max_time=10)
+    net.hook = None
+    net.now += 120.0
+    host.receive_datagram(lost[0], CLIENT, net.now)
+    net.step()
+    assert len(host.connections) == 1
