@@ -391,6 +391,7 @@ _IGNORED = {
     "malformed": "not a browse reply of Pia {version} ({detail})",
     "system_version": "LAN system communication version {detail}, this node speaks {mine} (Pia {version})",
     "application_version": "application communication version {detail}, not the --app-version asked for",
+    "too_many_sessions": "the browse already kept as many sessions as it keeps (pianode.lan.discovery.MAX_FOUND)",
 }
 
 

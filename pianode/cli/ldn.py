@@ -444,6 +444,8 @@ _IGNORED_FRAMES = {
     "other_local_communication_id": "another --local-id",
     "other_ssid": "another --ssid",
     "no_ldn_host": "no host with an LDN address",
+    "other_source": "a network already heard, from another address than its host's",
+    "too_many_networks": "more networks than a scan keeps (pianode.ldn.network.MAX_SCAN_NETWORKS)",
 }
 
 

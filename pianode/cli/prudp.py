@@ -134,10 +134,13 @@ DROP_HINTS = {
                     "second: not tried as the other variants)",
     "no_connection": "belonged to no connection",
     "bad_session": "named another session of their connection",
-    "bad_aggregate_ack": "carried an aggregate ack that could not be read",
+    "bad_aggregate_ack": "carried an aggregate ack that could not be read, or acked ids never sent",
     "bad_payload": "carried a payload that could not be opened (--compression differs?)",
     "bad_substream": "named a substream the connection did not negotiate",
     "beyond_window": "were too far ahead of the receive window (sent again later)",
+    "hold_full": "came early while the connection already held max_held_bytes for reordering (sent again later)",
+    "unexpected_handshake": "were handshake packets (SYN, CONNECT) their connection no longer expected: late "
+                            "copies or replays",
 }
 
 
@@ -149,11 +152,14 @@ def _heard(stats: dict[str, int]) -> str:
 
 
 def drop_lines(stats: dict[str, int], seen: dict[str, int], variant: str) -> list[str]:
-    """One line per drop reason whose count grew since *seen*: how many packets, why, and the reason's tag."""
+    """One line per drop reason (and per kind of refused CONNECT) whose count grew since *seen*: how many
+    packets, why, and the reason's tag."""
     lines = []
     for name in sorted(stats):
         reason = name.removeprefix("dropped_")
         new = stats[name] - seen.get(name, 0)
+        if name.startswith("refused: ") and new > 0:  # a CONNECT the host refused (pianode.prudp.core._refuse)
+            lines.append(f"refused {new} connection request(s): {name.removeprefix('refused: ')} [refused_connect]")
         if not name.startswith("dropped_") or new <= 0:
             continue
         hint = DROP_HINTS.get(reason, reason.replace("_", " ")).format(variants=_heard(stats), ours=variant)

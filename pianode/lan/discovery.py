@@ -58,6 +58,7 @@ from protocols.pia.versions import VersionProfile
 
 __all__ = [
     "DEFAULT_BROADCAST",
+    "MAX_FOUND",
     "BrowseClient",
     "BrowseResponder",
     "FoundSession",
@@ -80,6 +81,9 @@ REPLY_COPIES = 1
 #: Replies a second to one source IP, and challenge requests remembered (a replayed one is refused).
 REPLIES_PER_SECOND = 4
 SEEN_CHALLENGES = 4096
+#: Sessions one browse keeps (consoles host one session each; a LAN holds a few): more verified replies, a flood
+#: from a game-key holder, are dropped and counted (``too_many_sessions``), so a browse's memory stays bounded.
+MAX_FOUND = 64
 PIA_PORT = 49152  # first of the LAN Pia ports 49152-49155 (spec §6.1)
 
 Address = tuple[str, int]
@@ -444,6 +448,9 @@ class BrowseClient:
             return None
         if info.network_id in self._seen:
             c.drop("duplicate", addr)
+            return None
+        if len(self._seen) >= MAX_FOUND:
+            c.drop("too_many_sessions", addr)
             return None
         self._seen.add(info.network_id)
         key = None

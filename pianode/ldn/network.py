@@ -102,6 +102,7 @@ __all__ = [
     "DEFAULT_BROADCAST",
     "DISCOVERY_PORT",
     "MAX_PARTICIPANTS",
+    "MAX_SCAN_NETWORKS",
     "PIA_PORT",
     "REJECTED",
     "AdvertFrame",
@@ -137,6 +138,9 @@ ADVERTISE_INTERVAL = 0.1  # advertisement frames every 100 ms (spec §7.1)
 CONNECT_TIMEOUT = 0.7  # authentication response awaited 700 ms, 3 attempts (spec §7.1)
 CONNECT_ATTEMPTS = 3
 _MAX_DATAGRAM = 2048
+#: Networks one scan keeps: adverts of more (a flood of new SSIDs) are counted as ``too_many_networks``, so a
+#: scan's memory stays bounded.  A real channel carries a few networks.
+MAX_SCAN_NETWORKS = 64
 
 Address = tuple[str, int]
 Tap = Callable[[bytes, Address, Address, float], None]
@@ -341,9 +345,16 @@ class LdnHostState:
         self.history[ip] = p.mac
         return ConnectReply(request.token, 0, ip, p.mac)
 
-    def leave(self, ip: str) -> bool:
+    def leave(self, ip: str, source: str | None = None) -> bool:
+        """Free *ip*'s slot; with *source* (where the notice came from), only when that is the station's own
+        socket address: a notice anyone else sends frees nothing."""
         y = self._y(ip)
-        return y is not None and y != 1 and self._slots.pop(y, None) is not None
+        if y is None or y == 1 or y not in self._slots:
+            return False
+        if source is not None and source != self.socket_ip(ip):
+            return False
+        del self._slots[y]
+        return True
 
     def prune(self, now: float, mesh_ips: set[str]) -> list[str]:
         """Drop stations that left the Pia mesh or never joined within the grace period."""
@@ -444,6 +455,8 @@ class LdnHost:
         self._control = control
         self.adverts_sent = 0
         self.dropped = 0
+        #: Frames of the control socket dropped, by reason (``dropped`` is their total).
+        self.drops: collections.Counter[str] = collections.Counter()
         s = node.session
         assert s is not None
         #: The Local protocol's update session (spec §5.10), sent to every station until acked.  6.x has
@@ -489,7 +502,7 @@ class LdnHost:
                 try:
                     self.local.receive(row.address, payload)
                 except DecodeError:
-                    self.dropped += 1
+                    self._drop("bad_local_message", row.address)
                 return
 
     async def _announce(self) -> None:
@@ -507,16 +520,21 @@ class LdnHost:
                     self.node.send_protocol(station, Proto.LOCAL, 0, payload)
             await trio.sleep(0.02)
 
+    def _drop(self, reason: str, sender: Address) -> None:
+        self.dropped += 1
+        self.drops[reason] += 1
+        log.debug("LDN host dropped a frame from %s:%d: %s", sender[0], sender[1], reason)
+
     async def _serve(self) -> None:
         while True:
             data, addr = await self._control.recvfrom(_MAX_DATAGRAM)
+            sender = (str(addr[0]), int(addr[1]))
             try:
                 frame = decode_frame(data)
             except DecodeError:
-                self.dropped += 1
+                self._drop("not_a_frame", sender)
                 continue
             tap = self.link_tap
-            sender = (str(addr[0]), int(addr[1]))
             if isinstance(frame, ConnectRequest):
                 if tap is not None:
                     tap(data, sender, self.control_address, trio.current_time())
@@ -528,9 +546,10 @@ class LdnHost:
             elif isinstance(frame, LeaveNotice):
                 if tap is not None:
                     tap(data, sender, self.control_address, trio.current_time())
-                self.state.leave(frame.ip)
+                if frame.ip in (p.ip for p in self.state.participants) and not self.state.leave(frame.ip, sender[0]):
+                    self._drop("leave_from_another_address", sender)  # only a station itself says it leaves
             else:
-                self.dropped += 1
+                self._drop("unexpected_frame", sender)
 
 
 @asynccontextmanager
@@ -628,7 +647,8 @@ async def scan(
 
     *first*: return as soon as one matching network is heard.  *link_tap* sees each advertisement kept.
     *ignored* counts what was heard and not kept, by reason (``not_a_frame``, ``not_an_advertisement``,
-    ``other_local_communication_id``, ``other_ssid``, ``no_ldn_host``).
+    ``other_local_communication_id``, ``other_ssid``, ``no_ldn_host``, ``other_source``: an advert of a network
+    already heard, from another address than its host's; ``too_many_networks``: past :data:`MAX_SCAN_NETWORKS`).
     """
     skipped: collections.Counter[str] = collections.Counter() if ignored is None else ignored
     found: dict[bytes, FoundNetwork] = {}
@@ -655,6 +675,13 @@ async def scan(
                     skipped["no_ldn_host"] += 1
                     continue
                 control = (str(addr[0]), frame.control_port)
+                known = found.get(adv.ssid)
+                if known is not None and known.control != control:
+                    skipped["other_source"] += 1  # the network stays at the host first heard (a fake one takes nothing)
+                    continue
+                if known is None and len(found) >= MAX_SCAN_NETWORKS:
+                    skipped["too_many_networks"] += 1
+                    continue
                 found[adv.ssid] = FoundNetwork(adv, frame.pia_port, control, trio.current_time(), port)
                 if link_tap is not None:
                     link_tap(data, (str(addr[0]), int(addr[1])), (DEFAULT_BROADCAST, port), trio.current_time())
@@ -692,6 +719,9 @@ class LdnStation:
         if has_local_protocol(node.config.profile):
             node.set_protocol_handler(Proto.LOCAL, self._on_local)
         self.seen: dict[str, bytes] = {}
+        #: Frames of the discovery channel not learnt from, by reason (``other_source``: this network's SSID
+        #: from another address than its host's control socket; ``not_a_frame``).
+        self.ignored: collections.Counter[str] = collections.Counter()
         self._learn(network.advertisement)
 
     def _on_local(self, index: int, port: int, payload: bytes) -> None:
@@ -731,13 +761,20 @@ class LdnStation:
     async def _follow(self) -> None:
         with await _udp_socket(("0.0.0.0", self.network.discovery_port), reuse=True) as sock:
             while True:
-                data, _addr = await sock.recvfrom(_MAX_DATAGRAM)
+                data, addr = await sock.recvfrom(_MAX_DATAGRAM)
                 try:
                     frame = decode_frame(data)
                 except DecodeError:
+                    self.ignored["not_a_frame"] += 1
                     continue
-                if isinstance(frame, AdvertFrame) and frame.advertisement.ssid == self.advertisement.ssid:
-                    self._learn(frame.advertisement)
+                if not isinstance(frame, AdvertFrame) or frame.advertisement.ssid != self.advertisement.ssid:
+                    continue  # another network's (or not an advert): not ours to learn from
+                # only the host's adverts tell who is in the network (another's table would split our MACs, nonces)
+                if (str(addr[0]), frame.control_port) != self.network.control:
+                    self.ignored["other_source"] += 1
+                    log.debug("LDN station ignored an advert of its network from %s:%d", addr[0], addr[1])
+                    continue
+                self._learn(frame.advertisement)
 
 
 class JoinRefused(Exception):
@@ -756,12 +793,13 @@ async def _associate(
                 link_tap(data, here, network.control, trio.current_time())
             with trio.move_on_after(CONNECT_TIMEOUT):
                 while True:
-                    data, _addr = await sock.recvfrom(_MAX_DATAGRAM)
+                    data, addr = await sock.recvfrom(_MAX_DATAGRAM)
                     try:
                         frame = decode_frame(data)
                     except DecodeError:
                         continue
-                    if isinstance(frame, ConnectReply) and frame.token == request.token:
+                    from_host = (str(addr[0]), int(addr[1])) == network.control  # a reply from elsewhere is forged
+                    if from_host and isinstance(frame, ConnectReply) and frame.token == request.token:
                         if link_tap is not None:
                             link_tap(data, network.control, here, trio.current_time())
                         return frame
@@ -827,7 +865,8 @@ async def open_ldn_station(
                 nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(1):
-            with await _udp_socket((local, 0)) as sock:
+            # from the station's own socket address: the host frees a slot only for a notice from there
+            with await _udp_socket((loopback, 0)) as sock:
                 await sock.sendto(encode_frame(LeaveNotice(reply.ip)), network.control)
 
 

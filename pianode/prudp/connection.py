@@ -23,12 +23,14 @@ Theory of operation (spec ../shared/spec/prudp.md §1.4, §5, §6):
   early packets included, except packets too far ahead of the window.  In-flight
   packets are matched on (type, substream, seq), so a PING ack never clears DATA.
   v1 can acknowledge with aggregate acks (spec §6.4), old and new formats.
-* **Receiving** (spec §6.3): early reliable packets are held back, old ones are
-  dropped after acking; in-order packets are decrypted, decompressed and
+* **Receiving** (spec §6.3): early reliable packets are held back (at most
+  ``Settings.max_held_bytes`` of them: an early packet beyond it is dropped
+  unacked and comes again), old ones are dropped after acking; in-order packets are decrypted, decompressed and
   reassembled, and a message is delivered on fragment id 0.  Reliable PINGs,
   USERs occupy their slot as no-ops (spec §6.9).
 * **Keep-alive** (spec §6.6, seeds 000/001): after ``ping`` seconds without any
-  valid inbound packet an unreliable PING is sent; a ping is *missed* when the
+  valid *new* inbound packet (a new id, an ack of something in flight or of
+  our last ping: a replayed packet is no sign of life) an unreliable PING is sent; a ping is *missed* when the
   next one falls due with still nothing received; two misses end the connection.
 """
 
@@ -102,6 +104,27 @@ class _Outgoing:
     plain: bytes
 
 
+def _read_aggregate_ack(p: PrudpPacket) -> tuple[int, int, tuple[int, ...]]:
+    """``(substream, base, extra ids)`` of a v1 aggregate ack, old or new format (spec §6.4)."""
+    if p.substream_id == 1:  # new format
+        if len(p.payload) < 4 or len(p.payload) != 4 + 2 * p.payload[1]:
+            raise DecodeError("aggregate ack of the wrong size")
+        sub, n, base = struct.unpack_from("<BBH", p.payload)
+        return sub, base, struct.unpack_from(f"<{n}H", p.payload, 4)
+    if len(p.payload) % 2:
+        raise DecodeError("aggregate ack of odd size")
+    return 0, p.sequence_id, struct.unpack(f"<{len(p.payload) // 2}H", p.payload)
+
+
+def _newer(last_seen: dict[PacketType, int], kind: PacketType, seq: int) -> bool:
+    """Whether an unreliable packet's id is past every one seen of its kind (a replayed one is not); notes it."""
+    last = last_seen.get(kind)
+    if last is not None and not 0 < _serial_diff(seq, last) < 0x8000:
+        return False
+    last_seen[kind] = seq
+    return True
+
+
 def _serial_diff(a: int, b: int) -> int:
     """``(a - b) mod 2**16``: how far *a* is ahead of *b* (spec §6.3)."""
     return (a - b) & 0xFFFF
@@ -142,6 +165,7 @@ class Connection:
         self.queued_bytes = 0
         self._expected = [1] * nsub
         self._held: list[dict[int, PrudpPacket]] = [{} for _ in range(nsub)]
+        self._held_bytes = 0  # payload bytes in _held (Settings.max_held_bytes bounds it)
         self._fragments = [bytearray() for _ in range(nsub)]
         self._agg_pending: set[int] = set()
         self._ping_seq = 1
@@ -160,6 +184,7 @@ class Connection:
         self._ping_due: float | None = None
         self._ping_outstanding = False
         self._missed_pings = 0
+        self._last_seen: dict[PacketType, int] = {}  # the peer's last unreliable id per type (see _newer)
         self._connect_ack: bytes | None = None  # host: resent when the client's CONNECT comes again
         self._srtt: float | None = None  # smoothed RTT and its variation (spec §6.5, RFC 6298 constants)
         self._rttvar = 0.0
@@ -204,15 +229,12 @@ class Connection:
     # ---------------------------------------------------------------- client
     def start(self, now: float) -> None:
         """Client: send SYN."""
-        size = self.variant.connection_signature_bytes
         syn = self._packet(PacketType.SYN, Flag.NEED_ACK, session_id=0)
-        syn = self._v1_handshake_options(syn, connect=False, conn_sig=bytes(size))
+        syn = self._v1_handshake_options(syn, connect=False, conn_sig=bytes(self.variant.connection_signature_bytes))
         self._transmit_tracked(self._sign(syn, peer=False), (PacketType.SYN, 0, 0), now)
         self._last_rx = now
 
-    def _on_syn_ack(self, p: PrudpPacket, now: float) -> None:
-        if self.state != State.SYN_SENT:
-            return  # a duplicate SYN+ACK
+    def _on_syn_ack(self, p: PrudpPacket, now: float) -> None:  # (in SYN_SENT: receive_packet counts the others)
         if p.signature != expected_signature(p, self.variant, self.settings.access_key):
             self._bad_signature(p, inbound=False)
             return
@@ -243,7 +265,8 @@ class Connection:
         self.state = State.CONNECT_SENT
 
     def _on_connect_ack(self, p: PrudpPacket, now: float) -> None:
-        if self.state != State.CONNECT_SENT or (PacketType.CONNECT, 0, p.sequence_id) not in self._inflight:
+        if (PacketType.CONNECT, 0, p.sequence_id) not in self._inflight:
+            self.stats["dropped_unexpected_handshake"] += 1
             return
         if p.signature != self._expected_inbound(p):
             self._bad_signature(p)
@@ -296,14 +319,15 @@ class Connection:
         now: float,
         *,
         random_bytes: RandomBytes = os.urandom,
+        avoid_session: int | None = None,
     ) -> Connection:
-        """Host: build a connection from a client's CONNECT.
+        """Host: build a connection from a client's CONNECT, with another session id than *avoid_session*.
 
         Raises:
-            DecodeError: the CONNECT is not acceptable (bad signature, negotiation
-                or key); the message says which.
+            DecodeError: the CONNECT is not acceptable (bad signature, negotiation or key); the message says which.
         """
         conn = cls(settings, codec, cid, is_client=False, local_signature=local_signature, random_bytes=random_bytes)
+        conn.local_session ^= 0x80 if conn.local_session == avoid_session else 0
         if connect.signature != conn._expected_inbound(connect):
             raise DecodeError("CONNECT signature does not verify")
         v = settings.variant
@@ -347,10 +371,12 @@ class Connection:
         return conn
 
     def repeat_connect_ack(self) -> None:
-        """Host: the client sent its CONNECT again (our CONNECT+ACK was lost)."""
+        """Host: the client sent its CONNECT again (our CONNECT+ACK was lost): answered as many times as a
+        client retransmits, not for every copy a replay sends (it is larger than the CONNECT)."""
         if self._connect_ack is not None and self.state in (State.CONNECTED, State.CLOSING):
-            self._out.append(self._connect_ack)
-            self.stats["connect_ack_repeated"] += 1
+            done = self.stats["connect_ack_repeated"] >= self.settings.transmissions
+            self._out.extend([] if done else [self._connect_ack])
+            self.stats["connect_ack_not_repeated" if done else "connect_ack_repeated"] += 1
 
     # ------------------------------------------------------------- user verbs
     def send(self, data: bytes, substream: int = 0, now: float = 0.0) -> None:
@@ -519,14 +545,18 @@ class Connection:
         if self.state == State.CLOSED:
             return
         if p.type == PacketType.SYN:
-            if p.flags & Flag.ACK and self.is_client:
+            if p.flags & Flag.ACK and self.is_client and self.state == State.SYN_SENT:
                 self._on_syn_ack(p, now)
+            else:  # a replayed or late handshake packet
+                self.stats["dropped_unexpected_handshake"] += 1
             return
         if p.type == PacketType.CONNECT:
-            if p.flags & Flag.ACK and self.is_client:
+            if p.flags & Flag.ACK and self.is_client and self.state == State.CONNECT_SENT:
                 self._on_connect_ack(p, now)
             elif not p.flags & Flag.ACK and not self.is_client:
                 self.repeat_connect_ack()
+            else:
+                self.stats["dropped_unexpected_handshake"] += 1
             return
         if self.remote_session is None or p.session_id != self.remote_session:
             self.stats["dropped_bad_session"] += 1
@@ -534,46 +564,41 @@ class Connection:
         if p.signature != self._expected_inbound(p):
             self._bad_signature(p)
             return
-        self._last_rx = now
-        self._missed_pings = 0
-        self._ping_outstanding = False
-        if self.state in (State.CONNECTED, State.CLOSING):
-            self._ping_due = now + self.settings.ping
         if p.flags & Flag.ACK or (p.flags & Flag.MULTI_ACK and self.variant.framing == Framing.V1):
-            self._on_ack(p, now)
+            fresh = self._on_ack(p, now)
         else:
-            self._on_request(p, now)
+            fresh = self._on_request(p, now)
+        if fresh:  # only something new is a sign of life: replayed packets keep no vanished peer alive
+            self._last_rx, self._missed_pings, self._ping_outstanding = now, 0, False
+            if self.state in (State.CONNECTED, State.CLOSING):
+                self._ping_due = now + self.settings.ping
         self._pump(now)
 
-    def _on_ack(self, p: PrudpPacket, now: float) -> None:
+    def _on_ack(self, p: PrudpPacket, now: float) -> bool:  # whether it acked something we wait for
         if p.flags & Flag.MULTI_ACK and self.variant.framing == Framing.V1 and p.type == PacketType.DATA:
-            self._on_aggregate_ack(p)
-            return
+            return self._on_aggregate_ack(p)
         entry = self._inflight.pop((int(p.type), p.substream_id, p.sequence_id), None)
-        if entry is None:
-            self.stats["acks_unmatched"] += 1
-            return
+        if entry is None:  # (our pings are unreliable, not in flight: the ack of the last one counts)
+            ping = p.type == PacketType.PING and self._ping_outstanding and p.sequence_id == (self._ping_seq - 1) & 0xFFFF
+            self.stats["acks_unmatched"] += not ping
+            return ping
         self._rtt_sample(entry, now)
         if p.type == PacketType.USER and self.state == State.USER_SENT:
             self._become_connected(now)
         elif p.type == PacketType.DISCONNECT and self.state == State.CLOSING:
             self._close(now, "closed")
+        return True
 
-    def _on_aggregate_ack(self, p: PrudpPacket) -> None:
+    def _on_aggregate_ack(self, p: PrudpPacket) -> bool:
         try:
-            if p.substream_id == 1:  # new format (spec §6.4)
-                if len(p.payload) < 4 or len(p.payload) != 4 + 2 * p.payload[1]:
-                    raise DecodeError("aggregate ack of the wrong size")
-                sub, n, base = struct.unpack_from("<BBH", p.payload)
-                extras = struct.unpack_from(f"<{n}H", p.payload, 4)
-            else:
-                if len(p.payload) % 2:
-                    raise DecodeError("aggregate ack of odd size")
-                sub, base = 0, p.sequence_id
-                extras = struct.unpack(f"<{len(p.payload) // 2}H", p.payload)
+            sub, base, extras = _read_aggregate_ack(p)
+            # a base ahead of the last id sent acks ids never sent: ignored (spec §6.4, §6.10 item 4)
+            if sub > self._max_sub or 0 < _serial_diff(base, (self._next_seq[sub] - 1) & 0xFFFF) < 0x8000:
+                raise DecodeError("aggregate ack beyond the ids sent")
         except DecodeError:
             self.stats["dropped_bad_aggregate_ack"] += 1
-            return
+            return False
+        before = len(self._inflight)
         for key in list(self._inflight):
             t, s, seq = key
             # serial "seq <= base" (spec §6.4, fixing §6.10 item 1); never touches PING entries
@@ -581,11 +606,12 @@ class Connection:
                 self._inflight.pop(key)
                 if t == PacketType.DISCONNECT and self.state == State.CLOSING:
                     self._close(0.0, "closed")
-                    return
+                    return True
         for seq in extras:
             self._inflight.pop((int(PacketType.DATA), sub, seq), None)
+        return len(self._inflight) < before
 
-    def _on_request(self, p: PrudpPacket, now: float) -> None:
+    def _on_request(self, p: PrudpPacket, now: float) -> bool:  # whether it was new (a replay is not)
         if p.type == PacketType.PING:
             self.stats["pings_received"] += 1
         if not p.flags & Flag.RELIABLE:
@@ -596,19 +622,23 @@ class Connection:
                     data = self.cipher.open(p)
                 except DecodeError:
                     self.stats["dropped_bad_payload"] += 1
-                    return
+                    return False
                 self._emit(MessageReceived(self.id, data, p.substream_id))
             elif p.type == PacketType.DISCONNECT:
                 self._close(now, "closed by peer (forced)")
-            return
+            return _newer(self._last_seen, p.type, p.sequence_id)
         sub = p.substream_id
         if sub > self._max_sub:
             self.stats["dropped_bad_substream"] += 1
-            return
+            return False
         d = _serial_diff(p.sequence_id, self._expected[sub])
         if self.settings.receive_window <= d < 0x8000:
             self.stats["dropped_beyond_window"] += 1  # no ack: the sender will try again (spec §6.3 step 5)
-            return
+            return False
+        full = self._held_bytes + len(p.payload) > self.settings.max_held_bytes
+        if full and 0 < d < 0x8000 and p.sequence_id not in self._held[sub]:
+            self.stats["dropped_hold_full"] += 1  # unacked: it comes again once the window moved (spec §6.3 step 5)
+            return False
         use_agg = self.settings.aggregate_ack and p.type == PacketType.DATA and self.variant.framing == Framing.V1
         if p.flags & Flag.NEED_ACK:
             if use_agg:
@@ -617,12 +647,15 @@ class Connection:
                 self._ack(p)
         if d >= 0x8000 or p.sequence_id in self._held[sub]:
             self.stats["duplicates"] += 1
-            return
+            return False
         self._held[sub][p.sequence_id] = p
+        self._held_bytes += len(p.payload)
         while self._expected[sub] in self._held[sub] and self.state != State.CLOSED:
             q = self._held[sub].pop(self._expected[sub])
+            self._held_bytes -= len(q.payload)
             self._expected[sub] = (self._expected[sub] + 1) & 0xFFFF
             self._process_in_order(q, now)
+        return True
 
     def _process_in_order(self, p: PrudpPacket, now: float) -> None:
         if p.type == PacketType.DATA:

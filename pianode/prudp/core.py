@@ -9,7 +9,15 @@ Theory of operation (spec ../shared/spec/prudp.md §1.1, §6.11):
   connection signature is an HMAC of the client's address and ports under a
   per-endpoint secret, so the CONNECT that follows can be checked against the
   same value.  A CONNECT creates the host-side :class:`Connection`
-  (:meth:`Connection.accept`).
+  (:meth:`Connection.accept`).  The peer never checks a connection signature
+  (spec §1.6), so the host makes it a cookie that a captured CONNECT cannot
+  reuse: the HMAC also takes the time (:data:`COOKIE_EPOCH`; it verifies as
+  long as a client retransmits its CONNECT, at least two epochs) and the signature of the connection last accepted
+  on that (address, ports), live or recently closed.  A CONNECT that would
+  supersede a live connection (a client restarted on the same port) must
+  verify against a SYN answered *during* that connection, and is checked before
+  the live connection is touched: a replayed or forged CONNECT is refused and
+  counted, the connection goes on.
 * A client takes the highest free port ≤ 15 of its stream type for each peer
   address (spec §1.1), and sends SYN.
 * Bad packets (another variant, checksum, signature, session, unknown connection) are
@@ -27,6 +35,7 @@ import hashlib
 import hmac
 import math
 import os
+import re
 from collections import Counter, deque
 
 import attrs
@@ -40,7 +49,7 @@ from protocols.prudp.packet import Flag, PacketType, PrudpPacket
 from protocols.prudp.signatures import expected_signature
 from protocols.prudp.variants import Framing
 
-__all__ = ["DROP_REASONS", "IDENTIFY_PER_SECOND", "EndpointCore"]
+__all__ = ["COOKIE_EPOCH", "DROP_REASONS", "IDENTIFY_PER_SECOND", "EndpointCore"]
 
 #: Why an endpoint drops a packet: statistics count each as ``dropped_<reason>`` (and a packet of another
 #: variant also under ``other_variant:<its variant names>``).  Only ``bad_checksum`` and ``bad_signature``
@@ -57,12 +66,22 @@ DROP_REASONS = (
     "bad_payload",
     "bad_substream",
     "beyond_window",
+    "hold_full",
+    "unexpected_handshake",
 )
 
 #: At most this many datagrams a second (and as many at once) that our variant cannot read are tried as
 #: every other variant (several decodes each): a flood of junk costs little more than dropping it, and a
 #: misconfigured peer, a few packets a second, is still named.  The rest count as ``unidentified``.
 IDENTIFY_PER_SECOND = 20
+
+#: Seconds per epoch of the host's connection-signature cookie: a CONNECT verifies with the cookie of its
+#: SYN+ACK for as long as a client retransmits it (at least two epochs), then never again (a capture replayed
+#: later opens nothing).
+COOKIE_EPOCH = 30.0
+#: Closed connections whose signature the host remembers (while their cookies verify), so that a CONNECT of
+#: the connection before cannot open its port again.
+REMEMBERED_CLOSED = 4096
 
 
 class EndpointCore:
@@ -80,6 +99,17 @@ class EndpointCore:
         self._stats: Counter[str] = Counter()
         self._identify_budget = float(IDENTIFY_PER_SECOND)  # a token bucket, see _may_identify
         self._identify_at = -math.inf
+        #: Host side: the local signature of the last connection closed on an id, and when (see _bind).
+        self._closed: dict[ConnectionId, tuple[bytes, float]] = {}
+        #: Our session id in the last connection on an id (client and host): the next one takes another, so
+        #: that a packet replayed from that connection names another session (v0 signs DATA and DISCONNECT
+        #: without anything of their connection, spec §2.5).  Bounded like _closed.
+        self._last_session: dict[ConnectionId, int] = {}
+        rto, retrying = settings.rto, 0.0  # how long a client retransmits its CONNECT (Connection._give_up_after)
+        for _ in range(settings.transmissions):
+            retrying, rto = retrying + rto, min(rto * settings.backoff, settings.rto_max)
+        #: Epochs a cookie verifies in (this one and the ones before): the whole retransmission of a CONNECT.
+        self._cookie_epochs = max(2, math.ceil(retrying / COOKIE_EPOCH) + 1)
 
     # ---------------------------------------------------------------- verbs
     def listen(self, port: int | None = None, stream_type: int | None = None) -> int:
@@ -109,6 +139,9 @@ class EndpointCore:
         conn = Connection(
             self.settings, self.codec, cid, is_client=True, local_signature=self._random(size), random_bytes=self._random
         )
+        if conn.local_session == self._last_session.get(cid):
+            conn.local_session ^= 0x80  # (the SYN carries session 0: the CONNECT is the first to name it)
+        self._note_session(conn)
         self.connections[cid] = conn
         conn.start(now)
         self._collect(conn)
@@ -176,10 +209,48 @@ class EndpointCore:
         self._identify_budget -= 1
         return True
 
-    def _host_signature(self, address: Address, p: PrudpPacket) -> bytes:
-        msg = f"{address[0]}|{address[1]}|{p.source}|{p.destination}".encode()
+    def _host_signature(self, address: Address, p: PrudpPacket, epoch: int, bind: bytes) -> bytes:
+        msg = f"{address[0]}|{address[1]}|{p.source}|{p.destination}|{epoch}|".encode() + bind
         size = self.settings.variant.connection_signature_bytes
         return hmac.new(self._secret, msg, hashlib.sha256).digest()[:size]
+
+    def _bind(self, cid: ConnectionId, now: float) -> bytes:
+        """What the host's cookie for *cid* is bound to: the live connection's signature, else that of the one
+        closed on *cid* while its cookies still verify, else nothing."""
+        conn = self.connections.get(cid)
+        if conn is not None and not conn.is_client:  # (a closed one not yet removed is remembered as it goes)
+            return conn.local_signature
+        closed = self._closed.get(cid)
+        if closed is not None and now - closed[1] < self._cookie_epochs * COOKIE_EPOCH:
+            return closed[0]
+        return b""
+
+    def _remember_closed(self, conn: Connection, now: float) -> None:
+        if conn.is_client:
+            return
+        self._closed.pop(conn.id, None)
+        self._closed[conn.id] = (conn.local_signature, now)
+        while len(self._closed) > REMEMBERED_CLOSED:
+            self._closed.pop(next(iter(self._closed)))
+
+    def _note_session(self, conn: Connection) -> None:
+        self._last_session.pop(conn.id, None)
+        self._last_session[conn.id] = conn.local_session
+        while len(self._last_session) > REMEMBERED_CLOSED:
+            self._last_session.pop(next(iter(self._last_session)))
+
+    def _verified_cookie(self, address: Address, p: PrudpPacket, now: float, bind: bytes) -> bytes | None:
+        """The cookie *p* (a CONNECT) is signed with, of this epoch or the few before; None when it is none."""
+        epoch = math.floor(now / COOKIE_EPOCH)
+        for e in range(epoch, epoch - self._cookie_epochs, -1):
+            cookie = self._host_signature(address, p, e, bind)
+            if p.signature == expected_signature(p, self.settings.variant, self.settings.access_key, peer_signature=cookie):
+                return cookie
+        return None
+
+    def _refuse(self, why: str) -> None:
+        self._stats["refused_connect"] += 1
+        self._stats[f"refused: {why}"] += 1
 
     def _dispatch(self, p: PrudpPacket, address: Address, now: float) -> None:
         cid = ConnectionId(address, p.destination, p.source)
@@ -187,42 +258,58 @@ class EndpointCore:
         if conn is not None and conn.state != State.CLOSED:
             if not conn.is_client and self._is_new_client(conn, p):
                 # The peer restarted on the same virtual port: a fresh SYN or a CONNECT
-                # with another signature/session supersedes the old connection.
-                if p.type == PacketType.CONNECT:
-                    conn.abort(now, "superseded by a new CONNECT from the same port")
-                    self._collect(conn)
-                    self._stats.update(conn.stats)
-                    del self.connections[cid]
-                else:
-                    self._answer_syn(p, address)
+                # with another signature/session supersedes the old connection, once it verifies
+                # against a SYN answered during this connection (a replayed or forged one does not).
+                if p.type != PacketType.CONNECT:
+                    self._answer_syn(p, address, now)
                     return
-            else:
-                conn.receive_packet(p, now)
+                cookie = self._verified_cookie(address, p, now, conn.local_signature)
+                if cookie is None:
+                    self._refuse("a CONNECT for a live connection did not verify (replayed or forged)")
+                    return
+                conn.abort(now, "superseded by a new CONNECT from the same port")
                 self._collect(conn)
+                self._stats.update(conn.stats)
+                self._remember_closed(conn, now)
+                del self.connections[cid]
+                self._accept(cid, p, cookie, now)
                 return
+            conn.receive_packet(p, now)
+            self._collect(conn)
+            return
         if p.destination not in self._listening or p.flags & Flag.ACK:
             self._stats["dropped_no_connection"] += 1
             return
         if p.type == PacketType.SYN:
-            self._answer_syn(p, address)
+            self._answer_syn(p, address, now)
         elif p.type == PacketType.CONNECT:
-            same_source = sum(1 for c in self.connections.values() if c.id.address[0] == address[0])
-            if same_source >= self.settings.max_connections_per_source:
-                self._stats["refused_connect"] += 1
-                self._stats["refused: too many connections from one source"] += 1
+            cookie = self._verified_cookie(address, p, now, self._bind(cid, now))
+            if cookie is None:
+                self._refuse("CONNECT signature does not verify (another access key, an old or replayed CONNECT)")
                 return
-            try:
-                conn = Connection.accept(
-                    self.settings, self.codec, cid, p, self._host_signature(address, p), now, random_bytes=self._random
-                )
-            except DecodeError as exc:
-                self._stats["refused_connect"] += 1
-                self._stats[f"refused: {exc}"] += 1
-                return
-            self.connections[cid] = conn
-            self._collect(conn)
+            self._accept(cid, p, cookie, now)
         else:
             self._stats["dropped_no_connection"] += 1
+
+    def _accept(self, cid: ConnectionId, p: PrudpPacket, cookie: bytes, now: float) -> None:
+        if len(self.connections) >= self.settings.max_connections:
+            self._refuse("the host holds max_connections connections")
+            return
+        same_source = sum(1 for c in self.connections.values() if c.id.address[0] == cid.address[0])
+        if same_source >= self.settings.max_connections_per_source:
+            self._refuse("too many connections from one source")
+            return
+        try:
+            conn = Connection.accept(self.settings, self.codec, cid, p, cookie, now, random_bytes=self._random,
+                                     avoid_session=self._last_session.get(cid))  # fmt: skip
+        except DecodeError as exc:
+            # one counter per kind of refusal: numbers the peer chose (a length) would make one per value
+            self._refuse(re.sub(r"\d+", "N", str(exc)))
+            return
+        self._note_session(conn)
+        self._closed.pop(cid, None)
+        self.connections[cid] = conn
+        self._collect(conn)
 
     @staticmethod
     def _is_new_client(conn: Connection, p: PrudpPacket) -> bool:
@@ -234,17 +321,19 @@ class EndpointCore:
             p.connection_signature != conn.remote_signature or p.session_id != conn.remote_session
         )
 
-    def _answer_syn(self, p: PrudpPacket, address: Address) -> None:
+    def _answer_syn(self, p: PrudpPacket, address: Address, now: float) -> None:
         v = self.settings.variant
         if p.signature != expected_signature(p, v, self.settings.access_key):
             count_other_variant(self._stats, signature_variants(p, v, self.settings.access_key), "bad_signature")
             return
+        cid = ConnectionId(address, p.destination, p.source)
+        cookie = self._host_signature(address, p, math.floor(now / COOKIE_EPOCH), self._bind(cid, now))
         ack = PrudpPacket(
             source=p.destination,
             destination=p.source,
             type=PacketType.SYN,
             flags=Flag.ACK | Flag.HAS_SIZE,
-            connection_signature=self._host_signature(address, p),
+            connection_signature=cookie,
         )
         if v.framing == Framing.V1:
             theirs = p.supported_functions or 0
@@ -274,6 +363,7 @@ class EndpointCore:
             self._collect(conn)
             if conn.state == State.CLOSED and not conn.events:
                 self._stats.update(conn.stats)
+                self._remember_closed(conn, now)
                 del self.connections[cid]
         return out
 

@@ -125,6 +125,11 @@ class Settings:
     receive_queue_bytes: int = 4 << 20
     #: Connections a host keeps from one source IP; more are refused.
     max_connections_per_source: int = 16
+    #: Connections a host keeps in all (from any number of source IPs); more are refused.
+    max_connections: int = 1024
+    #: Payload bytes of early reliable packets one connection holds for reordering; an early packet beyond
+    #: it is dropped unacknowledged (``dropped_hold_full``) and comes again (the next in order is always taken).
+    max_held_bytes: int = 1 << 20
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.receive_window < 32768:

@@ -138,3 +138,15 @@ def test_every_drop_reason_of_the_endpoint_has_words_and_a_snake_case_tag() -> N
 
     assert set(DROP_HINTS) == set(DROP_REASONS)
     assert all(re.fullmatch(r"[a-z]+(_[a-z]+)*", reason) for reason in DROP_REASONS)
+
+
+def test_refused_connection_requests_are_reported_with_their_reason() -> None:
+    """prudp serve prints a line for each kind of refused CONNECT (a replayed one, another key, a full host)
+    as it does for dropped packets: before, refusals were only counted."""
+    from pianode.cli.prudp import drop_lines
+
+    why = "a CONNECT for a live connection did not verify (replayed or forged)"
+    stats = {"refused_connect": 3, f"refused: {why}": 3, "dropped_no_connection": 1}
+    lines = drop_lines(stats, {f"refused: {why}": 1}, "nintendo-v1")
+    assert f"refused 2 connection request(s): {why} [refused_connect]" in lines
+    assert any(line.startswith("dropped 1 packet(s) that belonged to no connection") for line in lines)

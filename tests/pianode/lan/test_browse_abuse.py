@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from pianode.lan.discovery import BrowseClient, BrowseResponder, make_network_property, make_session_info
+from pianode.lan.discovery import (
+    BrowseClient,
+    BrowseResponder,
+    make_network_property,
+    make_session_info,
+)
 from protocols.pia.versions import profile_for
 
 KEY = bytes(range(16))
@@ -50,3 +55,20 @@ def test_a_real_browser_still_finds_the_session() -> None:
     assert len(out) == 1
     found = client.receive(out[0][0], ("127.0.0.2", 30000))
     assert found is not None and found.session_key is not None
+
+
+def test_a_flood_of_verified_replies_keeps_at_most_max_found_sessions() -> None:
+    """A key holder answering one browse with many sessions (each reply verifies): before, the browser kept every
+    one until its timeout (about 1.3 KB each, without bound); now it keeps MAX_FOUND and counts the rest."""
+    from pianode.lan.discovery import MAX_FOUND
+
+    prof = profile_for("5.18")
+    client = BrowseClient(prof, KEY)
+    request = client.request()
+    kept = 0
+    for i in range(MAX_FOUND + 40):
+        responder = BrowseResponder(prof, KEY, make_session_info(prof, ip=f"127.0.{i // 250}.{i % 250 + 2}"))
+        ((reply, _),) = responder.receive(request, ("127.0.0.9", 5000))
+        kept += client.receive(reply, ("127.0.0.2", 30000)) is not None
+    assert kept == MAX_FOUND
+    assert client.statistics().dropped["too_many_sessions"] == 40
