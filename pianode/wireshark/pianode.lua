@@ -305,6 +305,10 @@ field("source_variable_id", ProtoField.uint32, "pia.source_variable_id", "Source
 field("padding_flags", ProtoField.uint8, "pia.padding_flags", "Padding size and packet flags", base.HEX)
 field("padding_size", ProtoField.uint8, "pia.padding_size", "Padding size", base.DEC)
 field("packet_flags", ProtoField.uint8, "pia.packet_flags", "Packet flags", base.HEX)
+field("flag_zstd", ProtoField.bool, "pia.packet_flags.zstd", "Payload Zstandard-compressed")
+field("flag_skip_dst", ProtoField.bool, "pia.packet_flags.skip_destination_check", "Skip destination variable id check")
+field("flag_skip_net", ProtoField.bool, "pia.packet_flags.skip_network_check", "Skip network connection check")
+field("zstd_payload", ProtoField.bytes, "pia.compressed_payload", "Compressed payload (Zstandard)")
 field("footer_size", ProtoField.uint8, "pia.footer_size", "Footer size", base.DEC)
 field("nonce", ProtoField.bytes, "pia.nonce", "Header nonce")
 field("tag", ProtoField.bytes, "pia.tag", "AES-GCM tag")
@@ -494,6 +498,8 @@ local E = {
                                 expert.severity.WARN),
     guessed = ProtoExpert.new("pia.version_guessed", "Pia version guessed from the header",
                               expert.group.ASSUMPTION, expert.severity.CHAT),
+    zstd = ProtoExpert.new("pia.zstd", "Payload Zstandard-compressed (packet flag 1): its messages are not dissected",
+                           expert.group.UNDECODED, expert.severity.NOTE),
 }
 local PE = {
     malformed = ProtoExpert.new("prudp.malformed", "Malformed PRUDP packet", expert.group.MALFORMED,
@@ -501,7 +507,7 @@ local PE = {
     bad_checksum = ProtoExpert.new("prudp.bad_checksum", "PRUDP checksum mismatch", expert.group.CHECKSUM,
                                    expert.severity.WARN),
 }
-pia.experts = {E.malformed, E.auth_failed, E.encrypted, E.zlib, E.sub, E.lan, E.guessed, E.cut_short}
+pia.experts = {E.malformed, E.auth_failed, E.encrypted, E.zlib, E.sub, E.lan, E.guessed, E.cut_short, E.zstd}
 prudp.experts = {PE.malformed, PE.bad_checksum}
 
 pia.prefs.version = Pref.string("Pia version", "auto",
@@ -877,6 +883,10 @@ local function choose_version(tvb, guess_key, readable, body_start, body_stop_fo
     return list[1], "guess"
 end
 
+-- H-G packet flags, the low nibble of byte 5 (KW Pia-Protocol.md, "Packet Flags"; spec §1.7).
+local PACKET_FLAGS = {[1] = "Zstandard-compressed", [2] = "skip destination variable id check",
+                      [4] = "skip network connection check"}
+
 local HEADER_FIELDS = {
     -- layout: list of {field key, size}; "vb" = encryption|version byte, "pf" = padding/flags byte (§1.1)
     ["H-A"] = {{"magic", 4}, {"encryption", 1}, {"connection_id", 1}, {"packet_id", 2}, {"source_timer", 2},
@@ -1019,7 +1029,13 @@ local function dissect_pia(tvb, pinfo, tree)
         elseif key == "pf" then
             local pf = root:add(F.padding_flags, r)
             pf:add(F.padding_size, r, math.floor(r:uint() / 16))
-            pf:add(F.packet_flags, r, r:uint() % 16)
+            local flags = r:uint() % 16
+            local fl = pf:add(F.packet_flags, r, flags)
+            local named = flag_text(flags, PACKET_FLAGS)
+            if named ~= "" then fl:append_text(" (" .. named .. ")") end
+            fl:add(F.flag_zstd, r, has(flags, 1))
+            fl:add(F.flag_skip_dst, r, has(flags, 2))
+            fl:add(F.flag_skip_net, r, has(flags, 4))
         elseif key == "encryption" then
             local e = root:add(F.encryption, r)
             e:add(F.encrypted, r, r:uint() == 2)
@@ -1050,7 +1066,12 @@ local function dissect_pia(tvb, pinfo, tree)
         return n
     end
     local summaries = {}
-    if readable and p then
+    -- Packet flag 1 (H-G): the body is a Zstandard frame, not messages (§1.7, §2.8); Wireshark's Lua has no inflater.
+    local zstd = fmt == "H-G" and has(tvb(5, 1):uint() % 16, 1)
+    if zstd and readable then
+        if stop > hsize then root:add(F.zstd_payload, tvb(hsize, stop - hsize)) end
+        root:add_proto_expert_info(E.zstd)
+    elseif readable and p then
         local msgs, err = walk_messages(tvb, hsize, stop, p)
         if msgs then
             root:add(F.message_count, #msgs):set_generated()
@@ -1080,6 +1101,7 @@ local function dissect_pia(tvb, pinfo, tree)
     if fmt == "H-G" and readable and padding > 0 then root:add(F.ff_padding, tvb(n - padding, padding)) end
     if fmt == "H-A" then root:add(F.hmac, tvb(n - 16, 16)) end
     local state = encrypted and (readable and "decrypted" or "encrypted") or "plain"
+    if zstd then info[#info + 1] = "[Zstandard-compressed]" end
     local text = string.format("Pia %s %s %s %s", version or "?", fmt, state, table.concat(info, " "))
     if #summaries > 0 then text = text .. ": " .. table.concat(summaries, ", ") end
     pinfo.cols.info = text
