@@ -584,8 +584,8 @@ local function sniff_format(tvb)
     end
     local hv = b4 % 128
     local fmt = GEN.header_versions[hv]
-    if not fmt or n < GEN.header_sizes[fmt] then return nil end
-    return fmt, fmt .. "/" .. hv
+    if not fmt then return nil end
+    return fmt, fmt .. "/" .. hv  -- a packet shorter than the header is shown as one (dissect_pia)
 end
 
 -- Messages of a plaintext body [start, stop) under version profile p: a list of records, or nil and an error.
@@ -859,7 +859,8 @@ local function add_value(tree, tvb, f, rec)
     return it
 end
 
-local function choose_version(tvb, guess_key, readable, body_start, body_stop_for)
+-- The version a pianode export comment or the pia.version preference names, and which of them named it; or nil.
+local function given_version()
     local comment = export_comment()
     local from_comment = comment and string.match(comment, "^pianode: pia version=([%d%.]+)")
     if from_comment and GEN.versions[from_comment] then
@@ -869,6 +870,32 @@ local function choose_version(tvb, guess_key, readable, body_start, body_stop_fo
     if pref and pref ~= "" and pref ~= "auto" and GEN.versions[pref] then
         return pref, "preference"
     end
+    return nil
+end
+
+-- The layout of a packet whose byte 4 says H-A or H-B (1 or 2) although its length fits neither length rule (a
+-- datagram cut or lengthened in transit, a body that does not tile): the first of pianode decode's candidates in
+-- its order, every H-A guess and then every H-B guess, that reads cleanly, else H-A
+-- (pianode.capture.decode.candidate_profiles).  An encrypted body reads cleanly once the header fits.
+local function old_layout(tvb, b4)
+    local n = tvb:len()
+    if n < tvb:reported_len() then return "H-A" end  -- cut short by the snap length: only its header is shown
+    for _, fmt in ipairs({"H-A", "H-B"}) do
+        local hsize = GEN.header_sizes[fmt]
+        local stop = (fmt == "H-A") and n - 16 or n
+        if stop >= hsize then
+            for _, name in ipairs(GEN.guesses[fmt]) do
+                if b4 == 2 or walk_messages(tvb, hsize, stop, GEN.versions[name]) then return fmt end
+            end
+        end
+    end
+    return "H-A"
+end
+
+local function choose_version(tvb, fmt, guess_key, readable, body_start, body_stop_for)
+    local given, source = given_version()
+    -- A version of another layout does not fit this header: pianode decode then reads it as the header says.
+    if given and GEN.versions[given].hf == fmt then return given, source end
     local list = GEN.guesses[guess_key] or {}
     if readable then
         for _, name in ipairs(list) do
@@ -971,19 +998,41 @@ local function dissect_pia(tvb, pinfo, tree)
     local fmt, guess_key = sniff_format(tvb)
     local n = tvb:len()
     local cut = n < tvb:reported_len()  -- cut short by the capture's snap length: the header is all there is
+    local b4 = n > 4 and tvb(4, 1):uint() or nil
+    if b4 == 1 or b4 == 2 then
+        -- A version an export or the preference gives picks H-A or H-B, as pianode decode's --version does.
+        local given = given_version()
+        local hf = given and GEN.versions[given].hf
+        if hf == "H-A" or hf == "H-B" then
+            fmt, guess_key = hf, hf
+        elseif not fmt then
+            fmt = old_layout(tvb, b4)
+            guess_key = fmt
+        end
+    end
     pinfo.cols.protocol = "Pia"
     local root = tree:add(pia, tvb())
     if fmt and n < GEN.header_sizes[fmt] then
+        local version, source = choose_version(tvb, fmt, guess_key, false)
+        root:append_text(string.format(", %s, Pia %s", fmt, version or "?"))
+        root:add(F.format, fmt):set_generated()
+        root:add(F.lib_version, version or "?"):set_generated()
+        root:add(F.lib_version_source, source):set_generated()
         root:add(F.magic, tvb(0, 4))
-        root:add_proto_expert_info(E.cut_short, string.format("the capture kept %d of the packet's %d bytes: less than a %s header",
-            n, tvb:reported_len(), fmt))
-        pinfo.cols.info = "Pia " .. fmt .. " [cut short]"
+        if cut then
+            root:add_proto_expert_info(E.cut_short, string.format("the capture kept %d of the packet's %d bytes: less than a %s header",
+                n, tvb:reported_len(), fmt))
+            pinfo.cols.info = "Pia " .. fmt .. " [cut short]"
+        else
+            root:add_proto_expert_info(E.malformed, string.format("a Pia %s header needs %d bytes; the packet has %d",
+                fmt, GEN.header_sizes[fmt], n))
+            pinfo.cols.info = "Pia " .. fmt .. " (malformed: shorter than its header)"
+        end
         return n
     end
     if not fmt then
-        local b4 = n > 4 and tvb(4, 1):uint() or nil
         root:add(F.magic, tvb(0, 4))
-        root:add_proto_expert_info(E.malformed, b4 and string.format("byte 4 = 0x%02x names no documented header (or the length rule fails)", b4)
+        root:add_proto_expert_info(E.malformed, b4 and string.format("byte 4 = 0x%02x names no documented header", b4)
             or "too short for a Pia header")
         pinfo.cols.info = "Pia (unknown header)"
         return n
@@ -1009,7 +1058,7 @@ local function dissect_pia(tvb, pinfo, tree)
         if (fmt == "H-E" or fmt == "H-F") then return n - footer_size end
         return n
     end
-    local version, source = choose_version(tvb, guess_key, readable, body_start, body_stop)
+    local version, source = choose_version(tvb, fmt, guess_key, readable, body_start, body_stop)
     local p = GEN.versions[version]
 
     root:append_text(string.format(", %s, Pia %s", fmt, version or "?"))
@@ -1061,7 +1110,10 @@ local function dissect_pia(tvb, pinfo, tree)
     end
     local stop = body_stop(p)
     if stop < hsize then
-        root:add_proto_expert_info(E.malformed, "footer/padding sizes exceed the packet")
+        root:add_proto_expert_info(E.malformed, fmt == "H-A"
+            and string.format("a Pia H-A packet of %d bytes has no room for its 16-byte HMAC trailer", n)
+            or string.format("footer size %d and padding size %d exceed the packet's %d bytes after its header",
+                             footer_size, padding, n - hsize))
         pinfo.cols.info = "Pia " .. fmt .. " (malformed)"
         return n
     end
