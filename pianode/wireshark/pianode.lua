@@ -139,6 +139,7 @@ GEN.guesses = {
   ["H-G/15"] = {"6.34"},
   ["H-G/16"] = {"7.2"},
 }
+GEN.max_inflated = 0x100000
 GEN.station_types = {
   [1] = "connection_request",
   [2] = "connection_response",
@@ -930,6 +931,28 @@ local HEADER_FIELDS = {
                {"packet_id", 2}, {"footer_size", 1}, {"nonce", 8}, {"tag", 8}},
 }
 
+-- Whether Wireshark inflated a zlib-flagged payload as pianode decode does (protocols.pia.message.inflate_payload):
+-- a zlib stream (RFC 1950 §2.2: method 8, window at most 32 KiB, no preset dictionary, header check), whose Adler-32
+-- of the output is the stream's last four bytes (so it is complete and nothing follows it), of at most
+-- GEN.max_inflated bytes.  Wireshark also takes raw deflate, and hands back what a cut or damaged stream gave.
+local function zlib_complete(payload, inflated)
+    local n = payload:len()
+    if n < 6 then return false end
+    local cmf, flg = payload:range(0, 1):uint(), payload:range(1, 1):uint()
+    if cmf % 16 ~= 8 or cmf >= 0x80 or has(flg, 0x20) or (cmf * 256 + flg) % 31 ~= 0 then return false end
+    local size = inflated:len()
+    if size > GEN.max_inflated then return false end
+    local a, b = 1, 0
+    if size > 0 then
+        local bytes = inflated:range(0, size):bytes()
+        for i = 0, size - 1 do
+            a = (a + bytes:get_index(i)) % 65521
+            b = (b + a) % 65521
+        end
+    end
+    return b * 65536 + a == payload:range(n - 4, 4):uint()
+end
+
 local function render_message(tvb, tree, m, index, p, start, pinfo)
     local ptype = m.ptype.v
     local port = m.port.v
@@ -971,6 +994,7 @@ local function render_message(tvb, tree, m, index, p, start, pinfo)
                 if ok and res then inflated = res; break end
             end
         end
+        if inflated and not zlib_complete(payload, inflated) then inflated = nil end
         if inflated then
             app_tvb = inflated
             mt:add(F.msg_length, inflated:len()):set_generated()
@@ -978,6 +1002,12 @@ local function render_message(tvb, tree, m, index, p, start, pinfo)
         else
             mt:add_proto_expert_info(E.zlib)
             app_tvb = nil
+            -- The bytes as sent are all there is, and what pianode decode reports as the payload: length and payload
+            -- stay there for every message.
+            local it = mt:add(F.msg_length, m.payload_len)
+            it:set_generated()
+            it:append_text(" (not inflated: the bytes as sent)")
+            if payload then mt:add(F.msg_payload, payload) end
         end
     else
         -- pia.msg.length is there for every message; pia.msg.payload only when it has bytes.

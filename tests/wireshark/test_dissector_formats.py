@@ -207,10 +207,13 @@ def test_zlib_flag_on_a_payload_that_does_not_inflate(tmp_path: Path) -> None:
         PcapWriter(f).write_udp(data, SRC, DST, 0.0)
     (row,) = decode_jsonl(str(path), "--version", "5.29")
     assert "inflate" in row["error"]
-    (frame,) = dissect(path, "pia.msg.payload", "pia.msg.compressed_payload", "_ws.expert.message")
-    assert "pia.msg.payload" not in frame
+    (frame,) = dissect(path, "pia.msg.payload", "pia.msg.length", "pia.msg.compressed_payload", "_ws.expert.message")
     assert frame["pia.msg.compressed_payload"] == [b"not zlib at all".hex()]
     assert any("does not inflate" in x for x in frame["_ws.expert.message"])
+    # The bytes as sent are what there is: pianode decode reports them as the payload, and the dissector keeps
+    # pia.msg.length (there for every message) and pia.msg.payload with them.
+    assert [m["payload"] for m in row["messages"]] == frame["pia.msg.payload"] == [b"not zlib at all".hex()]
+    assert frame["pia.msg.length"] == ["15"]
 
 
 # --------------------------------------------------------------------------

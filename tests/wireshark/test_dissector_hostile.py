@@ -193,3 +193,45 @@ def test_a_preferred_version_of_another_layout_is_not_forced_on_a_header(tmp_pat
         for frame, row in zip(frames, rows, strict=True):
             _agree(frame, row)
     assert [r["profile"] for r in decode_jsonl(str(path), "--version", "5.10")] == ["5.45", "5.10"]
+
+
+# --------------------------------------------------------------------------
+# zlib-flagged payloads that are no complete zlib stream
+
+
+def test_a_zlib_payload_pianode_decode_refuses_is_not_inflated_by_the_dissector_either(tmp_path: Path) -> None:
+    # Wireshark's inflater also takes raw deflate and hands back what a cut or damaged stream gave; pianode decode
+    # takes one complete zlib stream (RFC 1950) and nothing after it.  Both must say the same of each payload.
+    import zlib
+
+    p = profile_for("5.29")
+    assert p.zlib_flag is not None
+    ptype = p.protocol_ids[next(iter(p.protocol_ids))]
+    text = bytes(range(64)) * 4
+    stream = zlib.compress(text)
+    raw = zlib.compressobj(wbits=-15)
+    payloads = {
+        "complete": stream,
+        "raw deflate": raw.compress(text) + raw.flush(),
+        "cut short": stream[:-6],
+        "trailing bytes": stream + b"\x00\x01",
+        "wrong checksum": stream[:-1] + bytes([stream[-1] ^ 1]),
+        "preset dictionary": bytes([0x78, 0xBB]) + stream[2:],
+    }
+    datagrams = []
+    for payload in payloads.values():
+        messages = (Message(ptype, 0, payload, p.zlib_flag, 0), Message(ptype, 0, b"\x05", 0, 0))
+        header = PacketHeader(False, 5, destination_variable_id=1, source_variable_id=2)
+        datagrams.append(PacketCodec(p).encode(Packet(header, messages), "10.0.0.1"))
+    path = _write(tmp_path / "zlib.pcap", datagrams)
+    rows = decode_jsonl(str(path), "--version", "5.29")
+    frames = dissect(path, *AGREE_FIELDS, "pia.msg.payload", prefs=("pia.version:5.29",))
+    for name, frame, row in zip(payloads, frames, rows, strict=True):
+        _agree(frame, row)
+        first = row["messages"][0]
+        if name == "complete":
+            assert row["error"] is None and first["payload"] == text.hex() == frame["pia.msg.payload"][0]
+        else:
+            assert "zlib" in row["error"] and first["payload"] == payloads[name].hex(), name
+            assert frame["pia.msg.payload"][0] == payloads[name].hex(), name
+            assert "zlib-flagged payload does not inflate" in frame["_ws.expert.message"], name
