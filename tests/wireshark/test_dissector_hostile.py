@@ -235,3 +235,33 @@ def test_a_zlib_payload_pianode_decode_refuses_is_not_inflated_by_the_dissector_
             assert "zlib" in row["error"] and first["payload"] == payloads[name].hex(), name
             assert frame["pia.msg.payload"][0] == payloads[name].hex(), name
             assert "zlib-flagged payload does not inflate" in frame["_ws.expert.message"], name
+
+
+# --------------------------------------------------------------------------
+# Footers (5.27+): a size that is no whole number of u16 ids
+
+
+@pytest.mark.parametrize(("version", "size_at"), [("5.29", 0xF), ("6.30", 0xB), ("6.32", 0xC)])
+def test_an_odd_footer_size_is_reported_and_the_messages_are_still_read(tmp_path: Path, version: str,
+                                                                        size_at: int) -> None:
+    whole = bytearray(_plain(version))
+    assert whole[size_at] == 4 and whole[-4:] == bytes.fromhex("00070009")
+    whole[size_at] = 5
+    path = _write(tmp_path / "footer.pcap", [bytes(whole) + b"\x0b"])
+    (row,) = decode_jsonl(str(path))
+    (frame,) = dissect(path, *AGREE_FIELDS, "pia.footer.variable_id")
+    _agree(frame, row)
+    # The messages do not depend on the footer: both readers show them, and both say what is wrong with it.
+    assert row["messages"] is not None and len(row["messages"]) == 3
+    assert row["error"] == "footer of 5 bytes is not a list of u16 variable ids"
+    assert row["header"]["footer"] == [as_int(v) for v in frame["pia.footer.variable_id"]] == [7, 9]
+    assert "footer is not a list of u16 variable ids" in frame["_ws.expert.message"]
+
+
+def test_the_footer_of_a_zstd_packet_is_where_the_header_puts_it_for_both(tmp_path: Path) -> None:
+    path = _write(tmp_path / "zstd-footer.pcap", [_g_packet("6.32", 1, footer=(7, 9))])
+    (row,) = decode_jsonl(str(path))
+    (frame,) = dissect(path, *AGREE_FIELDS, "pia.footer.variable_id")
+    _agree(frame, row)
+    assert "Zstandard" in row["error"]
+    assert row["header"]["footer"] == [as_int(v) for v in frame["pia.footer.variable_id"]] == [7, 9]
