@@ -1427,6 +1427,16 @@ local function plausible_vport(b)
     return GEN.prudp_stream_types[st] ~= nil
 end
 
+-- v0 has no magic, so the heuristic takes only the virtual ports every source shows (prudp.md §1.1): one known
+-- stream type on both sides (a server drops packets whose source and destination stream types differ), and a
+-- server's port, 1 or 2, on one side (3DS/Wii U 1; Switch 1 and 2; a client the highest free port, from 15 down).
+-- Looser, about half of all UDP datagrams of eleven bytes or more read as v0.
+local function plausible_v0_ports(src, dst)
+    if not plausible_vport(src) or math.floor(src / 16) ~= math.floor(dst / 16) then return false end
+    local sp, dp = src % 16, dst % 16
+    return sp == 1 or sp == 2 or dp == 1 or dp == 2
+end
+
 -- The v0 variant to read this datagram with: the export comment, the preference, or the stream types.
 local function v0_variant(tvb)
     local comment = export_comment()
@@ -1633,7 +1643,7 @@ local function classify(tvb)
         local packets = parse_v1_lite(tvb)
         if packets then return "v1lite", packets end
     end
-    if prudp.prefs.heuristic_v0 and n >= 11 and plausible_vport(tvb(0, 1):uint()) and plausible_vport(tvb(1, 1):uint()) then
+    if prudp.prefs.heuristic_v0 and n >= 11 and plausible_v0_ports(tvb(0, 1):uint(), tvb(1, 1):uint()) then
         local name = v0_variant(tvb)
         local packets = parse_v0_all(tvb, GEN.prudp_variants[name])
         if packets then return "v0", name, packets end

@@ -265,3 +265,31 @@ def test_the_footer_of_a_zstd_packet_is_where_the_header_puts_it_for_both(tmp_pa
     _agree(frame, row)
     assert "Zstandard" in row["error"]
     assert row["header"]["footer"] == [as_int(v) for v in frame["pia.footer.variable_id"]] == [7, 9]
+
+
+# --------------------------------------------------------------------------
+# Other UDP on Pia's ports
+
+
+def test_other_udp_on_pias_ports_is_claimed_by_neither(tmp_path: Path) -> None:
+    others = [
+        b"GET / HTTP/1.1\r\nHost: pia\r\n\r\n",  # 0x47 0x45: stream types 4 and 4, ports 7 and 5
+        bytes.fromhex("3faf350d439e71897aa75fde3134a4aa"),  # stream types 3 and 10
+        bytes.fromhex("afae0000000000000000000000000000"),  # one stream type, but neither port a server's (1, 2)
+        bytes.fromhex("1234010000010000000000000770696e746f646f0000010001"),  # a DNS query
+        bytes.fromhex("000100002112a442") + bytes(12),  # a STUN binding request
+        bytes(16),
+        b"\xff" * 40,
+    ]
+    path = tmp_path / "other.pcap"
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        for i, data in enumerate(others):
+            for port in (49152, 30000, 12345):
+                w.write_udp(data, f"10.0.0.1:{port}", f"10.0.0.2:{port}", i * 0.01)
+    rows = decode_jsonl(str(path))
+    assert [r["kind"] for r in rows] == ["unknown"] * len(others) * 3
+    frames = dissect(path, "_ws.col.Protocol", "pia.magic", "prudp.version", "pia.lan.browse.type")
+    for frame in frames:
+        assert frame["_ws.col.Protocol"][0] not in ("Pia", "PRUDP"), frame
+        assert not {"pia.magic", "prudp.version", "pia.lan.browse.type"} & frame.keys(), frame
