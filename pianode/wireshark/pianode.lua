@@ -393,6 +393,11 @@ field("lan_block", ProtoField.bytes, "pia.lan.browse.block", "Search criteria / 
 field("lan_challenge", ProtoField.bytes, "pia.lan.browse.challenge", "Crypto challenge")
 field("lan_chal_version", ProtoField.uint8, "pia.lan.browse.challenge.version", "Challenge version", base.DEC)
 field("lan_chal_enabled", ProtoField.uint8, "pia.lan.browse.challenge.enabled", "Challenge enabled", base.DEC)
+field("lan_chal_seq", ProtoField.uint8, "pia.lan.browse.challenge.sequence_id", "Sequence id", base.DEC)
+field("lan_chal_counter", ProtoField.uint64, "pia.lan.browse.challenge.counter", "Nonce counter", base.DEC)
+field("lan_chal_key", ProtoField.bytes, "pia.lan.browse.challenge.key", "Challenge key")
+field("lan_chal_tag", ProtoField.bytes, "pia.lan.browse.challenge.tag", "AES-GCM tag")
+field("lan_chal_data", ProtoField.bytes, "pia.lan.browse.challenge.data", "Encrypted challenge")
 field("lan_game_mode", ProtoField.uint32, "pia.lan.session.game_mode", "Game mode", base.DEC)
 field("lan_network_id", ProtoField.uint32, "pia.lan.session.network_id", "Network id", base.HEX)
 field("lan_attribute", ProtoField.uint32, "pia.lan.session.attribute", "Attribute", base.DEC)
@@ -1281,9 +1286,23 @@ local function dissect_lan(tvb, pinfo, tree, kind, size)
     end
     local rest = tvb:len() - 5 - size
     if rest > 0 then
-        local c = root:add(F.lan_challenge, tvb(5 + size, rest))
-        c:add(F.lan_chal_version, tvb(5 + size, 1))
-        if rest > 1 then c:add(F.lan_chal_enabled, tvb(6 + size, 1)) end
+        -- The crypto challenge (§6.4): version, enabled, [sequence id: version 4], u64 nonce counter, 16-byte key,
+        -- 16-byte tag, then the encrypted challenge (request) or response (reply); lan_kind checked its size.
+        local at = 5 + size
+        local c = root:add(F.lan_challenge, tvb(at, rest))
+        local version = tvb(at, 1):uint()
+        c:add(F.lan_chal_version, tvb(at, 1))
+        if version < 1 or version > 4 then
+            c:add_proto_expert_info(E.lan, string.format("challenge version %d has no documented layout", version))
+        else
+            c:add(F.lan_chal_enabled, tvb(at + 1, 1))
+            local pos = at + 2
+            if version == 4 then c:add(F.lan_chal_seq, tvb(pos, 1)); pos = pos + 1 end
+            c:add(F.lan_chal_counter, tvb(pos, 8))
+            c:add(F.lan_chal_key, tvb(pos + 8, 16))
+            c:add(F.lan_chal_tag, tvb(pos + 24, 16))
+            c:add(F.lan_chal_data, tvb(pos + 40, tvb:len() - pos - 40))
+        end
     end
     local comment = export_comment()
     local chal = comment_value(comment, "challenge")

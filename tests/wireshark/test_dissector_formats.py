@@ -26,6 +26,7 @@ from protocols.pia.lan import (
     BrowseReply,
     BrowseRequest,
     ChallengeReply,
+    ChallengeRequest,
     LanHostAddress,
     LanNetworkProperty,
     LanSessionInfo,
@@ -270,6 +271,31 @@ def test_lan_browse_request_and_reply_with_session_info(tmp_path: Path) -> None:
     assert r["pia.lan.session.key_param"] == [bytes(range(32)).hex()]
     assert r["pia.lan.session.system_version"] == ["7"]
     assert frames[0]["pia.lan.browse.challenge.version"] == ["2"]
+    # Every field of both challenges is labelled, with the values pianode decode reads.
+    fields = ("pia.lan.browse.challenge.version", "pia.lan.browse.challenge.enabled", "pia.lan.browse.challenge.counter",
+              "pia.lan.browse.challenge.key", "pia.lan.browse.challenge.tag", "pia.lan.browse.challenge.data")
+    for frame, row, sealed in zip(dissect(path, *fields), rows, (challenge, reply_challenge), strict=True):
+        c = row["lan"]["challenge"]
+        assert [as_int(frame[f][0]) for f in fields[:3]] == [c["version"], int(c["enabled"]), c["counter"]]
+        assert [frame[f] for f in fields[3:]] == [[c["key"]], [c["tag"]], [sealed.data.hex()]]
+
+
+def test_a_version_4_challenge_shows_its_sequence_id(tmp_path: Path) -> None:
+    # 6.40-6.41 insert a u8 sequence id after the enabled byte (spec §6.4); the fields after it move by one.
+    v2 = ChallengeRequest(2, True, 5, b"\x11" * 16, b"\x22" * 16, bytes(range(256)))
+    request = BrowseRequest(LanSessionSearchCriteria.build(game_mode=7), v2).encode(profile_for("5.18"))
+    request = request[: -len(v2.encode())]
+    chal = attrs.evolve(v2, version=4, sequence_id=9).encode()
+    path = tmp_path / "v4.pcap"
+    with path.open("wb") as f:
+        PcapWriter(f).write_udp(request + chal, "10.0.0.2:49153", "10.0.0.255:30000", 0.0)
+    (frame,) = dissect(path, "pia.lan.browse.challenge.version", "pia.lan.browse.challenge.sequence_id",
+                       "pia.lan.browse.challenge.counter", "pia.lan.browse.challenge.key",
+                       "pia.lan.browse.challenge.data")
+    assert frame["pia.lan.browse.challenge.version"] == ["4"] and frame["pia.lan.browse.challenge.sequence_id"] == ["9"]
+    assert frame["pia.lan.browse.challenge.counter"] == ["5"]
+    assert frame["pia.lan.browse.challenge.key"] == [(b"\x11" * 16).hex()]
+    assert frame["pia.lan.browse.challenge.data"] == [bytes(range(256)).hex()]
 
 
 def _reply_for(version: str) -> tuple[BrowseReply, dict[str, Any]]:
