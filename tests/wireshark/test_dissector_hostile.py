@@ -10,6 +10,7 @@ report a Lua error.
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -293,3 +294,37 @@ def test_other_udp_on_pias_ports_is_claimed_by_neither(tmp_path: Path) -> None:
     for frame in frames:
         assert frame["_ws.col.Protocol"][0] not in ("Pia", "PRUDP"), frame
         assert not {"pia.magic", "prudp.version", "pia.lan.browse.type"} & frame.keys(), frame
+
+
+# --------------------------------------------------------------------------
+# Packets the capture cut short (snap length)
+
+
+def _cut(path: Path, keep: list[int]) -> None:
+    """Cut record i of a little-endian pcap (Ethernet + IPv4 + UDP frames) to 42 + keep[i] bytes, original length
+    kept."""
+    blob = path.read_bytes()
+    out = bytearray(blob[:24])
+    pos = 24
+    for n in keep:
+        sec, frac, incl, orig = struct.unpack_from("<IIII", blob, pos)
+        frame = blob[pos + 16 : pos + 16 + incl][: 42 + n]
+        out += struct.pack("<IIII", sec, frac, len(frame), orig) + frame
+        pos += 16 + incl
+    path.write_bytes(bytes(out))
+
+
+def test_every_snap_length_of_a_packet_of_every_family_is_read_alike(tmp_path: Path) -> None:
+    # The length rule that tells H-A from H-B is on the datagram's length, which a cut record still gives; a cut
+    # below the header still names the layout byte 4 gives.
+    wholes = [_plain(v) for v in FAMILIES]
+    cuts = [(whole, n) for whole in wholes for n in range(5, len(whole), 3)]
+    path = _write(tmp_path / "cut.pcap", [whole for whole, _ in cuts])
+    _cut(path, [n for _, n in cuts])
+    rows = decode_jsonl(str(path))
+    frames = dissect(path, *AGREE_FIELDS)
+    assert len(frames) == len(rows) == len(cuts)
+    for frame, row, (whole, n) in zip(frames, rows, cuts, strict=True):
+        assert row["error"] == f"captured only {n} of {len(whole)} UDP payload bytes (snap length)"
+        _agree(frame, row)
+        assert any("snap length" in m or "the capture kept" in m for m in frame["_ws.expert.message"]), frame
