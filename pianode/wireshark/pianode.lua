@@ -545,6 +545,22 @@ local function export_comment()
     return nil
 end
 
+-- The UDP length field, when it says more payload bytes than the IP packet holds (Wireshark's "Bad length value >
+-- IP payload length"): a host drops such a datagram, and pianode decode reports it with its header, not read.
+local udp_length_field
+do
+    local ok, f = pcall(Field.new, "udp.length")
+    if ok then udp_length_field = f end
+end
+
+local function udp_overrun(tvb)
+    if not udp_length_field then return nil end
+    local all = {udp_length_field()}
+    local last = all[#all]
+    if last and last.value - 8 > tvb:reported_len() then return last.value - 8 end
+    return nil
+end
+
 local function comment_value(comment, key)
     if not comment then return nil end
     return string.match(comment, "[ ]" .. key .. "=([^ ]+)")
@@ -1033,6 +1049,7 @@ local function dissect_pia(tvb, pinfo, tree)
     local fmt, guess_key = sniff_format(tvb)
     local n = tvb:len()
     local cut = n < tvb:reported_len()  -- cut short by the capture's snap length: the header is all there is
+    local overrun = udp_overrun(tvb)  -- a UDP length past the IP packet: the header is all that is read
     local b4 = n > 4 and tvb(4, 1):uint() or nil
     if b4 == 1 or b4 == 2 then
         -- A version an export or the preference gives picks H-A or H-B, as pianode decode's --version does.
@@ -1141,6 +1158,12 @@ local function dissect_pia(tvb, pinfo, tree)
         root:add_proto_expert_info(E.cut_short, string.format("the capture kept %d of the packet's %d bytes (snap length)",
             n, tvb:reported_len()))
         pinfo.cols.info = string.format("Pia %s %s [cut short] %s", version or "?", fmt, table.concat(info, " "))
+        return n
+    end
+    if overrun then
+        root:add_proto_expert_info(E.malformed, string.format("UDP length field says %d payload bytes but its IP packet"
+            .. " holds %d: a host drops the datagram, so its body is not read", overrun, n))
+        pinfo.cols.info = string.format("Pia %s %s [bad UDP length] %s", version or "?", fmt, table.concat(info, " "))
         return n
     end
     local stop = body_stop(p)

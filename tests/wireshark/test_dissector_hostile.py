@@ -328,3 +328,22 @@ def test_every_snap_length_of_a_packet_of_every_family_is_read_alike(tmp_path: P
         assert row["error"] == f"captured only {n} of {len(whole)} UDP payload bytes (snap length)"
         _agree(frame, row)
         assert any("snap length" in m or "the capture kept" in m for m in frame["_ws.expert.message"]), frame
+
+
+def test_a_udp_length_past_its_ip_packet_leaves_the_body_unread_in_both(tmp_path: Path) -> None:
+    # A host drops a datagram whose UDP length field runs past its IP packet; pianode decode reports its header and
+    # why, and so does the dissector, instead of reading the messages Wireshark hands it.
+    whole = _plain("5.29")
+    path = _write(tmp_path / "udp-length.pcap", [whole, whole])
+    blob = bytearray(path.read_bytes())
+    at = 24 + 16 + 14 + 20 + 4  # first record: pcap header, record header, Ethernet, IPv4, UDP ports
+    assert struct.unpack_from(">H", blob, at)[0] == 8 + len(whole)
+    struct.pack_into(">H", blob, at, 8 + len(whole) + 10)
+    path.write_bytes(bytes(blob))
+    rows = decode_jsonl(str(path))
+    frames = dissect(path, *AGREE_FIELDS, "_ws.col.Info")
+    assert rows[0]["error"] == f"UDP length field says {len(whole) + 10} payload bytes but its IP packet holds {len(whole)}"
+    for frame, row in zip(frames, rows, strict=True):
+        _agree(frame, row)
+    assert "[bad UDP length]" in frames[0]["_ws.col.Info"][0]
+    assert rows[1]["error"] is None and len(frames[1]["pia.msg.protocol_type"]) == 3
