@@ -393,6 +393,26 @@ field("lan_block", ProtoField.bytes, "pia.lan.browse.block", "Search criteria / 
 field("lan_challenge", ProtoField.bytes, "pia.lan.browse.challenge", "Crypto challenge")
 field("lan_chal_version", ProtoField.uint8, "pia.lan.browse.challenge.version", "Challenge version", base.DEC)
 field("lan_chal_enabled", ProtoField.uint8, "pia.lan.browse.challenge.enabled", "Challenge enabled", base.DEC)
+field("lan_s_min_max", ProtoField.uint16, "pia.lan.search.min_participants.max", "Min participants, up to", base.DEC)
+field("lan_s_min_min", ProtoField.uint16, "pia.lan.search.min_participants.min", "Min participants, from", base.DEC)
+field("lan_s_max_max", ProtoField.uint16, "pia.lan.search.max_participants.max", "Max participants, up to", base.DEC)
+field("lan_s_max_min", ProtoField.uint16, "pia.lan.search.max_participants.min", "Max participants, from", base.DEC)
+field("lan_s_opened", ProtoField.uint8, "pia.lan.search.opened_only", "Opened sessions only", base.DEC)
+field("lan_s_vacant", ProtoField.uint8, "pia.lan.search.vacant_only", "Vacant sessions only", base.DEC)
+field("lan_s_offset", ProtoField.uint32, "pia.lan.search.result_range_offset", "Result range offset", base.DEC)
+field("lan_s_size", ProtoField.uint32, "pia.lan.search.result_range_size", "Result range size", base.DEC)
+field("lan_s_game_mode", ProtoField.uint32, "pia.lan.search.game_mode", "Game mode", base.DEC)
+field("lan_s_session_type", ProtoField.uint32, "pia.lan.search.session_type", "Session type", base.DEC)
+field("lan_s_attr_values", ProtoField.bytes, "pia.lan.search.attribute.values", "Attribute list values (20 u32)")
+field("lan_s_attr_size", ProtoField.uint8, "pia.lan.search.attribute.list_size", "Attribute list size", base.DEC)
+field("lan_s_attr_min", ProtoField.uint32, "pia.lan.search.attribute.range_min", "Attribute range min", base.DEC)
+field("lan_s_attr_max", ProtoField.uint32, "pia.lan.search.attribute.range_max", "Attribute range max", base.DEC)
+field("lan_s_attr_mode", ProtoField.uint8, "pia.lan.search.attribute.range_mode", "Attribute range mode", base.DEC)
+field("lan_s_flags", ProtoField.uint32, "pia.lan.search.flags", "Search flags", base.HEX)
+field("lan_s_key", ProtoField.uint64, "pia.lan.search.matchmake_key", "Matchmake key", base.HEX)
+field("lan_s_upper", ProtoField.uint16, "pia.lan.search.max_stations_upper", "Max stations, up to", base.DEC)
+field("lan_s_lower", ProtoField.uint16, "pia.lan.search.max_stations_lower", "Max stations, from", base.DEC)
+field("lan_s_title", ProtoField.uint64, "pia.lan.search.title_id", "Title id", base.HEX)
 field("lan_chal_seq", ProtoField.uint8, "pia.lan.browse.challenge.sequence_id", "Sequence id", base.DEC)
 field("lan_chal_counter", ProtoField.uint64, "pia.lan.browse.challenge.counter", "Nonce counter", base.DEC)
 field("lan_chal_key", ProtoField.bytes, "pia.lan.browse.challenge.key", "Challenge key")
@@ -1293,14 +1313,49 @@ local function dissect_session_info(tvb, tree, version)
                          tvb(0x24, 2):uint())
 end
 
+-- The search block of a browse request (§6.2): LanSessionSearchCriteria (5.2-5.45, 570 bytes) or
+-- LanSearchNetworkSetting (6.16-6.20: 14 bytes, 6.23-6.30: 22 with the title id); 7.2's encrypted 32 bytes stay a
+-- block.  A boolean byte other than 0 or 1 is malformed, as pianode decode says (protocols.pia.lan_criteria).
+local function dissect_search(tvb, item)
+    local n = tvb:len()
+    local function flag(f, at, what)
+        local it = item:add(f, tvb(at, 1))
+        local v = tvb(at, 1):uint()
+        if v > 1 then it:add_proto_expert_info(E.lan, string.format("%s: boolean byte %d", what, v)) end
+    end
+    if n == 0x23A then
+        item:add(F.lan_s_min_max, tvb(0, 2)); item:add(F.lan_s_min_min, tvb(2, 2))
+        item:add(F.lan_s_max_max, tvb(4, 2)); item:add(F.lan_s_max_min, tvb(6, 2))
+        flag(F.lan_s_opened, 8, "opened only"); flag(F.lan_s_vacant, 9, "vacant only")
+        item:add(F.lan_s_offset, tvb(10, 4)); item:add(F.lan_s_size, tvb(14, 4))
+        item:add(F.lan_s_game_mode, tvb(18, 4)); item:add(F.lan_s_session_type, tvb(22, 4))
+        -- Six attribute criteria, field by field: 20 u32 list values each, then the list sizes, range minimums,
+        -- range maximums and range modes of all six.
+        for i = 0, 5 do
+            local a = item:add(pia, tvb(26 + 80 * i, 80), "Attribute " .. i)
+            a:add(F.lan_s_attr_values, tvb(26 + 80 * i, 80))
+        end
+        for i = 0, 5 do item:add(F.lan_s_attr_size, tvb(506 + i, 1)) end
+        for i = 0, 5 do item:add(F.lan_s_attr_min, tvb(512 + 4 * i, 4)) end
+        for i = 0, 5 do item:add(F.lan_s_attr_max, tvb(536 + 4 * i, 4)) end
+        for i = 0, 5 do flag(F.lan_s_attr_mode, 560 + i, "attribute range mode") end
+        item:add(F.lan_s_flags, tvb(566, 4))
+    elseif n == 0x0E or n == 0x16 then
+        item:add(F.lan_s_key, tvb(0, 8)); item:add(F.lan_s_upper, tvb(8, 2)); item:add(F.lan_s_lower, tvb(10, 2))
+        item:add(F.lan_s_flags, tvb(12, 2))
+        if n == 0x16 then item:add(F.lan_s_title, tvb(14, 8)) end
+    end
+end
+
 local function dissect_lan(tvb, pinfo, tree, kind, size)
     pinfo.cols.protocol = "Pia LAN"
     local root = tree:add(pia, tvb(), "Pia LAN browse " .. kind)
     root:add(F.lan_type, tvb(0, 1))
     root:add(F.lan_size, tvb(1, 4))
     local block = tvb(5, size)
-    root:add(F.lan_block, block)
+    local block_item = root:add(F.lan_block, block)
     local text = "LAN browse " .. kind
+    if kind == "request" then dissect_search(block:tvb(), block_item) end
     if kind == "reply" then
         local version = comment_value(export_comment(), "version") or pia.prefs.version
         local ok, res = pcall(dissect_session_info, block:tvb(), root, version)

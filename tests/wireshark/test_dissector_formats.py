@@ -34,7 +34,7 @@ from protocols.pia.lan import (
     seal_challenge_reply,
     seal_challenge_request,
 )
-from protocols.pia.lan_criteria import LanSessionSearchCriteria
+from protocols.pia.lan_criteria import LanSearchNetworkSetting, LanSessionSearchCriteria
 from protocols.pia.message import Message, deflate_payload
 from protocols.pia.packet import Packet, PacketCodec
 from protocols.pia.types import InetAddress, StationLocation
@@ -278,6 +278,41 @@ def test_lan_browse_request_and_reply_with_session_info(tmp_path: Path) -> None:
         c = row["lan"]["challenge"]
         assert [as_int(frame[f][0]) for f in fields[:3]] == [c["version"], int(c["enabled"]), c["counter"]]
         assert [frame[f] for f in fields[3:]] == [[c["key"]], [c["tag"]], [sealed.data.hex()]]
+
+
+def test_the_search_block_of_a_browse_request_is_labelled_as_pianode_decode_reads_it(tmp_path: Path) -> None:
+    criteria = LanSessionSearchCriteria.build(game_mode=7, session_type=3, opened_only=True, result_range=(2, 9))
+    chal = seal_challenge_request(GAME_KEY, version=2, key=b"\x11" * 16, plaintext=bytes(256), counter=1,
+                                  broadcast_ip="10.0.0.255")
+    good = BrowseRequest(criteria, chal).encode(profile_for("5.18"))
+    bad = bytearray(good)
+    bad[5 + 8] = 2  # "opened only" is a boolean byte
+    setting = LanSearchNetworkSetting(0x1122334455667788, 8, 2, 0xC, 0x0100000000001234)
+    chal6 = seal_challenge_request(GAME_KEY, version=3, key=b"\x11" * 16, plaintext=bytes(256), counter=1,
+                                   broadcast_ip="10.0.0.255")
+    six = BrowseRequest(setting, chal6).encode(profile_for("6.30"))
+    path = tmp_path / "search.pcap"
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        for i, data in enumerate((good, bytes(bad), six)):
+            w.write_udp(data, "10.0.0.2:49153", "10.0.0.255:30000", i * 0.1)
+    rows = decode_jsonl(str(path))
+    frames = dissect(path, "pia.lan.search.game_mode", "pia.lan.search.session_type", "pia.lan.search.opened_only",
+                     "pia.lan.search.result_range_offset", "pia.lan.search.result_range_size", "pia.lan.search.flags",
+                     "pia.lan.search.matchmake_key", "pia.lan.search.max_stations_upper", "pia.lan.search.title_id",
+                     "pia.lan.search.attribute.range_mode", "_ws.expert.message")
+    search = rows[0]["lan"]["search"]
+    assert [as_int(frames[0][f"pia.lan.search.{k}"][0]) for k in ("game_mode", "session_type", "result_range_offset",
+                                                                  "result_range_size")] == [
+        search["game_mode"], search["session_type"], search["result_range_offset"], search["result_range_size"]]
+    assert as_int(frames[0]["pia.lan.search.opened_only"][0]) == int(search["opened_only"]) == 1
+    assert as_int(frames[0]["pia.lan.search.flags"][0]) == criteria.search_flags
+    assert len(frames[0]["pia.lan.search.attribute.range_mode"]) == 6
+    # A boolean byte other than 0 or 1: pianode decode's error, and the dissector's.
+    assert rows[1]["error"] == "opened only: boolean byte 2"
+    assert "opened only: boolean byte 2" in frames[1]["_ws.expert.message"]
+    assert [as_int(frames[2][f][0]) for f in ("pia.lan.search.matchmake_key", "pia.lan.search.max_stations_upper",
+                                              "pia.lan.search.title_id")] == [0x1122334455667788, 8, 0x0100000000001234]
 
 
 def test_a_version_4_challenge_shows_its_sequence_id(tmp_path: Path) -> None:
