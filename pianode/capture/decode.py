@@ -876,7 +876,7 @@ def _lan_candidates(data: bytes, kind: str) -> list[VersionProfile]:
         p = profile_for(v)
         if p.lan_system_version is None and not (5, 2) <= v <= (5, 45):
             continue
-        seen[(p.lan_system_version, p.lan_challenge_version, v >= (6, 0), v >= (5, 10), v >= (5, 3))] = p
+        seen[(p.lan_system_version, p.lan_challenge_version, v >= (6, 0), v >= (6, 23), v >= (5, 10), v >= (5, 3))] = p
     ordered = sorted(seen.values(), key=lambda p: p.version)
     size = int.from_bytes(data[1:5], "big")
     # The challenge (request or reply) starts with its version right after the block (spec §6.4).

@@ -291,10 +291,11 @@ def test_the_search_block_of_a_browse_request_is_labelled_as_pianode_decode_read
     chal6 = seal_challenge_request(GAME_KEY, version=3, key=b"\x11" * 16, plaintext=bytes(256), counter=1,
                                    broadcast_ip="10.0.0.255")
     six = BrowseRequest(setting, chal6).encode(profile_for("6.30"))
+    six16 = BrowseRequest(attrs.evolve(setting, title_id=None), chal6).encode(profile_for("6.16"))  # 14 bytes
     path = tmp_path / "search.pcap"
     with path.open("wb") as f:
         w = PcapWriter(f)
-        for i, data in enumerate((good, bytes(bad), six)):
+        for i, data in enumerate((good, bytes(bad), six, six16)):
             w.write_udp(data, "10.0.0.2:49153", "10.0.0.255:30000", i * 0.1)
     rows = decode_jsonl(str(path))
     frames = dissect(path, "pia.lan.search.game_mode", "pia.lan.search.session_type", "pia.lan.search.opened_only",
@@ -313,6 +314,10 @@ def test_the_search_block_of_a_browse_request_is_labelled_as_pianode_decode_read
     assert "opened only: boolean byte 2" in frames[1]["_ws.expert.message"]
     assert [as_int(frames[2][f][0]) for f in ("pia.lan.search.matchmake_key", "pia.lan.search.max_stations_upper",
                                               "pia.lan.search.title_id")] == [0x1122334455667788, 8, 0x0100000000001234]
+    # A 6.16-6.22 request (the 14-byte setting, no title id) reads without --version, as its own version family.
+    assert rows[3]["error"] is None and rows[3]["profile"] in ("6.16", "6.17", "6.18", "6.19", "6.20", "6.21", "6.22")
+    assert rows[3]["lan"]["search"]["matchmake_key"] == as_int(frames[3]["pia.lan.search.matchmake_key"][0])
+    assert "pia.lan.search.title_id" not in frames[3]
 
 
 def test_a_version_4_challenge_shows_its_sequence_id(tmp_path: Path) -> None:
