@@ -1103,6 +1103,14 @@ local function dissect_pia(tvb, pinfo, tree)
         return n
     end
     if not fmt then
+        -- The version an export or the preference gives is still the one the packet was judged by (pianode decode
+        -- --version reports it with the same reason).
+        local given, source = given_version()
+        if given then
+            root:append_text(", Pia " .. given)
+            root:add(F.lib_version, given):set_generated()
+            root:add(F.lib_version_source, source):set_generated()
+        end
         root:add(F.magic, tvb(0, 4))
         root:add_proto_expert_info(E.malformed, b4 and string.format("byte 4 = 0x%02x names no documented header", b4)
             or "too short for a Pia header")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wireshark_tools import as_int, decode_jsonl, dissect
+from wireshark_tools import as_int, decode_jsonl, dissect, pianode
 
 from pianode.capture.pcap import PcapWriter
 from pianode.wireshark.export import PcapngWriter
@@ -347,3 +347,21 @@ def test_a_udp_length_past_its_ip_packet_leaves_the_body_unread_in_both(tmp_path
         _agree(frame, row)
     assert "[bad UDP length]" in frames[0]["_ws.col.Info"][0]
     assert rows[1]["error"] is None and len(frames[1]["pia.msg.protocol_type"]) == 3
+
+
+def test_an_export_names_the_version_of_every_pia_datagram_even_one_with_no_header_to_read(tmp_path: Path) -> None:
+    # pianode decode --version 5.29 judges a 9-byte datagram and one whose byte 4 names no layout by 5.29 (and says
+    # why neither reads); its export must tell the dissector so, or the dissector guesses another version.
+    whole = _plain("5.29")
+    odd = bytearray(whole)
+    odd[4] = 0x49
+    path = _write(tmp_path / "headless.pcap", [whole[:9], bytes(odd), whole])
+    export = tmp_path / "headless.pcapng"
+    status, _, err = pianode("decode", str(path), "--version", "5.29", "--decrypted-pcap", str(export))
+    assert status == 0, err
+    rows = decode_jsonl(str(path), "--version", "5.29")
+    frames = dissect(export, "pia.lib_version", "pia.lib_version_source", "_ws.expert.message")
+    assert [r["profile"] for r in rows] == ["5.29"] * 3
+    assert [f.get("pia.lib_version") for f in frames] == [["5.29"]] * 3
+    assert [f["pia.lib_version_source"] for f in frames] == [["pianode export"]] * 3
+    assert rows[1]["error"] and any("names no documented header" in m for m in frames[1]["_ws.expert.message"])
