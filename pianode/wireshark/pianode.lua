@@ -429,6 +429,8 @@ field("lan_app_version", ProtoField.uint8, "pia.lan.session.application_version"
 field("lan_session_type", ProtoField.uint32, "pia.lan.session.session_type", "Session type", base.DEC)
 field("lan_app_data", ProtoField.bytes, "pia.lan.session.application_data", "Application data")
 field("lan_opened", ProtoField.uint8, "pia.lan.session.opened", "Opened", base.DEC)
+field("lan_player_limit", ProtoField.uint8, "pia.lan.session.has_player_limit", "Has a player limit", base.DEC)
+field("lan_players", ProtoField.uint8, "pia.lan.session.player_limit", "Player limit", base.DEC)
 field("lan_host", ProtoField.bytes, "pia.lan.session.host", "Host address")
 field("lan_host_cid", ProtoField.uint64, "pia.lan.session.host_constant_id", "Host constant id", base.HEX)
 field("lan_station_role", ProtoField.uint8, "pia.lan.session.station.role", "Station role", base.DEC,
@@ -1261,21 +1263,39 @@ local function lan_kind(tvb)
     return nil
 end
 
+-- A boolean byte of a LAN browse packet, flagged as pianode decode words it when it is neither 0 nor 1.
+local function lan_bool(tree, f, range, what)
+    local it = tree:add(f, range)
+    if range:uint() > 1 then it:add_proto_expert_info(E.lan, string.format("%s: boolean byte %d", what, range:uint())) end
+    return it
+end
+
+-- A zero-padded field's used size (a u32 after it), flagged when it passes the field (lan.py _read_padded).
+local function lan_used_size(tree, range, field_size, what)
+    local size = range:uint()
+    if size > field_size then
+        tree:add_proto_expert_info(E.lan, string.format("%s: size %d exceeds its %d-byte field", what, size, field_size))
+    end
+    return math.min(size, field_size)
+end
+
 local function dissect_session_info(tvb, tree, version)
     -- LanSessionInfo, 5.2-5.45 (1266, 1297 or 1298 bytes), or LanNetworkProperty (6.x, 0x22D bytes, §6.3).
     local n = tvb:len()
     if n >= 0x22D and n < 1266 then
         local st = tree:add(pia, tvb(), "LanNetworkProperty")
         st:add(F.lan_network_id64, tvb(0, 8))
-        local psize = tvb(0x208, 4):uint()
-        if psize >= 0x7C and psize <= 0x200 then
+        local psize = lan_used_size(st, tvb(0x208, 4), 0x200, "property data")
+        if psize >= 0x7C then
             st:add(F.lan_sys_version, tvb(0x8 + 2, 1))
             st:add(F.lan_key_param, tvb(0x8 + 0x5C, 32))
             if psize > 0x7C then st:add(F.lan_app_data, tvb(0x8 + 0x7C, psize - 0x7C)) end
         end
         st:add(F.lan_matchmake_key, tvb(0x20C, 8))
         st:add(F.lan_current, tvb(0x214, 2)); st:add(F.lan_max, tvb(0x216, 2))
-        st:add(F.lan_opened, tvb(0x218, 1))
+        lan_bool(st, F.lan_opened, tvb(0x218, 1), "opened")
+        lan_bool(st, F.lan_player_limit, tvb(0x219, 1), "has player limit")
+        st:add(F.lan_players, tvb(0x21A, 1))
         st:add(F.lan_host, tvb(0x21B, math.min(0x12, n - 0x21B)))
         return string.format("network id 0x%s", tostring(tvb(0, 8):uint64():tohex()))
     end
@@ -1294,9 +1314,9 @@ local function dissect_session_info(tvb, tree, version)
         st:add(F.lan_sys_version, tvb(0x26, 1)); st:add(F.lan_app_version, tvb(0x27, 1))
         st:add(F.lan_session_type, tvb(0x28, 2))
     end
-    local app_size = tvb(0x1AA, 4):uint()
-    st:add(F.lan_app_data, tvb(0x2A, math.min(app_size, 384)))
-    st:add(F.lan_opened, tvb(0x1AE, 1))
+    local app_size = lan_used_size(st, tvb(0x1AA, 4), 384, "application data")
+    st:add(F.lan_app_data, tvb(0x2A, app_size))
+    lan_bool(st, F.lan_opened, tvb(0x1AE, 1), "is opened")
     local stations
     if n == 1297 then
         st:add(F.lan_host, tvb(0x1AF, 18))
@@ -1381,7 +1401,7 @@ local function dissect_lan(tvb, pinfo, tree, kind, size)
         if version < 1 or version > 4 then
             c:add_proto_expert_info(E.lan, string.format("challenge version %d has no documented layout", version))
         else
-            c:add(F.lan_chal_enabled, tvb(at + 1, 1))
+            lan_bool(c, F.lan_chal_enabled, tvb(at + 1, 1), "crypto enabled")
             local pos = at + 2
             if version == 4 then c:add(F.lan_chal_seq, tvb(pos, 1)); pos = pos + 1 end
             c:add(F.lan_chal_counter, tvb(pos, 8))

@@ -379,6 +379,26 @@ def _reply_for(version: str) -> tuple[BrowseReply, dict[str, Any]]:
     return BrowseReply(info, chal), want
 
 
+@pytest.mark.parametrize(("version", "at", "value", "reason"), [
+    ("5.18", 5 + 0x1AA, (385).to_bytes(4, "big"), "application data: size 385 exceeds its 384-byte field"),
+    ("5.29", 5 + 0x1AE, b"\x02", "is opened: boolean byte 2"),
+    ("5.29", 5 + 1297 + 1, b"\x07", "crypto enabled: boolean byte 7"),
+    ("6.30", 5 + 0x208, (0x201).to_bytes(4, "big"), "property data: size 513 exceeds its 512-byte field"),
+    ("6.30", 5 + 0x219, b"\x03", "has player limit: boolean byte 3"),
+])
+def test_a_browse_reply_pianode_decode_refuses_gets_the_same_reason_as_expert_info(
+        tmp_path: Path, version: str, at: int, value: bytes, reason: str) -> None:
+    data = bytearray(_reply_for(version)[0].encode(profile_for(version)))
+    data[at : at + len(value)] = value
+    path = tmp_path / "reply.pcap"
+    with path.open("wb") as f:
+        PcapWriter(f).write_udp(bytes(data), "10.0.0.1:30000", "10.0.0.2:49153", 0.0)
+    (row,) = decode_jsonl(str(path), "--version", version)
+    assert row["kind"] == "lan-browse-reply" and row["error"] == reason
+    (frame,) = dissect(path, "_ws.expert.message", prefs=(f"pia.version:{version}",))
+    assert reason in frame["_ws.expert.message"]
+
+
 @pytest.mark.parametrize("version", ["5.3", "5.9", "5.18", "5.29", "6.30"])
 def test_lan_browse_reply_of_each_session_info_layout(tmp_path: Path, version: str) -> None:
     reply, want = _reply_for(version)
