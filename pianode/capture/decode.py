@@ -46,6 +46,7 @@ from typing import Any
 import attrs
 
 from protocols.pia import session6
+from pianode.capture.frames import cut_size
 from pianode.capture.pcap import Datagram, parse_endpoint
 from pianode.capture.session_file import DecodeContext, KeySet
 from protocols.errors import ConfigError, DecodeError
@@ -142,11 +143,12 @@ def _representatives() -> dict[tuple[HeaderFormat, int | None], list[VersionProf
 _REPRESENTATIVES = _representatives()
 
 
-def candidate_profiles(data: bytes) -> list[VersionProfile]:
-    """Profiles to try for a Pia datagram of unknown version, most likely first."""
+def candidate_profiles(data: bytes, size: int | None = None) -> list[VersionProfile]:
+    """Profiles to try for a Pia datagram of unknown version, most likely first (*size*: its length when *data* is
+    the part a capture kept)."""
     if len(data) < 5 or data[:4] != MAGIC:
         return []
-    fmt = sniff_header_format(data)
+    fmt = sniff_header_format(data, size)
     b4 = data[4]
     if b4 in (1, 2):
         fmts = [fmt] if fmt is not None else [HeaderFormat.A, HeaderFormat.B]
@@ -569,16 +571,21 @@ class Decoder:
     def _cut_short_pia(self, d: Datagram) -> DecodeResult:
         """The header of a Pia datagram whose end the capture lacks (as tshark still shows it), its bytes and why
         the rest cannot be checked; no authentication is tried on a part of a packet."""
-        profiles = [self.ctx.profile] if self.ctx.profile is not None else candidate_profiles(d.data)
+        assumed = self.ctx.profile is None
+        profiles = candidate_profiles(d.data, cut_size(d.error)) if assumed else [self.ctx.profile]
         for profile in profiles:
-            report = self._codecs_for(profile)[0].inspect(d.data, self._source_ip(d.src))
+            # H-A's HMAC is the packet's last 16 bytes, not in the capture: zeros stand in so that the header reads.
+            trailer = bytes(16) if profile.header_format is HeaderFormat.A else b""
+            report = self._codecs_for(profile)[0].inspect(d.data + trailer, self._source_ip(d.src))
             if report.header is not None:
                 header = header_json(report.header, profile, ())
                 if profile.header_format is HeaderFormat.A:
-                    header.pop("tag", None)  # H-A's HMAC is the packet's last 16 bytes: not in the capture
-                return self._base(d, "pia", profile=profile.name, profile_assumed=self.ctx.profile is None,
+                    header.pop("tag", None)
+                return self._base(d, "pia", profile=profile.name, profile_assumed=assumed,
                                   header=header, data=d.data.hex(), error=d.error)
-        return self._base(d, "pia", data=d.data.hex(), error=d.error)
+        first = profiles[0].name if profiles else None  # less than a header: still the layout it names
+        return self._base(d, "pia", profile=first, profile_assumed=assumed if first else None, data=d.data.hex(),
+                          error=d.error)
 
     def _inspect(self, profile: VersionProfile, data: bytes, source_ip: str) -> tuple[PacketReport, KeySet]:
         plain, keyed, keys = self._codecs_for(profile)
@@ -869,7 +876,7 @@ def _lan_candidates(data: bytes, kind: str) -> list[VersionProfile]:
         p = profile_for(v)
         if p.lan_system_version is None and not (5, 2) <= v <= (5, 45):
             continue
-        seen[(p.lan_system_version, p.lan_challenge_version, v >= (6, 0), v >= (5, 10), v >= (5, 3))] = p
+        seen[(p.lan_system_version, p.lan_challenge_version, v >= (6, 0), v >= (6, 23), v >= (5, 10), v >= (5, 3))] = p
     ordered = sorted(seen.values(), key=lambda p: p.version)
     size = int.from_bytes(data[1:5], "big")
     # The challenge (request or reply) starts with its version right after the block (spec §6.4).

@@ -53,6 +53,12 @@ class Reassembler:
     def __init__(self) -> None:
         self._pending: collections.OrderedDict[Any, _Pending] = collections.OrderedDict()
         self._held = 0
+        #: Datagrams given up before they were whole (out of bounds, or a fragment that cannot belong).
+        self.given_up = 0
+
+    def incomplete(self) -> int:
+        """Datagrams given up, and those still waiting for a fragment (at the end of a capture: never whole)."""
+        return self.given_up + len(self._pending)
 
     def add(self, frag: Fragment) -> tuple[Fragment, bytes, int] | None:
         """``(first fragment, captured bytes from offset 0, claimed length)`` once complete, else None.
@@ -106,12 +112,13 @@ class Reassembler:
             data = data[: max(0, entry.end - offset)]
             whole[offset : offset + len(data)] = data
             have[offset : offset + len(data)] = b"\x01" * len(data)
-        self._drop(key)
+        self._drop(key, whole=True)
         gap = have.find(0)
         captured = bytes(whole if gap < 0 else whole[:gap])
         return entry.first, captured, entry.end
 
-    def _drop(self, key: Any) -> None:
+    def _drop(self, key: Any, whole: bool = False) -> None:
         entry = self._pending.pop(key, None)
         if entry is not None:
             self._held -= entry.held
+            self.given_up += not whole

@@ -51,6 +51,18 @@ _IP4_TEXT = "%d.%d.%d.%d"
 Udp = tuple[str, int, str, int, bytes, int]  # src ip, sport, dst ip, dport, payload, udp length
 
 
+_CUT_TAIL = "UDP payload bytes (snap length)"
+
+
+def cut_size(error: str | None) -> int | None:
+    """The length of a datagram the capture kept only part of (the error a cut-short :class:`Datagram` carries), or
+    None: the length rule that tells the Pia layouts apart is on the datagram's length, not on what was kept."""
+    if error is None or not error.startswith("captured only ") or not error.endswith(_CUT_TAIL):
+        return None
+    words = error.split()
+    return int(words[4]) if len(words) > 4 and words[4].isdigit() else None
+
+
 def _u16(b: bytes, off: int) -> int:
     return (b[off] << 8) | b[off + 1]
 
@@ -282,5 +294,5 @@ def _frame_to_udp(
         # drops such a datagram, so it is reported, with the bytes there are, not decoded.
         error = f"UDP length field says {ulen - 8} payload bytes but its IP packet holds {claimed - 8}"
     elif len(payload) < ulen - 8:
-        error = f"captured only {len(payload)} of {ulen - 8} UDP payload bytes (snap length)"
+        error = f"captured only {len(payload)} of {ulen - 8} {_CUT_TAIL}"
     return src, dst, sport, dport, payload, error, mac

@@ -168,6 +168,8 @@ class CaptureStats:
     link: collections.Counter[int] = attrs.Factory(collections.Counter)
     #: Frames without UDP, by reason ("tcp", "icmp", "arp", "ip-fragment", ...).
     skipped: collections.Counter[str] = attrs.Factory(collections.Counter)
+    #: IP-fragmented datagrams that never became whole (a fragment not in the capture, or given up): not yielded.
+    incomplete: int = 0
     #: Set when the input ended inside a record or turned out corrupt part-way.
     problem: str | None = None
 
@@ -384,6 +386,7 @@ class Capture:
                 error=error,
                 src_mac=mac,
             )
+        stats.incomplete = fragments.incomplete()
 
     # -- pcap ----------------------------------------------------------
     def _pcap_frames(self) -> Iterator[tuple[int, int, float, bytes]]:

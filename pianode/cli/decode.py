@@ -454,6 +454,10 @@ def _summary(cap: Capture, decoder: Decoder, ctx: DecodeContext) -> str:
     if cap.stats.skipped:
         skipped = ", ".join(f"{k} {n}" for k, n in cap.stats.skipped.most_common())
         text += f"\n-- {sum(cap.stats.skipped.values())} frames without UDP skipped ({skipped})"
+    if cap.stats.incomplete:
+        n = cap.stats.incomplete
+        text += (f"\n-- {n} IP-fragmented datagram{'s' if n != 1 else ''} never whole (a fragment is not in the"
+                 " capture): not decoded")
     if not ctx.has_key_material and ctx.prudp is None:
         beside = session_path_for(cap.name)
         hint = f"--session {beside}, beside the capture" if beside != cap.name and os.path.isfile(beside) else "see --session"

@@ -221,6 +221,10 @@ def export_decrypted(datagrams: Iterable[Datagram], decoder: Decoder, out: Binar
                 stats.kept_encrypted += 1
             if r.authenticated is False:
                 stats.auth_failed += 1
+        elif r.kind == "pia" and r.profile is not None:
+            # No header to read (shorter than its layout's): the version it was judged by still goes to the dissector.
+            assumed = " assumed" if r.profile_assumed else ""
+            comments.append(f"pianode: pia version={r.profile}{assumed}")
         elif r.kind.startswith("lan-") and r.profile is not None:
             chal = {True: "ok", False: "failed", None: "unchecked"}[r.authenticated]
             comments.append(f"pianode: {r.kind} version={r.profile} challenge={chal}")

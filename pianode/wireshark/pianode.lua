@@ -139,6 +139,7 @@ GEN.guesses = {
   ["H-G/15"] = {"6.34"},
   ["H-G/16"] = {"7.2"},
 }
+GEN.max_inflated = 0x100000
 GEN.station_types = {
   [1] = "connection_request",
   [2] = "connection_response",
@@ -305,6 +306,10 @@ field("source_variable_id", ProtoField.uint32, "pia.source_variable_id", "Source
 field("padding_flags", ProtoField.uint8, "pia.padding_flags", "Padding size and packet flags", base.HEX)
 field("padding_size", ProtoField.uint8, "pia.padding_size", "Padding size", base.DEC)
 field("packet_flags", ProtoField.uint8, "pia.packet_flags", "Packet flags", base.HEX)
+field("flag_zstd", ProtoField.bool, "pia.packet_flags.zstd", "Payload Zstandard-compressed")
+field("flag_skip_dst", ProtoField.bool, "pia.packet_flags.skip_destination_check", "Skip destination variable id check")
+field("flag_skip_net", ProtoField.bool, "pia.packet_flags.skip_network_check", "Skip network connection check")
+field("zstd_payload", ProtoField.bytes, "pia.compressed_payload", "Compressed payload (Zstandard)")
 field("footer_size", ProtoField.uint8, "pia.footer_size", "Footer size", base.DEC)
 field("nonce", ProtoField.bytes, "pia.nonce", "Header nonce")
 field("tag", ProtoField.bytes, "pia.tag", "AES-GCM tag")
@@ -388,6 +393,31 @@ field("lan_block", ProtoField.bytes, "pia.lan.browse.block", "Search criteria / 
 field("lan_challenge", ProtoField.bytes, "pia.lan.browse.challenge", "Crypto challenge")
 field("lan_chal_version", ProtoField.uint8, "pia.lan.browse.challenge.version", "Challenge version", base.DEC)
 field("lan_chal_enabled", ProtoField.uint8, "pia.lan.browse.challenge.enabled", "Challenge enabled", base.DEC)
+field("lan_s_min_max", ProtoField.uint16, "pia.lan.search.min_participants.max", "Min participants, up to", base.DEC)
+field("lan_s_min_min", ProtoField.uint16, "pia.lan.search.min_participants.min", "Min participants, from", base.DEC)
+field("lan_s_max_max", ProtoField.uint16, "pia.lan.search.max_participants.max", "Max participants, up to", base.DEC)
+field("lan_s_max_min", ProtoField.uint16, "pia.lan.search.max_participants.min", "Max participants, from", base.DEC)
+field("lan_s_opened", ProtoField.uint8, "pia.lan.search.opened_only", "Opened sessions only", base.DEC)
+field("lan_s_vacant", ProtoField.uint8, "pia.lan.search.vacant_only", "Vacant sessions only", base.DEC)
+field("lan_s_offset", ProtoField.uint32, "pia.lan.search.result_range_offset", "Result range offset", base.DEC)
+field("lan_s_size", ProtoField.uint32, "pia.lan.search.result_range_size", "Result range size", base.DEC)
+field("lan_s_game_mode", ProtoField.uint32, "pia.lan.search.game_mode", "Game mode", base.DEC)
+field("lan_s_session_type", ProtoField.uint32, "pia.lan.search.session_type", "Session type", base.DEC)
+field("lan_s_attr_values", ProtoField.bytes, "pia.lan.search.attribute.values", "Attribute list values (20 u32)")
+field("lan_s_attr_size", ProtoField.uint8, "pia.lan.search.attribute.list_size", "Attribute list size", base.DEC)
+field("lan_s_attr_min", ProtoField.uint32, "pia.lan.search.attribute.range_min", "Attribute range min", base.DEC)
+field("lan_s_attr_max", ProtoField.uint32, "pia.lan.search.attribute.range_max", "Attribute range max", base.DEC)
+field("lan_s_attr_mode", ProtoField.uint8, "pia.lan.search.attribute.range_mode", "Attribute range mode", base.DEC)
+field("lan_s_flags", ProtoField.uint32, "pia.lan.search.flags", "Search flags", base.HEX)
+field("lan_s_key", ProtoField.uint64, "pia.lan.search.matchmake_key", "Matchmake key", base.HEX)
+field("lan_s_upper", ProtoField.uint16, "pia.lan.search.max_stations_upper", "Max stations, up to", base.DEC)
+field("lan_s_lower", ProtoField.uint16, "pia.lan.search.max_stations_lower", "Max stations, from", base.DEC)
+field("lan_s_title", ProtoField.uint64, "pia.lan.search.title_id", "Title id", base.HEX)
+field("lan_chal_seq", ProtoField.uint8, "pia.lan.browse.challenge.sequence_id", "Sequence id", base.DEC)
+field("lan_chal_counter", ProtoField.uint64, "pia.lan.browse.challenge.counter", "Nonce counter", base.DEC)
+field("lan_chal_key", ProtoField.bytes, "pia.lan.browse.challenge.key", "Challenge key")
+field("lan_chal_tag", ProtoField.bytes, "pia.lan.browse.challenge.tag", "AES-GCM tag")
+field("lan_chal_data", ProtoField.bytes, "pia.lan.browse.challenge.data", "Encrypted challenge")
 field("lan_game_mode", ProtoField.uint32, "pia.lan.session.game_mode", "Game mode", base.DEC)
 field("lan_network_id", ProtoField.uint32, "pia.lan.session.network_id", "Network id", base.HEX)
 field("lan_attribute", ProtoField.uint32, "pia.lan.session.attribute", "Attribute", base.DEC)
@@ -399,6 +429,8 @@ field("lan_app_version", ProtoField.uint8, "pia.lan.session.application_version"
 field("lan_session_type", ProtoField.uint32, "pia.lan.session.session_type", "Session type", base.DEC)
 field("lan_app_data", ProtoField.bytes, "pia.lan.session.application_data", "Application data")
 field("lan_opened", ProtoField.uint8, "pia.lan.session.opened", "Opened", base.DEC)
+field("lan_player_limit", ProtoField.uint8, "pia.lan.session.has_player_limit", "Has a player limit", base.DEC)
+field("lan_players", ProtoField.uint8, "pia.lan.session.player_limit", "Player limit", base.DEC)
 field("lan_host", ProtoField.bytes, "pia.lan.session.host", "Host address")
 field("lan_host_cid", ProtoField.uint64, "pia.lan.session.host_constant_id", "Host constant id", base.HEX)
 field("lan_station_role", ProtoField.uint8, "pia.lan.session.station.role", "Station role", base.DEC,
@@ -494,6 +526,8 @@ local E = {
                                 expert.severity.WARN),
     guessed = ProtoExpert.new("pia.version_guessed", "Pia version guessed from the header",
                               expert.group.ASSUMPTION, expert.severity.CHAT),
+    zstd = ProtoExpert.new("pia.zstd", "Payload Zstandard-compressed (packet flag 1): its messages are not dissected",
+                           expert.group.UNDECODED, expert.severity.NOTE),
 }
 local PE = {
     malformed = ProtoExpert.new("prudp.malformed", "Malformed PRUDP packet", expert.group.MALFORMED,
@@ -501,7 +535,7 @@ local PE = {
     bad_checksum = ProtoExpert.new("prudp.bad_checksum", "PRUDP checksum mismatch", expert.group.CHECKSUM,
                                    expert.severity.WARN),
 }
-pia.experts = {E.malformed, E.auth_failed, E.encrypted, E.zlib, E.sub, E.lan, E.guessed, E.cut_short}
+pia.experts = {E.malformed, E.auth_failed, E.encrypted, E.zlib, E.sub, E.lan, E.guessed, E.cut_short, E.zstd}
 prudp.experts = {PE.malformed, PE.bad_checksum}
 
 pia.prefs.version = Pref.string("Pia version", "auto",
@@ -530,6 +564,22 @@ local function export_comment()
         local text = tostring(fi.value)
         if text:sub(1, 9) == "pianode: " then return text end
     end
+    return nil
+end
+
+-- The UDP length field, when it says more payload bytes than the IP packet holds (Wireshark's "Bad length value >
+-- IP payload length"): a host drops such a datagram, and pianode decode reports it with its header, not read.
+local udp_length_field
+do
+    local ok, f = pcall(Field.new, "udp.length")
+    if ok then udp_length_field = f end
+end
+
+local function udp_overrun(tvb)
+    if not udp_length_field then return nil end
+    local all = {udp_length_field()}
+    local last = all[#all]
+    if last and last.value - 8 > tvb:reported_len() then return last.value - 8 end
     return nil
 end
 
@@ -578,8 +628,8 @@ local function sniff_format(tvb)
     end
     local hv = b4 % 128
     local fmt = GEN.header_versions[hv]
-    if not fmt or n < GEN.header_sizes[fmt] then return nil end
-    return fmt, fmt .. "/" .. hv
+    if not fmt then return nil end
+    return fmt, fmt .. "/" .. hv  -- a packet shorter than the header is shown as one (dissect_pia)
 end
 
 -- Messages of a plaintext body [start, stop) under version profile p: a list of records, or nil and an error.
@@ -853,7 +903,8 @@ local function add_value(tree, tvb, f, rec)
     return it
 end
 
-local function choose_version(tvb, guess_key, readable, body_start, body_stop_for)
+-- The version a pianode export comment or the pia.version preference names, and which of them named it; or nil.
+local function given_version()
     local comment = export_comment()
     local from_comment = comment and string.match(comment, "^pianode: pia version=([%d%.]+)")
     if from_comment and GEN.versions[from_comment] then
@@ -863,6 +914,32 @@ local function choose_version(tvb, guess_key, readable, body_start, body_stop_fo
     if pref and pref ~= "" and pref ~= "auto" and GEN.versions[pref] then
         return pref, "preference"
     end
+    return nil
+end
+
+-- The layout of a packet whose byte 4 says H-A or H-B (1 or 2) although its length fits neither length rule (a
+-- datagram cut or lengthened in transit, a body that does not tile): the first of pianode decode's candidates in
+-- its order, every H-A guess and then every H-B guess, that reads cleanly, else H-A
+-- (pianode.capture.decode.candidate_profiles).  An encrypted body reads cleanly once the header fits.
+local function old_layout(tvb, b4)
+    local n = tvb:len()
+    if n < tvb:reported_len() then return "H-A" end  -- cut short by the snap length: only its header is shown
+    for _, fmt in ipairs({"H-A", "H-B"}) do
+        local hsize = GEN.header_sizes[fmt]
+        local stop = (fmt == "H-A") and n - 16 or n
+        if stop >= hsize then
+            for _, name in ipairs(GEN.guesses[fmt]) do
+                if b4 == 2 or walk_messages(tvb, hsize, stop, GEN.versions[name]) then return fmt end
+            end
+        end
+    end
+    return "H-A"
+end
+
+local function choose_version(tvb, fmt, guess_key, readable, body_start, body_stop_for)
+    local given, source = given_version()
+    -- A version of another layout does not fit this header: pianode decode then reads it as the header says.
+    if given and GEN.versions[given].hf == fmt then return given, source end
     local list = GEN.guesses[guess_key] or {}
     if readable then
         for _, name in ipairs(list) do
@@ -876,6 +953,10 @@ local function choose_version(tvb, guess_key, readable, body_start, body_stop_fo
     end
     return list[1], "guess"
 end
+
+-- H-G packet flags, the low nibble of byte 5 (KW Pia-Protocol.md, "Packet Flags"; spec §1.7).
+local PACKET_FLAGS = {[1] = "Zstandard-compressed", [2] = "skip destination variable id check",
+                      [4] = "skip network connection check"}
 
 local HEADER_FIELDS = {
     -- layout: list of {field key, size}; "vb" = encryption|version byte, "pf" = padding/flags byte (§1.1)
@@ -892,6 +973,28 @@ local HEADER_FIELDS = {
     ["H-G"] = {{"magic", 4}, {"vb", 1}, {"pf", 1}, {"destination_variable_id", 2}, {"source_variable_id", 2},
                {"packet_id", 2}, {"footer_size", 1}, {"nonce", 8}, {"tag", 8}},
 }
+
+-- Whether Wireshark inflated a zlib-flagged payload as pianode decode does (protocols.pia.message.inflate_payload):
+-- a zlib stream (RFC 1950 §2.2: method 8, window at most 32 KiB, no preset dictionary, header check), whose Adler-32
+-- of the output is the stream's last four bytes (so it is complete and nothing follows it), of at most
+-- GEN.max_inflated bytes.  Wireshark also takes raw deflate, and hands back what a cut or damaged stream gave.
+local function zlib_complete(payload, inflated)
+    local n = payload:len()
+    if n < 6 then return false end
+    local cmf, flg = payload:range(0, 1):uint(), payload:range(1, 1):uint()
+    if cmf % 16 ~= 8 or cmf >= 0x80 or has(flg, 0x20) or (cmf * 256 + flg) % 31 ~= 0 then return false end
+    local size = inflated:len()
+    if size > GEN.max_inflated then return false end
+    local a, b = 1, 0
+    if size > 0 then
+        local bytes = inflated:range(0, size):bytes()
+        for i = 0, size - 1 do
+            a = (a + bytes:get_index(i)) % 65521
+            b = (b + a) % 65521
+        end
+    end
+    return b * 65536 + a == payload:range(n - 4, 4):uint()
+end
 
 local function render_message(tvb, tree, m, index, p, start, pinfo)
     local ptype = m.ptype.v
@@ -934,6 +1037,7 @@ local function render_message(tvb, tree, m, index, p, start, pinfo)
                 if ok and res then inflated = res; break end
             end
         end
+        if inflated and not zlib_complete(payload, inflated) then inflated = nil end
         if inflated then
             app_tvb = inflated
             mt:add(F.msg_length, inflated:len()):set_generated()
@@ -941,6 +1045,12 @@ local function render_message(tvb, tree, m, index, p, start, pinfo)
         else
             mt:add_proto_expert_info(E.zlib)
             app_tvb = nil
+            -- The bytes as sent are all there is, and what pianode decode reports as the payload: length and payload
+            -- stay there for every message.
+            local it = mt:add(F.msg_length, m.payload_len)
+            it:set_generated()
+            it:append_text(" (not inflated: the bytes as sent)")
+            if payload then mt:add(F.msg_payload, payload) end
         end
     else
         -- pia.msg.length is there for every message; pia.msg.payload only when it has bytes.
@@ -961,19 +1071,50 @@ local function dissect_pia(tvb, pinfo, tree)
     local fmt, guess_key = sniff_format(tvb)
     local n = tvb:len()
     local cut = n < tvb:reported_len()  -- cut short by the capture's snap length: the header is all there is
+    local overrun = udp_overrun(tvb)  -- a UDP length past the IP packet: the header is all that is read
+    local b4 = n > 4 and tvb(4, 1):uint() or nil
+    if b4 == 1 or b4 == 2 then
+        -- A version an export or the preference gives picks H-A or H-B, as pianode decode's --version does.
+        local given = given_version()
+        local hf = given and GEN.versions[given].hf
+        if hf == "H-A" or hf == "H-B" then
+            fmt, guess_key = hf, hf
+        elseif not fmt then
+            fmt = old_layout(tvb, b4)
+            guess_key = fmt
+        end
+    end
     pinfo.cols.protocol = "Pia"
     local root = tree:add(pia, tvb())
     if fmt and n < GEN.header_sizes[fmt] then
+        local version, source = choose_version(tvb, fmt, guess_key, false)
+        root:append_text(string.format(", %s, Pia %s", fmt, version or "?"))
+        root:add(F.format, fmt):set_generated()
+        root:add(F.lib_version, version or "?"):set_generated()
+        root:add(F.lib_version_source, source):set_generated()
         root:add(F.magic, tvb(0, 4))
-        root:add_proto_expert_info(E.cut_short, string.format("the capture kept %d of the packet's %d bytes: less than a %s header",
-            n, tvb:reported_len(), fmt))
-        pinfo.cols.info = "Pia " .. fmt .. " [cut short]"
+        if cut then
+            root:add_proto_expert_info(E.cut_short, string.format("the capture kept %d of the packet's %d bytes: less than a %s header",
+                n, tvb:reported_len(), fmt))
+            pinfo.cols.info = "Pia " .. fmt .. " [cut short]"
+        else
+            root:add_proto_expert_info(E.malformed, string.format("a Pia %s header needs %d bytes; the packet has %d",
+                fmt, GEN.header_sizes[fmt], n))
+            pinfo.cols.info = "Pia " .. fmt .. " (malformed: shorter than its header)"
+        end
         return n
     end
     if not fmt then
-        local b4 = n > 4 and tvb(4, 1):uint() or nil
+        -- The version an export or the preference gives is still the one the packet was judged by (pianode decode
+        -- --version reports it with the same reason).
+        local given, source = given_version()
+        if given then
+            root:append_text(", Pia " .. given)
+            root:add(F.lib_version, given):set_generated()
+            root:add(F.lib_version_source, source):set_generated()
+        end
         root:add(F.magic, tvb(0, 4))
-        root:add_proto_expert_info(E.malformed, b4 and string.format("byte 4 = 0x%02x names no documented header (or the length rule fails)", b4)
+        root:add_proto_expert_info(E.malformed, b4 and string.format("byte 4 = 0x%02x names no documented header", b4)
             or "too short for a Pia header")
         pinfo.cols.info = "Pia (unknown header)"
         return n
@@ -999,7 +1140,7 @@ local function dissect_pia(tvb, pinfo, tree)
         if (fmt == "H-E" or fmt == "H-F") then return n - footer_size end
         return n
     end
-    local version, source = choose_version(tvb, guess_key, readable, body_start, body_stop)
+    local version, source = choose_version(tvb, fmt, guess_key, readable, body_start, body_stop)
     local p = GEN.versions[version]
 
     root:append_text(string.format(", %s, Pia %s", fmt, version or "?"))
@@ -1019,7 +1160,13 @@ local function dissect_pia(tvb, pinfo, tree)
         elseif key == "pf" then
             local pf = root:add(F.padding_flags, r)
             pf:add(F.padding_size, r, math.floor(r:uint() / 16))
-            pf:add(F.packet_flags, r, r:uint() % 16)
+            local flags = r:uint() % 16
+            local fl = pf:add(F.packet_flags, r, flags)
+            local named = flag_text(flags, PACKET_FLAGS)
+            if named ~= "" then fl:append_text(" (" .. named .. ")") end
+            fl:add(F.flag_zstd, r, has(flags, 1))
+            fl:add(F.flag_skip_dst, r, has(flags, 2))
+            fl:add(F.flag_skip_net, r, has(flags, 4))
         elseif key == "encryption" then
             local e = root:add(F.encryption, r)
             e:add(F.encrypted, r, r:uint() == 2)
@@ -1043,14 +1190,28 @@ local function dissect_pia(tvb, pinfo, tree)
         pinfo.cols.info = string.format("Pia %s %s [cut short] %s", version or "?", fmt, table.concat(info, " "))
         return n
     end
+    if overrun then
+        root:add_proto_expert_info(E.malformed, string.format("UDP length field says %d payload bytes but its IP packet"
+            .. " holds %d: a host drops the datagram, so its body is not read", overrun, n))
+        pinfo.cols.info = string.format("Pia %s %s [bad UDP length] %s", version or "?", fmt, table.concat(info, " "))
+        return n
+    end
     local stop = body_stop(p)
     if stop < hsize then
-        root:add_proto_expert_info(E.malformed, "footer/padding sizes exceed the packet")
+        root:add_proto_expert_info(E.malformed, fmt == "H-A"
+            and string.format("a Pia H-A packet of %d bytes has no room for its 16-byte HMAC trailer", n)
+            or string.format("footer size %d and padding size %d exceed the packet's %d bytes after its header",
+                             footer_size, padding, n - hsize))
         pinfo.cols.info = "Pia " .. fmt .. " (malformed)"
         return n
     end
     local summaries = {}
-    if readable and p then
+    -- Packet flag 1 (H-G): the body is a Zstandard frame, not messages (§1.7, §2.8); Wireshark's Lua has no inflater.
+    local zstd = fmt == "H-G" and has(tvb(5, 1):uint() % 16, 1)
+    if zstd and readable then
+        if stop > hsize then root:add(F.zstd_payload, tvb(hsize, stop - hsize)) end
+        root:add_proto_expert_info(E.zstd)
+    elseif readable and p then
         local msgs, err = walk_messages(tvb, hsize, stop, p)
         if msgs then
             root:add(F.message_count, #msgs):set_generated()
@@ -1080,6 +1241,7 @@ local function dissect_pia(tvb, pinfo, tree)
     if fmt == "H-G" and readable and padding > 0 then root:add(F.ff_padding, tvb(n - padding, padding)) end
     if fmt == "H-A" then root:add(F.hmac, tvb(n - 16, 16)) end
     local state = encrypted and (readable and "decrypted" or "encrypted") or "plain"
+    if zstd then info[#info + 1] = "[Zstandard-compressed]" end
     local text = string.format("Pia %s %s %s %s", version or "?", fmt, state, table.concat(info, " "))
     if #summaries > 0 then text = text .. ": " .. table.concat(summaries, ", ") end
     pinfo.cols.info = text
@@ -1101,21 +1263,39 @@ local function lan_kind(tvb)
     return nil
 end
 
+-- A boolean byte of a LAN browse packet, flagged as pianode decode words it when it is neither 0 nor 1.
+local function lan_bool(tree, f, range, what)
+    local it = tree:add(f, range)
+    if range:uint() > 1 then it:add_proto_expert_info(E.lan, string.format("%s: boolean byte %d", what, range:uint())) end
+    return it
+end
+
+-- A zero-padded field's used size (a u32 after it), flagged when it passes the field (lan.py _read_padded).
+local function lan_used_size(tree, range, field_size, what)
+    local size = range:uint()
+    if size > field_size then
+        tree:add_proto_expert_info(E.lan, string.format("%s: size %d exceeds its %d-byte field", what, size, field_size))
+    end
+    return math.min(size, field_size)
+end
+
 local function dissect_session_info(tvb, tree, version)
     -- LanSessionInfo, 5.2-5.45 (1266, 1297 or 1298 bytes), or LanNetworkProperty (6.x, 0x22D bytes, §6.3).
     local n = tvb:len()
     if n >= 0x22D and n < 1266 then
         local st = tree:add(pia, tvb(), "LanNetworkProperty")
         st:add(F.lan_network_id64, tvb(0, 8))
-        local psize = tvb(0x208, 4):uint()
-        if psize >= 0x7C and psize <= 0x200 then
+        local psize = lan_used_size(st, tvb(0x208, 4), 0x200, "property data")
+        if psize >= 0x7C then
             st:add(F.lan_sys_version, tvb(0x8 + 2, 1))
             st:add(F.lan_key_param, tvb(0x8 + 0x5C, 32))
             if psize > 0x7C then st:add(F.lan_app_data, tvb(0x8 + 0x7C, psize - 0x7C)) end
         end
         st:add(F.lan_matchmake_key, tvb(0x20C, 8))
         st:add(F.lan_current, tvb(0x214, 2)); st:add(F.lan_max, tvb(0x216, 2))
-        st:add(F.lan_opened, tvb(0x218, 1))
+        lan_bool(st, F.lan_opened, tvb(0x218, 1), "opened")
+        lan_bool(st, F.lan_player_limit, tvb(0x219, 1), "has player limit")
+        st:add(F.lan_players, tvb(0x21A, 1))
         st:add(F.lan_host, tvb(0x21B, math.min(0x12, n - 0x21B)))
         return string.format("network id 0x%s", tostring(tvb(0, 8):uint64():tohex()))
     end
@@ -1134,9 +1314,9 @@ local function dissect_session_info(tvb, tree, version)
         st:add(F.lan_sys_version, tvb(0x26, 1)); st:add(F.lan_app_version, tvb(0x27, 1))
         st:add(F.lan_session_type, tvb(0x28, 2))
     end
-    local app_size = tvb(0x1AA, 4):uint()
-    st:add(F.lan_app_data, tvb(0x2A, math.min(app_size, 384)))
-    st:add(F.lan_opened, tvb(0x1AE, 1))
+    local app_size = lan_used_size(st, tvb(0x1AA, 4), 384, "application data")
+    st:add(F.lan_app_data, tvb(0x2A, app_size))
+    lan_bool(st, F.lan_opened, tvb(0x1AE, 1), "is opened")
     local stations
     if n == 1297 then
         st:add(F.lan_host, tvb(0x1AF, 18))
@@ -1161,14 +1341,49 @@ local function dissect_session_info(tvb, tree, version)
                          tvb(0x24, 2):uint())
 end
 
+-- The search block of a browse request (§6.2): LanSessionSearchCriteria (5.2-5.45, 570 bytes) or
+-- LanSearchNetworkSetting (6.16-6.20: 14 bytes, 6.23-6.30: 22 with the title id); 7.2's encrypted 32 bytes stay a
+-- block.  A boolean byte other than 0 or 1 is malformed, as pianode decode says (protocols.pia.lan_criteria).
+local function dissect_search(tvb, item)
+    local n = tvb:len()
+    local function flag(f, at, what)
+        local it = item:add(f, tvb(at, 1))
+        local v = tvb(at, 1):uint()
+        if v > 1 then it:add_proto_expert_info(E.lan, string.format("%s: boolean byte %d", what, v)) end
+    end
+    if n == 0x23A then
+        item:add(F.lan_s_min_max, tvb(0, 2)); item:add(F.lan_s_min_min, tvb(2, 2))
+        item:add(F.lan_s_max_max, tvb(4, 2)); item:add(F.lan_s_max_min, tvb(6, 2))
+        flag(F.lan_s_opened, 8, "opened only"); flag(F.lan_s_vacant, 9, "vacant only")
+        item:add(F.lan_s_offset, tvb(10, 4)); item:add(F.lan_s_size, tvb(14, 4))
+        item:add(F.lan_s_game_mode, tvb(18, 4)); item:add(F.lan_s_session_type, tvb(22, 4))
+        -- Six attribute criteria, field by field: 20 u32 list values each, then the list sizes, range minimums,
+        -- range maximums and range modes of all six.
+        for i = 0, 5 do
+            local a = item:add(pia, tvb(26 + 80 * i, 80), "Attribute " .. i)
+            a:add(F.lan_s_attr_values, tvb(26 + 80 * i, 80))
+        end
+        for i = 0, 5 do item:add(F.lan_s_attr_size, tvb(506 + i, 1)) end
+        for i = 0, 5 do item:add(F.lan_s_attr_min, tvb(512 + 4 * i, 4)) end
+        for i = 0, 5 do item:add(F.lan_s_attr_max, tvb(536 + 4 * i, 4)) end
+        for i = 0, 5 do flag(F.lan_s_attr_mode, 560 + i, "attribute range mode") end
+        item:add(F.lan_s_flags, tvb(566, 4))
+    elseif n == 0x0E or n == 0x16 then
+        item:add(F.lan_s_key, tvb(0, 8)); item:add(F.lan_s_upper, tvb(8, 2)); item:add(F.lan_s_lower, tvb(10, 2))
+        item:add(F.lan_s_flags, tvb(12, 2))
+        if n == 0x16 then item:add(F.lan_s_title, tvb(14, 8)) end
+    end
+end
+
 local function dissect_lan(tvb, pinfo, tree, kind, size)
     pinfo.cols.protocol = "Pia LAN"
     local root = tree:add(pia, tvb(), "Pia LAN browse " .. kind)
     root:add(F.lan_type, tvb(0, 1))
     root:add(F.lan_size, tvb(1, 4))
     local block = tvb(5, size)
-    root:add(F.lan_block, block)
+    local block_item = root:add(F.lan_block, block)
     local text = "LAN browse " .. kind
+    if kind == "request" then dissect_search(block:tvb(), block_item) end
     if kind == "reply" then
         local version = comment_value(export_comment(), "version") or pia.prefs.version
         local ok, res = pcall(dissect_session_info, block:tvb(), root, version)
@@ -1177,9 +1392,23 @@ local function dissect_lan(tvb, pinfo, tree, kind, size)
     end
     local rest = tvb:len() - 5 - size
     if rest > 0 then
-        local c = root:add(F.lan_challenge, tvb(5 + size, rest))
-        c:add(F.lan_chal_version, tvb(5 + size, 1))
-        if rest > 1 then c:add(F.lan_chal_enabled, tvb(6 + size, 1)) end
+        -- The crypto challenge (§6.4): version, enabled, [sequence id: version 4], u64 nonce counter, 16-byte key,
+        -- 16-byte tag, then the encrypted challenge (request) or response (reply); lan_kind checked its size.
+        local at = 5 + size
+        local c = root:add(F.lan_challenge, tvb(at, rest))
+        local version = tvb(at, 1):uint()
+        c:add(F.lan_chal_version, tvb(at, 1))
+        if version < 1 or version > 4 then
+            c:add_proto_expert_info(E.lan, string.format("challenge version %d has no documented layout", version))
+        else
+            lan_bool(c, F.lan_chal_enabled, tvb(at + 1, 1), "crypto enabled")
+            local pos = at + 2
+            if version == 4 then c:add(F.lan_chal_seq, tvb(pos, 1)); pos = pos + 1 end
+            c:add(F.lan_chal_counter, tvb(pos, 8))
+            c:add(F.lan_chal_key, tvb(pos + 8, 16))
+            c:add(F.lan_chal_tag, tvb(pos + 24, 16))
+            c:add(F.lan_chal_data, tvb(pos + 40, tvb:len() - pos - 40))
+        end
     end
     local comment = export_comment()
     local chal = comment_value(comment, "challenge")
@@ -1321,6 +1550,16 @@ end
 local function plausible_vport(b)
     local st = math.floor(b / 16)
     return GEN.prudp_stream_types[st] ~= nil
+end
+
+-- v0 has no magic, so the heuristic takes only the virtual ports every source shows (prudp.md §1.1): one known
+-- stream type on both sides (a server drops packets whose source and destination stream types differ), and a
+-- server's port, 1 or 2, on one side (3DS/Wii U 1; Switch 1 and 2; a client the highest free port, from 15 down).
+-- Looser, about half of all UDP datagrams of eleven bytes or more read as v0.
+local function plausible_v0_ports(src, dst)
+    if not plausible_vport(src) or math.floor(src / 16) ~= math.floor(dst / 16) then return false end
+    local sp, dp = src % 16, dst % 16
+    return sp == 1 or sp == 2 or dp == 1 or dp == 2
 end
 
 -- The v0 variant to read this datagram with: the export comment, the preference, or the stream types.
@@ -1529,7 +1768,7 @@ local function classify(tvb)
         local packets = parse_v1_lite(tvb)
         if packets then return "v1lite", packets end
     end
-    if prudp.prefs.heuristic_v0 and n >= 11 and plausible_vport(tvb(0, 1):uint()) and plausible_vport(tvb(1, 1):uint()) then
+    if prudp.prefs.heuristic_v0 and n >= 11 and plausible_v0_ports(tvb(0, 1):uint(), tvb(1, 1):uint()) then
         local name = v0_variant(tvb)
         local packets = parse_v0_all(tvb, GEN.prudp_variants[name])
         if packets then return "v0", name, packets end

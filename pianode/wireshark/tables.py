@@ -64,6 +64,7 @@ def _tables() -> dict[str, Any]:
     from protocols.pia.header import HEADER_SIZES, HEADER_VERSIONS, MAGIC
     from protocols.pia.lan_messages import LanMessageType
     from protocols.pia.mesh import MeshMessageType
+    from protocols.pia.message import MAX_INFLATED_SIZE
     from protocols.pia.reliable import WindowFlag, layout_for
     from protocols.pia.station import StationMessageType
     from protocols.pia.versions import DOCUMENTED_VERSIONS, profile_for
@@ -106,6 +107,7 @@ def _tables() -> dict[str, Any]:
         "header_versions": {hv: fmt.value for fmt, hvs in HEADER_VERSIONS.items() for hv in sorted(hvs)},
         "header_sizes": {fmt.value: size for fmt, size in HEADER_SIZES.items()},
         "guesses": guesses,
+        "max_inflated": MAX_INFLATED_SIZE,
         "station_types": {int(t): t.name.lower() for t in StationMessageType},
         "mesh_types": {int(t): t.name.lower() for t in MeshMessageType},
         "lan_message_types": {int(t): t.name.lower() for t in LanMessageType},

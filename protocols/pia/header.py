@@ -407,10 +407,15 @@ _WALKS = ((20, 2), (24, 1))
 
 
 def _walks(data: bytes, start: int, end: int) -> bool:
-    """Whether fixed-header messages, each padded to 4 bytes, tile data[start:end] exactly."""
+    """Whether fixed-header messages, each padded to 4 bytes, tile data[start:end] exactly.
+
+    *end* may lie past the bytes a capture kept (its snap length): the messages then fit as far as they were kept.
+    """
     for hsize, off in _WALKS:
         pos = start
         while pos + hsize <= end:
+            if pos + off + 2 > len(data):
+                return True
             pos += hsize + int.from_bytes(data[pos + off : pos + off + 2], "big")
             if pos == end:
                 return True
@@ -420,7 +425,7 @@ def _walks(data: bytes, start: int, end: int) -> bool:
     return False
 
 
-def sniff_header_format(data: bytes) -> HeaderFormat | None:
+def sniff_header_format(data: bytes, size: int | None = None) -> HeaderFormat | None:
     """Guess the header layout of a datagram of unknown Pia version.
 
     Byte 4 decides: ``0x80 | v`` or ``v`` with a known header version ``v``
@@ -429,12 +434,13 @@ def sniff_header_format(data: bytes) -> HeaderFormat | None:
     an encrypted H-B packet ``36 + 16k``; a plain packet is H-A when its
     messages end exactly 16 bytes before the end (the HMAC trailer), H-B when
     they end at the end.  Returns None for anything else (not Pia, or a layout
-    the length rule rejects).
+    the length rule rejects).  *size* is the datagram's length when *data* is only the part a capture kept (its
+    snap length): the rule is on the datagram's length.
     """
     if len(data) < 5 or bytes(data[:4]) != MAGIC:
         return None
     b4 = data[4]
-    n = len(data)
+    n = len(data) if size is None else size
     if b4 == 2:
         if n >= 12 + 16 + 16 and (n - 12 - 16) % 16 == 0:
             return HeaderFormat.A

@@ -111,6 +111,14 @@ def _refuse_zstd(header: PacketHeader) -> None:
         raise UnsupportedVersion("the payload is Zstandard-compressed (packet flag 1); its messages cannot be read")
 
 
+def _footer_ids(raw: bytes) -> tuple[tuple[int, ...], DecodeError | None]:
+    """The u16 receiver ids of a footer (§1.6), and the problem when its size is odd (the whole ids are kept)."""
+    try:
+        return unpack_footer(raw), None
+    except DecodeError as e:
+        return unpack_footer(raw[: len(raw) & ~1]), e
+
+
 @attrs.frozen
 class PacketReport:
     """What :meth:`PacketCodec.inspect` learned about one datagram.
@@ -425,6 +433,8 @@ class PacketCodec:
             return PacketReport(None, None, None, (), e)
         auth: bool | None = None
         footer: tuple[int, ...] = ()
+        # A footer that is no list of u16 ids is reported, and the messages are still read (they do not depend on it).
+        footer_problem: DecodeError | None = None
         try:
             if profile.header_format is HeaderFormat.A:
                 end = len(data) - HMAC_TRAILER_SIZE
@@ -440,7 +450,7 @@ class PacketCodec:
             else:
                 body, footer_raw = self._split(data, off, header)
                 if profile.footer == "plain" and footer_raw:
-                    footer = unpack_footer(footer_raw)
+                    footer, footer_problem = _footer_ids(footer_raw)
                 if header.encrypted:
                     if self._gcm is None:
                         body = None
@@ -450,14 +460,15 @@ class PacketCodec:
                         except AuthenticationError as e:
                             return PacketReport(header, False, None, footer, e)
                         auth = True
+                if body is not None and profile.footer == "encrypted":
+                    # The header's padding and footer sizes place the footer, compressed payload or not (§1.1, §1.7).
+                    body, footer_raw = self._split_inner(body, header)
+                    footer, footer_problem = _footer_ids(footer_raw)
                 if body is not None:
                     _refuse_zstd(header)
-                if body is not None and profile.footer == "encrypted":
-                    body, footer_raw = self._split_inner(body, header)
-                    footer = unpack_footer(footer_raw) if footer_raw else ()
             if body is None:
-                return PacketReport(header, auth, None, footer)
-            return PacketReport(header, auth, decode_messages(body, profile), footer)
+                return PacketReport(header, auth, None, footer, footer_problem)
+            return PacketReport(header, auth, decode_messages(body, profile), footer, footer_problem)
         except DecodeError as e:
             return PacketReport(header, auth, None, footer, e)
 

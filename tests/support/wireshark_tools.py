@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +47,25 @@ def dissect(
         cmd += ["-o", p]
     if display_filter:
         cmd += ["-Y", display_filter]
-    for f in ("frame.number", *fields):
+    # A Lua error in the dissector, and an exception Wireshark caught in it ("Malformed Packet (Exception
+    # occurred)"), are expert messages: they are asked for every time, and fail the test wherever they show.
+    checks = [f for f in ("_ws.expert.message",) if f not in fields]
+    for f in ("frame.number", *fields, *checks):
         cmd += ["-e", f]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TSHARK_TIMEOUT, check=False)
+    # An empty home: a pianode.lua installed in the user's plugin folder (pianode wireshark install) or personal
+    # preferences would load beside the dissector under test.
+    with tempfile.TemporaryDirectory() as home:
+        env = {**os.environ, "HOME": home, "XDG_CONFIG_HOME": home}
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TSHARK_TIMEOUT, check=False, env=env)
     errors = [line for line in proc.stderr.splitlines() if "Running as user" not in line and line.strip()]
     assert proc.returncode == 0 and not errors, f"tshark failed ({proc.returncode}): {errors}"
-    frames = json.loads(proc.stdout or "[]")
-    return [frame["_source"]["layers"] for frame in frames]
+    frames = [frame["_source"]["layers"] for frame in json.loads(proc.stdout or "[]")]
+    for frame in frames:
+        lua = [m for m in frame.get("_ws.expert.message", []) if m.startswith("Lua Error") or "Exception occurred" in m]
+        assert not lua, f"frame {frame['frame.number']}: {lua}"
+        for f in checks:
+            frame.pop(f, None)
+    return frames
 
 
 def as_int(text: str) -> int:

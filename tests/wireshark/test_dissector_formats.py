@@ -26,6 +26,7 @@ from protocols.pia.lan import (
     BrowseReply,
     BrowseRequest,
     ChallengeReply,
+    ChallengeRequest,
     LanHostAddress,
     LanNetworkProperty,
     LanSessionInfo,
@@ -33,7 +34,7 @@ from protocols.pia.lan import (
     seal_challenge_reply,
     seal_challenge_request,
 )
-from protocols.pia.lan_criteria import LanSessionSearchCriteria
+from protocols.pia.lan_criteria import LanSearchNetworkSetting, LanSessionSearchCriteria
 from protocols.pia.message import Message, deflate_payload
 from protocols.pia.packet import Packet, PacketCodec
 from protocols.pia.types import InetAddress, StationLocation
@@ -207,10 +208,13 @@ def test_zlib_flag_on_a_payload_that_does_not_inflate(tmp_path: Path) -> None:
         PcapWriter(f).write_udp(data, SRC, DST, 0.0)
     (row,) = decode_jsonl(str(path), "--version", "5.29")
     assert "inflate" in row["error"]
-    (frame,) = dissect(path, "pia.msg.payload", "pia.msg.compressed_payload", "_ws.expert.message")
-    assert "pia.msg.payload" not in frame
+    (frame,) = dissect(path, "pia.msg.payload", "pia.msg.length", "pia.msg.compressed_payload", "_ws.expert.message")
     assert frame["pia.msg.compressed_payload"] == [b"not zlib at all".hex()]
     assert any("does not inflate" in x for x in frame["_ws.expert.message"])
+    # The bytes as sent are what there is: pianode decode reports them as the payload, and the dissector keeps
+    # pia.msg.length (there for every message) and pia.msg.payload with them.
+    assert [m["payload"] for m in row["messages"]] == frame["pia.msg.payload"] == [b"not zlib at all".hex()]
+    assert frame["pia.msg.length"] == ["15"]
 
 
 # --------------------------------------------------------------------------
@@ -267,6 +271,71 @@ def test_lan_browse_request_and_reply_with_session_info(tmp_path: Path) -> None:
     assert r["pia.lan.session.key_param"] == [bytes(range(32)).hex()]
     assert r["pia.lan.session.system_version"] == ["7"]
     assert frames[0]["pia.lan.browse.challenge.version"] == ["2"]
+    # Every field of both challenges is labelled, with the values pianode decode reads.
+    fields = ("pia.lan.browse.challenge.version", "pia.lan.browse.challenge.enabled", "pia.lan.browse.challenge.counter",
+              "pia.lan.browse.challenge.key", "pia.lan.browse.challenge.tag", "pia.lan.browse.challenge.data")
+    for frame, row, sealed in zip(dissect(path, *fields), rows, (challenge, reply_challenge), strict=True):
+        c = row["lan"]["challenge"]
+        assert [as_int(frame[f][0]) for f in fields[:3]] == [c["version"], int(c["enabled"]), c["counter"]]
+        assert [frame[f] for f in fields[3:]] == [[c["key"]], [c["tag"]], [sealed.data.hex()]]
+
+
+def test_the_search_block_of_a_browse_request_is_labelled_as_pianode_decode_reads_it(tmp_path: Path) -> None:
+    criteria = LanSessionSearchCriteria.build(game_mode=7, session_type=3, opened_only=True, result_range=(2, 9))
+    chal = seal_challenge_request(GAME_KEY, version=2, key=b"\x11" * 16, plaintext=bytes(256), counter=1,
+                                  broadcast_ip="10.0.0.255")
+    good = BrowseRequest(criteria, chal).encode(profile_for("5.18"))
+    bad = bytearray(good)
+    bad[5 + 8] = 2  # "opened only" is a boolean byte
+    setting = LanSearchNetworkSetting(0x1122334455667788, 8, 2, 0xC, 0x0100000000001234)
+    chal6 = seal_challenge_request(GAME_KEY, version=3, key=b"\x11" * 16, plaintext=bytes(256), counter=1,
+                                   broadcast_ip="10.0.0.255")
+    six = BrowseRequest(setting, chal6).encode(profile_for("6.30"))
+    six16 = BrowseRequest(attrs.evolve(setting, title_id=None), chal6).encode(profile_for("6.16"))  # 14 bytes
+    path = tmp_path / "search.pcap"
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        for i, data in enumerate((good, bytes(bad), six, six16)):
+            w.write_udp(data, "10.0.0.2:49153", "10.0.0.255:30000", i * 0.1)
+    rows = decode_jsonl(str(path))
+    frames = dissect(path, "pia.lan.search.game_mode", "pia.lan.search.session_type", "pia.lan.search.opened_only",
+                     "pia.lan.search.result_range_offset", "pia.lan.search.result_range_size", "pia.lan.search.flags",
+                     "pia.lan.search.matchmake_key", "pia.lan.search.max_stations_upper", "pia.lan.search.title_id",
+                     "pia.lan.search.attribute.range_mode", "_ws.expert.message")
+    search = rows[0]["lan"]["search"]
+    assert [as_int(frames[0][f"pia.lan.search.{k}"][0]) for k in ("game_mode", "session_type", "result_range_offset",
+                                                                  "result_range_size")] == [
+        search["game_mode"], search["session_type"], search["result_range_offset"], search["result_range_size"]]
+    assert as_int(frames[0]["pia.lan.search.opened_only"][0]) == int(search["opened_only"]) == 1
+    assert as_int(frames[0]["pia.lan.search.flags"][0]) == criteria.search_flags
+    assert len(frames[0]["pia.lan.search.attribute.range_mode"]) == 6
+    # A boolean byte other than 0 or 1: pianode decode's error, and the dissector's.
+    assert rows[1]["error"] == "opened only: boolean byte 2"
+    assert "opened only: boolean byte 2" in frames[1]["_ws.expert.message"]
+    assert [as_int(frames[2][f][0]) for f in ("pia.lan.search.matchmake_key", "pia.lan.search.max_stations_upper",
+                                              "pia.lan.search.title_id")] == [0x1122334455667788, 8, 0x0100000000001234]
+    # A 6.16-6.22 request (the 14-byte setting, no title id) reads without --version, as its own version family.
+    assert rows[3]["error"] is None and rows[3]["profile"] in ("6.16", "6.17", "6.18", "6.19", "6.20", "6.21", "6.22")
+    assert rows[3]["lan"]["search"]["matchmake_key"] == as_int(frames[3]["pia.lan.search.matchmake_key"][0])
+    assert "pia.lan.search.title_id" not in frames[3]
+
+
+def test_a_version_4_challenge_shows_its_sequence_id(tmp_path: Path) -> None:
+    # 6.40-6.41 insert a u8 sequence id after the enabled byte (spec §6.4); the fields after it move by one.
+    v2 = ChallengeRequest(2, True, 5, b"\x11" * 16, b"\x22" * 16, bytes(range(256)))
+    request = BrowseRequest(LanSessionSearchCriteria.build(game_mode=7), v2).encode(profile_for("5.18"))
+    request = request[: -len(v2.encode())]
+    chal = attrs.evolve(v2, version=4, sequence_id=9).encode()
+    path = tmp_path / "v4.pcap"
+    with path.open("wb") as f:
+        PcapWriter(f).write_udp(request + chal, "10.0.0.2:49153", "10.0.0.255:30000", 0.0)
+    (frame,) = dissect(path, "pia.lan.browse.challenge.version", "pia.lan.browse.challenge.sequence_id",
+                       "pia.lan.browse.challenge.counter", "pia.lan.browse.challenge.key",
+                       "pia.lan.browse.challenge.data")
+    assert frame["pia.lan.browse.challenge.version"] == ["4"] and frame["pia.lan.browse.challenge.sequence_id"] == ["9"]
+    assert frame["pia.lan.browse.challenge.counter"] == ["5"]
+    assert frame["pia.lan.browse.challenge.key"] == [(b"\x11" * 16).hex()]
+    assert frame["pia.lan.browse.challenge.data"] == [bytes(range(256)).hex()]
 
 
 def _reply_for(version: str) -> tuple[BrowseReply, dict[str, Any]]:
@@ -308,6 +377,26 @@ def _reply_for(version: str) -> tuple[BrowseReply, dict[str, Any]]:
     if p.version >= (5, 7):
         want["pia.lan.session.key_param"] = bytes(range(32)).hex()
     return BrowseReply(info, chal), want
+
+
+@pytest.mark.parametrize(("version", "at", "value", "reason"), [
+    ("5.18", 5 + 0x1AA, (385).to_bytes(4, "big"), "application data: size 385 exceeds its 384-byte field"),
+    ("5.29", 5 + 0x1AE, b"\x02", "is opened: boolean byte 2"),
+    ("5.29", 5 + 1297 + 1, b"\x07", "crypto enabled: boolean byte 7"),
+    ("6.30", 5 + 0x208, (0x201).to_bytes(4, "big"), "property data: size 513 exceeds its 512-byte field"),
+    ("6.30", 5 + 0x219, b"\x03", "has player limit: boolean byte 3"),
+])
+def test_a_browse_reply_pianode_decode_refuses_gets_the_same_reason_as_expert_info(
+        tmp_path: Path, version: str, at: int, value: bytes, reason: str) -> None:
+    data = bytearray(_reply_for(version)[0].encode(profile_for(version)))
+    data[at : at + len(value)] = value
+    path = tmp_path / "reply.pcap"
+    with path.open("wb") as f:
+        PcapWriter(f).write_udp(bytes(data), "10.0.0.1:30000", "10.0.0.2:49153", 0.0)
+    (row,) = decode_jsonl(str(path), "--version", version)
+    assert row["kind"] == "lan-browse-reply" and row["error"] == reason
+    (frame,) = dissect(path, "_ws.expert.message", prefs=(f"pia.version:{version}",))
+    assert reason in frame["_ws.expert.message"]
 
 
 @pytest.mark.parametrize("version", ["5.3", "5.9", "5.18", "5.29", "6.30"])

@@ -11,6 +11,7 @@ import ipaddress
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,25 @@ def test_ipv4_total_length_zero_from_segmentation_offload_takes_the_captured_len
     got, _ = read(path.read_bytes())
     assert [(x.data, x.error) for x in got] == [(b"hello", None)]
     assert tshark_udp(path) == [(1, b"hello")]
+
+
+def test_a_datagram_whose_fragment_never_came_is_counted_and_named_in_the_summary(tmp_path: Path) -> None:
+    seg = udp_segment(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]), 49152, 49153, PAYLOAD)
+    f1, f2, _missing = ipv4_fragments("10.0.0.1", "10.0.0.2", seg, 1480, ident=7)
+    g1, g2, g3 = ipv4_fragments("10.0.0.1", "10.0.0.2", seg, 1480, ident=8)
+    stray = ipv4(bytes(4), bytes(4), bytes(1480), ident=9, frag=0x2000 | 8)  # a middle fragment alone
+    frames = [ether(0x0800, f) for f in (f1, g1, f2, g2, g3, stray)]
+    got, stats = read(pcap_file(frames))
+    assert [d.frame for d in got] == [5]
+    assert stats.incomplete == 2  # ident 7 (its last fragment) and 9 (all but one)
+    # Given up by the bounds (the oldest first): counted too.
+    r = Reassembler()
+    for i in range(MAX_PENDING + 3):
+        r.add(Fragment(("k", i), 0, True, bytes(8), 8, 17, "a", "b", False))
+    assert (r.given_up, r.incomplete()) == (3, MAX_PENDING + 3)
+    path = tmp_path / "lost.pcap"
+    path.write_bytes(pcap_file(frames))
+    done = subprocess.run([sys.executable, "-m", "pianode", "decode", str(path), "--format", "table"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "-- 2 IP-fragmented datagrams never whole (a fragment is not in the capture): not decoded" in done.stdout
