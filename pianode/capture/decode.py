@@ -49,6 +49,7 @@ from protocols.pia import session6
 from pianode.capture.frames import cut_size
 from pianode.capture.pcap import Datagram, parse_endpoint
 from pianode.capture.session_file import DecodeContext, KeySet
+from pianode.capture.unknown import why_unknown
 from protocols.errors import ConfigError, DecodeError
 from protocols.ldn_link import MAGIC as LDN_MAGIC
 from protocols.pia.header import (
@@ -415,7 +416,7 @@ class Decoder:
             return self._lan(d, lan_kind)
         if data[:4] == LDN_MAGIC:
             return self._ldn(d)
-        return self._base(d, "unknown", data=data.hex())
+        return self._base(d, "unknown", data=data.hex(), note=why_unknown(data, d.src, d.dst))
 
     def _ldn(self, d: Datagram) -> DecodeResult:
         """A datagram of the simulated LDN link's discovery channel: how stations found the network."""
