@@ -26,8 +26,7 @@ Classification, per datagram:
   messages, with ``authenticated: false``.
 * Byte 0 = 0/1 with a LAN browse size field (spec §6.2, §6.3) → the LAN browse
   request / reply codecs of :mod:`protocols.pia.lan`.
-* Anything else → kind ``unknown`` with its bytes.
-
+* Anything else → kind ``unknown``, its bytes and why (:mod:`pianode.capture.unknown`).
 Message payloads are inflated when the version's zlib flag is set (§2.3, §2.8)
 and handed to the sub-protocol decoder (``protocols.pia.subprotocols``) for a
 ``decoded`` form when it knows the protocol.
@@ -49,7 +48,7 @@ from protocols.pia import session6
 from pianode.capture.frames import cut_size
 from pianode.capture.pcap import Datagram, parse_endpoint
 from pianode.capture.session_file import DecodeContext, KeySet
-from pianode.capture.unknown import why_unknown
+from pianode.capture.unknown import NO_KEY_NOTE, why_unknown
 from protocols.errors import ConfigError, DecodeError
 from protocols.ldn_link import MAGIC as LDN_MAGIC
 from protocols.pia.header import (
@@ -603,6 +602,7 @@ class Decoder:
         self, d: Datagram, profile: VersionProfile, assumed: bool, report: PacketReport, keys: KeySet
     ) -> DecodeResult:
         error: str | None = None
+        note: str | None = None
         if report.error is not None:
             error = _one_line(report.error)
             if report.authenticated is False:
@@ -620,10 +620,10 @@ class Decoder:
             if keys.problem is not None:
                 error = f"cannot decrypt: {keys.problem}"
             elif not self.ctx.has_key_material:
-                error = None  # no key given: the header is all there is to show
+                note = NO_KEY_NOTE  # the header is all there is to show
         return self._base(
             d, "pia", profile=profile.name, profile_assumed=assumed, header=header,
-            authenticated=report.authenticated, messages=messages, error=error,
+            authenticated=report.authenticated, messages=messages, error=error, note=note,
         )
 
     def _message(self, m: Message, profile: VersionProfile) -> tuple[dict[str, Any], str | None]:

@@ -1,4 +1,4 @@
-"""Why ``pianode decode`` read a datagram as ``unknown``: the note it carries, one line.
+"""Why ``pianode decode`` read a datagram as ``unknown``, or showed only its header: the note it carries, one line.
 
 A datagram is decoded as Pia when it starts with Pia's magic, as a LAN browse datagram when its
 sizes fit one, as an LDN frame by its magic, and as PRUDP only when the session names a variant
@@ -16,7 +16,10 @@ from __future__ import annotations
 from protocols.prudp.framing_v1 import MAGIC as PRUDP_V1_MAGIC
 from protocols.prudp.packet import StreamType, split_vport
 
-__all__ = ["why_unknown"]
+__all__ = ["NO_KEY_NOTE", "why_unknown"]
+
+#: The note of an encrypted Pia packet read with no key material at all (no session file, no key flag).
+NO_KEY_NOTE = "encrypted, and no key was given: only the header is shown (--session FILE, or --session-key)"
 
 _STREAM_TYPES = {int(t): t.name for t in StreamType}
 _V0_MIN_SIZE = 11  # the shortest v0 packet with a 1-byte checksum (spec prudp.md §2.1)

@@ -25,6 +25,7 @@ from pianode.capture.pcap import Capture, CaptureError, open_capture
 from pianode.cli.common import CliError, check_output_path, printable
 from pianode.capture.decode import Decoder, DecodeResult
 from pianode.capture.session_file import DecodeContext, load_session, session_path_for
+from pianode.capture.unknown import NO_KEY_NOTE
 from protocols.errors import ConfigError
 
 __all__ = ["add_parser", "render_flow", "render_row", "run"]
@@ -433,7 +434,7 @@ def render_row(r: DecodeResult, t0: float | None = None) -> str:
                 lines.append(f"{'':>10}participant: {_fields(part)}")
     else:
         head += f"  {r.size} B {_short_hex(r.data or '')}"
-    if r.note is not None:
+    if r.note is not None and r.note != NO_KEY_NOTE:  # (said once, in the summary)
         lines.append(f"{'':>8}note: {r.note}")
     if r.error is not None:
         lines.append(f"{'':>8}! {r.error}")

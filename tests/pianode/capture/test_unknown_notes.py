@@ -10,6 +10,7 @@ import pytest
 from pianode.capture.pcap import Datagram, open_capture
 from pianode.capture.decode import Decoder
 from pianode.capture.session_file import load_session
+from pianode.capture.unknown import NO_KEY_NOTE
 from protocols.prudp.codec import PacketCodec
 from protocols.prudp.packet import PacketType, PrudpPacket
 from protocols.prudp.variants import VARIANTS
@@ -60,3 +61,12 @@ def test_a_prudp_v1_datagram_is_named_by_its_magic() -> None:
 ])  # fmt: skip
 def test_other_bytes_get_the_plain_note(data: bytes, note: str) -> None:
     assert _decode(data) == ("unknown", None, note)
+
+
+def test_an_encrypted_packet_read_without_a_key_says_so(captures: Path) -> None:
+    dec = Decoder(load_session(None, {}))
+    with open_capture(captures / "nDPI-nintendo.pcap") as cap:
+        encrypted = [r for r in (dec.decode(d) for d in cap) if r.kind == "pia" and r.header and r.header["encrypted"]]
+    assert len(encrypted) == 837
+    assert all((r.error, r.messages, r.note) == (None, None, NO_KEY_NOTE) for r in encrypted)
+    assert NO_KEY_NOTE.startswith("encrypted, and no key was given: ")
