@@ -140,6 +140,8 @@ def _flag_of_error(message: str, args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.capture == "":
         raise CliError("capture: no file named (give a capture file, or - for standard input)")
+    if args.capture == "-" and sys.stdin is None:  # started with it closed (<&-)
+        raise CliError("capture -: standard input is closed (pipe a capture into it, or name a file)")
     if args.session == "":
         raise CliError("--session needs a file name")
     note = None  # said once at the end, in the line of the result (one line whatever happens)

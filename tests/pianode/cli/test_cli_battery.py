@@ -369,6 +369,24 @@ def test_a_sample_says_the_same_as_a_real_process(
         assert capsys.readouterr().err == err, argv
 
 
+def test_every_command_refuses_a_closed_standard_output_before_its_work(
+    files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started with ``>&-`` (Python's ``sys.stdout`` is then None): one line, exit 2, the work never started;
+    tests/pianode/cli/test_cli_streams.py runs real processes so."""
+    failures = []
+    for path, _parser in _leaves(_PARSER, ()):
+        for argv in ([*path, *base_argv(path, files)], [*path, "--help"]):
+            tripwire.clear()
+            with monkeypatch.context() as m:
+                m.setattr(sys, "stdout", None)
+                status = main(argv)
+            err = capsys.readouterr().err
+            if tripwire or status != 2 or len(err.splitlines()) != 1 or "standard output is closed" not in err:
+                failures.append(f"pianode {' '.join(argv)}: exit {status}, work started: {bool(tripwire)}, {err!r}")
+    assert not failures, "\n".join(failures)
+
+
 # ---------------------------------------------------------------- --format jsonl when the command fails
 
 

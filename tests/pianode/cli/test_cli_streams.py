@@ -1,0 +1,133 @@
+"""The standard streams a command is given: closed, full, or a pipe whose reader went away.
+
+Each is said in one line on stderr with exit status 2 (standard output that cannot be written is an output
+that cannot be written, like a ``--record`` path), never a traceback, never "Exception ignored", never a
+silent exit 0; a reader that stops reading (``| head -1``) ends the command quietly with its own status.
+The processes run through ``sh -c 'exec ... >&-'`` so that the descriptor is really closed, as a shell
+closes it.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from pianode.capture.pcap import PcapWriter
+
+PIANODE = [sys.executable, "-m", "pianode"]
+
+
+def run_redirected(redirect: str, *argv: str, cwd: pathlib.Path | None = None,
+                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``pianode ARGV REDIRECT`` as a shell runs it (``>&-``, ``2>&-``, ``<&-``, ``>/dev/full``)."""
+    return subprocess.run(["sh", "-c", f'exec "$0" "$@" {redirect}', *PIANODE, *argv], capture_output=True,
+                          text=True, timeout=60, cwd=cwd, env=env, stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def one_line(err: str) -> str:
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture
+def capture(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A capture whose decode is longer than a pipe holds (so a reader that stops early is noticed)."""
+    path = tmp_path / "many.pcap"
+    with path.open("wb") as f:
+        writer = PcapWriter(f)
+        for i in range(3000):
+            writer.write_udp(bytes([i % 256]) * 40, "127.0.0.1:1", "127.0.0.2:2", 1.0 + i)
+    return path
+
+
+# ---------------------------------------------------------------- standard output closed
+
+
+@pytest.mark.parametrize("argv", [
+    ("--help",), ("-V",), ("decode", "--help"), ("wireshark", "path"), ("decode", "CAPTURE"),
+    ("decode", "CAPTURE", "--format", "table"), ("mesh", "-n", "2", "--duration", "0.2", "--record", "REC"),
+], ids=" ".join)  # fmt: skip
+def test_a_closed_standard_output_is_one_line_and_exit_2_before_any_work(
+    argv: tuple[str, ...], capture: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    argv = tuple(str(capture) if a == "CAPTURE" else str(tmp_path / "rec.pcap") if a == "REC" else a for a in argv)
+    out = run_redirected(">&-", *argv)
+    line = one_line(out.stderr)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert "standard output is closed" in line, line
+    assert not (tmp_path / "rec.pcap").exists()  # refused before the run: nothing half done
+
+
+def test_with_stderr_closed_an_error_never_lands_on_standard_output(tmp_path: pathlib.Path) -> None:
+    out = run_redirected("2>&-", "decode", str(tmp_path / "missing.pcap"))
+    assert out.returncode == 2 and out.stdout == "", (out.returncode, out.stdout)
+    bad_flag = run_redirected("2>&-", "mesh", "--loss", "2")
+    assert bad_flag.returncode == 2 and bad_flag.stdout == "", (bad_flag.returncode, bad_flag.stdout)
+
+
+def test_with_stderr_closed_a_run_still_prints_its_result_and_nothing_else(tmp_path: pathlib.Path) -> None:
+    rec = tmp_path / "rec.pcap"
+    out = run_redirected("2>&-", "mesh", "-n", "2", "--duration", "0.3", "--record", str(rec), "-q")
+    assert out.returncode == 0, out.stdout
+    assert out.stdout.startswith("result: OK"), out.stdout
+    assert rec.read_bytes()[:4] == bytes.fromhex("d4c3b2a1")  # the recording is the recording, no stray text in it
+
+
+def test_decode_of_a_closed_standard_input_says_so(tmp_path: pathlib.Path) -> None:
+    out = run_redirected("<&-", "decode", "-")
+    line = one_line(out.stderr)
+    assert out.returncode == 2 and out.stdout == "", (out.returncode, out.stdout)
+    assert line == "pianode decode: capture -: standard input is closed (pipe a capture into it, or name a file)"
+
+
+# ---------------------------------------------------------------- standard output full
+
+
+@pytest.mark.parametrize("argv", [
+    ("--help",), ("-V",), ("decode", "--help"), ("wireshark", "path"), ("decode", "CAPTURE"),
+    ("decode", "CAPTURE", "--format", "table"), ("decode", "CAPTURE", "--decrypted-pcap", "-"), ("mesh", "-n", "2", "--duration", "0.2"),
+    ("relay", "ca", "init", "CA"),
+], ids=" ".join)  # fmt: skip
+def test_a_full_standard_output_is_one_line_and_exit_2(
+    argv: tuple[str, ...], capture: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    argv = tuple(str(capture) if a == "CAPTURE" else str(tmp_path / "ca") if a == "CA" else a for a in argv)
+    out = run_redirected(">/dev/full", *argv)
+    line = one_line(out.stderr)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert line.endswith("cannot write standard output: No space left on device"), line
+
+
+# ---------------------------------------------------------------- a reader that stops reading
+
+
+@pytest.mark.parametrize("argv", [
+    ("--help",), ("decode", "CAPTURE"), ("decode", "CAPTURE", "--format", "table"),
+    ("decode", "CAPTURE", "--decrypted-pcap", "-"), ("mesh", "-n", "2", "--duration", "0.2", "--format", "jsonl"),
+], ids=" ".join)  # fmt: skip
+def test_a_reader_that_stops_early_ends_the_command_quietly(argv: tuple[str, ...], capture: pathlib.Path) -> None:
+    argv = tuple(str(capture) if a == "CAPTURE" else a for a in argv)
+    out = subprocess.run(["bash", "-c", 'set -o pipefail; "$0" "$@" | head -c 1 >/dev/null', *PIANODE, *argv],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.stderr == "", out.stderr
+    assert out.returncode == 0, out.returncode
+
+
+def test_a_full_standard_error_keeps_the_exit_status_and_says_nothing_on_standard_output(
+    capture: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    for argv, status in [(("decode", str(tmp_path / "missing.pcap")), 2), (("mesh", "--loss", "2"), 2),
+                         (("decode", str(capture), "--format", "jsonl"), 0)]:  # fmt: skip
+        out = run_redirected("2>/dev/full", *argv)
+        assert out.returncode == status, (argv, out.returncode)
+        assert "Traceback" not in out.stdout and "pianode" not in out.stdout, (argv, out.stdout[:300])
