@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 from pianode.cli import interrupt
 from pianode.cli.common import DEPRECATIONS, CliError, CliFailure
 from protocols.errors import ConfigError
+from protocols.text import printable
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -53,7 +54,7 @@ class _Parser(argparse.ArgumentParser):
         # "argument --rate: --rate must be ..." (our value checks name their flag themselves) → "--rate must be ..."
         if (m := re.fullmatch(r"argument (\S+): (--\S+) (.*)", message, re.S)) and m[2] in m[1].split("/"):
             message = f"{m[2]} {m[3]}"
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: {printable(message)} (see {self.prog} --help)\n")
 
     def _print_message(self, message: str, file: Any = None) -> None:
         # argparse swallows a failed write: help or usage to a full or broken standard output ended with exit
@@ -402,5 +403,6 @@ def report(exc: BaseException, command: str, *, verbose: int = 0) -> int:
         status = 1
     if status == 2 and DEPRECATIONS:
         message += f" (note: {'; '.join(DEPRECATIONS)})"
-    print(f"{command}: {message}", file=sys.stderr)
+    # A value or a path in the message shows its line breaks and escapes escaped: one line, nothing a terminal acts on.
+    print(f"{command}: {printable(message)}", file=sys.stderr)
     return status

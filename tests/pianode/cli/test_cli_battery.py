@@ -343,6 +343,28 @@ def test_every_value_taking_option_refuses_bad_values_in_one_line(
     assert not failures, f"{len(failures)} of {len(all_cases)} cases:\n" + "\n".join(failures)
 
 
+def test_a_bad_value_with_a_line_break_or_an_escape_is_still_one_line(
+    files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every bad value of the battery with a line break and a terminal escape in it (a path or a pasted value
+    may hold them): the line that names it shows them escaped, so it stays one line that nothing rewrites."""
+    made = {(path, str(a.option_strings[-1] if a.option_strings else (a.metavar or a.dest)))
+            for path, parser in _leaves(_PARSER, ()) for a in _value_actions(parser) if kind_of(path, a) == "output_dir"}
+    failures = []
+    for path, flag, value, argv in cases(files):
+        if not value or (path, flag) in made:  # a folder to make: "x\n..." in front is one it can make
+            continue
+        odd = "x\n\x1b[2J" + value  # in front: a path stays one that is not there
+        argv = [odd if word == value else word[: -len(value)] + odd if word.endswith("=" + value) else word
+                for word in argv]  # fmt: skip
+        tripwire.clear()
+        status = main(argv)
+        err = capsys.readouterr().err
+        if tripwire or status != 2 or len(err.splitlines()) != 1 or "\x1b" in err:
+            failures.append(f"pianode {' '.join(argv)!r}: exit {status}, work started: {bool(tripwire)}, {err!r}")
+    assert not failures, f"{len(failures)} cases:\n" + "\n".join(failures)
+
+
 def test_a_sample_says_the_same_as_a_real_process(
     files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pianode.capture.pcap import PcapWriter
 from pianode.cli.common import printable, render_table
 
 HOSTILE = "evil\x1b[31mRED\nfake row\r\u202egnp.exe\x07\x9b2J"
@@ -53,3 +54,20 @@ def test_decrypted_pcap_refuses_to_overwrite_what_decode_reads(tmp_path: Path) -
         assert done.returncode == 2 and done.stdout == ""
         assert done.stderr == f"pianode decode: --decrypted-pcap {target}: that is the {what} being read; writing it would destroy it\n"
         assert target.read_bytes() == before
+
+
+def test_decode_says_a_hostile_capture_file_name_in_one_escaped_line(tmp_path: Path) -> None:
+    """A file name may hold a line break or an escape: the line that names the file shows them escaped."""
+    name = "cap\n\x1b[2Jx"
+    empty = tmp_path / f"{name}.pcap"
+    empty.write_bytes(b"")
+    cut = tmp_path / f"{name}.cut.pcap"
+    with cut.open("wb") as f:
+        PcapWriter(f).write_udp(b"\x00" * 20, "127.0.0.1:1", "127.0.0.2:2", 1.0)
+    cut.write_bytes(cut.read_bytes()[:-5])
+    for capture, status in ((empty, 0), (cut, 2)):
+        done = subprocess.run([sys.executable, "-m", "pianode", "decode", str(capture), "--format", "jsonl"],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == status, done.stderr
+        assert len(done.stderr.splitlines()) == 1 and not _ACTS.search(done.stderr), done.stderr
+        assert "cap\\x0a\\x1b[2Jx" in done.stderr, done.stderr
