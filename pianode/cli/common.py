@@ -269,13 +269,19 @@ def check_input_file(flag: str, path: str | None) -> None:
         raise CliError(f"{flag} {path}: {exc.strerror or exc}") from None
 
 
-def check_output_dir(flag: str, path: str | None) -> None:
-    """A folder to write into (made if missing): it must not be a file, and must be creatable now."""
+def check_output_dir(flag: str, path: str | None) -> str | None:
+    """A folder to write into (made if missing): it must not be a file, and must be creatable now.  Returns
+    it with ``~`` or ``~user`` expanded (the folder checked is the folder the command must write into)."""
     if path is None:
-        return
+        return None
     if not path:
         raise CliError(f"{flag} needs a folder name")
-    p = pathlib.Path(path).expanduser()
+    try:
+        p = pathlib.Path(path).expanduser()
+    except RuntimeError:  # ~user of no user (or ~ with no HOME and no password entry)
+        user = path[1:].split("/", 1)[0]
+        raise CliError(f"{flag} {path}: " + (f"no user {user!r} here for ~{user}" if user else "no home folder for ~")
+                       ) from None  # fmt: skip
     if p.exists() and not p.is_dir():
         raise CliError(f"{flag} {path}: exists and is not a folder")
     first_missing = None
@@ -285,7 +291,7 @@ def check_output_dir(flag: str, path: str | None) -> None:
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise CliError(f"{flag} {path}: not writable")
     if first_missing is None:
-        return
+        return str(p)
     # As for files: permission bits do not tell everything (/proc): make the folders, then take them away again.
     try:
         p.mkdir(parents=True)
@@ -296,6 +302,7 @@ def check_output_dir(flag: str, path: str | None) -> None:
             made.rmdir()
         if made == first_missing:
             break
+    return str(p)
 
 
 #: A player name fits every field it goes into: the PlayerInfo name up to 4.10 (32 bytes of UTF-16, 16
