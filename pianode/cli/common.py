@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # imported where used: `pianode --help` and `pianode decode` 
 
 __all__ = [
     "CliError", "CliFailure", "Stop", "add_fault_arguments", "add_network_arguments", "check_local_address", "network_for",
-    "check_input_file", "check_name", "check_output_dir", "check_output_path", "check_record_path", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
+    "check_input_file", "check_name", "check_output_dir", "check_output_path", "check_record_path", "relay_reads", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
     "parse_bind", "parse_hostport", "parse_remote", "port_arg", "check_number", "version_arg",
 ]  # fmt: skip
 
@@ -244,13 +244,20 @@ def check_output_path(
             p.unlink()
 
 
-def check_record_path(flag: str, path: str | None) -> None:
-    """``--record FILE.pcap``: the pcap and the ``FILE.session.json`` written beside it must both be writable now."""
-    check_output_path(flag, path)
+def check_record_path(flag: str, path: str | None, *, reads: tuple[tuple[str, str | None], ...] = ()) -> None:
+    """``--record FILE.pcap``: the pcap and the ``FILE.session.json`` written beside it must both be writable now,
+    and neither may be one of the files the run *reads* (``(what, path)``: the relay's certificates and key)."""
+    check_output_path(flag, path, reads=reads)
     if path is not None:
         from pianode.capture.session_file import session_path_for
 
-        check_output_path(f"{flag} (its session file)", session_path_for(path))
+        check_output_path(f"{flag} (its session file)", session_path_for(path), reads=reads)
+
+
+def relay_reads(args: Any) -> tuple[tuple[str, str | None], ...]:
+    """The relay files a command reads (``--relay-ca``, ``--relay-cert``, ``--relay-key``), for :func:`check_record_path`."""
+    return tuple((f"{what} (--relay-{flag})", getattr(args, f"relay_{flag}", None))
+                 for what, flag in (("relay CA certificate", "ca"), ("relay certificate", "cert"), ("relay key", "key")))
 
 
 def check_input_file(flag: str, path: str | None) -> None:

@@ -49,6 +49,7 @@ from pianode.cli.common import (
     Stop,
     check_name,
     check_record_path,
+    relay_reads,
     number_arg,
     port_arg,
     render_table,
@@ -220,7 +221,7 @@ def _ldn_address(text: str | None, *, host: bool) -> str | None:
 
 
 def _check_station_args(args: argparse.Namespace) -> None:
-    check_record_path("--record", args.record)
+    check_record_path("--record", args.record, reads=relay_reads(args))
     check_name("--name", args.name)
     profile = _profile(args)
     if _session_key(args.session_key) is not None and not (5, 7) <= profile.version < (5, 9):

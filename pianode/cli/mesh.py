@@ -46,6 +46,7 @@ from pianode.cli.common import (
     network_for,
     check_local_address,
     check_record_path,
+    relay_reads,
     check_udp_free,
     deprecated_alias,
     fault_injector_from_args,
@@ -239,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         local, port = _relay_addresses(args, relay)
         base_address, relay = "127.0.0.1", {**relay, "local": local}
-    check_record_path("--record", args.record)
+    check_record_path("--record", args.record, reads=relay_reads(args))
     if args.game_key is not None:  # checked now, whether or not the run uses it
         from protocols.pia.keys import parse_game_key
 

@@ -344,6 +344,38 @@ def test_every_value_taking_option_refuses_bad_values_in_one_line(
     assert not failures, f"{len(failures)} of {len(all_cases)} cases:\n" + "\n".join(failures)
 
 
+def test_a_recording_is_never_written_over_a_file_the_command_reads(
+    files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    """``--record`` (or the session file beside it) naming a relay file the run reads: refused before the run,
+    whose recording would have replaced the key or certificate at its end."""
+    site = tmp_path / "site"
+    site.mkdir()
+    for name in ("ca.pem", "ca.key"):
+        (site / name).write_bytes(pathlib.Path(files["ca_dir"], name).read_bytes())
+    assert main(["relay", "ca", "issue", str(site), "--client", "site"]) == 0
+    (site / "ca.key").unlink()
+    (site / "rec.session.json").write_bytes((site / "ca.pem").read_bytes())
+    capsys.readouterr()
+    def relay(ca: str) -> list[str]:
+        return ["--relay-ca", str(site / ca), "--relay-cert", str(site / "site.pem"), "--relay-key", str(site / "site.key")]
+
+    commands = [["mesh", "--relay", f"127.0.0.1:{files['port']}"], ["ldn", "host", "--game-key", GAME_KEY, "--relay",
+                f"127.0.0.1:{files['port']}"], ["ldn", "join", "--game-key", GAME_KEY, "--relay", f"127.0.0.1:{files['port']}"]]  # fmt: skip
+    before = {p: p.read_bytes() for p in site.iterdir()}
+    failures = []
+    for command in commands:
+        for target in ("site.key", "site.pem", "ca.pem", "rec.pcap"):  # rec.pcap: its session file is the CA read
+            tripwire.clear()
+            ca = "rec.session.json" if target == "rec.pcap" else "ca.pem"
+            status = main([*command, *relay(ca), "--record", str(site / target)])
+            err = capsys.readouterr().err
+            if tripwire or status != 2 or len(err.splitlines()) != 1 or "--record" not in err or "destroy" not in err:
+                failures.append(f"{' '.join(command)} --record {target}: exit {status}, work started: {bool(tripwire)}, {err!r}")
+    assert not failures, "\n".join(failures)
+    assert {p: p.read_bytes() for p in site.iterdir()} == before
+
+
 def test_a_bad_value_with_a_line_break_or_an_escape_is_still_one_line(
     files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
