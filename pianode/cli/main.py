@@ -160,6 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # This process's own streams (a test's captured ones cannot fail) say how a write to them failed.
     wrapped = sys.stdout is sys.__stdout__, sys.stderr is sys.__stderr__
     if wrapped[0]:
+        if getattr(sys.stdout, "errors", None) == "strict":  # PYTHONIOENCODING=ascii, a locale of another charset:
+            with contextlib.suppress(AttributeError, ValueError):  # a table's → shown as \u2192, not a failure
+                sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
         sys.stdout = _Stdout(sys.stdout)  # type: ignore[assignment]
     if wrapped[1]:
         sys.stderr = _Stderr(sys.stderr)  # type: ignore[assignment]

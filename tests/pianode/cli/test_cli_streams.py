@@ -131,3 +131,13 @@ def test_a_full_standard_error_keeps_the_exit_status_and_says_nothing_on_standar
         out = run_redirected("2>/dev/full", *argv)
         assert out.returncode == status, (argv, out.returncode)
         assert "Traceback" not in out.stdout and "pianode" not in out.stdout, (argv, out.stdout[:300])
+
+
+def test_an_output_encoding_without_the_tables_characters_shows_them_escaped(capture: pathlib.Path) -> None:
+    """PYTHONIOENCODING=ascii (or a locale of another charset): a table's arrows and a range's ≥ are shown as
+    \\u2192 and \\u2265, the command still does its work (it failed with "'ascii' codec can't encode")."""
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    done = subprocess.run([*PIANODE, "decode", str(capture), "--format", "table"], capture_output=True, timeout=60,
+                          env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert b"\\u2192" in done.stdout and done.stderr == b""
