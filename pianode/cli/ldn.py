@@ -159,13 +159,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="seconds to scan for the network (> 0 and ≤ 3600, default 3)")
     j.set_defaults(handler=run_join)
 
-    p.set_defaults(handler=lambda args: _no_subcommand(p))
-
-
-def _no_subcommand(p: argparse.ArgumentParser) -> int:
-    p.print_help(sys.stderr)
-    return 2
-
 
 # ---------------------------------------------------------------------- argument checks
 

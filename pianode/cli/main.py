@@ -54,6 +54,14 @@ class _Parser(argparse.ArgumentParser):
         # "argument --rate: --rate must be ..." (our value checks name their flag themselves) → "--rate must be ..."
         if (m := re.fullmatch(r"argument (\S+): (--\S+) (.*)", message, re.S)) and m[2] in m[1].split("/"):
             message = f"{m[2]} {m[3]}"
+        # A command of commands given none ("pianode lan"): say which may follow, in the one line.
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and message == (
+                f"the following arguments are required: {action.metavar or action.dest}"
+            ):
+                *first, last = list(action.choices)
+                choices = f"{', '.join(first)} or {last}" if first else last
+                message = f"{action.metavar or 'a command'} missing: give {choices}"
         self.exit(2, f"{self.prog}: {printable(message)} (see {self.prog} --help)\n")
 
     def _print_message(self, message: str, file: Any = None) -> None:
@@ -94,7 +102,12 @@ def _add_verbosity(p: argparse.ArgumentParser, *, top: bool) -> None:
 
 
 class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
-    """Every parser made through it (subcommands and their actions) accepts -v/-q and says errors in one line."""
+    """Every parser made through it (subcommands and their actions) accepts -v/-q and says errors in one line;
+    a command of commands needs one of them (``pianode lan`` alone is an error line, not its help)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["required"] = True
+        super().__init__(*args, **kwargs)
 
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)

@@ -60,7 +60,6 @@ def _common(p: argparse.ArgumentParser) -> None:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("prudp", help="PRUDP echo host and round-trip client", description=__doc__)
     sub = parser.add_subparsers(dest="prudp_command", metavar="ACTION")
-    parser.set_defaults(handler=lambda args: (parser.print_help(), 2)[1])
 
     serve = sub.add_parser("serve", help="run an echo host")
     _common(serve)

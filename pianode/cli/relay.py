@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import math
-import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -75,8 +74,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     role.add_argument("--client", metavar="NAME", help="a client-only certificate (a site)")
     iss.add_argument("--days", type=number_arg("--days", 1, 3650, integer=True), default=825, help="validity (default 825)")
     iss.set_defaults(handler=run_ca_issue)
-    ca.set_defaults(handler=lambda args: _help(ca))
-    p.set_defaults(handler=lambda args: _help(p))
 
 
 def _relay_modules() -> Any:
@@ -89,11 +86,6 @@ def _relay_modules() -> Any:
     except ImportError as exc:
         raise CliError(f"the relay needs aioquic and cryptography: pip install 'pianode[relay]' ({exc})") from None
     return pianode.relay
-
-
-def _help(p: argparse.ArgumentParser) -> int:
-    p.print_help(sys.stderr)
-    return 2
 
 
 # ---------------------------------------------------------------------- ca

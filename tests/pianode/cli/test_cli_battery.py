@@ -398,6 +398,29 @@ def test_a_bad_value_with_a_line_break_or_an_escape_is_still_one_line(
     assert not failures, f"{len(failures)} cases:\n" + "\n".join(failures)
 
 
+def _groups(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], list[str]]]:
+    """Every command that only names subcommands (``pianode``, ``lan``, ``relay ca``, ...) with their names."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield path, list(action.choices)
+            for name, sub in action.choices.items():
+                yield from _groups(sub, (*path, name))
+
+
+def test_a_command_without_its_subcommand_is_one_line_naming_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """``pianode``, ``pianode lan``, ``pianode relay ca``: one line that lists what may follow, exit 2, nothing on
+    stdout (some printed their whole help on stderr, prudp on stdout)."""
+    groups = list(_groups(_PARSER, ()))
+    assert len(groups) >= 7
+    failures = []
+    for path, names in groups:
+        status = main(list(path))
+        out, err = capsys.readouterr()
+        if status != 2 or out or len(err.splitlines()) != 1 or not all(name in err for name in names):
+            failures.append(f"pianode {' '.join(path)}: exit {status}, stdout {out[:80]!r}, stderr {err[:300]!r}")
+    assert not failures, "\n".join(failures)
+
+
 def test_a_sample_says_the_same_as_a_real_process(
     files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:
