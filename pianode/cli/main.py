@@ -152,6 +152,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _leaf_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the command *argv* runs (``lan host``'s for ``lan host ...``)."""
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            break
+        parser = subs[0].choices.get(word, parser)
+    return parser
+
+
 def _command_name(args: argparse.Namespace) -> str:
     words = ["pianode", getattr(args, "command", None) or ""]
     for attr in ("lan_command", "ldn_command", "prudp_command", "relay_command", "ca_command"):
@@ -316,7 +326,9 @@ def _main(argv: list[str]) -> int:
         return 0
     try:
         parser = build_parser(argv)
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:  # said by the command they were given to, pointing at its own --help
+            _leaf_parser(parser, argv).error(f"unrecognized arguments: {' '.join(extras)}")
     except SystemExit as exc:  # --help, or a bad flag (argparse printed its one line)
         DEPRECATIONS.clear()
         return exc.code if isinstance(exc.code, int) else 0

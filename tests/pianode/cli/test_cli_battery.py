@@ -421,6 +421,24 @@ def test_a_command_without_its_subcommand_is_one_line_naming_them(capsys: pytest
     assert not failures, "\n".join(failures)
 
 
+def test_an_unknown_option_after_the_arguments_is_one_line_of_that_command(
+    files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``pianode decode CAPTURE --no-such-flag``: the line is the command's, not the program's (it was ``pianode:
+    unrecognized arguments ... (see pianode --help)``, the help without the flag), exit 2, nothing started."""
+    failures = []
+    for path, _parser in _leaves(_PARSER, ()):
+        for extra in (["--no-such-flag"], ["--no-such-flag=1", "stray"]):
+            tripwire.clear()
+            status = main([*path, *base_argv(path, files), *extra])
+            out, err = capsys.readouterr()
+            prog = " ".join(("pianode", *path))
+            if (tripwire or status != 2 or out or len(err.splitlines()) != 1 or not err.startswith(f"{prog}: ")
+                    or "(see pianode --help)" in err or extra[0] not in err):  # fmt: skip
+                failures.append(f"{prog} ... {' '.join(extra)}: exit {status}, {err!r}")
+    assert not failures, "\n".join(failures)
+
+
 def test_a_sample_says_the_same_as_a_real_process(
     files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:
