@@ -248,7 +248,9 @@ def check_record_path(flag: str, path: str | None, *, reads: tuple[tuple[str, st
     """``--record FILE.pcap``: the pcap and the ``FILE.session.json`` written beside it must both be writable now,
     and neither may be one of the files the run *reads* (``(what, path)``: the relay's certificates and key)."""
     check_output_path(flag, path, reads=reads)
-    if path is not None:
+    from pianode.capture.output import is_special
+
+    if path is not None and not is_special(path):  # a device or a pipe gets no session file beside it
         from pianode.capture.session_file import session_path_for
 
         check_output_path(f"{flag} (its session file)", session_path_for(path), reads=reads)

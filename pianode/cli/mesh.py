@@ -453,7 +453,8 @@ def render_summary(result: MeshRunResult) -> str:
     if s.get("record"):
         rec = s["record"]
         link = f" and {rec['link_frames']} LDN link frames" if rec.get("link_frames") else ""
-        lines.append(f"recorded {rec['datagrams']} datagrams{link} to {rec['pcap']} (session {rec['session']})")
+        session = f"session {rec['session']}" if rec["session"] else "no session file beside a device or a pipe"
+        lines.append(f"recorded {rec['datagrams']} datagrams{link} to {rec['pcap']} ({session})")
     for problem in s["problems"]:
         lines.append(f"PROBLEM: {problem}")
     if s.get("frames") and s["result"] == "LATE":
