@@ -422,10 +422,22 @@ async def _host_run(args: argparse.Namespace, config: LdnHostConfig, out: _Out, 
             record, ok = _summary("host", host.node, ex, {"participants_seen": sorted(st.history)})
             await _leave(host.node, ex)
             nursery.cancel_scope.cancel()
-        if recorder is not None:
-            record["record"] = recorder.write(args.record, host.session_file(args.game_key))
+        unwritten = None if recorder is None else _write_recording(record, recorder, args.record,
+                                                                    host.session_file(args.game_key))  # fmt: skip
     out.emit(record, _summary_text(record), result=True)
+    if unwritten is not None:
+        raise CliFailure(unwritten)
     return 0 if ok else 1
+
+
+def _write_recording(record: dict[str, Any], recorder: Any, path: str, session: dict[str, Any]) -> str | None:
+    """The recording written and named in *record*; or, when it cannot be written now (a full disk), the line
+    that says so, said after the summary (which is the run's all the same)."""
+    try:
+        record["record"] = recorder.write(path, session)
+    except OSError as exc:  # pianode.capture.output leaves no partial file
+        return f"--record {path}: the recording was not written ({exc.strerror or exc})"
+    return None
 
 
 # ---------------------------------------------------------------------- scan
@@ -646,8 +658,8 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
                 record, ok = _summary("station", node, ex, {"ip": st.ip, "mac": st.mac.hex(":")})
                 await _leave(node, ex)
                 nursery.cancel_scope.cancel()
-            if recorder is not None:
-                record["record"] = recorder.write(args.record, st.session_file(args.game_key))
+            unwritten = None if recorder is None else _write_recording(record, recorder, args.record,
+                                                                        st.session_file(args.game_key))  # fmt: skip
     except ConfigError as exc:
         # What the heard network's advertisement says does not fit these settings (another LDN system
         # communication version, a key the game must supply): a failed join (exit 1), as a refusal is.
@@ -669,4 +681,6 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
             out.emit({"event": "join_failed", "reason": f"{exc}{hint}", "drops": dict(drops)}, "")
         raise CliFailure(f"{exc}{hint}") from None
     out.emit(record, _summary_text(record), result=True)
+    if unwritten is not None:
+        raise CliFailure(unwritten)
     return 0 if ok else 1

@@ -133,3 +133,20 @@ def test_decrypted_pcap_into_a_pipe_of_the_shell(tmp_path: Path) -> None:
             break
         threading.Event().wait(0.1)
     assert out.read_bytes()[:4] == PCAPNG_MAGIC
+
+
+def test_a_recording_that_cannot_be_written_at_the_end_keeps_the_runs_summary() -> None:
+    """The disk fills up during the run (/dev/full): the summary is still printed, the failure said, exit 1
+    (the summary was lost: one line 'pianode mesh: /dev/full: No space left on device')."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    mesh = pianode("mesh", "-n", "2", "--duration", "0.2", "--record", "/dev/full", timeout=60)
+    assert mesh.returncode == 1, mesh.stderr
+    assert "result: FAILED" in mesh.stdout and "Traceback" not in mesh.stderr, (mesh.stdout, mesh.stderr)
+    assert "PROBLEM: the recording was not written: /dev/full: No space left on device" in mesh.stdout
+    ldn = pianode("ldn", "host", "--game-key", "0123456789abcdef", "--duration", "0.5", "--port", "0", "--record",
+                  "/dev/full", "--format", "jsonl", timeout=60)  # fmt: skip
+    assert ldn.returncode == 1, ldn.stderr
+    summary = json.loads(ldn.stdout.splitlines()[-1])
+    assert summary["role"] == "host", summary
+    assert ldn.stderr == "pianode ldn host: --record /dev/full: the recording was not written (No space left on device)\n"
