@@ -47,6 +47,7 @@ from pianode.cli.common import (
     check_local_address,
     check_record_path,
     relay_reads,
+    printable,
     check_udp_free,
     deprecated_alias,
     fault_injector_from_args,
@@ -454,7 +455,7 @@ def render_summary(result: MeshRunResult) -> str:
         rec = s["record"]
         link = f" and {rec['link_frames']} LDN link frames" if rec.get("link_frames") else ""
         session = f"session {rec['session']}" if rec["session"] else "no session file beside a device or a pipe"
-        lines.append(f"recorded {rec['datagrams']} datagrams{link} to {rec['pcap']} ({session})")
+        lines.append(printable(f"recorded {rec['datagrams']} datagrams{link} to {rec['pcap']} ({session})"))
     for problem in s["problems"]:
         lines.append(f"PROBLEM: {problem}")
     if s.get("frames") and s["result"] == "LATE":

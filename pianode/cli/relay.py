@@ -30,6 +30,7 @@ import attrs
 import trio
 
 from pianode.cli.common import (
+    printable,
     CliError, CliFailure, Stop, check_udp_free, number_arg, parse_bind, parse_hostport, parse_remote, render_table,
 )  # fmt: skip
 from pianode.mesh.config import NodeConfig
@@ -105,8 +106,8 @@ def run_ca_init(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(f"{args.dir}: {exc.strerror or exc}") from None
-    print(f"made the relay CA: {path} (certificate, give it to the hub and every site) and "
-          f"{path.with_suffix('.key')} (its key: keep it here)")  # fmt: skip
+    print(printable(f"made the relay CA: {path} (certificate, give it to the hub and every site) and "
+                    f"{path.with_suffix('.key')} (its key: keep it here)"))  # fmt: skip
     return 0
 
 
@@ -128,7 +129,7 @@ def run_ca_issue(args: argparse.Namespace) -> int:
         raise CliError(f"--{role} {name}: {exc}") from None
     except OSError as exc:
         raise CliError(f"{args.dir}: {exc.strerror or exc}") from None
-    print(f"issued a {role}-only certificate for {name}: {pem} and {key}")
+    print(printable(f"issued a {role}-only certificate for {name}: {pem} and {key}"))
     return 0
 
 

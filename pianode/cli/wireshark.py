@@ -12,7 +12,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from pianode.cli.common import CliError, check_output_dir
+from pianode.cli.common import CliError, check_output_dir, printable
 
 __all__ = ["add_parser", "run_install", "run_path"]
 
@@ -57,5 +57,5 @@ def run_install(args: argparse.Namespace) -> int:
         shutil.copyfile(DISSECTOR_PATH, target)
     except OSError as exc:
         raise CliError(f"cannot install into {target_dir}: {exc.strerror or exc}") from None
-    print(f"installed {target} (Wireshark loads it at its next start)")
+    print(printable(f"installed {target} (Wireshark loads it at its next start)"))  # one line, whatever the path holds
     return 0

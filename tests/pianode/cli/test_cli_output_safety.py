@@ -71,3 +71,20 @@ def test_decode_says_a_hostile_capture_file_name_in_one_escaped_line(tmp_path: P
         assert done.returncode == status, done.stderr
         assert len(done.stderr.splitlines()) == 1 and not _ACTS.search(done.stderr), done.stderr
         assert "cap\\x0a\\x1b[2Jx" in done.stderr, done.stderr
+
+
+def test_a_result_line_naming_a_path_with_a_line_break_is_one_escaped_line(tmp_path: Path) -> None:
+    """The line that says where a file went (``recorded ... to``, ``installed``, ``made the relay CA``) shows a
+    line break or an escape in the path escaped, so a script reading the result sees one line."""
+    odd = tmp_path / "a\nb\x1b[2J"
+    runs = {
+        "recorded": ["mesh", "-n", "2", "--duration", "0.2", "--record", f"{odd}.pcap"],
+        "installed": ["wireshark", "install", "--dir", f"{odd}-plugins"],
+        "made the relay CA": ["relay", "ca", "init", f"{odd}-ca"],
+    }
+    for what, argv in runs.items():
+        done = subprocess.run([sys.executable, "-m", "pianode", *argv], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        lines = [line for line in done.stdout.splitlines() if what in line]
+        assert len(lines) == 1 and "a\\x0ab\\x1b[2J" in lines[0], (what, done.stdout)
+        assert not _ACTS.search(done.stdout), (what, done.stdout)
