@@ -285,6 +285,8 @@ def check_output_dir(flag: str, path: str | None) -> str | None:
         return None
     if not path:
         raise CliError(f"{flag} needs a folder name")
+    if path == "-":  # as for files (check_output_path): not standard output, nor a folder made by surprise
+        raise CliError(f"{flag} -: {flag} names a folder, not standard output: give a folder name (./- for one named -)")
     try:
         p = pathlib.Path(path).expanduser()
     except RuntimeError:  # ~user of no user (or ~ with no HOME and no password entry)

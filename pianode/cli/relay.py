@@ -95,6 +95,8 @@ def _relay_modules() -> Any:
 def _ca_dir(text: str) -> None:
     if not text:
         raise CliError("DIR must be a folder name, got ''")
+    if text == "-":  # as for every folder flag (check_output_dir)
+        raise CliError("DIR -: DIR names a folder, not standard input or output: give a folder name (./- for one named -)")
 
 
 def run_ca_init(args: argparse.Namespace) -> int:

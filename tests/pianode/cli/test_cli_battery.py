@@ -147,7 +147,7 @@ def bad_values(kind: str, files: dict[str, str]) -> list[str]:
         "local_address": ["", "127.0.0.1:70000", "nothost.invalid", "10.0.0.1"],
         "input_file": ["", files["missing"], files["directory"]],
         "output_file": ["", files["directory"], "/proc/x.pcap", files["missing_dir_file"]],
-        "output_dir": ["", files["file"], "/proc/x", "~no-such-user-pianode/x"],
+        "output_dir": ["", files["file"], "/proc/x", "~no-such-user-pianode/x", "-"],
         "input_dir": ["", files["missing"], files["file"]],
         "trust": ["", "zz", files["missing"]],
         "mac": ["", "abc", "127.0.0.1=zz"],
