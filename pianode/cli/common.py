@@ -16,6 +16,8 @@ import os
 import pathlib
 import signal
 import socket
+import stat
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -30,7 +32,7 @@ if TYPE_CHECKING:  # imported where used: `pianode --help` and `pianode decode` 
 
 __all__ = [
     "CliError", "CliFailure", "Stop", "add_fault_arguments", "add_network_arguments", "check_local_address", "network_for",
-    "check_input_file", "check_name", "check_output_dir", "check_output_path", "check_record_path", "relay_reads", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
+    "check_input_file", "check_name", "check_not_standard_output", "check_output_dir", "check_output_path", "check_record_path", "relay_reads", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
     "parse_bind", "parse_hostport", "parse_remote", "port_arg", "check_number", "version_arg",
 ]  # fmt: skip
 
@@ -260,6 +262,25 @@ def relay_reads(args: Any) -> tuple[tuple[str, str | None], ...]:
     """The relay files a command reads (``--relay-ca``, ``--relay-cert``, ``--relay-key``), for :func:`check_record_path`."""
     return tuple((f"{what} (--relay-{flag})", getattr(args, f"relay_{flag}", None))
                  for what, flag in (("relay CA certificate", "ca"), ("relay certificate", "cert"), ("relay key", "key")))
+
+
+def check_not_standard_output(what: str, path: str | None) -> None:
+    """A file the command reads must not be its standard output as well (``decode x.jsonl >> x.jsonl``): the
+    command would read what it writes (without end, until the disk is full) or write into what it reads.
+    Refused as ``cat x >> x`` refuses it, before a byte is written (with ``>`` the shell has emptied it)."""
+    if not path:
+        return
+    try:
+        out = os.fstat(sys.stdout.fileno())
+        source = os.fstat(sys.stdin.fileno()) if path == "-" else os.stat(path)  # `- < x >> x` as well
+    except (OSError, ValueError, AttributeError):  # no descriptor (a test's captured output), no such file
+        return
+    if path == "-":
+        path = "- (standard input)"
+    if stat.S_ISREG(out.st_mode) and (out.st_dev, out.st_ino) == (source.st_dev, source.st_ino):
+        emptied = " (and with > the shell has emptied it already)" if source.st_size == 0 else ""
+        raise CliError(f"{what} {path} is also standard output: the command would read what it writes{emptied};"
+                       " give standard output another file")
 
 
 def check_input_file(flag: str, path: str | None) -> None:

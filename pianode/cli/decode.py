@@ -22,7 +22,7 @@ import sys
 from typing import Any, NoReturn, TextIO
 
 from pianode.capture.pcap import Capture, CaptureError, open_capture
-from pianode.cli.common import CliError, check_output_path, printable
+from pianode.cli.common import CliError, check_not_standard_output, check_output_path, printable
 from pianode.capture.decode import Decoder, DecodeResult
 from pianode.capture.session_file import DecodeContext, load_session, session_path_for
 from protocols.errors import ConfigError
@@ -148,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     if args.session is None:
         args.session, note = _recording_session(args)
     _check_export(args)
+    check_not_standard_output("capture", args.capture)
+    check_not_standard_output("--session", args.session)
     try:
         ctx = load_session(args.session, _overrides(args))
     except ConfigError as exc:

@@ -31,6 +31,7 @@ import trio
 
 from pianode.cli.common import (
     printable,
+    check_not_standard_output,
     CliError, CliFailure, Stop, check_udp_free, number_arg, parse_bind, parse_hostport, parse_remote, render_table,
 )  # fmt: skip
 from pianode.mesh.config import NodeConfig
@@ -141,6 +142,8 @@ def run_ca_issue(args: argparse.Namespace) -> int:
 def _credentials(ca: str, cert: str, key: str, flags: tuple[str, str, str], role: str) -> Credentials:
     """The three files, and our own certificate checked as one the other side will take."""
     certificates = _relay_modules().certificates
+    for flag, path in zip(flags, (ca, cert, key)):
+        check_not_standard_output(flag, path)  # `... >> hub.key` would append the command's output to the key
     try:
         creds = certificates.load_credentials(ca, cert, key)
     except ValueError as exc:

@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from loopback_addresses import free_port
+
 from pianode.capture.pcap import PcapWriter
 
 PIANODE = [sys.executable, "-m", "pianode"]
@@ -141,3 +143,50 @@ def test_an_output_encoding_without_the_tables_characters_shows_them_escaped(cap
                           env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert b"\\u2192" in done.stdout and done.stderr == b""
+
+
+# ---------------------------------------------------------------- standard output is a file the command reads
+
+
+def test_decode_into_its_own_capture_or_session_file_is_refused_before_a_byte_is_written(
+    capture: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """``pianode decode x.jsonl >> x.jsonl`` read its own output back and grew the file without end (tens of
+    MB a second, until the disk was full); ``>> x.pcap`` appended text to the capture.  As ``cat x >> x``:
+    refused, one line, exit 2, the file as it was."""
+    lines = tmp_path / "x.jsonl"
+    lines.write_text('{"hex": "0000"}\n' * 5000)
+    session = tmp_path / "s.json"
+    session.write_text('{"version": "5.18", "network": "lan"}\n')
+    for argv, target in [((str(lines),), lines), ((str(capture), "--format", "table"), capture),
+                         ((str(capture), "--session", str(session)), session),
+                         ((str(capture), "--decrypted-pcap", "-"), capture)]:  # fmt: skip
+        before = target.read_bytes()
+        out = subprocess.run(["sh", "-c", 'exec "$0" "$@" >> "$TARGET"', *PIANODE, "decode", *argv], capture_output=True,
+                             text=True, timeout=10, env={**os.environ, "TARGET": str(target)})  # fmt: skip
+        line = one_line(out.stderr)
+        assert out.returncode == 2, (argv, out.returncode, out.stderr)
+        assert "is also standard output" in line, line
+        assert target.read_bytes() == before, argv
+    before = lines.read_bytes()
+    piped = subprocess.run(["sh", "-c", 'exec "$0" "$@" < "$TARGET" >> "$TARGET"', *PIANODE, "decode", "-"],
+                           capture_output=True, text=True, timeout=10, env={**os.environ, "TARGET": str(lines)})  # fmt: skip
+    assert piped.returncode == 2 and "standard input" in one_line(piped.stderr), piped.stderr
+    assert lines.read_bytes() == before
+
+
+def test_a_relay_file_that_is_also_standard_output_is_refused(tmp_path: pathlib.Path) -> None:
+    """``relay serve ... >> hub.key`` (or a site's ``--relay-key``): the command's lines would be appended to
+    the key; refused before the hub starts, the key as it was."""
+    ca = tmp_path / "ca"
+    for argv in (["relay", "ca", "init", str(ca)], ["relay", "ca", "issue", str(ca), "--server", "hub"]):
+        assert subprocess.run([*PIANODE, *argv], capture_output=True, timeout=60).returncode == 0
+    key = ca / "hub.key"
+    before = key.read_bytes()
+    out = subprocess.run(["sh", "-c", 'exec "$0" "$@" >> "$TARGET"', *PIANODE, "relay", "serve", "--listen",
+                          f"127.0.0.1:{free_port()}", "--ca", str(ca / "ca.pem"), "--cert", str(ca / "hub.pem"), "--key", str(key),
+                          "--duration", "1"], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "TARGET": str(key)})  # fmt: skip
+    line = one_line(out.stderr)
+    assert out.returncode == 2 and "--key" in line and "is also standard output" in line, line
+    assert key.read_bytes() == before
