@@ -228,6 +228,8 @@ def check_output_path(
     for what, source in reads:
         if source and source != "-" and p.exists() and os.path.exists(source) and os.path.samefile(p, source):
             raise CliError(f"{flag} {path}: that is the {what} being read; writing it would destroy it")
+        if source == "-" and _is_standard_input(p):  # `decode - --decrypted-pcap x.pcap < x.pcap`
+            raise CliError(f"{flag} {path}: that is the {what} being read (standard input); writing it would destroy it")
     parent = p.parent if str(p.parent) else pathlib.Path(".")
     if not parent.is_dir():
         raise CliError(f"{flag} {path}: directory {parent} does not exist")
@@ -244,6 +246,15 @@ def check_output_path(
     if not existed:
         with contextlib.suppress(OSError):
             p.unlink()
+
+
+def _is_standard_input(path: pathlib.Path) -> bool:
+    """Is *path* the file standard input reads (``< path``)?"""
+    try:
+        given, read = os.stat(path), os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError, AttributeError):  # no such file, no standard input (closed, a test's)
+        return False
+    return stat.S_ISREG(read.st_mode) and (given.st_dev, given.st_ino) == (read.st_dev, read.st_ino)
 
 
 def check_record_path(flag: str, path: str | None, *, reads: tuple[tuple[str, str | None], ...] = ()) -> None:

@@ -88,3 +88,18 @@ def test_a_result_line_naming_a_path_with_a_line_break_is_one_escaped_line(tmp_p
         lines = [line for line in done.stdout.splitlines() if what in line]
         assert len(lines) == 1 and "a\\x0ab\\x1b[2J" in lines[0], (what, done.stdout)
         assert not _ACTS.search(done.stdout), (what, done.stdout)
+
+
+def test_decrypted_pcap_refuses_to_overwrite_the_capture_read_from_standard_input(tmp_path: Path) -> None:
+    """``decode - --decrypted-pcap x.pcap < x.pcap``: the capture came by standard input, and the export
+    replaced it at the end (exit 0); refused as the named capture is."""
+    capture = tmp_path / "x.jsonl"
+    capture.write_text(json.dumps({"hex": "00"}) + "\n")
+    before = capture.read_bytes()
+    with capture.open("rb") as stdin:
+        done = subprocess.run([sys.executable, "-m", "pianode", "decode", "-", "--decrypted-pcap", str(capture)],
+                              stdin=stdin, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr == (f"pianode decode: --decrypted-pcap {capture}: that is the capture being read (standard input);"
+                           " writing it would destroy it\n")
+    assert capture.read_bytes() == before
