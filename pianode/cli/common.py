@@ -276,22 +276,30 @@ def relay_reads(args: Any) -> tuple[tuple[str, str | None], ...]:
 
 
 def check_not_standard_output(what: str, path: str | None) -> None:
-    """A file the command reads must not be its standard output as well (``decode x.jsonl >> x.jsonl``): the
-    command would read what it writes (without end, until the disk is full) or write into what it reads.
-    Refused as ``cat x >> x`` refuses it, before a byte is written (with ``>`` the shell has emptied it)."""
+    """A file the command reads must not be its standard output (or error) as well (``decode x.jsonl >>
+    x.jsonl``): the command would read what it writes (without end, until the disk is full) or write into
+    what it reads.  Refused as ``cat x >> x`` refuses it, before a byte is written (with ``>`` the shell has
+    emptied it already)."""
     if not path:
         return
     try:
-        out = os.fstat(sys.stdout.fileno())
         source = os.fstat(sys.stdin.fileno()) if path == "-" else os.stat(path)  # `- < x >> x` as well
-    except (OSError, ValueError, AttributeError):  # no descriptor (a test's captured output), no such file
+    except (OSError, ValueError, AttributeError):  # no such file, no standard input
         return
-    if path == "-":
-        path = "- (standard input)"
-    if stat.S_ISREG(out.st_mode) and (out.st_dev, out.st_ino) == (source.st_dev, source.st_ino):
-        emptied = " (and with > the shell has emptied it already)" if source.st_size == 0 else ""
-        raise CliError(f"{what} {path} is also standard output: the command would read what it writes{emptied};"
-                       " give standard output another file")
+    for name, stream in (("output", sys.stdout), ("error", sys.stderr)):
+        try:
+            out = os.fstat(stream.fileno())
+        except (OSError, ValueError, AttributeError):  # no descriptor (a test's captured output)
+            continue
+        if stat.S_ISREG(out.st_mode) and (out.st_dev, out.st_ino) == (source.st_dev, source.st_ino):
+            if name == "error":  # the line that says so must not land in the file either: it goes nowhere
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, stream.fileno())
+                os.close(devnull)
+            shown = "- (standard input)" if path == "-" else path
+            emptied = " (and with > the shell has emptied it already)" if source.st_size == 0 else ""
+            raise CliError(f"{what} {shown} is also standard {name}: the command would read what it writes"
+                           f"{emptied}; give standard {name} another file")
 
 
 def check_input_file(flag: str, path: str | None) -> None:

@@ -173,6 +173,10 @@ def test_decode_into_its_own_capture_or_session_file_is_refused_before_a_byte_is
                            capture_output=True, text=True, timeout=10, env={**os.environ, "TARGET": str(lines)})  # fmt: skip
     assert piped.returncode == 2 and "standard input" in one_line(piped.stderr), piped.stderr
     assert lines.read_bytes() == before
+    noted = subprocess.run(["sh", "-c", 'exec "$0" "$@" 2>> "$TARGET"', *PIANODE, "decode", str(lines)],
+                           capture_output=True, text=True, timeout=10, env={**os.environ, "TARGET": str(lines)})  # fmt: skip
+    assert noted.returncode == 2 and noted.stdout == "", noted.returncode
+    assert lines.read_bytes() == before  # the line that says so goes nowhere: standard error is the capture
 
 
 def test_a_relay_file_that_is_also_standard_output_is_refused(tmp_path: pathlib.Path) -> None:
