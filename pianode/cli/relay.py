@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import math
+import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -121,6 +122,8 @@ def run_ca_issue(args: argparse.Namespace) -> int:
     if not name:
         raise CliError(f"--{role} needs a name")
     _ca_dir(args.dir)
+    for name_of_file in ("ca.pem", "ca.key"):  # `... >> DIR/ca.pem` would append the result line to the CA
+        check_not_standard_output("DIR", os.path.join(args.dir, name_of_file))
     relay = _relay_modules()
     try:
         pem, key = relay.certificates.issue(args.dir, name, role=role, days=args.days)

@@ -194,3 +194,10 @@ def test_a_relay_file_that_is_also_standard_output_is_refused(tmp_path: pathlib.
     line = one_line(out.stderr)
     assert out.returncode == 2 and "--key" in line and "is also standard output" in line, line
     assert key.read_bytes() == before
+    pem = ca / "ca.pem"
+    before = pem.read_bytes()
+    issue = subprocess.run(["sh", "-c", 'exec "$0" "$@" >> "$TARGET"', *PIANODE, "relay", "ca", "issue", str(ca),
+                            "--client", "site"], capture_output=True, text=True, timeout=30,
+                           env={**os.environ, "TARGET": str(pem)})  # fmt: skip
+    assert issue.returncode == 2 and "is also standard output" in one_line(issue.stderr), issue.stderr
+    assert pem.read_bytes() == before and not (ca / "site.pem").exists()
