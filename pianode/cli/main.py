@@ -326,6 +326,14 @@ def _main(argv: list[str]) -> int:
         return 0
     try:
         parser = build_parser(argv)
+        # Before the command, a flag is the program's (pianode -v decode ...): one the program does not know is
+        # said as such, even when the command has one of that name, or no command follows to say it.
+        command = _command_in(argv)
+        before = argv[: argv.index(command)] if command is not None else argv
+        unknown = [w for w in before
+                   if w != "--" and (found := parser._parse_optional(w)) is not None and found[0] is None]
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         args, extras = parser.parse_known_args(argv)
         if extras:  # said by the command they were given to, pointing at its own --help
             _leaf_parser(parser, argv).error(f"unrecognized arguments: {' '.join(extras)}")

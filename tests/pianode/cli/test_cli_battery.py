@@ -439,6 +439,20 @@ def test_an_unknown_option_after_the_arguments_is_one_line_of_that_command(
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--version", "decode", "x.pcap"], "pianode: unrecognized arguments: --version"),  # decode has a --version
+    (["--bogus", "mesh"], "pianode: unrecognized arguments: --bogus"),
+    (["-x"], "pianode: unrecognized arguments: -x"),  # not "COMMAND missing", which hid it
+    (["-v", "--nope"], "pianode: unrecognized arguments: --nope"),
+])  # fmt: skip
+def test_an_unknown_option_before_the_command_is_the_programs(
+    argv: list[str], said: str, tripwire: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2 and not tripwire
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith(said), err
+
+
 def test_a_sample_says_the_same_as_a_real_process(
     files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:
