@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # imported where used: `pianode --help` and `pianode decode` 
 
 __all__ = [
     "CliError", "CliFailure", "Stop", "add_fault_arguments", "add_network_arguments", "check_local_address", "network_for",
-    "check_input_file", "check_name", "check_not_standard_output", "check_output_dir", "check_output_path", "check_record_path", "relay_reads", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
+    "check_input_file", "check_name", "check_not_standard_output", "check_text", "check_output_dir", "check_output_path", "check_record_path", "relay_reads", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
     "parse_bind", "parse_hostport", "parse_remote", "port_arg", "check_number", "version_arg",
 ]  # fmt: skip
 
@@ -361,10 +361,23 @@ def check_output_dir(flag: str, path: str | None) -> str | None:
 NAME_MAX_CHARACTERS, NAME_MAX_BYTES = 16, 32
 
 
+def check_text(flag: str, text: str | None) -> None:
+    """A value the command sends or derives keys from as UTF-8 text (a name, a key given as text): a byte of
+    the command line that is no UTF-8 (Python reads it as a lone surrogate) cannot be sent."""
+    if text is None:
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CliError(f"{flag} must be UTF-8 text, got '{printable(text)}' (character {exc.start + 1} is a byte"
+                       " that is no UTF-8)") from None
+
+
 def check_name(flag: str, text: str | None) -> None:
     """A player name: 1..16 characters, at most 32 bytes of UTF-8 (:data:`NAME_MAX_CHARACTERS`)."""
     if text is None:
         return
+    check_text(flag, text)
     size = len(text.encode("utf-8", "surrogateescape"))
     if not 1 <= len(text) <= NAME_MAX_CHARACTERS or size > NAME_MAX_BYTES:
         raise CliError(f"--name must be 1..{NAME_MAX_CHARACTERS} characters ({NAME_MAX_BYTES} bytes of UTF-8 at most), "

@@ -24,6 +24,7 @@ import trio
 
 from pianode.cli.common import (
     CliError,
+    check_text,
     CliFailure,
     Stop,
     check_input_file,
@@ -86,6 +87,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 def _settings(args: argparse.Namespace, certificate: object) -> Settings:
+    check_text("--access-key", args.access_key)  # its bytes key the checksums: UTF-8 text only
     return Settings(
         args.variant,
         access_key=args.access_key,

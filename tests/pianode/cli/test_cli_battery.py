@@ -128,6 +128,8 @@ def kind_of(path: tuple[str, ...], action: argparse.Action) -> str | None:
         return "word"
     if dest in ("relay_room", "name", "server", "client"):
         return "name"
+    if dest in ("access_key", "hmac_key"):
+        return "text"
     return None
 
 
@@ -154,7 +156,8 @@ def bad_values(kind: str, files: dict[str, str]) -> list[str]:
         "network": ["", "abc"],
         "cidr": ["", "abc", "10.0.0.0/33", "0.0.0.0/0", "127.0.0.0/16"],
         "word": ["", "abc"],
-        "name": ["", "x" * 300],
+        "name": ["", "x" * 300, "a\udcff"],  # the last: a byte that is no UTF-8, as Python reads it from argv
+        "text": ["\udcff\udcfe"],
     }[kind]
 
 

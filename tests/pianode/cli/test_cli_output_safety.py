@@ -103,3 +103,10 @@ def test_decrypted_pcap_refuses_to_overwrite_the_capture_read_from_standard_inpu
     assert done.stderr == (f"pianode decode: --decrypted-pcap {capture}: that is the capture being read (standard input);"
                            " writing it would destroy it\n")
     assert capture.read_bytes() == before
+
+
+def test_printable_escapes_a_byte_that_is_no_utf8() -> None:
+    """A file name or an argument with a byte that is no UTF-8 reaches Python as a lone surrogate, which a
+    UTF-8 stream with strict errors cannot write (the line was lost to a UnicodeEncodeError)."""
+    assert printable("cap\udcff.pcap") == "cap\\udcff.pcap"
+    assert printable("cap\udcff.pcap").encode("utf-8")
