@@ -12,10 +12,12 @@ from __future__ import annotations
 __all__ = ["one_line", "printable"]
 
 #: Characters a terminal acts on rather than shows (C0 and C1 controls, line and paragraph separators,
-#: bidirectional overrides and isolates), each shown escaped instead.
+#: bidirectional overrides and isolates), each shown escaped instead; and lone surrogates (a byte of a
+#: file name or an argument that is no UTF-8, as Python reads it), which no UTF-8 stream can write.
 _UNPRINTABLE = {
     c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-    for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+    for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A),
+              *range(0xD800, 0xE000)]
 }
 
 

@@ -42,8 +42,11 @@ def _umask() -> int:
 def output_file(path: str | os.PathLike[str], mode: str = "wb", **kwargs: Any) -> Iterator[IO[Any]]:
     """Open *path* for writing (*mode* ``"wb"`` or ``"w"``); the file appears complete when the block ends
     without an exception, and is left as it was when it raises (the exception goes on)."""
+    # A device or pipe is opened by the name given: /dev/fd/63 (bash's >(...)) resolves to "pipe:[1234]",
+    # which is no path at all.
+    target = os.fspath(path) if is_special(path) else os.path.realpath(path)
     try:
-        with _output_file(os.path.realpath(path), mode, **kwargs) as f:
+        with _output_file(target, mode, **kwargs) as f:
             yield f
     except OSError as exc:
         if exc.filename is not None or exc.errno is None:

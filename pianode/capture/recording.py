@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from pianode.capture.output import output_file
+from pianode.capture.output import is_special, output_file
 from pianode.capture.pcap import PcapWriter
 from pianode.capture.session_file import session_path_for
 from protocols.ldn_link import MAGIC as LDN_LINK_MAGIC
@@ -43,10 +43,12 @@ def _link_mac(ip: str, *, destination: bool) -> bytes:
 
 
 def write_recording(pcap_path: str, records: Iterable[Record], session: dict[str, Any]) -> dict[str, Any]:
-    """Write the records to *pcap_path* and *session* to the session file beside it; returns the summary's
-    ``record`` entry (paths, ``datagrams``: UDP datagrams written, ``link_frames``: LDN link frames written)."""
+    """Write the records to *pcap_path* and *session* to the session file beside it (none beside a device or a
+    pipe); returns the summary's ``record`` entry (paths, ``session`` None when none was written,
+    ``datagrams``: UDP datagrams written, ``link_frames``: LDN link frames written)."""
     datagrams = link_frames = 0
-    session_path = session_path_for(pcap_path)
+    # A device or a pipe (/dev/null, --record >(tshark -r -)) has nothing beside it: the pcap alone, session None.
+    session_path = None if is_special(pcap_path) else session_path_for(pcap_path)
     # Both files whole or neither (pianode.capture.output): the session file is renamed into place inside
     # the pcap's block, so a failure of either leaves no new pcap.
     with output_file(pcap_path, "wb") as f:
@@ -59,7 +61,8 @@ def write_recording(pcap_path: str, records: Iterable[Record], session: dict[str
                 writer.write_udp(data, src, dst, now)
                 datagrams += 1
         f.flush()
-        with output_file(session_path, "w", encoding="utf-8") as g:
-            json.dump(session, g, indent=2, sort_keys=True)
-            g.write("\n")
+        if session_path is not None:
+            with output_file(session_path, "w", encoding="utf-8") as g:
+                json.dump(session, g, indent=2, sort_keys=True)
+                g.write("\n")
     return {"pcap": pcap_path, "session": session_path, "datagrams": datagrams, "link_frames": link_frames}

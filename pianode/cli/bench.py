@@ -78,7 +78,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _run(args: argparse.Namespace) -> int:
     check_output_path("--json", args.json)
-    check_output_dir("--profile", args.profile)
+    args.profile = check_output_dir("--profile", args.profile)  # ~ expanded: where the profiles go
     try:
         return run_from_args(args)
     except ValueError as exc:  # the engine's own combined checks (versions, backends)

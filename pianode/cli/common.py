@@ -16,6 +16,8 @@ import os
 import pathlib
 import signal
 import socket
+import stat
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -30,7 +32,7 @@ if TYPE_CHECKING:  # imported where used: `pianode --help` and `pianode decode` 
 
 __all__ = [
     "CliError", "CliFailure", "Stop", "add_fault_arguments", "add_network_arguments", "check_local_address", "network_for",
-    "check_input_file", "check_name", "check_output_dir", "check_output_path", "check_record_path", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
+    "check_input_file", "check_name", "check_not_standard_output", "check_text", "check_output_dir", "check_output_path", "check_record_path", "relay_reads", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
     "parse_bind", "parse_hostport", "parse_remote", "port_arg", "check_number", "version_arg",
 ]  # fmt: skip
 
@@ -226,6 +228,8 @@ def check_output_path(
     for what, source in reads:
         if source and source != "-" and p.exists() and os.path.exists(source) and os.path.samefile(p, source):
             raise CliError(f"{flag} {path}: that is the {what} being read; writing it would destroy it")
+        if source == "-" and _is_standard_input(p):  # `decode - --decrypted-pcap x.pcap < x.pcap`
+            raise CliError(f"{flag} {path}: that is the {what} being read (standard input); writing it would destroy it")
     parent = p.parent if str(p.parent) else pathlib.Path(".")
     if not parent.is_dir():
         raise CliError(f"{flag} {path}: directory {parent} does not exist")
@@ -244,13 +248,58 @@ def check_output_path(
             p.unlink()
 
 
-def check_record_path(flag: str, path: str | None) -> None:
-    """``--record FILE.pcap``: the pcap and the ``FILE.session.json`` written beside it must both be writable now."""
-    check_output_path(flag, path)
-    if path is not None:
+def _is_standard_input(path: pathlib.Path) -> bool:
+    """Is *path* the file standard input reads (``< path``)?"""
+    try:
+        given, read = os.stat(path), os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError, AttributeError):  # no such file, no standard input (closed, a test's)
+        return False
+    return stat.S_ISREG(read.st_mode) and (given.st_dev, given.st_ino) == (read.st_dev, read.st_ino)
+
+
+def check_record_path(flag: str, path: str | None, *, reads: tuple[tuple[str, str | None], ...] = ()) -> None:
+    """``--record FILE.pcap``: the pcap and the ``FILE.session.json`` written beside it must both be writable now,
+    and neither may be one of the files the run *reads* (``(what, path)``: the relay's certificates and key)."""
+    check_output_path(flag, path, reads=reads)
+    from pianode.capture.output import is_special
+
+    if path is not None and not is_special(path):  # a device or a pipe gets no session file beside it
         from pianode.capture.session_file import session_path_for
 
-        check_output_path(f"{flag} (its session file)", session_path_for(path))
+        check_output_path(f"{flag} (its session file)", session_path_for(path), reads=reads)
+
+
+def relay_reads(args: Any) -> tuple[tuple[str, str | None], ...]:
+    """The relay files a command reads (``--relay-ca``, ``--relay-cert``, ``--relay-key``), for :func:`check_record_path`."""
+    return tuple((f"{what} (--relay-{flag})", getattr(args, f"relay_{flag}", None))
+                 for what, flag in (("relay CA certificate", "ca"), ("relay certificate", "cert"), ("relay key", "key")))
+
+
+def check_not_standard_output(what: str, path: str | None) -> None:
+    """A file the command reads must not be its standard output (or error) as well (``decode x.jsonl >>
+    x.jsonl``): the command would read what it writes (without end, until the disk is full) or write into
+    what it reads.  Refused as ``cat x >> x`` refuses it, before a byte is written (with ``>`` the shell has
+    emptied it already)."""
+    if not path:
+        return
+    try:
+        source = os.fstat(sys.stdin.fileno()) if path == "-" else os.stat(path)  # `- < x >> x` as well
+    except (OSError, ValueError, AttributeError):  # no such file, no standard input
+        return
+    for name, stream in (("output", sys.stdout), ("error", sys.stderr)):
+        try:
+            out = os.fstat(stream.fileno())
+        except (OSError, ValueError, AttributeError):  # no descriptor (a test's captured output)
+            continue
+        if stat.S_ISREG(out.st_mode) and (out.st_dev, out.st_ino) == (source.st_dev, source.st_ino):
+            if name == "error":  # the line that says so must not land in the file either: it goes nowhere
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, stream.fileno())
+                os.close(devnull)
+            shown = "- (standard input)" if path == "-" else path
+            emptied = " (and with > the shell has emptied it already)" if source.st_size == 0 else ""
+            raise CliError(f"{what} {shown} is also standard {name}: the command would read what it writes"
+                           f"{emptied}; give standard {name} another file")
 
 
 def check_input_file(flag: str, path: str | None) -> None:
@@ -269,13 +318,21 @@ def check_input_file(flag: str, path: str | None) -> None:
         raise CliError(f"{flag} {path}: {exc.strerror or exc}") from None
 
 
-def check_output_dir(flag: str, path: str | None) -> None:
-    """A folder to write into (made if missing): it must not be a file, and must be creatable now."""
+def check_output_dir(flag: str, path: str | None) -> str | None:
+    """A folder to write into (made if missing): it must not be a file, and must be creatable now.  Returns
+    it with ``~`` or ``~user`` expanded (the folder checked is the folder the command must write into)."""
     if path is None:
-        return
+        return None
     if not path:
         raise CliError(f"{flag} needs a folder name")
-    p = pathlib.Path(path).expanduser()
+    if path == "-":  # as for files (check_output_path): not standard output, nor a folder made by surprise
+        raise CliError(f"{flag} -: {flag} names a folder, not standard output: give a folder name (./- for one named -)")
+    try:
+        p = pathlib.Path(path).expanduser()
+    except RuntimeError:  # ~user of no user (or ~ with no HOME and no password entry)
+        user = path[1:].split("/", 1)[0]
+        raise CliError(f"{flag} {path}: " + (f"no user {user!r} here for ~{user}" if user else "no home folder for ~")
+                       ) from None  # fmt: skip
     if p.exists() and not p.is_dir():
         raise CliError(f"{flag} {path}: exists and is not a folder")
     first_missing = None
@@ -285,7 +342,7 @@ def check_output_dir(flag: str, path: str | None) -> None:
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise CliError(f"{flag} {path}: not writable")
     if first_missing is None:
-        return
+        return str(p)
     # As for files: permission bits do not tell everything (/proc): make the folders, then take them away again.
     try:
         p.mkdir(parents=True)
@@ -296,6 +353,7 @@ def check_output_dir(flag: str, path: str | None) -> None:
             made.rmdir()
         if made == first_missing:
             break
+    return str(p)
 
 
 #: A player name fits every field it goes into: the PlayerInfo name up to 4.10 (32 bytes of UTF-16, 16
@@ -303,10 +361,23 @@ def check_output_dir(flag: str, path: str | None) -> None:
 NAME_MAX_CHARACTERS, NAME_MAX_BYTES = 16, 32
 
 
+def check_text(flag: str, text: str | None) -> None:
+    """A value the command sends or derives keys from as UTF-8 text (a name, a key given as text): a byte of
+    the command line that is no UTF-8 (Python reads it as a lone surrogate) cannot be sent."""
+    if text is None:
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CliError(f"{flag} must be UTF-8 text, got '{printable(text)}' (character {exc.start + 1} is a byte"
+                       " that is no UTF-8)") from None
+
+
 def check_name(flag: str, text: str | None) -> None:
     """A player name: 1..16 characters, at most 32 bytes of UTF-8 (:data:`NAME_MAX_CHARACTERS`)."""
     if text is None:
         return
+    check_text(flag, text)
     size = len(text.encode("utf-8", "surrogateescape"))
     if not 1 <= len(text) <= NAME_MAX_CHARACTERS or size > NAME_MAX_BYTES:
         raise CliError(f"--name must be 1..{NAME_MAX_CHARACTERS} characters ({NAME_MAX_BYTES} bytes of UTF-8 at most), "

@@ -22,7 +22,7 @@ import sys
 from typing import Any, NoReturn, TextIO
 
 from pianode.capture.pcap import Capture, CaptureError, open_capture
-from pianode.cli.common import CliError, check_output_path, printable
+from pianode.cli.common import CliError, check_not_standard_output, check_output_path, printable
 from pianode.capture.decode import Decoder, DecodeResult
 from pianode.capture.session_file import DecodeContext, load_session, session_path_for
 from pianode.capture.unknown import NO_KEY_NOTE
@@ -74,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     def one_line_error(message: str) -> NoReturn:
         # A bad flag value is a user error like any other: one line, status 2 (no usage dump).
-        print(f"pianode decode: {message}", file=sys.stderr)
+        print(f"pianode decode: {printable(message)}", file=sys.stderr)
         sys.exit(2)
 
     p.error = one_line_error  # type: ignore[method-assign]
@@ -141,18 +141,22 @@ def _flag_of_error(message: str, args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.capture == "":
         raise CliError("capture: no file named (give a capture file, or - for standard input)")
+    if args.capture == "-" and sys.stdin is None:  # started with it closed (<&-)
+        raise CliError("capture -: standard input is closed (pipe a capture into it, or name a file)")
     if args.session == "":
         raise CliError("--session needs a file name")
     note = None  # said once at the end, in the line of the result (one line whatever happens)
     if args.session is None:
         args.session, note = _recording_session(args)
     _check_export(args)
+    check_not_standard_output("capture", args.capture)
+    check_not_standard_output("--session", args.session)
     try:
         ctx = load_session(args.session, _overrides(args))
     except ConfigError as exc:
         raise CliError(_flag_of_error(_name_flags(" ".join(str(exc).split())), args)) from None
     for warning in ctx.warnings:
-        print(f"pianode decode: {_name_flags(warning)}", file=sys.stderr)
+        _say(f"pianode decode: {_name_flags(warning)}")
     try:
         cap = open_capture(args.capture)
     except CaptureError as exc:
@@ -180,20 +184,25 @@ def run(args: argparse.Namespace) -> int:
         return 0
     unused = _unused_hmac_key(args, decoder)
     if unused is not None:
-        print(f"pianode decode: {unused}", file=sys.stderr)
+        _say(f"pianode decode: {unused}")
     if cap.stats.problem is not None:
         # One line: where the capture broke, what was written of it before, and where the settings came from.
         extra = "".join(f"; {part}" for part in (exported, note) if part is not None)
-        print(f"pianode decode: {cap.name}: {cap.stats.problem}{extra}", file=sys.stderr)
+        _say(f"pianode decode: {cap.name}: {cap.stats.problem}{extra}")
         return 2
     if exported is not None:
-        print(exported if note is None else f"{exported}; {note}", file=sys.stderr)
+        _say(exported if note is None else f"{exported}; {note}")
     elif note is not None and (args.session is None or not args.quiet):  # (a file left out is said even with -q)
-        print(f"pianode decode: {note}", file=sys.stderr)
+        _say(f"pianode decode: {note}")
     elif fmt == "jsonl" and not args.quiet and not cap.stats.udp and not cap.stats.link:
         # JSON Lines has no summary line: an empty result is said here, not left silent.
-        print(f"pianode decode: {cap.name}: {_nothing_read(cap)}", file=sys.stderr)
+        _say(f"pianode decode: {cap.name}: {_nothing_read(cap)}")
     return 0
+
+
+def _say(line: str) -> None:
+    """A line on stderr: the capture's name and the values in it with line breaks and escapes escaped."""
+    print(printable(line), file=sys.stderr)
 
 
 def _unused_hmac_key(args: argparse.Namespace, decoder: Decoder) -> str | None:

@@ -155,13 +155,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     mesh_flags(j)
     j.set_defaults(handler=run_join)
 
-    p.set_defaults(handler=lambda args: _no_subcommand(p))
-
-
-def _no_subcommand(p: argparse.ArgumentParser) -> int:
-    p.print_help(sys.stderr)
-    return 2
-
 
 def _number(text: str, what: str, *, lo: float = 0, hi: float = 2**32 - 1, integer: bool = True,
             lo_open: bool = False) -> Any:  # fmt: skip

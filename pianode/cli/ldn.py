@@ -49,6 +49,7 @@ from pianode.cli.common import (
     Stop,
     check_name,
     check_record_path,
+    relay_reads,
     number_arg,
     port_arg,
     render_table,
@@ -158,13 +159,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="seconds to scan for the network (> 0 and ≤ 3600, default 3)")
     j.set_defaults(handler=run_join)
 
-    p.set_defaults(handler=lambda args: _no_subcommand(p))
-
-
-def _no_subcommand(p: argparse.ArgumentParser) -> int:
-    p.print_help(sys.stderr)
-    return 2
-
 
 # ---------------------------------------------------------------------- argument checks
 
@@ -220,7 +214,7 @@ def _ldn_address(text: str | None, *, host: bool) -> str | None:
 
 
 def _check_station_args(args: argparse.Namespace) -> None:
-    check_record_path("--record", args.record)
+    check_record_path("--record", args.record, reads=relay_reads(args))
     check_name("--name", args.name)
     profile = _profile(args)
     if _session_key(args.session_key) is not None and not (5, 7) <= profile.version < (5, 9):
@@ -428,10 +422,22 @@ async def _host_run(args: argparse.Namespace, config: LdnHostConfig, out: _Out, 
             record, ok = _summary("host", host.node, ex, {"participants_seen": sorted(st.history)})
             await _leave(host.node, ex)
             nursery.cancel_scope.cancel()
-        if recorder is not None:
-            record["record"] = recorder.write(args.record, host.session_file(args.game_key))
+        unwritten = None if recorder is None else _write_recording(record, recorder, args.record,
+                                                                    host.session_file(args.game_key))  # fmt: skip
     out.emit(record, _summary_text(record), result=True)
+    if unwritten is not None:
+        raise CliFailure(unwritten)
     return 0 if ok else 1
+
+
+def _write_recording(record: dict[str, Any], recorder: Any, path: str, session: dict[str, Any]) -> str | None:
+    """The recording written and named in *record*; or, when it cannot be written now (a full disk), the line
+    that says so, said after the summary (which is the run's all the same)."""
+    try:
+        record["record"] = recorder.write(path, session)
+    except OSError as exc:  # pianode.capture.output leaves no partial file
+        return f"--record {path}: the recording was not written ({exc.strerror or exc})"
+    return None
 
 
 # ---------------------------------------------------------------------- scan
@@ -654,8 +660,8 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
                 record, ok = _summary("station", node, ex, {"ip": st.ip, "mac": st.mac.hex(":")})
                 await _leave(node, ex)
                 nursery.cancel_scope.cancel()
-            if recorder is not None:
-                record["record"] = recorder.write(args.record, st.session_file(args.game_key))
+            unwritten = None if recorder is None else _write_recording(record, recorder, args.record,
+                                                                        st.session_file(args.game_key))  # fmt: skip
     except ConfigError as exc:
         # What the heard network's advertisement says does not fit these settings (another LDN system
         # communication version, a key the game must supply): a failed join (exit 1), as a refusal is.
@@ -677,4 +683,6 @@ async def _join(args: argparse.Namespace, node_config: NodeConfig, game_key: byt
             out.emit({"event": "join_failed", "reason": f"{exc}{hint}", "drops": dict(drops)}, "")
         raise CliFailure(f"{exc}{hint}") from None
     out.emit(record, _summary_text(record), result=True)
+    if unwritten is not None:
+        raise CliFailure(unwritten)
     return 0 if ok else 1

@@ -12,6 +12,7 @@ one for an internal error).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import os
@@ -25,6 +26,7 @@ from typing import Any, NoReturn
 from pianode.cli import interrupt
 from pianode.cli.common import DEPRECATIONS, CliError, CliFailure
 from protocols.errors import ConfigError
+from protocols.text import printable
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -52,7 +54,21 @@ class _Parser(argparse.ArgumentParser):
         # "argument --rate: --rate must be ..." (our value checks name their flag themselves) → "--rate must be ..."
         if (m := re.fullmatch(r"argument (\S+): (--\S+) (.*)", message, re.S)) and m[2] in m[1].split("/"):
             message = f"{m[2]} {m[3]}"
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        # A command of commands given none ("pianode lan"): say which may follow, in the one line.
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and message == (
+                f"the following arguments are required: {action.metavar or action.dest}"
+            ):
+                *first, last = list(action.choices)
+                choices = f"{', '.join(first)} or {last}" if first else last
+                message = f"{action.metavar or 'a command'} missing: give {choices}"
+        self.exit(2, f"{self.prog}: {printable(message)} (see {self.prog} --help)\n")
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # argparse swallows a failed write: help or usage to a full or broken standard output ended with exit
+        # status 0 and nothing said.  The failure goes up to main(), which says it.
+        if message:
+            (file or sys.stderr).write(message)
 
 
 def _program_version() -> str:
@@ -86,7 +102,12 @@ def _add_verbosity(p: argparse.ArgumentParser, *, top: bool) -> None:
 
 
 class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
-    """Every parser made through it (subcommands and their actions) accepts -v/-q and says errors in one line."""
+    """Every parser made through it (subcommands and their actions) accepts -v/-q and says errors in one line;
+    a command of commands needs one of them (``pianode lan`` alone is an error line, not its help)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["required"] = True
+        super().__init__(*args, **kwargs)
 
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
@@ -131,6 +152,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _leaf_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the command *argv* runs (``lan host``'s for ``lan host ...``)."""
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            break
+        parser = subs[0].choices.get(word, parser)
+    return parser
+
+
 def _command_name(args: argparse.Namespace) -> str:
     words = ["pianode", getattr(args, "command", None) or ""]
     for attr in ("lan_command", "ldn_command", "prudp_command", "relay_command", "ca_command"):
@@ -140,13 +171,172 @@ def _command_name(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command *argv* (default: the program's arguments); its exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    prog = " ".join(["pianode", *[word for word in [_command_in(argv)] if word]])
+    closed = _open_standard_streams()
+    if "stdout" in closed:
+        # Checked before anything runs: every command prints its result, which nobody could read.
+        print(f"{prog}: standard output is closed: nothing it prints could be read (redirect it to a file,"
+              " or to /dev/null to discard it)", file=sys.stderr)
+        return 2
+    # This process's own streams (a test's captured ones cannot fail) say how a write to them failed.
+    wrapped = sys.stdout is sys.__stdout__, sys.stderr is sys.__stderr__
+    if wrapped[0]:
+        if getattr(sys.stdout, "errors", None) == "strict":  # PYTHONIOENCODING=ascii, a locale of another charset:
+            with contextlib.suppress(AttributeError, ValueError):  # a table's → shown as \u2192, not a failure
+                sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        sys.stdout = _Stdout(sys.stdout)  # type: ignore[assignment]
+    if wrapped[1]:
+        sys.stderr = _Stderr(sys.stderr)  # type: ignore[assignment]
+    try:
+        try:
+            status = _main(argv)
+        except _StdoutError as exc:  # help, usage or the program's version could not be written
+            return _say_stdout_failed(prog, exc)
+        return _finish_output(prog, status)
+    finally:
+        if wrapped[0] and isinstance(sys.stdout, _Stdout):
+            sys.stdout = sys.stdout.stream
+        if wrapped[1] and isinstance(sys.stderr, _Stderr):
+            sys.stderr = sys.stderr.stream
+
+
+def _open_standard_streams() -> list[str]:
+    """The standard streams this process was started without (closed: ``>&-``), each opened on /dev/null.
+
+    A closed descriptor 0, 1 or 2 would be taken by the next file or socket the command opens: a recording
+    would then get what is written to "standard error" (and a station process started by ``mesh
+    --processes`` would print into it), and with descriptor 2 closed, Python's ``print(..., file=sys.stderr)``
+    prints to standard output.  So each is opened on /dev/null, standard error's Python stream too (an error
+    line then goes nowhere, the exit status still says it); the caller refuses a closed standard output."""
+    closed = []
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        closed.append(name)
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: *fd*, as the ones below are open
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    if "stderr" in closed:
+        sys.stderr = open(2, "w", errors="backslashreplace", closefd=False)  # noqa: SIM115 - the process's stderr
+    return closed
+
+
+class _StdoutError(OSError):
+    """A write to standard output failed (a full disk, /dev/full, an I/O error), a closed pipe aside."""
+
+
+class _Stdout:
+    """``sys.stdout`` while a command runs: the same stream, but a write or flush that fails says it was
+    standard output's (an OSError from a write names no file), so that it is said as such."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self.stream.write(text))
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _StdoutError(exc.errno, exc.strerror) from None
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _StdoutError(exc.errno, exc.strerror) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+class _Stderr:
+    """``sys.stderr`` while a command runs: a line that cannot be written there (``2>/dev/full``, a closed
+    pipe) is dropped, and standard error goes to /dev/null from then on.  There is nowhere else to say it,
+    and the exit status must stay the command's (a failed write was a traceback and exit status 1)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self.stream.write(text))
+        except OSError:
+            self._discard()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError:
+            self._discard()
+
+    def _discard(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.stream.fileno())
+        os.close(devnull)
+        with contextlib.suppress(OSError):
+            self.stream.flush()  # what was buffered goes to /dev/null, not to the interpreter's exit
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def _discard_stdout() -> None:
+    """From now on standard output goes to /dev/null (what is still buffered too), so the interpreter's own
+    flush at exit can neither fail ("Exception ignored ...") nor block."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _say_stdout_failed(prog: str, exc: OSError) -> int:
+    _discard_stdout()
+    print(f"{prog}: cannot write standard output: {exc.strerror or exc}", file=sys.stderr)
+    return 2
+
+
+def _finish_output(prog: str, status: int) -> int:
+    """Standard output's last bytes go out now, where a failure can still be said in one line: left to the
+    interpreter's exit, a full disk was a traceback or "Exception ignored", and a help text lost, exit 0.
+    A reader that went away (``| head -1``) is not an error: the status stays the command's."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+    except OSError as exc:
+        if status != 0:  # the command already said why it failed, in its one line
+            _discard_stdout()
+            return status
+        return _say_stdout_failed(prog, exc)
+    return status
+
+
+def _main(argv: list[str]) -> int:
     if argv in (["--version"], ["-V"]):  # `pianode --version`: the program; after a command: the Pia version
         print(f"pianode {_program_version()}")
         return 0
     try:
         parser = build_parser(argv)
-        args = parser.parse_args(argv)
+        # Before the command, a flag is the program's (pianode -v decode ...): one the program does not know is
+        # said as such, even when the command has one of that name, or no command follows to say it.
+        command = _command_in(argv)
+        before = argv[: argv.index(command)] if command is not None else argv
+        unknown = [w for w in before
+                   if w != "--" and (found := parser._parse_optional(w)) is not None and found[0] is None]
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        args, extras = parser.parse_known_args(argv)
+        if extras:  # said by the command they were given to, pointing at its own --help
+            _leaf_parser(parser, argv).error(f"unrecognized arguments: {' '.join(extras)}")
     except SystemExit as exc:  # --help, or a bad flag (argparse printed its one line)
         DEPRECATIONS.clear()
         return exc.code if isinstance(exc.code, int) else 0
@@ -217,9 +407,11 @@ def report(exc: BaseException, command: str, *, verbose: int = 0) -> int:
         return code if isinstance(code, int) else (0 if code is None else 2)
     if all(isinstance(e, BrokenPipeError) for e in leaves):
         # The reader went away (`pianode decode x | head`): not an error of ours.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _discard_stdout()
         return 0
+    refused = [e for e in leaves if isinstance(e, _StdoutError)]
+    if refused:  # a full disk under `> out.txt`, /dev/full
+        return _say_stdout_failed(command, refused[0])
     # The most telling leaf: the user's own error first, then settings, then the rest.
     # Trio's timeout can only be what ended the command if the command imported Trio.
     too_slow: Any = getattr(sys.modules.get("trio"), "TooSlowError", ())
@@ -247,5 +439,6 @@ def report(exc: BaseException, command: str, *, verbose: int = 0) -> int:
         status = 1
     if status == 2 and DEPRECATIONS:
         message += f" (note: {'; '.join(DEPRECATIONS)})"
-    print(f"{command}: {message}", file=sys.stderr)
+    # A value or a path in the message shows its line breaks and escapes escaped: one line, nothing a terminal acts on.
+    print(f"{command}: {printable(message)}", file=sys.stderr)
     return status

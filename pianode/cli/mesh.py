@@ -46,6 +46,8 @@ from pianode.cli.common import (
     network_for,
     check_local_address,
     check_record_path,
+    relay_reads,
+    printable,
     check_udp_free,
     deprecated_alias,
     fault_injector_from_args,
@@ -239,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         local, port = _relay_addresses(args, relay)
         base_address, relay = "127.0.0.1", {**relay, "local": local}
-    check_record_path("--record", args.record)
+    check_record_path("--record", args.record, reads=relay_reads(args))
     if args.game_key is not None:  # checked now, whether or not the run uses it
         from protocols.pia.keys import parse_game_key
 
@@ -452,7 +454,8 @@ def render_summary(result: MeshRunResult) -> str:
     if s.get("record"):
         rec = s["record"]
         link = f" and {rec['link_frames']} LDN link frames" if rec.get("link_frames") else ""
-        lines.append(f"recorded {rec['datagrams']} datagrams{link} to {rec['pcap']} (session {rec['session']})")
+        session = f"session {rec['session']}" if rec["session"] else "no session file beside a device or a pipe"
+        lines.append(printable(f"recorded {rec['datagrams']} datagrams{link} to {rec['pcap']} ({session})"))
     for problem in s["problems"]:
         lines.append(f"PROBLEM: {problem}")
     if s.get("frames") and s["result"] == "LATE":

@@ -24,6 +24,7 @@ import trio
 
 from pianode.cli.common import (
     CliError,
+    check_text,
     CliFailure,
     Stop,
     check_input_file,
@@ -60,7 +61,6 @@ def _common(p: argparse.ArgumentParser) -> None:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("prudp", help="PRUDP echo host and round-trip client", description=__doc__)
     sub = parser.add_subparsers(dest="prudp_command", metavar="ACTION")
-    parser.set_defaults(handler=lambda args: (parser.print_help(), 2)[1])
 
     serve = sub.add_parser("serve", help="run an echo host")
     _common(serve)
@@ -87,6 +87,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 def _settings(args: argparse.Namespace, certificate: object) -> Settings:
+    check_text("--access-key", args.access_key)  # its bytes key the checksums: UTF-8 text only
     return Settings(
         args.variant,
         access_key=args.access_key,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import math
-import sys
+import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -31,6 +31,8 @@ import attrs
 import trio
 
 from pianode.cli.common import (
+    printable,
+    check_not_standard_output,
     CliError, CliFailure, Stop, check_udp_free, number_arg, parse_bind, parse_hostport, parse_remote, render_table,
 )  # fmt: skip
 from pianode.mesh.config import NodeConfig
@@ -75,8 +77,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     role.add_argument("--client", metavar="NAME", help="a client-only certificate (a site)")
     iss.add_argument("--days", type=number_arg("--days", 1, 3650, integer=True), default=825, help="validity (default 825)")
     iss.set_defaults(handler=run_ca_issue)
-    ca.set_defaults(handler=lambda args: _help(ca))
-    p.set_defaults(handler=lambda args: _help(p))
 
 
 def _relay_modules() -> Any:
@@ -91,17 +91,14 @@ def _relay_modules() -> Any:
     return pianode.relay
 
 
-def _help(p: argparse.ArgumentParser) -> int:
-    p.print_help(sys.stderr)
-    return 2
-
-
 # ---------------------------------------------------------------------- ca
 
 
 def _ca_dir(text: str) -> None:
     if not text:
         raise CliError("DIR must be a folder name, got ''")
+    if text == "-":  # as for every folder flag (check_output_dir)
+        raise CliError("DIR -: DIR names a folder, not standard input or output: give a folder name (./- for one named -)")
 
 
 def run_ca_init(args: argparse.Namespace) -> int:
@@ -113,8 +110,8 @@ def run_ca_init(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(f"{args.dir}: {exc.strerror or exc}") from None
-    print(f"made the relay CA: {path} (certificate, give it to the hub and every site) and "
-          f"{path.with_suffix('.key')} (its key: keep it here)")  # fmt: skip
+    print(printable(f"made the relay CA: {path} (certificate, give it to the hub and every site) and "
+                    f"{path.with_suffix('.key')} (its key: keep it here)"))  # fmt: skip
     return 0
 
 
@@ -125,6 +122,8 @@ def run_ca_issue(args: argparse.Namespace) -> int:
     if not name:
         raise CliError(f"--{role} needs a name")
     _ca_dir(args.dir)
+    for name_of_file in ("ca.pem", "ca.key"):  # `... >> DIR/ca.pem` would append the result line to the CA
+        check_not_standard_output("DIR", os.path.join(args.dir, name_of_file))
     relay = _relay_modules()
     try:
         pem, key = relay.certificates.issue(args.dir, name, role=role, days=args.days)
@@ -136,7 +135,7 @@ def run_ca_issue(args: argparse.Namespace) -> int:
         raise CliError(f"--{role} {name}: {exc}") from None
     except OSError as exc:
         raise CliError(f"{args.dir}: {exc.strerror or exc}") from None
-    print(f"issued a {role}-only certificate for {name}: {pem} and {key}")
+    print(printable(f"issued a {role}-only certificate for {name}: {pem} and {key}"))
     return 0
 
 
@@ -146,6 +145,8 @@ def run_ca_issue(args: argparse.Namespace) -> int:
 def _credentials(ca: str, cert: str, key: str, flags: tuple[str, str, str], role: str) -> Credentials:
     """The three files, and our own certificate checked as one the other side will take."""
     certificates = _relay_modules().certificates
+    for flag, path in zip(flags, (ca, cert, key)):
+        check_not_standard_output(flag, path)  # `... >> hub.key` would append the command's output to the key
     try:
         creds = certificates.load_credentials(ca, cert, key)
     except ValueError as exc:

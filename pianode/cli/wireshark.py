@@ -12,7 +12,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from pianode.cli.common import CliError, check_output_dir
+from pianode.cli.common import CliError, check_output_dir, printable
 
 __all__ = ["add_parser", "run_install", "run_path"]
 
@@ -43,8 +43,12 @@ def run_install(args: argparse.Namespace) -> int:
     from pianode.wireshark import DISSECTOR_PATH, plugin_dir
 
     if args.dir is not None:
-        check_output_dir("--dir", args.dir)
-    target_dir = Path(args.dir).expanduser() if args.dir is not None else plugin_dir()
+        target_dir = Path(str(check_output_dir("--dir", args.dir)))
+    else:
+        target_dir = plugin_dir()
+        if not target_dir.is_absolute():  # HOME empty or relative: it would land wherever this runs
+            raise CliError(f"Wireshark's plugin folder is not known: it came out as {str(target_dir)!r}, not an"
+                           " absolute path (is HOME set?); give the folder with --dir DIR")
     if target_dir.exists() and not target_dir.is_dir():
         raise CliError(f"{target_dir} exists and is not a folder")
     try:
@@ -53,5 +57,5 @@ def run_install(args: argparse.Namespace) -> int:
         shutil.copyfile(DISSECTOR_PATH, target)
     except OSError as exc:
         raise CliError(f"cannot install into {target_dir}: {exc.strerror or exc}") from None
-    print(f"installed {target} (Wireshark loads it at its next start)")
+    print(printable(f"installed {target} (Wireshark loads it at its next start)"))  # one line, whatever the path holds
     return 0

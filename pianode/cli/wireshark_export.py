@@ -30,7 +30,8 @@ def write_export(cap: Capture, decoder: Decoder, path: str) -> str:
     except BrokenPipeError:
         raise
     except OSError as exc:
-        raise CliError(f"--decrypted-pcap {path}: {exc.strerror or exc}") from None
+        where = "cannot write standard output: " if path == "-" else ""
+        raise CliError(f"--decrypted-pcap {path}: {where}{exc.strerror or exc}") from None
     where = "standard output" if path == "-" else path
     others = stats.datagrams - stats.decrypted - stats.plain - stats.kept_encrypted
     return (

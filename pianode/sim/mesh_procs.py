@@ -733,4 +733,4 @@ class ProcessMeshRun:
             merged = ((data, src, dst, now) for now, data, src, dst in heapq.merge(*streams, key=lambda x: x[0]))
             context = next((c["context"] for c in collected if c["context"] is not None), None) or {
                 "version": r.version, "network": r.network}  # fmt: skip
-            r.record = write_record(self.record, merged, context)
+            r.record = write_record(self.record, merged, context, r.problems)

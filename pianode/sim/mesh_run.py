@@ -710,7 +710,7 @@ class MeshRun:
 
     def _write_record(self) -> None:
         assert self.record is not None
-        self.result.record = write_record(self.record, self._records, self._session_context())
+        self.result.record = write_record(self.record, self._records, self._session_context(), self.result.problems)
 
     def _session_context(self) -> dict[str, Any]:
         nodes = getattr(self, "all_nodes", [])
@@ -723,13 +723,19 @@ class MeshRun:
 
 
 def write_record(
-    path: str, records: Iterable[tuple[bytes, tuple[str, int], tuple[str, int], float]], context: dict[str, Any]
-) -> dict[str, Any]:
+    path: str, records: Iterable[tuple[bytes, tuple[str, int], tuple[str, int], float]], context: dict[str, Any],
+    problems: list[str],
+) -> dict[str, Any] | None:
     """Write the datagrams (data, source, destination, wall time) to the pcap *path* and the
-    session file beside it (FILE.session.json); returns the summary's ``record`` entry."""
+    session file beside it (FILE.session.json); returns the summary's ``record`` entry.  A recording that
+    cannot be written now (a full disk) is one of the run's *problems*, and the summary is still the run's."""
     from pianode.capture.recording import write_recording
 
-    return write_recording(path, records, context)
+    try:
+        return write_recording(path, records, context)
+    except OSError as exc:  # pianode.capture.output leaves no partial file
+        problems.append(f"the recording was not written: {exc.filename or path}: {exc.strerror or exc}")
+        return None
 
 
 class LanMeshRun(MeshRun):

@@ -57,6 +57,20 @@ def test_install_dir_option_and_its_errors(tmp_path: Path) -> None:
     assert err.count("\n") == 1 and "not a folder" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("home", ["", "relative/home"])
+def test_install_without_an_absolute_home_says_so_and_writes_nothing(
+    home: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HOME empty or relative (and tshark's answer then relative): the plugin folder is not known, so nothing
+    is copied into wherever the command happens to run (it was, with exit 0)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", home)
+    status, out, err = pianode("wireshark", "install")
+    assert status == 2 and out == "", (status, out, err)
+    assert err.count("\n") == 1 and "HOME" in err and "--dir" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("argv", [["wireshark"], ["wireshark", "nonsense"]])
 def test_bad_wireshark_arguments_are_one_line_status_2(argv: list[str]) -> None:
     status, out, err = pianode(*argv)

@@ -128,6 +128,8 @@ def kind_of(path: tuple[str, ...], action: argparse.Action) -> str | None:
         return "word"
     if dest in ("relay_room", "name", "server", "client"):
         return "name"
+    if dest in ("access_key", "hmac_key"):
+        return "text"
     return None
 
 
@@ -147,14 +149,15 @@ def bad_values(kind: str, files: dict[str, str]) -> list[str]:
         "local_address": ["", "127.0.0.1:70000", "nothost.invalid", "10.0.0.1"],
         "input_file": ["", files["missing"], files["directory"]],
         "output_file": ["", files["directory"], "/proc/x.pcap", files["missing_dir_file"]],
-        "output_dir": ["", files["file"], "/proc/x"],
+        "output_dir": ["", files["file"], "/proc/x", "~no-such-user-pianode/x", "-"],
         "input_dir": ["", files["missing"], files["file"]],
         "trust": ["", "zz", files["missing"]],
         "mac": ["", "abc", "127.0.0.1=zz"],
         "network": ["", "abc"],
         "cidr": ["", "abc", "10.0.0.0/33", "0.0.0.0/0", "127.0.0.0/16"],
         "word": ["", "abc"],
-        "name": ["", "x" * 300],
+        "name": ["", "x" * 300, "a\udcff"],  # the last: a byte that is no UTF-8, as Python reads it from argv
+        "text": ["\udcff\udcfe"],
     }[kind]
 
 
@@ -168,6 +171,7 @@ VALID = {
     (("ldn", "host"), "--local-id", "abc"): "the local communication id is hex",
     (("ldn", "scan"), "--local-id", "abc"): "the local communication id is hex",
     (("ldn", "join"), "--local-id", "abc"): "the local communication id is hex",
+    (("relay", "ca", "init"), "DIR", "~no-such-user-pianode/x"): "relay takes ~ as a name, as mkdir does",
 }
 
 
@@ -343,6 +347,115 @@ def test_every_value_taking_option_refuses_bad_values_in_one_line(
     assert not failures, f"{len(failures)} of {len(all_cases)} cases:\n" + "\n".join(failures)
 
 
+def test_a_recording_is_never_written_over_a_file_the_command_reads(
+    files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    """``--record`` (or the session file beside it) naming a relay file the run reads: refused before the run,
+    whose recording would have replaced the key or certificate at its end."""
+    site = tmp_path / "site"
+    site.mkdir()
+    for name in ("ca.pem", "ca.key"):
+        (site / name).write_bytes(pathlib.Path(files["ca_dir"], name).read_bytes())
+    assert main(["relay", "ca", "issue", str(site), "--client", "site"]) == 0
+    (site / "ca.key").unlink()
+    (site / "rec.session.json").write_bytes((site / "ca.pem").read_bytes())
+    capsys.readouterr()
+    def relay(ca: str) -> list[str]:
+        return ["--relay-ca", str(site / ca), "--relay-cert", str(site / "site.pem"), "--relay-key", str(site / "site.key")]
+
+    commands = [["mesh", "--relay", f"127.0.0.1:{files['port']}"], ["ldn", "host", "--game-key", GAME_KEY, "--relay",
+                f"127.0.0.1:{files['port']}"], ["ldn", "join", "--game-key", GAME_KEY, "--relay", f"127.0.0.1:{files['port']}"]]  # fmt: skip
+    before = {p: p.read_bytes() for p in site.iterdir()}
+    failures = []
+    for command in commands:
+        for target in ("site.key", "site.pem", "ca.pem", "rec.pcap"):  # rec.pcap: its session file is the CA read
+            tripwire.clear()
+            ca = "rec.session.json" if target == "rec.pcap" else "ca.pem"
+            status = main([*command, *relay(ca), "--record", str(site / target)])
+            err = capsys.readouterr().err
+            if tripwire or status != 2 or len(err.splitlines()) != 1 or "--record" not in err or "destroy" not in err:
+                failures.append(f"{' '.join(command)} --record {target}: exit {status}, work started: {bool(tripwire)}, {err!r}")
+    assert not failures, "\n".join(failures)
+    assert {p: p.read_bytes() for p in site.iterdir()} == before
+
+
+def test_a_bad_value_with_a_line_break_or_an_escape_is_still_one_line(
+    files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every bad value of the battery with a line break and a terminal escape in it (a path or a pasted value
+    may hold them): the line that names it shows them escaped, so it stays one line that nothing rewrites."""
+    made = {(path, str(a.option_strings[-1] if a.option_strings else (a.metavar or a.dest)))
+            for path, parser in _leaves(_PARSER, ()) for a in _value_actions(parser) if kind_of(path, a) == "output_dir"}
+    failures = []
+    for path, flag, value, argv in cases(files):
+        if not value or (path, flag) in made:  # a folder to make: "x\n..." in front is one it can make
+            continue
+        odd = "x\n\x1b[2J" + value  # in front: a path stays one that is not there
+        argv = [odd if word == value else word[: -len(value)] + odd if word.endswith("=" + value) else word
+                for word in argv]  # fmt: skip
+        tripwire.clear()
+        status = main(argv)
+        err = capsys.readouterr().err
+        if tripwire or status != 2 or len(err.splitlines()) != 1 or "\x1b" in err:
+            failures.append(f"pianode {' '.join(argv)!r}: exit {status}, work started: {bool(tripwire)}, {err!r}")
+    assert not failures, f"{len(failures)} cases:\n" + "\n".join(failures)
+
+
+def _groups(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], list[str]]]:
+    """Every command that only names subcommands (``pianode``, ``lan``, ``relay ca``, ...) with their names."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield path, list(action.choices)
+            for name, sub in action.choices.items():
+                yield from _groups(sub, (*path, name))
+
+
+def test_a_command_without_its_subcommand_is_one_line_naming_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """``pianode``, ``pianode lan``, ``pianode relay ca``: one line that lists what may follow, exit 2, nothing on
+    stdout (some printed their whole help on stderr, prudp on stdout)."""
+    groups = list(_groups(_PARSER, ()))
+    assert len(groups) >= 7
+    failures = []
+    for path, names in groups:
+        status = main(list(path))
+        out, err = capsys.readouterr()
+        if status != 2 or out or len(err.splitlines()) != 1 or not all(name in err for name in names):
+            failures.append(f"pianode {' '.join(path)}: exit {status}, stdout {out[:80]!r}, stderr {err[:300]!r}")
+    assert not failures, "\n".join(failures)
+
+
+def test_an_unknown_option_after_the_arguments_is_one_line_of_that_command(
+    files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``pianode decode CAPTURE --no-such-flag``: the line is the command's, not the program's (it was ``pianode:
+    unrecognized arguments ... (see pianode --help)``, the help without the flag), exit 2, nothing started."""
+    failures = []
+    for path, _parser in _leaves(_PARSER, ()):
+        for extra in (["--no-such-flag"], ["--no-such-flag=1", "stray"]):
+            tripwire.clear()
+            status = main([*path, *base_argv(path, files), *extra])
+            out, err = capsys.readouterr()
+            prog = " ".join(("pianode", *path))
+            if (tripwire or status != 2 or out or len(err.splitlines()) != 1 or not err.startswith(f"{prog}: ")
+                    or "(see pianode --help)" in err or extra[0] not in err):  # fmt: skip
+                failures.append(f"{prog} ... {' '.join(extra)}: exit {status}, {err!r}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--version", "decode", "x.pcap"], "pianode: unrecognized arguments: --version"),  # decode has a --version
+    (["--bogus", "mesh"], "pianode: unrecognized arguments: --bogus"),
+    (["-x"], "pianode: unrecognized arguments: -x"),  # not "COMMAND missing", which hid it
+    (["-v", "--nope"], "pianode: unrecognized arguments: --nope"),
+])  # fmt: skip
+def test_an_unknown_option_before_the_command_is_the_programs(
+    argv: list[str], said: str, tripwire: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2 and not tripwire
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith(said), err
+
+
 def test_a_sample_says_the_same_as_a_real_process(
     files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:
@@ -367,6 +480,24 @@ def test_a_sample_says_the_same_as_a_real_process(
         assert p.returncode == 2 and len(err.splitlines()) == 1 and out == "", (argv, p.returncode, out, err)
         assert main(argv) == 2 and not tripwire, argv
         assert capsys.readouterr().err == err, argv
+
+
+def test_every_command_refuses_a_closed_standard_output_before_its_work(
+    files: dict[str, str], tripwire: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started with ``>&-`` (Python's ``sys.stdout`` is then None): one line, exit 2, the work never started;
+    tests/pianode/cli/test_cli_streams.py runs real processes so."""
+    failures = []
+    for path, _parser in _leaves(_PARSER, ()):
+        for argv in ([*path, *base_argv(path, files)], [*path, "--help"]):
+            tripwire.clear()
+            with monkeypatch.context() as m:
+                m.setattr(sys, "stdout", None)
+                status = main(argv)
+            err = capsys.readouterr().err
+            if tripwire or status != 2 or len(err.splitlines()) != 1 or "standard output is closed" not in err:
+                failures.append(f"pianode {' '.join(argv)}: exit {status}, work started: {bool(tripwire)}, {err!r}")
+    assert not failures, "\n".join(failures)
 
 
 # ---------------------------------------------------------------- --format jsonl when the command fails

@@ -91,3 +91,62 @@ def test_record_refuses_standard_output_and_an_unwritable_session_file(tmp_path:
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == f"pianode ldn host: --record (its session file) {tmp_path}/r.session.json: is a directory\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.session.json"]
+
+
+def test_record_into_a_pipe_writes_the_pcap_alone(tmp_path: Path) -> None:
+    """``--record >(tshark -r -)`` or a FIFO: a pipe (or a device such as /dev/null) has nothing beside it, so
+    the session file is not written (it was refused as '/dev/fd/63.session.json: cannot be written', and
+    /dev/null got a /dev/null.session.json); the summary says where the settings went: nowhere."""
+    out = tmp_path / "got.pcap"
+    done = subprocess.run(["bash", "-c", 'exec "$0" -m pianode mesh -n 2 --duration 0.2 --record >(cat > "$1")',
+                           sys.executable, str(out)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "no session file" in done.stdout, done.stdout
+    fifo = tmp_path / "pipe.pcap"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    done = pianode("mesh", "-n", "2", "--duration", "0.2", "--record", str(fifo), "--format", "jsonl", timeout=60)
+    reader.join(10)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["record"]["session"] is None
+    assert got and got[0][:4] == bytes.fromhex("d4c3b2a1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["got.pcap", "pipe.pcap"]
+    for _ in range(50):  # the shell's cat may still be writing when bash returns
+        if out.stat().st_size:
+            break
+        threading.Event().wait(0.1)
+    assert out.read_bytes()[:4] == bytes.fromhex("d4c3b2a1")
+
+
+def test_decrypted_pcap_into_a_pipe_of_the_shell(tmp_path: Path) -> None:
+    """``--decrypted-pcap >(tshark -r -)``: /dev/fd/63 is a pipe, written into (it was 'No such file or directory',
+    a temporary file tried beside 'pipe:[1234]')."""
+    out = tmp_path / "got.pcapng"
+    done = subprocess.run(["bash", "-c", 'exec "$0" -m pianode decode "$2" --decrypted-pcap >(cat > "$1")',
+                           sys.executable, str(out), str(_capture(tmp_path))], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for _ in range(50):  # the shell's cat may still be writing when bash returns
+        if out.stat().st_size:
+            break
+        threading.Event().wait(0.1)
+    assert out.read_bytes()[:4] == PCAPNG_MAGIC
+
+
+def test_a_recording_that_cannot_be_written_at_the_end_keeps_the_runs_summary() -> None:
+    """The disk fills up during the run (/dev/full): the summary is still printed, the failure said, exit 1
+    (the summary was lost: one line 'pianode mesh: /dev/full: No space left on device')."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    mesh = pianode("mesh", "-n", "2", "--duration", "0.2", "--record", "/dev/full", timeout=60)
+    assert mesh.returncode == 1, mesh.stderr
+    assert "result: FAILED" in mesh.stdout and "Traceback" not in mesh.stderr, (mesh.stdout, mesh.stderr)
+    assert "PROBLEM: the recording was not written: /dev/full: No space left on device" in mesh.stdout
+    ldn = pianode("ldn", "host", "--game-key", "0123456789abcdef", "--duration", "0.5", "--port", "0", "--record",
+                  "/dev/full", "--format", "jsonl", timeout=60)  # fmt: skip
+    assert ldn.returncode == 1, ldn.stderr
+    summary = json.loads(ldn.stdout.splitlines()[-1])
+    assert summary["role"] == "host", summary
+    assert ldn.stderr == "pianode ldn host: --record /dev/full: the recording was not written (No space left on device)\n"
