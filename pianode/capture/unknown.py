@@ -13,15 +13,11 @@ decodes nothing.
 
 from __future__ import annotations
 
-from protocols.prudp.framing_v1 import MAGIC as PRUDP_V1_MAGIC
-from protocols.prudp.packet import StreamType, split_vport
-
 __all__ = ["NO_KEY_NOTE", "why_unknown"]
 
 #: The note of an encrypted Pia packet read with no key material at all (no session file, no key flag).
 NO_KEY_NOTE = "encrypted, and no key was given: only the header is shown (--session FILE, or --session-key)"
 
-_STREAM_TYPES = {int(t): t.name for t in StreamType}
 _V0_MIN_SIZE = 11  # the shortest v0 packet with a 1-byte checksum (spec prudp.md §2.1)
 _NOT_PIA = "not Pia (no magic 32 AB 98 64), nor a LAN browse datagram, nor an LDN frame"
 #: UDP ports of services a console's capture holds beside Pia (IANA's registry).
@@ -45,12 +41,16 @@ def why_unknown(data: bytes, src: str | None = None, dst: str | None = None) -> 
     for port in (_port(dst), _port(src)):
         if port in _SERVICES:
             return f"{_NOT_PIA}: UDP port {port} is {_SERVICES[port]}'s"
+    # PRUDP's modules only for a datagram nothing else read (`pianode decode` imports what it uses)
+    from protocols.prudp.framing_v1 import MAGIC as PRUDP_V1_MAGIC
+    from protocols.prudp.packet import StreamType, split_vport
+
     if data[:2] == PRUDP_V1_MAGIC:
         return f"{_NOT_PIA}; it starts with EA D0, PRUDP v1's magic: decode with --prudp-variant (and --access-key)"
     if len(data) >= _V0_MIN_SIZE:
         (src_type, src_port), (dst_type, dst_port) = split_vport(data[0]), split_vport(data[1])
         server_port = src_port in (1, 2) or dst_port in (1, 2)
-        if src_type == dst_type and src_type in _STREAM_TYPES and server_port:
+        if src_type == dst_type and server_port and src_type in {int(t) for t in StreamType}:
             return (f"{_NOT_PIA}; its first bytes read as PRUDP v0 virtual ports (stream type"
-                    f" {_STREAM_TYPES[src_type]}): decode with --prudp-variant (and --access-key)")
+                    f" {StreamType(src_type).name}): decode with --prudp-variant (and --access-key)")
     return _NOT_PIA

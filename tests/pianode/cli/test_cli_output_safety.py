@@ -38,8 +38,10 @@ def test_decode_table_shows_a_hostile_capture_name_escaped(tmp_path: Path) -> No
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert not _ACTS.search(done.stdout)
-    rows = [line for line in done.stdout.splitlines() if not line.startswith("--")]
-    assert len(rows) == 2 and "evil\\x1b[31mRED\\x0afake row" in rows[0]
+    # A row per datagram, each followed by its note (why it is unknown), and the summary ("--").
+    lines = [line for line in done.stdout.splitlines() if not line.startswith("--")]
+    rows = [line for line in lines if not line.lstrip().startswith("note: ")]
+    assert len(rows) == 2 and "evil\\x1b[31mRED\\x0afake row" in rows[0] and len(lines) == 4
 
 
 def test_decrypted_pcap_refuses_to_overwrite_what_decode_reads(tmp_path: Path) -> None:
