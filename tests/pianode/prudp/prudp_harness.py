@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import attrs
 
-from pianode.prudp import EndpointCore
+from pianode.prudp import EndpointCore, Settings
+from protocols.prudp.rendezvous import generate_key
 from pianode.prudp.events import Address, Event
 
 Hook = Callable[[bytes, Address, Address], bytes | None]
@@ -107,3 +108,16 @@ class Net:
                 break
         if not predicate():
             raise AssertionError(f"condition not reached by t={self.now:.2f}")
+
+
+# The endpoints and settings the connection tests share: a host and a client on loopback, every variant,
+# and one Rendez-Vous certificate (its key exchange), the host's private and the client's public.
+HOST = ("127.0.0.1", 5000)
+CLIENT = ("127.0.0.2", 6000)
+VARIANTS = ["nintendo-v0", "nintendo-v0-friends", "nintendo-v1", "quazal-v0", "rendezvous"]
+CERT = generate_key()
+
+
+def make_settings(variant: str, *, host: bool, **kw: object) -> Settings:
+    cert = CERT if host else CERT.public_key()
+    return Settings(variant, access_key="12345678", certificate=cert, **kw)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prudp_harness import Link, Net
+from prudp_harness import CERT, CLIENT, HOST, VARIANTS, Link, Net, make_settings
 
 from pianode.prudp import (
     Connected,
@@ -22,15 +22,6 @@ from pianode.prudp.connection import State
 from protocols.prudp import Flag, PacketCodec, PacketType, PrudpPacket
 from protocols.prudp.rendezvous import generate_key
 
-HOST = ("127.0.0.1", 5000)
-CLIENT = ("127.0.0.2", 6000)
-VARIANTS = ["nintendo-v0", "nintendo-v0-friends", "nintendo-v1", "quazal-v0", "rendezvous"]
-CERT = generate_key()
-
-
-def make_settings(variant: str, *, host: bool, **kw: object) -> Settings:
-    cert = CERT if host else CERT.public_key()
-    return Settings(variant, access_key="12345678", certificate=cert, **kw)  # type: ignore[arg-type]
 
 
 def pair(variant: str, link: Link | None = None, *, echo: bool = True, **kw: object) -> tuple[Net, EndpointCore, EndpointCore]:

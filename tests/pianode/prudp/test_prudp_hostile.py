@@ -10,27 +10,17 @@ import struct
 
 import attrs
 import pytest
-from prudp_harness import Net
+from prudp_harness import CLIENT, HOST, VARIANTS, Net, make_settings as _settings
 
 from pianode.prudp import (
     Connected,
     Disconnected,
     EndpointCore,
     MessageReceived,
-    Settings,
 )
 from pianode.prudp.connection import State
 from protocols.prudp import Flag, PacketType
-from protocols.prudp.rendezvous import generate_key
 
-HOST = ("127.0.0.1", 5000)
-CLIENT = ("127.0.0.2", 6000)
-VARIANTS = ["nintendo-v0", "nintendo-v0-friends", "nintendo-v1", "quazal-v0", "rendezvous"]
-CERT = generate_key()
-
-
-def _settings(variant: str, *, host: bool, **kw: object) -> Settings:
-    return Settings(variant, access_key="12345678", certificate=CERT if host else CERT.public_key(), **kw)  # type: ignore[arg-type]
 
 
 def _echo_pair(variant: str, **kw: object) -> tuple[Net, EndpointCore, EndpointCore]:
