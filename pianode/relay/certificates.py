@@ -30,7 +30,7 @@ import re
 
 import attrs
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -172,7 +172,13 @@ def load_credentials(ca: str | os.PathLike[str], cert: str | os.PathLike[str], k
         raise ValueError(f"key {key}: not an unencrypted PEM private key ({exc})") from None
     if not isinstance(private, ec.EllipticCurvePrivateKey):
         raise ValueError(f"key {key}: not an ECDSA key (issue one with pianode relay ca issue)")
-    if private.public_key().public_numbers() != own.public_key().public_numbers():  # type: ignore[union-attr]
+    # Compared as encoded public keys: a certificate of another key type (Ed25519) has no public_numbers.
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    try:
+        own_key = own.public_key().public_bytes(*spki)
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise ValueError(f"certificate {cert}: its public key cannot be read ({exc})") from None
+    if private.public_key().public_bytes(*spki) != own_key:
         raise ValueError(f"key {key} does not belong to certificate {cert}")
     return Credentials(ca_cert, own, private)
 
