@@ -157,7 +157,13 @@ class RelayHub:
                     self._bulk(cid, ev.value)
             elif ev.kind is EventKind.ADMITTED:
                 self._handshake_done(conn)
-                self.state.admit(cid, str(ev.value), peer)
+                refusal = self.state.admit(cid, str(ev.value), peer)
+                if refusal is not None:
+                    self.refusals.append(f"{peer}: {refusal}")
+                    self.log(f"refused: {peer}: {refusal}")
+                    conn.close(refusal, refused=True)
+                    self._flush(conn)
+                    continue
                 conn.set_deadline(now + HELLO_TIMEOUT, _HELLO_DEADLINE)
             elif ev.kind is EventKind.DEADLINE and ev.value == _HELLO_DEADLINE:
                 self.state.drops["no Hello in time"] += 1

@@ -11,8 +11,11 @@ from relay_pki import Pki, make_pki
 from relay_wire import Wire, WireSite, initial
 
 from pianode.relay import hub as hub_module
+from pianode.relay import hub_state
 from pianode.relay import quic as quic_module
-from pianode.relay.hub_state import SITE_BURST, SITE_RATE, TAKEOVER_BURST, TAKEOVER_INTERVAL, TAKEOVERS_PER_NAME, HubState
+from pianode.relay.hub_state import (
+    MAX_SITES_PER_NAME, SITE_BURST, SITE_RATE, TAKEOVER_BURST, TAKEOVER_INTERVAL, TAKEOVERS_PER_NAME, HubState,
+)  # fmt: skip
 from pianode.relay.quic import MAX_PENDING_DATAGRAMS, EventKind, RelayEvent
 from protocols.relay_control import BulkData, Hello, Ping, Refused, Welcome, encode_envelope
 
@@ -293,3 +296,34 @@ def test_bulk_the_hub_holds_is_bounded_per_sender_and_in_all(pki: Pki, monkeypat
         s.conn.close("bye", refused=False)
     wire.pump(duration=1.0)
     assert wire.hub.bulk.queued == 0
+
+
+def test_connections_are_limited_per_certificate_and_in_all(pki: Pki, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A site with a valid certificate could open admitted connections without end: each holds QUIC
+    state, a place in a room and a budget of its own, so one certificate held the hub's memory and
+    every room (``hub is full``).  Beyond the limits a new one is refused, in one line, counted."""
+    monkeypatch.setattr(hub_state, "MAX_SITES_PER_NAME", 3)
+    monkeypatch.setattr(hub_state, "MAX_SITES", 5)
+    lines: list[str] = []
+    wire = Wire(pki.credentials("hub"), log=lines.append)
+    greedy = [wire.site(pki.credentials("site-a"), room=f"room-{i}") for i in range(4)]
+    for s in greedy[:3]:
+        _welcomed(s)
+    reason = greedy[3].conn.closed_reason or ""
+    assert reason.startswith("refused by the hub") and "site-a already has 3 connections" in reason, reason
+    assert wire.hub.state.drops["connections over limit"] == 1 and len(wire.hub._conns) == 3
+    assert next(line for line in lines if "already has 3" in line).startswith("refused: ")
+    _welcomed(wire.site(pki.credentials("site-b")))
+    _welcomed(wire.site(pki.credentials("site-b")))
+    full = wire.site(pki.credentials("site-b"))
+    assert "hub holds 5 connections" in (full.conn.closed_reason or ""), full.conn.closed_reason
+    assert wire.hub.state.drops["connections over limit"] == 2
+    greedy[0].conn.close("bye", refused=False)  # one leaves: the certificate gets its place back
+    wire.pump(duration=1.0)
+    _welcomed(wire.site(pki.credentials("site-a")))
+
+
+def test_the_connection_limits_leave_a_reconnecting_mesh_its_room() -> None:
+    """Every station of the largest relayed mesh, all on one certificate, back before their old
+    connections were noticed dead, is admitted."""
+    assert MAX_SITES_PER_NAME >= 2 * (TAKEOVERS_PER_NAME + 6)  # the takeover test's stations, twice
