@@ -63,7 +63,9 @@ def _now() -> datetime.datetime:
 
 
 def _write(path: pathlib.Path, data: bytes, *, private: bool) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    # Never over or through what is there (a symlink, dangling or not, included): the callers checked,
+    # and O_EXCL makes that check hold at the moment of writing.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(path, flags, 0o600 if private else 0o644)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
@@ -79,7 +81,7 @@ def init_ca(directory: str | os.PathLike[str], *, name: str = "pianode relay CA"
     if d.exists() and not d.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "is a file, not a folder", str(d))
     d.mkdir(parents=True, exist_ok=True)
-    if (d / CA_KEY).exists() or (d / CA_CERT).exists():
+    if os.path.lexists(d / CA_KEY) or os.path.lexists(d / CA_CERT):  # a dangling symlink is there too
         raise FileExistsError(f"{d} already holds a CA ({CA_CERT}/{CA_KEY}); remove them first to make a new one")
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
@@ -117,7 +119,7 @@ def issue(
         )
     d = pathlib.Path(directory)
     for taken in (d / f"{name}.pem", d / f"{name}.key"):
-        if taken.exists():
+        if os.path.lexists(taken):  # a dangling symlink too: the key would be written where it points
             # A site or hub may be running with it: an issued key is never replaced behind its back.
             raise FileExistsError(errno.EEXIST, "already issued: remove it first, or pick another name", str(taken))
     ca_cert = x509.load_pem_x509_certificate((d / CA_CERT).read_bytes())

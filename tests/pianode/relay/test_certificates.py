@@ -135,3 +135,23 @@ def test_a_certificate_not_yet_valid_is_refused(tmp_path: pathlib.Path) -> None:
     pem, _ = issue(tmp_path, "early", role="client", not_before=soon)
     with pytest.raises(CertificateRefused, match="is not valid before"):
         check_peer(_cert(pem), [], _cert(tmp_path / "ca.pem"), role="client")
+
+
+@pytest.mark.parametrize("name", ["site-a.key", "site-a.pem", "ca.key", "ca.pem"])
+def test_a_symlink_where_a_file_goes_is_not_written_through(tmp_path: pathlib.Path, name: str) -> None:
+    """A dangling symlink in place of an issued file (or of the CA's) passed the check that the file
+    was not there, and the key was written through it, wherever it pointed."""
+    d = tmp_path / "pki"
+    if name.startswith("site-a"):
+        init_ca(d)
+    else:
+        d.mkdir()
+    target = tmp_path / "elsewhere"
+    (d / name).symlink_to(target)
+    with pytest.raises(FileExistsError):
+        if name.startswith("site-a"):
+            issue(d, "site-a", role="client")
+        else:
+            init_ca(d)
+    assert not target.exists()
+    assert sorted(p.name for p in d.iterdir()) == sorted({name, *(["ca.key", "ca.pem"] if name.startswith("site-a") else [])})
