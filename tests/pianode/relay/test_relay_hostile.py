@@ -327,3 +327,30 @@ def test_the_connection_limits_leave_a_reconnecting_mesh_its_room() -> None:
     """Every station of the largest relayed mesh, all on one certificate, back before their old
     connections were noticed dead, is admitted."""
     assert MAX_SITES_PER_NAME >= 2 * (TAKEOVERS_PER_NAME + 6)  # the takeover test's stations, twice
+
+
+def test_a_site_whose_certificate_expires_while_connected_is_refused_then(pki: Pki) -> None:
+    """The certificate was checked once, at the handshake: a site connected before its certificate
+    expired kept relaying for as long as its connection lived (days: it pings to keep it)."""
+    import datetime
+
+    from pianode.relay.certificates import issue
+
+    soon = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=1, seconds=-20)
+    issue(pki.root / "ca", "site-brief", role="client", days=1, not_before=soon)  # expires in 20 s
+    lines: list[str] = []
+    wire = Wire(pki.credentials("hub"), log=lines.append)
+    brief = wire.site(pki.credentials("site-brief"))
+    _welcomed(brief)
+    lasting = wire.site(pki.credentials("site-a"))
+    _welcomed(lasting)
+    for _ in range(80):  # 40 s of the wire's clock, both pinging
+        for s in (brief, lasting):
+            if s.conn.closed_reason is None:
+                s.conn.send_control(Ping(1))
+        wire.pump(duration=0.5)
+    reason = brief.conn.closed_reason or ""
+    assert reason.startswith("refused by the hub") and "certificate expired" in reason, reason
+    assert wire.hub.state.drops["certificate expired"] == 1
+    assert lasting.conn.closed_reason is None and len(wire.hub._conns) == 1
+    assert any("certificate expired" in line for line in lines), lines
