@@ -27,6 +27,7 @@ import errno
 import os
 import pathlib
 import re
+import stat
 
 import attrs
 from cryptography import x509
@@ -42,6 +43,8 @@ __all__ = [
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca.key"
+#: Largest certificate or key file read: the relay's are under 1 KiB; a CA bundle may be longer.
+MAX_PEM_FILE = 1024 * 1024
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")
 
 
@@ -154,10 +157,25 @@ def issue(
 def load_credentials(ca: str | os.PathLike[str], cert: str | os.PathLike[str], key: str | os.PathLike[str]) -> Credentials:
     """Read the three PEM files; ValueError with the file's name when one is not what it should be."""
     def read(path: str | os.PathLike[str], what: str) -> bytes:
+        # Opened without blocking and checked before reading: a FIFO waited for a writer for good, a
+        # device (/dev/zero) was read until memory ran out, a huge file was read whole.
         try:
-            return pathlib.Path(path).read_bytes()
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except OSError as exc:
             raise ValueError(f"{what} {path}: {exc.strerror or exc}") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            why = "Is a directory" if stat.S_ISDIR(mode) else "not a regular file (a PEM file is)"
+            raise ValueError(f"{what} {path}: {why}")
+        with os.fdopen(fd, "rb") as f:
+            try:
+                data = f.read(MAX_PEM_FILE + 1)
+            except OSError as exc:
+                raise ValueError(f"{what} {path}: {exc.strerror or exc}") from None
+        if len(data) > MAX_PEM_FILE:
+            raise ValueError(f"{what} {path}: larger than {MAX_PEM_FILE // 1024} KiB, not one of the relay's PEM files")
+        return data
 
     ca_bytes, cert_bytes, key_bytes = read(ca, "CA certificate"), read(cert, "certificate"), read(key, "key")
     try:
