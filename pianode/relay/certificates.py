@@ -27,10 +27,11 @@ import errno
 import os
 import pathlib
 import re
+import stat
 
 import attrs
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -42,6 +43,8 @@ __all__ = [
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca.key"
+#: Largest certificate or key file read: the relay's are under 1 KiB; a CA bundle may be longer.
+MAX_PEM_FILE = 1024 * 1024
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")
 
 
@@ -63,7 +66,9 @@ def _now() -> datetime.datetime:
 
 
 def _write(path: pathlib.Path, data: bytes, *, private: bool) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    # Never over or through what is there (a symlink, dangling or not, included): the callers checked,
+    # and O_EXCL makes that check hold at the moment of writing.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(path, flags, 0o600 if private else 0o644)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
@@ -79,7 +84,7 @@ def init_ca(directory: str | os.PathLike[str], *, name: str = "pianode relay CA"
     if d.exists() and not d.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "is a file, not a folder", str(d))
     d.mkdir(parents=True, exist_ok=True)
-    if (d / CA_KEY).exists() or (d / CA_CERT).exists():
+    if os.path.lexists(d / CA_KEY) or os.path.lexists(d / CA_CERT):  # a dangling symlink is there too
         raise FileExistsError(f"{d} already holds a CA ({CA_CERT}/{CA_KEY}); remove them first to make a new one")
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
@@ -117,7 +122,7 @@ def issue(
         )
     d = pathlib.Path(directory)
     for taken in (d / f"{name}.pem", d / f"{name}.key"):
-        if taken.exists():
+        if os.path.lexists(taken):  # a dangling symlink too: the key would be written where it points
             # A site or hub may be running with it: an issued key is never replaced behind its back.
             raise FileExistsError(errno.EEXIST, "already issued: remove it first, or pick another name", str(taken))
     ca_cert = x509.load_pem_x509_certificate((d / CA_CERT).read_bytes())
@@ -152,10 +157,25 @@ def issue(
 def load_credentials(ca: str | os.PathLike[str], cert: str | os.PathLike[str], key: str | os.PathLike[str]) -> Credentials:
     """Read the three PEM files; ValueError with the file's name when one is not what it should be."""
     def read(path: str | os.PathLike[str], what: str) -> bytes:
+        # Opened without blocking and checked before reading: a FIFO waited for a writer for good, a
+        # device (/dev/zero) was read until memory ran out, a huge file was read whole.
         try:
-            return pathlib.Path(path).read_bytes()
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except OSError as exc:
             raise ValueError(f"{what} {path}: {exc.strerror or exc}") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            why = "Is a directory" if stat.S_ISDIR(mode) else "not a regular file (a PEM file is)"
+            raise ValueError(f"{what} {path}: {why}")
+        with os.fdopen(fd, "rb") as f:
+            try:
+                data = f.read(MAX_PEM_FILE + 1)
+            except OSError as exc:
+                raise ValueError(f"{what} {path}: {exc.strerror or exc}") from None
+        if len(data) > MAX_PEM_FILE:
+            raise ValueError(f"{what} {path}: larger than {MAX_PEM_FILE // 1024} KiB, not one of the relay's PEM files")
+        return data
 
     ca_bytes, cert_bytes, key_bytes = read(ca, "CA certificate"), read(cert, "certificate"), read(key, "key")
     try:
@@ -172,7 +192,13 @@ def load_credentials(ca: str | os.PathLike[str], cert: str | os.PathLike[str], k
         raise ValueError(f"key {key}: not an unencrypted PEM private key ({exc})") from None
     if not isinstance(private, ec.EllipticCurvePrivateKey):
         raise ValueError(f"key {key}: not an ECDSA key (issue one with pianode relay ca issue)")
-    if private.public_key().public_numbers() != own.public_key().public_numbers():  # type: ignore[union-attr]
+    # Compared as encoded public keys: a certificate of another key type (Ed25519) has no public_numbers.
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    try:
+        own_key = own.public_key().public_bytes(*spki)
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise ValueError(f"certificate {cert}: its public key cannot be read ({exc})") from None
+    if private.public_key().public_bytes(*spki) != own_key:
         raise ValueError(f"key {key} does not belong to certificate {cert}")
     return Credentials(ca_cert, own, private)
 

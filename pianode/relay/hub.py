@@ -21,11 +21,14 @@ refused.  Only the latest ``MAX_REFUSALS_KEPT`` refusals are kept.
 
 An admitted site has ``HELLO_TIMEOUT`` to send Hello; one that does not (it
 may ping all it likes) is refused with ``no Hello within N s``, counted as
-``no Hello in time``: without, it held its connection for good.
+``no Hello in time``: without, it held its connection for good.  From its
+Hello on, its deadline is its certificate's expiry: then it is refused
+(``certificate expired``), as a new connection with that certificate would be.
 """
 
 from __future__ import annotations
 
+import datetime
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable
@@ -57,6 +60,9 @@ MAX_REFUSALS_KEPT = 256
 #: handshake gets (a path silent that long is given up anyway).
 HELLO_TIMEOUT = 5.0
 _HELLO_DEADLINE = "hello"
+#: A site's certificate is checked at the handshake; the deadline after Hello ends its connection when
+#: the certificate expires (connections live for days: a site pings to keep its own).
+_EXPIRY_DEADLINE = "certificate expiry"
 #: Bulk bytes the hub holds for forwarding, in all and per sender (its certificate name): a frame
 #: counts once however many members it goes to, until the last of them took it.  Each member's queue
 #: is also capped (quic.MAX_BULK_BACKLOG).  A sender gets at most a quarter of the hub's, so one or
@@ -157,11 +163,22 @@ class RelayHub:
                     self._bulk(cid, ev.value)
             elif ev.kind is EventKind.ADMITTED:
                 self._handshake_done(conn)
-                self.state.admit(cid, str(ev.value), peer)
+                refusal = self.state.admit(cid, str(ev.value), peer)
+                if refusal is not None:
+                    self.refusals.append(f"{peer}: {refusal}")
+                    self.log(f"refused: {peer}: {refusal}")
+                    conn.close(refusal, refused=True)
+                    self._flush(conn)
+                    continue
                 conn.set_deadline(now + HELLO_TIMEOUT, _HELLO_DEADLINE)
             elif ev.kind is EventKind.DEADLINE and ev.value == _HELLO_DEADLINE:
                 self.state.drops["no Hello in time"] += 1
                 conn.close(f"no Hello within {HELLO_TIMEOUT:g} s", refused=True)
+            elif ev.kind is EventKind.DEADLINE and ev.value == _EXPIRY_DEADLINE and conn.peer_certificate is not None:
+                self.state.count_drop(cid, "certificate expired")
+                reason = f"client certificate expired on {conn.peer_certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
+                self.log(f"refused: {peer}: {reason}")
+                conn.close(reason, refused=True)
             elif ev.kind is EventKind.CID_ISSUED:
                 self._by_cid[ev.value] = conn  # type: ignore[index]
             elif ev.kind is EventKind.CID_RETIRED:
@@ -193,6 +210,9 @@ class RelayHub:
             conn.send_control(Pong(msg.token))
         elif isinstance(msg, Hello):
             conn.set_deadline(None)
+            if conn.peer_certificate is not None:
+                left = conn.peer_certificate.not_valid_after_utc - datetime.datetime.now(datetime.timezone.utc)
+                conn.set_deadline(now + max(0.0, left.total_seconds()), _EXPIRY_DEADLINE)
             for target, out in self.state.hello(cid, msg, now):
                 other = self._conns.get(target)
                 if other is None:

@@ -39,6 +39,10 @@ once and one more each ``TAKEOVER_INTERVAL``, and per certificate name in all
 (``TAKEOVERS_PER_NAME``): one beyond is closed (not refused: the site may come
 back), counted as ``takeovers over limit``, and the address stays with the
 old connection until that one ends.
+
+One certificate holds at most ``MAX_SITES_PER_NAME`` connections, and the hub
+``MAX_SITES`` in all: each costs QUIC state, a room's address and a budget of
+its own.  One beyond is refused at admission (``connections over limit``).
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from protocols.relay_control import (
     decode_envelope, room_name_problem,
 )  # fmt: skip
 
-__all__ = ["SITE_BURST", "SITE_RATE", "TAKEOVER_BURST", "TAKEOVER_INTERVAL", "TAKEOVERS_PER_NAME", "ClientRecord", "HubState", "Room"]
+__all__ = ["MAX_SITES", "MAX_SITES_PER_NAME", "SITE_BURST", "SITE_RATE", "TAKEOVER_BURST", "TAKEOVER_INTERVAL", "TAKEOVERS_PER_NAME", "ClientRecord", "HubState", "Room"]
 
 LIMITED_BROADCAST = "255.255.255.255"
 #: Addresses a room's network may not hold: a site keeps 0.x and 127.x to itself, and multicast,
@@ -78,6 +82,14 @@ TAKEOVER_INTERVAL = 2.0
 #: coming back together), then as many again over _NAME_REFILL seconds.
 TAKEOVERS_PER_NAME = 64
 _NAME_REFILL = 8.0
+#: Connections the hub holds for one certificate (a site, or every station of a run sharing it): each
+#: costs QUIC state, a room's address and a budget of its own, so without a bound one certificate held
+#: all of the hub's memory and every room.  Twice what TAKEOVERS_PER_NAME allows back at once: a NAT's
+#: worth of stations coming back before their old connections were noticed dead.
+MAX_SITES_PER_NAME = 256
+#: ...and connections in all.
+MAX_SITES = 4096
+_OVER_CONNECTIONS = "connections over limit"
 
 
 @attrs.define(eq=False)
@@ -138,11 +150,21 @@ class HubState:
         self.rooms_reused = 0
         #: Clients gone, newest last (their counters stay in the table).
         self.departed: list[ClientRecord] = []
+        self._sites_by_name: Counter[str] = Counter()  # connections held per certificate name
 
     # ------------------------------------------------------------------ membership
-    def admit(self, client_id: int, name: str, peer: str) -> None:
-        """A client whose certificate passed; it joins a room with :meth:`hello`."""
+    def admit(self, client_id: int, name: str, peer: str) -> str | None:
+        """A client whose certificate passed; it joins a room with :meth:`hello`.  Returns why it
+        is refused instead (counted), when its certificate or the hub holds as many connections as allowed."""
+        if self._sites_by_name[name] >= MAX_SITES_PER_NAME:
+            self.drops[_OVER_CONNECTIONS] += 1
+            return f"{name} already has {MAX_SITES_PER_NAME} connections to this hub"
+        if len(self.clients) >= MAX_SITES:
+            self.drops[_OVER_CONNECTIONS] += 1
+            return f"hub holds {MAX_SITES} connections, as many as it takes"
         self.clients[client_id] = ClientRecord(client_id, name, peer, budget=TokenBucket(self.site_rate, self.site_burst))
+        self._sites_by_name[name] += 1
+        return None
 
     def charge(self, client_id: int, now: float) -> bool:
         """One packet of the client read: False (counted) when it is over its budget and the packet is
@@ -156,7 +178,9 @@ class HubState:
     def hello(self, client_id: int, hello: Hello, now: float = 0.0) -> list[tuple[int, object]]:
         """Place the client in its room; returns (client id, message) to send: a Welcome and
         MemberJoined for the others, or a Refused (or nothing: the client is in ``to_close``)."""
-        client = self.clients[client_id]
+        client = self.clients.get(client_id)
+        if client is None:  # refused at admission (its Hello came in the same packets): closed already
+            return []
         if hello.version != PROTOCOL_VERSION:
             return [(client_id, Refused(f"relay protocol version {hello.version} not supported (hub speaks {PROTOCOL_VERSION})"))]
         if client.room is not None:
@@ -237,6 +261,9 @@ class HubState:
         client = self.clients.pop(client_id, None)
         if client is None:
             return []
+        self._sites_by_name[client.name] -= 1
+        if not self._sites_by_name[client.name]:
+            del self._sites_by_name[client.name]
         self.departed = [*self.departed[-255:], client]
         if client.room is None or client.address is None:
             return []

@@ -182,6 +182,7 @@ class RelayConnection:
         self.peer_role = "server" if self.is_client else "client"
         self.peer_label = "hub" if self.is_client else "site"
         self.peer_name: str | None = None
+        self.peer_certificate: x509.Certificate | None = None  # once admitted: the certificate that passed
         self.admitted = False
         self.closed_reason: str | None = None
         self._decoders = {CONTROL_STREAM: FrameDecoder(), BULK_STREAM: FrameDecoder(MAX_BULK_FRAME)}
@@ -284,6 +285,7 @@ class RelayConnection:
             out.append(RelayEvent(EventKind.CLOSED, self.closed_reason))
             return
         self.admitted = True
+        self.peer_certificate = tls._peer_certificate
         out.append(RelayEvent(EventKind.ADMITTED, self.peer_name))
         held, self._held = self._held, []
         for kind, value in held:

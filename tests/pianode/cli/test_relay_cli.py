@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -262,3 +263,25 @@ def test_a_listen_port_in_use_is_refused_with_advice_the_command_takes(pki: Pki)
         zero = run("relay", "serve", "--listen", f"{ip}:0", "--ca", str(ca), "--cert", str(pem), "--key", str(key),
                    "--duration", "0.1")
         assert zero.returncode == 0, zero.stderr
+
+
+@pytest.mark.parametrize("which", ["--ca", "--cert", "--key"])
+@pytest.mark.parametrize("kind", ["fifo", "large"])
+def test_a_certificate_file_that_is_no_file_of_ours_is_one_line_and_exit_2(
+    pki: Pki, tmp_path: pathlib.Path, which: str, kind: str
+) -> None:
+    """A FIFO given as --ca, --cert or --key waited for a writer for good, a device such as /dev/zero
+    was read until memory ran out ('internal error: MemoryError'), and a file of gigabytes was read whole."""
+    wrong = tmp_path / kind
+    if kind == "fifo":
+        os.mkfifo(wrong)
+    else:
+        wrong.write_bytes(b"-----BEGIN CERTIFICATE-----\n" + b"A" * (2 * 1024 * 1024))
+    files = dict(zip(("--ca", "--cert", "--key"), pki.files("hub")))
+    files[which] = wrong
+    done = run("relay", "serve", "--listen", f"127.0.0.1:{free_port()}", *(str(x) for kv in files.items() for x in kv),
+               timeout=20)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    why = "not a regular file" if kind == "fifo" else "larger than"
+    assert f"{which}: " in done.stderr and str(wrong) in done.stderr and why in done.stderr, done.stderr

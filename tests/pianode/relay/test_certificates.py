@@ -7,6 +7,10 @@ import pathlib
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.x509.oid import NameOID
 
 from pianode.relay.certificates import CertificateRefused, check_peer, init_ca, issue, load_credentials
 
@@ -78,6 +82,26 @@ def test_a_key_of_another_certificate_is_refused_on_load(pki: dict[str, pathlib.
         load_credentials(pki["ca"], pki["site"], pki["hub_key"])
 
 
+@pytest.mark.parametrize("kind", ["ed25519", "rsa"])
+def test_a_certificate_of_another_key_type_beside_an_ecdsa_key_is_refused_on_load(
+    pki: dict[str, pathlib.Path], tmp_path: pathlib.Path, kind: str
+) -> None:
+    """An Ed25519 certificate beside an ECDSA key ended ``pianode relay serve`` in an internal error
+    (AttributeError: no public_numbers), exit 1, where a key of another certificate is one line, exit 2."""
+    key = ed25519.Ed25519PrivateKey.generate() if kind == "ed25519" else rsa.generate_private_key(65537, 2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, kind)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, None if kind == "ed25519" else hashes.SHA256())
+    )  # fmt: skip
+    path = tmp_path / f"{kind}.pem"
+    path.write_bytes(cert.public_bytes(Encoding.PEM))
+    with pytest.raises(ValueError, match=f"key {pki['hub_key']} does not belong to certificate {path}"):
+        load_credentials(pki["ca"], path, pki["hub_key"])
+
+
 @pytest.mark.parametrize("which", [0, 1, 2])
 def test_a_directory_or_missing_file_is_named_as_such_not_as_a_bad_pem(
     pki: dict[str, pathlib.Path], tmp_path: pathlib.Path, which: int
@@ -111,3 +135,23 @@ def test_a_certificate_not_yet_valid_is_refused(tmp_path: pathlib.Path) -> None:
     pem, _ = issue(tmp_path, "early", role="client", not_before=soon)
     with pytest.raises(CertificateRefused, match="is not valid before"):
         check_peer(_cert(pem), [], _cert(tmp_path / "ca.pem"), role="client")
+
+
+@pytest.mark.parametrize("name", ["site-a.key", "site-a.pem", "ca.key", "ca.pem"])
+def test_a_symlink_where_a_file_goes_is_not_written_through(tmp_path: pathlib.Path, name: str) -> None:
+    """A dangling symlink in place of an issued file (or of the CA's) passed the check that the file
+    was not there, and the key was written through it, wherever it pointed."""
+    d = tmp_path / "pki"
+    if name.startswith("site-a"):
+        init_ca(d)
+    else:
+        d.mkdir()
+    target = tmp_path / "elsewhere"
+    (d / name).symlink_to(target)
+    with pytest.raises(FileExistsError):
+        if name.startswith("site-a"):
+            issue(d, "site-a", role="client")
+        else:
+            init_ca(d)
+    assert not target.exists()
+    assert sorted(p.name for p in d.iterdir()) == sorted({name, *(["ca.key", "ca.pem"] if name.startswith("site-a") else [])})

@@ -11,8 +11,11 @@ from relay_pki import Pki, make_pki
 from relay_wire import Wire, WireSite, initial
 
 from pianode.relay import hub as hub_module
+from pianode.relay import hub_state
 from pianode.relay import quic as quic_module
-from pianode.relay.hub_state import SITE_BURST, SITE_RATE, TAKEOVER_BURST, TAKEOVER_INTERVAL, TAKEOVERS_PER_NAME, HubState
+from pianode.relay.hub_state import (
+    MAX_SITES_PER_NAME, SITE_BURST, SITE_RATE, TAKEOVER_BURST, TAKEOVER_INTERVAL, TAKEOVERS_PER_NAME, HubState,
+)  # fmt: skip
 from pianode.relay.quic import MAX_PENDING_DATAGRAMS, EventKind, RelayEvent
 from protocols.relay_control import BulkData, Hello, Ping, Refused, Welcome, encode_envelope
 
@@ -293,3 +296,61 @@ def test_bulk_the_hub_holds_is_bounded_per_sender_and_in_all(pki: Pki, monkeypat
         s.conn.close("bye", refused=False)
     wire.pump(duration=1.0)
     assert wire.hub.bulk.queued == 0
+
+
+def test_connections_are_limited_per_certificate_and_in_all(pki: Pki, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A site with a valid certificate could open admitted connections without end: each holds QUIC
+    state, a place in a room and a budget of its own, so one certificate held the hub's memory and
+    every room (``hub is full``).  Beyond the limits a new one is refused, in one line, counted."""
+    monkeypatch.setattr(hub_state, "MAX_SITES_PER_NAME", 3)
+    monkeypatch.setattr(hub_state, "MAX_SITES", 5)
+    lines: list[str] = []
+    wire = Wire(pki.credentials("hub"), log=lines.append)
+    greedy = [wire.site(pki.credentials("site-a"), room=f"room-{i}") for i in range(4)]
+    for s in greedy[:3]:
+        _welcomed(s)
+    reason = greedy[3].conn.closed_reason or ""
+    assert reason.startswith("refused by the hub") and "site-a already has 3 connections" in reason, reason
+    assert wire.hub.state.drops["connections over limit"] == 1 and len(wire.hub._conns) == 3
+    assert next(line for line in lines if "already has 3" in line).startswith("refused: ")
+    _welcomed(wire.site(pki.credentials("site-b")))
+    _welcomed(wire.site(pki.credentials("site-b")))
+    full = wire.site(pki.credentials("site-b"))
+    assert "hub holds 5 connections" in (full.conn.closed_reason or ""), full.conn.closed_reason
+    assert wire.hub.state.drops["connections over limit"] == 2
+    greedy[0].conn.close("bye", refused=False)  # one leaves: the certificate gets its place back
+    wire.pump(duration=1.0)
+    _welcomed(wire.site(pki.credentials("site-a")))
+
+
+def test_the_connection_limits_leave_a_reconnecting_mesh_its_room() -> None:
+    """Every station of the largest relayed mesh, all on one certificate, back before their old
+    connections were noticed dead, is admitted."""
+    assert MAX_SITES_PER_NAME >= 2 * (TAKEOVERS_PER_NAME + 6)  # the takeover test's stations, twice
+
+
+def test_a_site_whose_certificate_expires_while_connected_is_refused_then(pki: Pki) -> None:
+    """The certificate was checked once, at the handshake: a site connected before its certificate
+    expired kept relaying for as long as its connection lived (days: it pings to keep it)."""
+    import datetime
+
+    from pianode.relay.certificates import issue
+
+    soon = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=1, seconds=-20)
+    issue(pki.root / "ca", "site-brief", role="client", days=1, not_before=soon)  # expires in 20 s
+    lines: list[str] = []
+    wire = Wire(pki.credentials("hub"), log=lines.append)
+    brief = wire.site(pki.credentials("site-brief"))
+    _welcomed(brief)
+    lasting = wire.site(pki.credentials("site-a"))
+    _welcomed(lasting)
+    for _ in range(80):  # 40 s of the wire's clock, both pinging
+        for s in (brief, lasting):
+            if s.conn.closed_reason is None:
+                s.conn.send_control(Ping(1))
+        wire.pump(duration=0.5)
+    reason = brief.conn.closed_reason or ""
+    assert reason.startswith("refused by the hub") and "certificate expired" in reason, reason
+    assert wire.hub.state.drops["certificate expired"] == 1
+    assert lasting.conn.closed_reason is None and len(wire.hub._conns) == 1
+    assert any("certificate expired" in line for line in lines), lines
