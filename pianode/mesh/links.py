@@ -448,9 +448,30 @@ class Links:
                 if m.source_constant_id is not None and m.source_constant_id != peer.constant_id:
                     self._tally.drop(DropReason.IDENTITY_MISMATCH)
                     return False
+        elif not self._message_ids and not self._names_no_other_member(peer, packet.messages):
+            return False
         if not peer.replay.accept(nonce):
             self._tally.drop(DropReason.REPLAYED)
             return False
+        return True
+
+    def _names_no_other_member(self, peer: Peer, messages: tuple[Message, ...]) -> bool:
+        """M-A (<= 5.4): whether no message names another member as its source (counts a drop if one does).
+
+        Up to 5.6 the header names the sender only by the connection id it drew for us (2..255, spec
+        §1.3), which another member's id for us equals once in 254 pairs, and M-A messages carry source
+        constant id 0 in local play; their source station index (spec §2.1), under the HMAC, names the
+        sender: a datagram of another member's, replayed from this peer's address, names that member.
+        (253, no index yet, and an index no other member holds are taken: a station joining again.)
+        """
+        for m in messages:
+            index = m.source_station_index
+            if index is None or index == peer.index or index == 253:
+                continue
+            other = self.by_index(index)
+            if other is not None and other is not peer:
+                self._tally.drop(DropReason.IDENTITY_MISMATCH)
+                return False
         return True
 
     # ------------------------------------------------------------------ timers
