@@ -41,10 +41,15 @@ from typing import Protocol, TypeVar
 from pianode.mesh import departure, legacy, wire
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.peer import Peer, PeerState, StationStats
-from pianode.mesh.replay import NonceReplayFilter, ReceiverBoundReplayFilter
+from pianode.mesh.replay import (
+    NonceReplayFilter,
+    ReceiverBoundReplayFilter,
+    SenderBoundReplayFilter,
+)
 from pianode.mesh.rtt import HeaderTimers
 from pianode.mesh.stats import DropReason, Tally
 from pianode.mesh.table import MeshTable
+from protocols.pia import session6
 from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
 from protocols.pia.packet_values import Packet
@@ -132,6 +137,8 @@ class Links:
         self._legacy = legacy.is_legacy(self.profile)
         #: 6.32+: header nonces name their receiver (pianode.mesh.replay.receiver_bound_nonce); ours is this.
         self._bound_to = own_variable_id if self.profile.message_format is MessageFormat.G else None
+        #: 6.16-6.30: header nonces name their sender (pianode.mesh.replay.sender_bound_nonce).
+        self._sender_bound = session6.is_pia6(self.profile) and self.profile.message_format is MessageFormat.F
         self._rtt_port = legacy.rtt_port(self.profile)
         #: M-A messages carry source constant id 0 (pianode.mesh.legacy): nothing to check there.
         self._message_ids = self.profile.message_format is not MessageFormat.A
@@ -171,10 +178,14 @@ class Links:
             peer.replay = legacy.PacketIdReplayFilter()
         elif self._bound_to is not None:
             peer.replay = ReceiverBoundReplayFilter(self._bound_to)
+        elif self._sender_bound:
+            peer.replay = SenderBoundReplayFilter(peer)
         retired = self._retired_replay.pop(addr, None)
         self._left.pop(addr, None)
         if retired is not None and now < retired[1]:
             peer.replay = retired[0]
+            if isinstance(peer.replay, SenderBoundReplayFilter):
+                peer.replay.owner = peer
         peer.replay.fences = self._fences.get(addr, ())
         peer.mesh_window = wire.new_window(self.profile, self.config, now)
         peer.data_window = wire.new_window(self.profile, self.config, now)
@@ -437,9 +448,30 @@ class Links:
                 if m.source_constant_id is not None and m.source_constant_id != peer.constant_id:
                     self._tally.drop(DropReason.IDENTITY_MISMATCH)
                     return False
+        elif not self._message_ids and not self._names_no_other_member(peer, packet.messages):
+            return False
         if not peer.replay.accept(nonce):
             self._tally.drop(DropReason.REPLAYED)
             return False
+        return True
+
+    def _names_no_other_member(self, peer: Peer, messages: tuple[Message, ...]) -> bool:
+        """M-A (<= 5.4): whether no message names another member as its source (counts a drop if one does).
+
+        Up to 5.6 the header names the sender only by the connection id it drew for us (2..255, spec
+        §1.3), which another member's id for us equals once in 254 pairs, and M-A messages carry source
+        constant id 0 in local play; their source station index (spec §2.1), under the HMAC, names the
+        sender: a datagram of another member's, replayed from this peer's address, names that member.
+        (253, no index yet, and an index no other member holds are taken: a station joining again.)
+        """
+        for m in messages:
+            index = m.source_station_index
+            if index is None or index == peer.index or index == 253:
+                continue
+            other = self.by_index(index)
+            if other is not None and other is not peer:
+                self._tally.drop(DropReason.IDENTITY_MISMATCH)
+                return False
         return True
 
     # ------------------------------------------------------------------ timers

@@ -37,7 +37,7 @@ from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
 from pianode.mesh.packet_ids import PacketIdCounter
 from pianode.mesh.peer import Peer, Pending, PeerState
-from pianode.mesh.replay import receiver_bound_nonce
+from pianode.mesh.replay import receiver_bound_nonce, sender_bound_nonce
 from pianode.mesh.reliable import MessageTooLarge, ReliableWindow, SendBufferFull, WindowFailed
 from pianode.mesh.stats import DropReason, Tally
 from protocols.pia.header import PacketHeader
@@ -115,7 +115,9 @@ class Outbox:
         #: 6.32+: each header nonce names its receiver (pianode.mesh.replay.receiver_bound_nonce), the
         #: counter in 40 bits, started below 2**39 so that it does not wrap either.
         self._bind_receiver = profile.message_format is MessageFormat.G
-        if self._bind_receiver:
+        #: 6.16-6.30: each header nonce names us, its sender (pianode.mesh.replay.sender_bound_nonce), alike.
+        self._bind_sender = session6.is_pia6(profile) and profile.message_format is MessageFormat.F
+        if self._bind_receiver or self._bind_sender:
             self._nonce_counter >>= 9
         self._ack_counter = rng.randrange(1, 1 << 32)
         self.codec: PacketCodec | None = None
@@ -160,9 +162,12 @@ class Outbox:
         return self._hn(receiver_variable_id, self._nonce_counter)
 
     def _hn(self, receiver_variable_id: int, counter: int) -> bytes:
-        """The header nonce of *counter*: the counter itself, or in 6.32+ the counter and the receiver."""
+        """The header nonce of *counter*: the counter itself, or in 6.x the counter and the receiver (6.32+)
+        or the sender (6.16-6.30)."""
         if self._bind_receiver:
             return receiver_bound_nonce(receiver_variable_id, counter)
+        if self._bind_sender:
+            return sender_bound_nonce(self.variable_id, counter)
         return counter.to_bytes(8, "big")
 
     def _next_ack_id(self) -> int:
@@ -285,6 +290,8 @@ class Outbox:
         own_vid, own_source = self.variable_id, self.message_source_id
         counter = self._nonce_counter
         bind = self._bind_receiver
+        # 6.16-6.30: our own variable id in every header nonce (the receiver's from 6.32).
+        bound_id = own_vid if self._bind_sender else None
         out: list[Any] = []
         append = out.append
         staged: list[tuple[int, StreamSealer, int, bytes, tuple[bytes, bytes]]] = []
@@ -296,7 +303,12 @@ class Outbox:
                 counter = (counter + 1) & _NONCE_MASK
                 seal = sealer[1]
                 # self._hn(peer.variable_id, counter), inline: this loop runs once per station a frame
-                hn = receiver_bound_nonce(peer.variable_id, counter) if bind else counter.to_bytes(8, "big")
+                if bind:
+                    hn = receiver_bound_nonce(peer.variable_id, counter)
+                elif bound_id is not None:
+                    hn = sender_bound_nonce(bound_id, counter)
+                else:
+                    hn = counter.to_bytes(8, "big")
                 if seal.seal_many is None:
                     append((seal(peer.tx_ids.next(), hn, data), peer.address))
                 else:

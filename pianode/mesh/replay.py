@@ -30,7 +30,14 @@ from __future__ import annotations
 
 import array
 
-__all__ = ["NonceReplayFilter", "ReceiverBoundReplayFilter", "nonce_value", "receiver_bound_nonce"]
+__all__ = [
+    "NonceReplayFilter",
+    "ReceiverBoundReplayFilter",
+    "SenderBoundReplayFilter",
+    "nonce_value",
+    "receiver_bound_nonce",
+    "sender_bound_nonce",
+]
 
 
 _EMPTY = (1 << 64) - 1  # no 7-byte value equals it
@@ -126,3 +133,37 @@ class ReceiverBoundReplayFilter(NonceReplayFilter):
         if receiver or (self.fences and any(low <= counter <= high for low, high in self.fences)):
             return False
         return self._unbound.accept_value(counter)
+
+
+#: Pia 6.16-6.30 (H-F, M-F) nonces name the sender by its IP at most: LAN and LDN by the IP (with the
+#: network id), NPLN not at all (``network_id ‖ HN``, spec §3.2); the header's source variable id is not
+#: authenticated (§3.1).  A datagram a station sealed for C, replayed to C from another member's address
+#: (on NPLN, or from another port of the same IP) with that member's variable id written into the header,
+#: authenticated as the member's: delivered as its data, and its replay memory jumped to the other
+#: station's counter, so the member's own packets were refused until it was dropped.  HN is the sender's
+#: choice (§3.2, §10: "only uniqueness matters"; 6.x meshes are pianode's own), so a 6.16-6.30 node names
+#: itself in its HN, where the tag covers it: ``00 ‖ own variable id (u16) ‖ counter (40 bits)``.
+
+
+def sender_bound_nonce(sender_variable_id: int, counter: int) -> bytes:
+    """The 8-byte header nonce of a 6.16-6.30 packet sent by the station of *sender_variable_id*."""
+    return receiver_bound_nonce(sender_variable_id, counter)
+
+
+class SenderBoundReplayFilter(NonceReplayFilter):
+    """The replay filter of a 6.16-6.30 peer: a nonce that names another sender than the peer's variable id
+    is refused (a datagram another station sealed, replayed from the peer's address); see
+    :func:`sender_bound_nonce`.  *owner* is the peer (its ``variable_id``, 0 while unknown, is read at each
+    check: it is learnt during the handshake).  Refusals return False as replays do."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: object = None, window: int = 1 << 9) -> None:
+        super().__init__(window)
+        self.owner = owner
+
+    def accept_value(self, value: int) -> bool:
+        sender = getattr(self.owner, "variable_id", 0) & 0xFFFF
+        if sender and value >> RECEIVER_SHIFT != sender:
+            return False
+        return super().accept_value(value)

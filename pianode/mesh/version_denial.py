@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pianode.mesh.config import NodeConfig
-from pianode.mesh.replay import receiver_bound_nonce
+from pianode.mesh.replay import receiver_bound_nonce, sender_bound_nonce
 from pianode.mesh.wire import ConnectRequest, Location, decode_station, encode_connect_deny, is_connection_request, packet_codec
 from protocols.errors import DecodeError
 from protocols.pia import session6
@@ -61,6 +61,9 @@ def version_denial(
             # A 6.32+ station takes only header nonces that name it or no one (receiver_bound_nonce):
             # no one, and our counter's low 40 bits, which repeat only after 2**40 packets of ours.
             hn = receiver_bound_nonce(0, int.from_bytes(hn, "big"))
+        elif session6.is_pia6(other):
+            # A 6.16-6.30 station takes only header nonces that name their sender (sender_bound_nonce): us.
+            hn = sender_bound_nonce(local.variable_id, int.from_bytes(hn, "big"))
         header = PacketHeader(
             encrypted=True,
             packet_id=0,
