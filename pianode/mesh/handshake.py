@@ -303,9 +303,7 @@ class StationHandshake:
         if seen is None or peer.last_heard > seen:
             # First sign, or the old identity spoke since the last one: probe it and wait.
             peer.restart_seen = now
-            self._outbox.enqueue(
-                peer, Proto.RTT, legacy.rtt_port(self.profile), wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now))
-            )
+            self._links.ask_rtt(peer, legacy.rtt_port(self.profile), now)
             self._tally.counters["restart_probes"] += 1
             self._tally.drop(DropReason.UNCONFIRMED_RESTART)
             return False

@@ -80,6 +80,9 @@ PROVISIONAL_PER_IP = 8  # peers without a station index from one IP
 FENCE_MARGIN = 1 << 24
 FENCES_PER_ADDRESS = 4  # earlier incarnations fenced off per address
 FENCED_ADDRESSES = 1024
+#: Our RTT requests to one peer remembered until answered (see Links.ask_rtt): a probe every
+#: rtt_interval and, in 6.32+, one per keep-alive interval, well within a station timeout.
+RTT_ASKED = 16
 
 
 _V = TypeVar("_V")
@@ -544,14 +547,12 @@ class Links:
                 if self._has_keepalive:
                     self._host.enqueue(peer, Proto.KEEP_ALIVE, 0, b"")
                 else:  # 6.32+ lists no Keep Alive protocol (spec §5.1): an RTT request fills the silence
-                    self._host.enqueue(peer, Proto.RTT, 1, wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now)))
+                    self.ask_rtt(peer, 1, now)
                 peer.next_keepalive = now + self.config.keepalive_interval
             else:
                 peer.next_keepalive = quiet_since
         if peer.connected and now >= peer.next_rtt:
-            self._host.enqueue(
-                peer, Proto.RTT, self._rtt_port, wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now))
-            )
+            self.ask_rtt(peer, self._rtt_port, now)
             # Each station every rtt_interval, but no more than rtt_probe_rate
             # probes a second from this node in all: RTT traffic stays bounded
             # however many stations the mesh has.
@@ -569,13 +570,39 @@ class Links:
         self._next_rtt_slot = slot + 1.0 / self.config.rtt_probe_rate
         return slot
 
+    def ask_rtt(self, peer: Peer, port: int, now: float) -> None:
+        """Send *peer* an RTT request (on *port*) and remember it, so that only its answer gives a sample.
+
+        A request already waiting with the same time (two asked in one instant) is not sent twice.
+        At most :data:`RTT_ASKED` requests are remembered, none longer than a station timeout: a
+        peer that answers none of them is dropped at its station timeout anyway."""
+        ticks = self._host.rtt_ticks(now)
+        asked = peer.rtt_asked
+        if ticks in asked:
+            return
+        stale = now - self.config.station_timeout
+        for old in [t for t, sent in asked.items() if sent < stale]:
+            del asked[old]
+        if len(asked) >= RTT_ASKED:
+            del asked[next(iter(asked))]
+        asked[ticks] = now
+        self._host.enqueue(peer, Proto.RTT, port, wire.encode_rtt(self.profile, False, ticks))
+
     def on_rtt(self, peer: Peer, payload: bytes, now: float) -> None:
-        """An RTT protocol message from *peer*: answer a request, take a sample from a response."""
+        """An RTT protocol message from *peer*: answer a request, take a sample from a response.
+
+        A response echoes the time of the request it answers (spec §5.6), which only the requester
+        knows the meaning of: one that echoes no request of ours still waiting (an answer to nothing,
+        a second answer to one request) is dropped.  Before, any response gave a sample: a member
+        that echoed 0 or the present time made the round trip reported for it (``stations()``) the
+        session's age or nothing."""
         is_response, ticks = wire.decode_rtt(self.profile, payload)
         if not is_response:
             self._tally.counters["rtt_requests_received"] += 1
             self._host.enqueue(peer, Proto.RTT, self._rtt_port, wire.encode_rtt(self.profile, True, ticks))
             return
-        sent = self._started + ticks / 1_000_000
-        if sent <= now:
-            peer.rtt.on_sample(now - sent, now)
+        sent = peer.rtt_asked.pop(ticks, None)
+        if sent is None or sent > now:
+            self._tally.drop(DropReason.UNEXPECTED)
+            return
+        peer.rtt.on_sample(now - sent, now)
