@@ -305,7 +305,12 @@ class Membership:
             self._ack(peer, msg.ack_id)
             self._on_join_response(peer, msg, now)
         elif isinstance(msg, wire.JoinDenied):
-            if not self.joined:
+            # Only the host we asked answers our join (spec §5.4: the join request goes to the host).
+            # Before, a denial from any connected station ended a join: a member that connected to a
+            # station joining (or joining again, _rejoin) stopped it with one message.
+            if self.joined or peer.address != self.join_host:
+                self._tally.drop(DropReason.NOT_HOST)
+            else:
                 self.fail_join(f"join denied: {msg.reason_text}", now)
         elif isinstance(msg, wire.UpdateMesh):
             self._on_update_mesh(peer, msg, now)

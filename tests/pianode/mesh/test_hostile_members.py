@@ -8,7 +8,7 @@ link (its own session and key), and asserts what the others keep: their RTT esti
 from __future__ import annotations
 
 import pytest
-from mesh_harness import BatchHarness, form
+from mesh_harness import BatchHarness, all_connected, form
 
 from pianode.mesh import legacy, wire
 from pianode.mesh.session import MeshSession
@@ -70,3 +70,31 @@ def test_a_real_rtt_answer_counts_once(version: str, network: str) -> None:
     h._send_all()
     h.run_for(0.05)
     assert host.drops["unexpected"] - before == 1
+
+
+@pytest.mark.parametrize(("version", "network"), VERSIONS)
+def test_a_join_denial_from_a_member_does_not_end_a_join(version: str, network: str) -> None:
+    """A member connects to a station that is joining through the host and tells it the join is denied
+    (the mesh protocol's join denial, spec §5.4): only the host the station asked answers its join, so
+    the station joins all the same and the denial is counted as not the host's."""
+    h = BatchHarness(3, version=version, network=network)
+    host, rogue, joiner = h.sessions
+    form(h, [0, 1])
+    blocked = {"on": True}
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes | None:
+        # The joiner's first requests to the host are lost, so the member's denial comes first.
+        return None if blocked["on"] and s == joiner.local_address and d == host.local_address else data
+
+    h.hook = hook
+    joiner.join(host.local_address, h.now)
+    rogue.handshake.connect(joiner.local_address, h.now)
+    assert h.run_until(lambda: rogue.links.peers.get(joiner.local_address) is not None
+                       and rogue.links.peers[joiner.local_address].connected, 5.0)
+    rogue.enqueue(rogue.links.peers[joiner.local_address], Proto.MESH, 0, wire.encode_join_deny(rogue.membership.profile, wire.DENY_MESH_FULL))
+    h._send_all()
+    h.run_for(0.1)
+    blocked["on"] = False
+    h.hook = None
+    assert h.run_until(lambda: all_connected([host, rogue, joiner]), 30.0), joiner.failure
+    assert joiner.failure is None and joiner.drops["not_host"] >= 1
