@@ -101,6 +101,11 @@ class NonceReplayFilter:
 #: the counter one per node as before (so HNs never repeat); receiver 0 for a group packet (its receivers
 #: are in its encrypted footer, §1.6) and for a packet to a station whose variable id is not known yet
 #: (a joiner's connection request).  The filter reads those bytes (the last 7 of every nonce).
+#: Limits: the HN names the receiver, not the sender, and the nonce's prefix names the sender's IP only
+#: (§3.2): of two stations behind one IP (other ports), what one sealed for a station, replayed to it from
+#: the other's address, authenticates as the other's (each station has an IP of its own on LDN and in
+#: pianode's runs).  And a member, which holds the key, can seal anything under any nonce: from a spoofed
+#: source address it can speak for any station; nothing in the documented protocol can tell.
 RECEIVER_SHIFT = 40
 COUNTER_MASK = (1 << RECEIVER_SHIFT) - 1
 

@@ -7,10 +7,15 @@ link (its own session and key), and asserts what the others keep: their RTT esti
 
 from __future__ import annotations
 
+import random
+
+import attrs
 import pytest
 from mesh_harness import BatchHarness, all_connected, form
 
 from pianode.mesh import legacy, wire
+from pianode.mesh.config import NodeConfig
+from pianode.mesh.events import DataReceived
 from pianode.mesh.session import MeshSession
 from protocols.pia.versions import Proto
 
@@ -98,3 +103,51 @@ def test_a_join_denial_from_a_member_does_not_end_a_join(version: str, network: 
     h.hook = None
     assert h.run_until(lambda: all_connected([host, rogue, joiner]), 30.0), joiner.failure
     assert joiner.failure is None and joiner.drops["not_host"] >= 1
+
+
+def _seed_for_variable_id(config: NodeConfig, address: tuple[str, int], wanted: int) -> int:
+    """A seed whose session draws *wanted* as its (16-bit, 6.x) variable id."""
+    for seed in range(1 << 20):
+        if wire.local_identity(config, address, random.Random(seed)).variable_id == wanted:
+            return seed
+    raise AssertionError("no seed found")
+
+
+@pytest.mark.parametrize("version", ["6.32", "6.41"])
+def test_a_station_with_a_members_variable_id_is_not_admitted(version: str) -> None:
+    """From 6.32 a header nonce names its receiver by variable id (pianode.mesh.replay.receiver_bound_nonce),
+    and in every 6.x version the variable id, 16 bits, is how a group packet's footer names a receiver
+    (spec §1.6).  A joiner whose variable id is a member's (by chance, 1 in 65534 a pair, or chosen) would
+    make what the mesh seals for one of them good for the other: a datagram the host sent the joiner,
+    replayed to the member from the host's address, was taken as the host's to the member.  The host
+    refuses such a join, saying why, and the mesh goes on."""
+    h = BatchHarness(3, version=version, network="ldn")
+    host, member, joiner = h.sessions
+    form(h, [0, 1])
+    address = joiner.local_address
+    config = attrs.evolve(joiner.config, seed=_seed_for_variable_id(joiner.config, address, member.variable_id))
+    joiner = MeshSession(config, address, now=h.now)
+    assert joiner.variable_id == member.variable_id
+    h.sessions[2] = h.by_addr[address] = joiner
+    captured: list[bytes] = []
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
+        if s == host.local_address and d == address:
+            captured.append(data)
+        return data
+
+    h.hook = hook
+    joiner.join(host.local_address, h.now)
+    h.run_until(lambda: joiner.closed or all_connected([host, member, joiner]), 30.0)
+    if joiner.joined and joiner.index is not None:  # (the attack this refusal prevents)
+        host.send(joiner.index, b"for the joiner", reliable=True, now=h.now)
+        host.send(joiner.index, b"frame for the joiner", reliable=False, now=h.now)
+        h.run_for(0.5)
+        for data in captured:
+            member.receive_datagram(data, host.local_address, h.now)
+        h._send_all()
+        got = [e.data for e in h.events[1] if isinstance(e, DataReceived) and e.source_index == host.index]
+        assert got == [], got
+    assert joiner.closed and not joiner.joined
+    assert joiner.failure is not None and "variable id in use" in joiner.failure
+    assert all_connected([host, member]) and len(host.table) == 2
