@@ -183,6 +183,8 @@ class Links:
             peer.replay = ReceiverBoundReplayFilter(self._bound_to)
         elif self._sender_bound:
             peer.replay = SenderBoundReplayFilter(peer)
+        else:
+            peer.replay = NonceReplayFilter(floor=True)
         retired = self._retired_replay.pop(addr, None)
         self._left.pop(addr, None)
         if retired is not None and now < retired[1]:

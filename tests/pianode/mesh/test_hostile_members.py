@@ -105,9 +105,9 @@ def test_a_join_denial_from_a_member_does_not_end_a_join(version: str, network: 
     assert joiner.failure is None and joiner.drops["not_host"] >= 1
 
 
-def _seed_for_variable_id(config: NodeConfig, address: tuple[str, int], wanted: int) -> int:
-    """A seed whose session draws *wanted* as its (16-bit, 6.x) variable id."""
-    for seed in range(1 << 20):
+def _seed_for_variable_id(config: NodeConfig, address: tuple[str, int], wanted: int, *, after: int = -1) -> int:
+    """A seed (above *after*) whose session draws *wanted* as its (16-bit, 6.x) variable id."""
+    for seed in range(after + 1, after + (1 << 20)):
         if wire.local_identity(config, address, random.Random(seed)).variable_id == wanted:
             return seed
     raise AssertionError("no seed found")
@@ -151,3 +151,51 @@ def test_a_station_with_a_members_variable_id_is_not_admitted(version: str) -> N
     assert joiner.closed and not joiner.joined
     assert joiner.failure is not None and "variable id in use" in joiner.failure
     assert all_connected([host, member]) and len(host.table) == 2
+
+
+@pytest.mark.parametrize(("version", "network"), VERSIONS)
+def test_what_a_member_sent_a_stations_last_incarnation_is_not_taken_by_the_next(version: str, network: str) -> None:
+    """C leaves and a new session joins from C's address, and gets C's index back.  What B sent the old C
+    (captured, its frames and a reliable message), replayed to the new C from B's address, is not
+    delivered: up to 5.45 nothing under the tag names the receiver's identity (the destination bits
+    name its index, which the new station holds again; spec §2.5, §3.2), and B's one nonce counter
+    made what it sent the old C look new to the new C's fresh replay filter (within its window).
+    From 6.32 the nonce names the receiver's variable id: the new session draws the old one's here."""
+    h = BatchHarness(3, version=version, network=network)
+    host, b, c = form(h)
+    assert c.index is not None
+    old_index = c.index
+    captured: list[bytes] = []
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
+        if s == b.local_address and d == c.local_address:
+            captured.append(data)
+        return data
+
+    h.hook = hook
+    for i in range(3):
+        b.send(c.index, b"frame %d for the old C" % i, reliable=False, now=h.now)
+    b.send(c.index, b"reliable for the old C", reliable=True, now=h.now)
+    h.run_for(0.2)
+    h.hook = None
+    assert captured
+    c.leave(h.now)
+    assert h.run_until(lambda: c.closed and len(host.table) == 2 and len(b.table) == 2, 10.0)
+    seed = 4242
+    if version >= "6":
+        seed = _seed_for_variable_id(c.config, c.local_address, c.variable_id, after=c.config.seed or 0)
+    new = MeshSession(attrs.evolve(c.config, seed=seed), c.local_address, now=h.now)
+    h.sessions[2] = h.by_addr[c.local_address] = new
+    new.join(host.local_address, h.now)
+    assert h.run_until(lambda: all_connected([host, b, new]), 30.0)
+    assert new.index == old_index
+    n0 = len(h.events[2])
+    for data in captured:
+        new.receive_datagram(data, b.local_address, h.now)
+    h._send_all()
+    h.run_for(1.0)
+    got = [e.data for e in h.events[2][n0:] if isinstance(e, DataReceived)]
+    assert got == [], got
+    b.send(new.index, b"for the new C", reliable=True, now=h.now)
+    h.run_for(1.0)
+    assert [e.data for e in h.events[2][n0:] if isinstance(e, DataReceived)] == [b"for the new C"]
