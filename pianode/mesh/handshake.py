@@ -157,6 +157,13 @@ class StationHandshake:
             # (MeshSession._receive_packet), never here.
             return
         self._links.learn(peer, msg.location.constant_id, msg.location.variable_id)
+        if self._links.variable_id_taken(peer):
+            # 6.x: a station naming our variable id or a member's (see Links.variable_id_taken) is refused,
+            # as the host refuses its join (Membership._on_join_request); it may ask again as another.
+            self._tally.drop(DropReason.IDENTITY_MISMATCH)
+            deny = wire.encode_connect_deny(self.profile, (peer.constant_id, peer.variable_id), 1)
+            self._outbox.enqueue(peer, Proto.STATION, 0, deny)
+            return
         if msg.inverse:
             # We initiated; this is the peer's inverse request (<= 5.26).
             if self._inverse_id and msg.inverse_conn_id != peer.own_conn_id:

@@ -143,6 +143,9 @@ class Links:
         #: 6.16-6.30: header nonces name their sender (pianode.mesh.replay.sender_bound_nonce).
         self._sender_bound = session6.is_pia6(self.profile) and self.profile.message_format is MessageFormat.F
         self._rtt_port = legacy.rtt_port(self.profile)
+        self._own_variable_id = own_variable_id
+        #: 6.x: no two stations we talk to share a 16-bit variable id (see variable_id_taken).
+        self._unique_variable_ids = session6.is_pia6(self.profile)
         #: M-A messages carry source constant id 0 (pianode.mesh.legacy): nothing to check there.
         self._message_ids = self.profile.message_format is not MessageFormat.A
         self._never_joined = config.join_timeout + config.station_timeout
@@ -345,6 +348,24 @@ class Links:
         peer.constant_id = constant_id
         peer.variable_id = variable_id
         self.membership_changed()
+
+    def variable_id_taken(self, peer: Peer) -> bool:
+        """6.x: whether *peer*'s variable id is ours or a member's at another address.
+
+        The 16-bit variable id is how a 6.x footer names a receiver (spec §1.6) and, from 6.32, how a
+        header nonce does (pianode.mesh.replay.receiver_bound_nonce): what we sealed for a station that
+        names a member's, replayed to the member from our address, would be taken there as ours to it
+        (our acks of its data among them, which make the member drop what it sent us and we never got).
+        """
+        if not self._unique_variable_ids or not peer.variable_id:
+            return False
+        tag = peer.variable_id & 0xFFFF
+        if tag == self._own_variable_id & 0xFFFF:
+            return True
+        return any(
+            p is not peer and p.index is not None and p.variable_id & 0xFFFF == tag and p.state is not PeerState.CLOSED
+            for p in self.peers.values()
+        )
 
     def set_index(self, peer: Peer, index: int | None) -> None:
         peer.index = index

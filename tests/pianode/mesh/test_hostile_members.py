@@ -120,7 +120,7 @@ def test_a_station_with_a_members_variable_id_is_not_admitted(version: str) -> N
     (spec §1.6).  A joiner whose variable id is a member's (by chance, 1 in 65534 a pair, or chosen) would
     make what the mesh seals for one of them good for the other: a datagram the host sent the joiner,
     replayed to the member from the host's address, was taken as the host's to the member.  The host
-    refuses such a join, saying why, and the mesh goes on."""
+    refuses its connection, and the mesh goes on."""
     h = BatchHarness(3, version=version, network="ldn")
     host, member, joiner = h.sessions
     form(h, [0, 1])
@@ -149,8 +149,28 @@ def test_a_station_with_a_members_variable_id_is_not_admitted(version: str) -> N
         got = [e.data for e in h.events[1] if isinstance(e, DataReceived) and e.source_index == host.index]
         assert got == [], got
     assert joiner.closed and not joiner.joined
-    assert joiner.failure is not None and "variable id in use" in joiner.failure
+    assert joiner.failure is not None and "the host refused the connection" in joiner.failure
+    assert host.drops["identity_mismatch"] >= 1
     assert all_connected([host, member]) and len(host.table) == 2
+
+
+@pytest.mark.parametrize("version", ["6.32", "6.41"])
+def test_of_two_joiners_with_one_variable_id_one_is_admitted(version: str) -> None:
+    """Two stations of one variable id ask to join at once: both connect (neither is a member yet), the
+    first join request admits its station, and the second is denied ('variable id in use')."""
+    h = BatchHarness(3, version=version, network="ldn")
+    host, first, second = h.sessions
+    host.create(h.now)
+    address = second.local_address
+    config = attrs.evolve(second.config, seed=_seed_for_variable_id(second.config, address, first.variable_id))
+    second = MeshSession(config, address, now=h.now)
+    h.sessions[2] = h.by_addr[address] = second
+    first.join(host.local_address, h.now)
+    second.join(host.local_address, h.now)
+    assert h.run_until(lambda: second.closed, 30.0)
+    h.run_for(1.0)
+    assert second.failure is not None and "join denied: variable id in use" in second.failure
+    assert all_connected([host, first]) and len(host.table) == 2 and host.counters["joins_denied"] == 1
 
 
 @pytest.mark.parametrize(("version", "network"), VERSIONS)
@@ -199,3 +219,51 @@ def test_what_a_member_sent_a_stations_last_incarnation_is_not_taken_by_the_next
     b.send(new.index, b"for the new C", reliable=True, now=h.now)
     h.run_for(1.0)
     assert [e.data for e in h.events[2][n0:] if isinstance(e, DataReceived)] == [b"for the new C"]
+
+
+@pytest.mark.parametrize("version", ["6.32", "6.41"])
+def test_a_station_posing_with_a_members_variable_id_cannot_get_acks_that_drop_its_data(version: str) -> None:
+    """A key holder connects to B directly (no join) naming C's variable id, and sends B reliable data.
+    B's acks, sealed for C's variable id (receiver_bound_nonce), replayed to C from B's address, would
+    acknowledge to C the ids of C's own segments to B that B never received: C would drop them for good.
+    B refuses a connection that names another station's variable id, so it acks nothing of the poser's;
+    C's message reaches B once the loss ends."""
+    h = BatchHarness(4, version=version, network="ldn")
+    host, b, c, poser = h.sessions
+    form(h, [0, 1, 2])
+    address = poser.local_address
+    config = attrs.evolve(poser.config, seed=_seed_for_variable_id(poser.config, address, c.variable_id))
+    poser = MeshSession(config, address, now=h.now)
+    h.sessions[3] = h.by_addr[address] = poser
+    poser.create(h.now, network_id=b.handshake.network_id)  # (a session of its own, in our network: it never joins)
+    link = poser.handshake.connect(b.local_address, h.now)
+    h.run_for(1.0)
+    captured: list[bytes] = []
+    lossy = {"on": True}
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes | None:
+        if s == b.local_address and d == address:
+            captured.append(data)
+        if lossy["on"] and s == c.local_address and d == b.local_address:
+            return None  # C's datagrams to B are lost for a while
+        return data
+
+    h.hook = hook
+    assert b.index is not None and c.index is not None
+    c.send(b.index, b"C's message to B", reliable=True, now=h.now)
+    if link.connected:  # (the attack this refusal prevents)
+        assert link.data_window is not None
+        # As many segments as C has in flight to B: B's ack of them is an ack C's window can take.
+        poser.outbox.window_send(link, link.data_window, b"poser's", h.now)
+        poser.links.touched[link] = None
+    h.run_for(0.5)
+    for data in captured:
+        c.receive_datagram(data, b.local_address, h.now)
+    h._send_all()
+    h.run_for(0.5)  # (what C had in flight is lost too)
+    lossy["on"] = False
+    h.run_for(5.0)
+    h.hook = None
+    got = [e.data for e in h.events[1] if isinstance(e, DataReceived) and e.source_index == c.index]
+    assert got == [b"C's message to B"]
+    assert not link.connected and all_connected([host, b, c])
