@@ -267,3 +267,79 @@ def test_a_station_posing_with_a_members_variable_id_cannot_get_acks_that_drop_i
     got = [e.data for e in h.events[1] if isinstance(e, DataReceived) and e.source_index == c.index]
     assert got == [b"C's message to B"]
     assert not link.connected and all_connected([host, b, c])
+
+
+def _poser_takes_acks(h: BatchHarness, poser: MeshSession, b: MeshSession, c: MeshSession, *, mesh: bool = False) -> list[bytes]:
+    """*poser* (a key holder of the mesh's network that never joins) connects to B and sends B one reliable
+    segment, while C's datagrams to B are lost and C has one reliable message in flight to B; what B sends
+    the poser is replayed to C from B's address, then the loss ends.  Returns what B got from C (*mesh*:
+    on the mesh protocol's window, a join request; what B's window took of C's, as a count)."""
+    poser.create(h.now, network_id=b.handshake.network_id)  # (a session of its own, in our network: it never joins)
+    link = poser.handshake.connect(b.local_address, h.now)
+    address = poser.local_address
+    h.run_for(1.0)
+    from_c = b.links.peers[c.local_address].mesh_window
+    assert from_c is not None
+    delivered = from_c.statistics().delivered
+    captured: list[bytes] = []
+    lossy = {"on": True}
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes | None:
+        if s == b.local_address and d == address:
+            captured.append(data)
+        if lossy["on"] and s == c.local_address and d == b.local_address:
+            return None  # C's datagrams to B are lost for a while
+        return data
+
+    h.hook = hook
+    assert b.index is not None and c.index is not None
+    to_b = c.links.peers[b.local_address]
+    assert to_b.mesh_window is not None
+    if mesh:
+        c.outbox.window_send(to_b, to_b.mesh_window, wire.encode_join_request(c.membership.profile, c.local_address, 7), h.now)
+        c.links.touched[to_b] = None
+    else:
+        c.send(b.index, b"C's message to B", reliable=True, now=h.now)
+    if link.connected:
+        window = link.mesh_window if mesh else link.data_window
+        assert window is not None
+        # As many segments as C has in flight to B: B's ack of them is an ack C's window can take.
+        poser.outbox.window_send(link, window, wire.encode_join_request(poser.membership.profile, address, 9) if mesh else b"poser's", h.now)
+        poser.links.touched[link] = None
+    h.run_for(0.5)
+    for data in captured:
+        c.receive_datagram(data, b.local_address, h.now)
+    h._send_all()
+    h.run_for(0.5)  # (what C had in flight is lost too)
+    lossy["on"] = False
+    h.run_for(5.0)
+    h.hook = None
+    if mesh:
+        from_c = b.links.peers[c.local_address].mesh_window
+        assert from_c is not None
+        return [b"mesh"] * (from_c.statistics().delivered - delivered)
+    return [e.data for e in h.events[h.sessions.index(b)] if isinstance(e, DataReceived) and e.source_index == c.index]
+
+
+@pytest.mark.parametrize(("version", "network"), VERSIONS)
+def test_acks_sent_a_station_without_an_index_do_not_drop_a_members_data(version: str, network: str) -> None:
+    """What B sends a station without an index carries destination 0 (spec §2.5: it has none), so nothing
+    under the tag says it is not for C.  B's acks of a key holder's reliable data, replayed to C from B's
+    address, acknowledged C's own segments to B, which B never received and C then dropped for good.
+    C's message reaches B once the loss ends, and the mesh stays whole."""
+    h = BatchHarness(4, version=version, network=network)
+    host, b, c, poser = h.sessions
+    form(h, [0, 1, 2])
+    assert _poser_takes_acks(h, poser, b, c) == [b"C's message to B"]
+    assert all_connected([host, b, c])
+
+
+@pytest.mark.parametrize(("version", "network"), VERSIONS)
+def test_mesh_window_acks_sent_a_station_without_an_index_do_not_drop_a_members_messages(version: str, network: str) -> None:
+    """The same on the mesh protocol's reliable window (port 1, spec §5.4), which carries the host's
+    updates and the members' leave requests: C's message on it still reaches B."""
+    h = BatchHarness(4, version=version, network=network)
+    host, b, c, poser = h.sessions
+    form(h, [0, 1, 2])
+    assert _poser_takes_acks(h, poser, b, c, mesh=True) == [b"mesh"]
+    assert all_connected([host, b, c])
