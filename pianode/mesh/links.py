@@ -447,11 +447,17 @@ class Links:
 
     def fresh(self, peer: Peer, value: int, now: float) -> bool:
         """An authentic packet that names *peer*: refuse it if its nonce (*value*,
-        see :func:`pianode.mesh.replay.nonce_value`) was seen, else count it as heard."""
+        see :func:`pianode.mesh.replay.nonce_value`) was seen, else count it as heard.
+
+        Heard, for the station timeout, only when its nonce is the highest yet from the peer (5.7+:
+        NonceReplayFilter.advanced).  What a station sent one without an index names no receiver
+        (destination 0, spec §2.5): replayed to us after the station vanished, below what it last sent
+        us but new to our filter, it kept the station in the mesh for as long as the replays lasted."""
         if not peer.replay.accept_value(value):
             self._tally.drop(DropReason.REPLAYED)
             return False
-        peer.last_heard = now
+        if peer.replay.advanced:
+            peer.last_heard = now
         peer.packets_received += 1
         self._tally.counters["packets_received"] += 1
         return True

@@ -62,7 +62,7 @@ def nonce_value(nonce: bytes) -> int:
 
 
 class NonceReplayFilter:
-    __slots__ = ("_low", "_mask", "_slots", "_top", "fences", "floor", "window")
+    __slots__ = ("_low", "_mask", "_slots", "_top", "advanced", "fences", "floor", "window")
 
     def __init__(self, window: int = 1 << 9, *, floor: bool = False) -> None:
         if window <= 0 or window & (window - 1):
@@ -71,6 +71,10 @@ class NonceReplayFilter:
         #: Refuse what lies below the first value accepted (see the module docstring): for nonces of
         #: one counter per sender (5.7+); not for per-connection packet ids (pianode.mesh.legacy).
         self.floor = floor
+        #: Whether the last value accepted was the highest yet (always True without *floor*).  Only such a
+        #: value shows its sender is still there: one below may have waited for its replay (see the module
+        #: docstring), so the links count a station as heard from on these alone.
+        self.advanced = True
         self._mask = window - 1
         self._top = -1
         self._low = _EMPTY
@@ -95,6 +99,7 @@ class NonceReplayFilter:
                 self._low = value
             self._top = value
             self._slots[value & self._mask] = value
+            self.advanced = True
             return True
         if self._top - value >= self.window:
             return False
@@ -106,6 +111,7 @@ class NonceReplayFilter:
         self._slots[slot] = value
         if value < self._low:
             self._low = value
+        self.advanced = not self.floor
         return True
 
 
@@ -155,7 +161,10 @@ class ReceiverBoundReplayFilter(NonceReplayFilter):
             return super().accept_value(counter)
         if receiver or (self.fences and any(low <= counter <= high for low, high in self.fences)):
             return False
-        return self._unbound.accept_value(counter)
+        if not self._unbound.accept_value(counter):
+            return False
+        self.advanced = self._unbound.advanced
+        return True
 
 
 #: Pia 6.16-6.30 (H-F, M-F) nonces name the sender by its IP at most: LAN and LDN by the IP (with the

@@ -414,7 +414,7 @@ class MeshSession:
             if not peer.replay.accept_value(int.from_bytes(codec.last_nonce[-7:], "big")):
                 self._tally.drop(DropReason.REPLAYED)
                 return
-            peer.last_heard = now
+            peer.last_heard = now if peer.replay.advanced else peer.last_heard  # (see Links.fresh)
             peer.packets_received += 1
             counters = self.counters
             counters["packets_received"] += 1
@@ -487,7 +487,7 @@ class MeshSession:
             peer = links.new_peer(addr, initiator=False, now=now)
             if retired is None:
                 peer.replay.accept(nonce)
-        peer.last_heard = now
+        peer.last_heard = now if peer.replay.advanced else peer.last_heard  # (see Links.fresh)
         if header.source_timer is not None and header.destination_timer is not None:
             sample = peer.header_timers.on_receive(header.source_timer, header.destination_timer, now)
             if sample is not None:
@@ -763,7 +763,8 @@ def _receive_batch(session: MeshSession, batch: Sequence[tuple[bytes, tuple[str,
             if not peer.replay.accept_value(int.from_bytes(codec.last_nonce[-7:], "big")):
                 session._tally.drop(DropReason.REPLAYED)
                 continue
-            peer.last_heard = now
+            if peer.replay.advanced:  # (see Links.fresh)
+                peer.last_heard = now
             peer.packets_received += 1
             delivered += 1
             handler = session.data_handler

@@ -343,3 +343,40 @@ def test_mesh_window_acks_sent_a_station_without_an_index_do_not_drop_a_members_
     form(h, [0, 1, 2])
     assert _poser_takes_acks(h, poser, b, c, mesh=True) == [b"mesh"]
     assert all_connected([host, b, c])
+
+
+@pytest.mark.parametrize(("version", "network"), VERSIONS)
+def test_a_vanished_member_is_not_kept_alive_by_what_it_sent_a_station_without_an_index(version: str, network: str) -> None:
+    """A key holder stays connected to B without joining and collects what B sends it (keep-alives, RTT
+    probes: destination 0, spec §2.5, as it has no index).  B vanishes; those datagrams, replayed to the
+    host and to C from B's address one a second, are new to their replay filters (B's one counter ran
+    over them, below what B last sent them) and kept B in the mesh while they lasted.  Only a datagram
+    beyond the highest nonce seen from a station shows it is still there: B is dropped at its timeout."""
+    h = BatchHarness(4, version=version, network=network)
+    host, b, c, poser = h.sessions
+    form(h, [0, 1, 2])
+    poser.create(h.now, network_id=b.handshake.network_id)  # (a session of its own, in our network: it never joins)
+    poser.handshake.connect(b.local_address, h.now)
+    captured: list[bytes] = []
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
+        if s == b.local_address and d == poser.local_address:
+            captured.append(data)
+        return data
+
+    h.hook = hook
+    h.run_for(12.0)
+    h.hook = None
+    assert len(captured) > 10
+    h.dead.add(b.local_address)
+    gone = h.now
+    timeout = host.config.station_timeout
+    for data in captured[: int(3 * timeout)]:
+        for target in (host, c):
+            target.receive_datagram(data, b.local_address, h.now)
+        h.run_for(1.0)
+        if b.local_address not in c.links.peers and b.local_address not in host.links.peers:
+            break
+    assert b.local_address not in host.links.peers and b.local_address not in c.links.peers
+    assert h.now - gone <= timeout + 2.0
+    assert all_connected([host, c]) and len(host.table) == 2

@@ -64,6 +64,19 @@ def test_nothing_below_the_first_value_is_new() -> None:
     assert g.accept(nonce(1000)) and g.accept(nonce(999)) and g.span() == (999, 1000)
 
 
+def test_only_a_value_beyond_the_highest_advances() -> None:
+    """With floor, ``advanced`` says whether the value accepted last was the highest yet (only such a one
+    shows the sender is still there); without, it stays True (per-connection packet ids, <= 5.6)."""
+    f = NonceReplayFilter(window=64, floor=True)
+    assert f.accept(nonce(100)) and f.advanced
+    assert f.accept(nonce(105)) and f.advanced
+    assert f.accept(nonce(103)) and not f.advanced
+    assert not f.accept(nonce(103))
+    assert f.accept(nonce(106)) and f.advanced
+    g = NonceReplayFilter(window=64)
+    assert g.accept(nonce(100)) and g.accept(nonce(99)) and g.advanced
+
+
 def test_only_the_last_seven_bytes_count() -> None:
     # The byte before them is the connection id in LAN 5.x nonces (see module docstring).
     f = NonceReplayFilter()
