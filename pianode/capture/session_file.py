@@ -46,7 +46,7 @@ import ipaddress
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TextIO
 
 import attrs
 
@@ -381,18 +381,25 @@ def session_path_for(capture_path: str) -> str:
     return (capture_path[:-5] if capture_path.endswith(".pcap") else capture_path) + ".session.json"
 
 
-def load_session(path: str | os.PathLike[str] | None, overrides: Mapping[str, Any] | None = None) -> DecodeContext:
-    """Read a session file (or none) and apply flag *overrides* (None values are ignored).
+def load_session(
+    path: str | os.PathLike[str] | TextIO | None, overrides: Mapping[str, Any] | None = None
+) -> DecodeContext:
+    """Read a session file (or none, or a text stream: standard input) and apply flag *overrides*
+    (None values are ignored).
 
     Raises:
         ConfigError: unreadable file, bad JSON, or any bad setting (one line).
     """
     raw: dict[str, Any] = {}
     if path is not None:
-        name = os.fspath(path)
+        stream = path if hasattr(path, "read") else None
+        name = "(standard input)" if stream is not None else os.fspath(path)  # type: ignore[arg-type]
         try:
-            with open(name, encoding="utf-8") as f:
-                text = f.read(MAX_SESSION_FILE + 1)
+            if stream is not None:
+                text = stream.read(MAX_SESSION_FILE + 1)
+            else:
+                with open(name, encoding="utf-8") as f:
+                    text = f.read(MAX_SESSION_FILE + 1)
             if len(text) > MAX_SESSION_FILE:
                 raise ConfigError(f"session file {name} is larger than {MAX_SESSION_FILE} bytes: no session needs that much")
         except (OSError, UnicodeDecodeError) as exc:

@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         ),
     )
     p.add_argument("capture", help="pcap, pcapng, JSON Lines or hex-lines file; - for standard input")
-    p.add_argument("--session", metavar="FILE", help="session settings (JSON object)")
+    p.add_argument("--session", metavar="FILE", help="session settings (JSON object; - for standard input)")
     p.add_argument("--format", choices=("table", "jsonl"), default=None,
                    help="output format (default: table on a terminal, jsonl otherwise)")
     p.add_argument("--flows", action="store_true",
@@ -145,6 +145,11 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("capture -: standard input is closed (pipe a capture into it, or name a file)")
     if args.session == "":
         raise CliError("--session needs a file name")
+    if args.session == "-":
+        if args.capture == "-":
+            raise CliError("--session - and capture -: standard input carries only one of them (name a file for the other)")
+        if sys.stdin is None:  # started with it closed (<&-)
+            raise CliError("--session -: standard input is closed (pipe the session file into it, or name a file)")
     note = None  # said once at the end, in the line of the result (one line whatever happens)
     if args.session is None:
         args.session, note = _recording_session(args)
@@ -152,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     check_not_standard_output("capture", args.capture)
     check_not_standard_output("--session", args.session)
     try:
-        ctx = load_session(args.session, _overrides(args))
+        ctx = load_session(sys.stdin if args.session == "-" else args.session, _overrides(args))
     except ConfigError as exc:
         raise CliError(_flag_of_error(_name_flags(" ".join(str(exc).split())), args)) from None
     for warning in ctx.warnings:

@@ -27,9 +27,11 @@ so the GCM-era code paths stay as they are and each difference can be read
   frames and the nDPI capture show (the joiner opens with 1 / 0, the host
   answers 0 / 0, each then switches to its own random id) and what NC-old did.
 * **Replay protection**: H-A has no nonce, but its HMAC covers the header,
-  so the packet id is authenticated.  A packet with a packet id is judged on
-  that id, unwrapped to an unbounded counter per peer
-  (:class:`PacketIdReplayFilter`).  A packet with packet id 0 (connection
+  so the packet id and the timers are authenticated.  A packet with a packet
+  id is judged on that id, read as the nearest to the newest and taken at most
+  :data:`MAX_LEAP` ahead of it, and on its source timer, which must fit the
+  sender's clock (:class:`PacketIdReplayFilter`): ids come round every 65,536
+  packets, so the id alone cannot tell a datagram recorded minutes ago.  A packet with packet id 0 (connection
   set-up, join request) is judged, where a first contact is judged, on its
   HMAC trailer: an identical datagram is refused, a retransmission (new
   source timer, so new trailer) is not.
@@ -68,6 +70,7 @@ __all__ = [
     "make_header",
     "player_info",
     "plain_packets",
+    "received_nonce",
     "refusal",
     "replay_nonce",
     "rtt_port",
@@ -243,44 +246,99 @@ def make_header(profile: VersionProfile, peer: object, own_index: int | None, en
     )
 
 
-def replay_nonce(header: PacketHeader) -> bytes:
+def replay_nonce(header: PacketHeader, own_timer: int | None = None) -> bytes:
     """What the replay checks read of an authenticated H-A packet, in place of a GCM nonce.
 
-    ``01 ‖ packet id (2)`` for a packet with a packet id; ``00 ‖ HMAC trailer[:7]``
-    for one without, ``02 ‖ ...`` where its connection id is not 0 (its sender has no
-    station index yet, spec §1.3); the filters read the last 7 bytes, see the module docstring.
+    ``01 ‖ packet id (2)`` for a packet with a packet id, followed by its source timer
+    and *own_timer* (ours when it arrived, both 2 bytes) where the receiver gives it;
+    ``00 ‖ HMAC trailer[:7]`` for one without, ``02 ‖ ...`` where its connection id is
+    not 0 (its sender has no station index yet, spec §1.3); see the module docstring.
     """
     if header.packet_id:
-        return b"\x01" + header.packet_id.to_bytes(2, "big")
+        if own_timer is None or header.source_timer is None:
+            return b"\x01" + header.packet_id.to_bytes(2, "big")
+        return b"\x01" + bytes((
+            header.packet_id >> 8, header.packet_id & 0xFF, header.source_timer >> 8 & 0xFF,
+            header.source_timer & 0xFF, own_timer >> 8 & 0xFF, own_timer & 0xFF,
+        ))
     return (b"\x02" if header.connection_id else b"\x00") + bytes(header.tag[:7]).rjust(7, b"\0")
 
 
+def received_nonce(header: PacketHeader, peer: Any, now: float) -> bytes:
+    """:func:`replay_nonce` of a packet received from *peer* (a :class:`pianode.mesh.peer.Peer`, None:
+    a stranger) at *now*: with our own timer for a known peer, whose clock its source timer must fit."""
+    return replay_nonce(header, None if peer is None else peer.header_timers.source_timer(now))
+
+
 UNNUMBERED_KEPT = 256  # trailers of datagrams without a packet id remembered per numbered connection
+#: Packet ids remembered below the newest (a bitmap, 256 bytes a peer).
+ID_WINDOW = 1 << 11
+#: How far past the newest id a packet id is taken.  Ids come round every 65,536 packets (spec
+#: §1.4), so a recorded datagram is "ahead" again once its sender has sent 32,768 more; taken, it
+#: moved the window so far that the sender's real packets fell behind it and were refused until the
+#: sender was dropped as silent.  A jump of at most MAX_LEAP keeps them inside the window.  A real
+#: sender loses more packets in a row than this only while it is silent for longer than a station
+#: may be (60 frames a second: 17 s; NintendoClients' own rule takes at most 16, spec §1.4).
+MAX_LEAP = ID_WINDOW // 2
+#: How much later (behind) or earlier (ahead) than its sender's clock as this receiver knows it a
+#: packet's source timer may read, in ms (spec §1.5: the sender's session clock in ms, mod 2**16).
+#: Behind covers delay and reordering; ahead, a shorter delay than any seen so far.  A replayed
+#: datagram carries the timer of its recording: it passes only where the time since falls within
+#: this of a multiple of 65.536 s, and its packet id must then also lie just ahead of the newest.
+TIMER_BEHIND_MS = 2500
+TIMER_AHEAD_MS = 250
+#: For this long after the first numbered packet the clock estimate rises to any packet's (the
+#: first packets' delay is not the least); after it, by at most 1 ms a packet (clock drift).
+TIMER_SETTLE_MS = 2000
+
+
+def _signed16(value: int) -> int:
+    return ((value + 0x8000) & 0xFFFF) - 0x8000
 
 
 class PacketIdReplayFilter(NonceReplayFilter):
-    """The replay filter of an H-A peer: packet ids unwrapped to an unbounded counter.
+    """The replay filter of an H-A peer: packet ids and source timers (spec §1.4, §1.5).
 
-    A sender's packet ids to one station count up from 1 and skip 0 on rollover
-    (spec §1.4); each id is mapped to the nearest value of the counter, so a
-    reordered or rolled-over id needs no special case.  Packets without a packet
-    id pass until the connection's first numbered one (their freshness is judged at
-    first contact, see the module docstring).  After it, the sender knows our index and
-    numbers what it sends us (spec §1.3, §1.4): one without a packet id is a datagram it
-    sent a station without an index (a joiner), replayed, which kept a vanished station
-    alive forever; refused.  Only one whose sender has lost its own index (connection id 1:
-    joining again) passes, each once (its trailer remembered, :data:`UNNUMBERED_KEPT`), so
-    replays of its first join's datagrams keep it for a station timeout each at most.
+    Packet ids: a sender's ids to one station count up from 1 and skip 0 on rollover
+    (spec §1.4); each id is read as the nearest value to the newest one, and one at
+    most :data:`MAX_LEAP` past it or :data:`ID_WINDOW` below it, not seen before, is
+    new.  Source timers: the sender's clock in ms, which the HMAC covers too; the
+    filter keeps its offset from ours (the largest seen: the least delay) and refuses a
+    packet whose timer is off it by more than :data:`TIMER_BEHIND_MS` or
+    :data:`TIMER_AHEAD_MS` (a datagram recorded minutes ago, replayed once its packet
+    id came round again).
+
+    Packets without a packet id pass until the connection's first numbered one (their
+    freshness is judged at first contact, see the module docstring).  After it, the
+    sender knows our index and numbers what it sends us (spec §1.3, §1.4): one without a
+    packet id is a datagram it sent a station without an index (a joiner), replayed,
+    which kept a vanished station alive forever; refused.  Only one whose sender has
+    lost its own index (connection id 1: joining again) passes, each once (its trailer
+    remembered, :data:`UNNUMBERED_KEPT`), so replays of its first join's datagrams keep
+    it for a station timeout each at most.
     """
 
-    __slots__ = ("_high", "_unnumbered", "numbered")
+    __slots__ = ("_high", "_lead", "_seen", "_settle_from", "_unnumbered", "numbered")
 
-    def __init__(self, window: int = 1 << 9) -> None:
-        super().__init__(window)
+    def __init__(self) -> None:
+        super().__init__(1)  # (the base class's ring is not used: a bitmap of ID_WINDOW bits)
+        self.window = ID_WINDOW
         self._high: int | None = None
+        self._seen = 0  # bit k: the id k below the newest was seen
         #: Whether this connection sent a packet with a packet id (reset when its peer closes).
         self.numbered = False
         self._unnumbered: dict[bytes, None] = {}
+        self._lead: int | None = None  # the sender's clock minus ours, in ms, as the least delay shows it
+        self._settle_from: int | None = None  # our timer at the first numbered packet, until settled
+
+    def span(self) -> tuple[int, int] | None:
+        return None if self._high is None else (max(0, self._high - ID_WINDOW + 1), self._high)
+
+    def restart(self) -> None:
+        """A next connection from the same address: its handshake is judged at first contact, and
+        its sender's clock may have started again."""
+        self.numbered = False
+        self._lead = None
 
     def accept(self, nonce: bytes) -> bool:
         if not nonce or nonce[0] != 1:
@@ -292,19 +350,44 @@ class PacketIdReplayFilter(NonceReplayFilter):
             if len(self._unnumbered) > UNNUMBERED_KEPT:
                 del self._unnumbered[next(iter(self._unnumbered))]
             return True
-        if len(nonce) != 3:
-            raise DecodeError("an H-A replay value is 3 bytes")
-        return self.accept_value(int.from_bytes(nonce[1:], "big"))
+        if len(nonce) == 7:
+            if not self.timely(nonce[3] << 8 | nonce[4], nonce[5] << 8 | nonce[6]):
+                return False
+        elif len(nonce) != 3:
+            raise DecodeError("an H-A replay value is 3 or 7 bytes")
+        return self.accept_value(nonce[1] << 8 | nonce[2])
+
+    def timely(self, source_timer: int, own_timer: int) -> bool:
+        """Whether a packet's *source_timer* fits its sender's clock, read at *own_timer* (ours)."""
+        lead = _signed16(source_timer - own_timer)
+        if self._lead is None:
+            self._lead, self._settle_from = lead, own_timer
+            return True
+        off = _signed16(lead - self._lead)
+        settling = self._settle_from is not None and _signed16(own_timer - self._settle_from) < TIMER_SETTLE_MS
+        if off < -TIMER_BEHIND_MS or off > (TIMER_BEHIND_MS if settling else TIMER_AHEAD_MS):
+            return False
+        if off > 0:
+            self._lead = (self._lead + (off if settling else 1) + 0x8000) % 0x10000 - 0x8000
+        if not settling:
+            self._settle_from = None
+        return True
 
     def accept_value(self, value: int) -> bool:
         self.numbered = True
         value &= 0xFFFF
         if self._high is None:
-            self._high = value
-        delta = (value - self._high) & 0xFFFF
-        if delta >= 0x8000:
-            delta -= 0x10000
-        unwrapped = self._high + delta
-        if unwrapped > self._high:
-            self._high = unwrapped
-        return super().accept_value(unwrapped + (1 << 20))  # kept positive
+            self._high, self._seen = value, 1
+            return True
+        ahead = _signed16(value - self._high)
+        if ahead > 0:
+            if ahead > MAX_LEAP:
+                return False
+            self._high += ahead
+            self._seen = (self._seen << ahead | 1) & ((1 << ID_WINDOW) - 1)
+            return True
+        bit = 1 << -ahead
+        if -ahead >= ID_WINDOW or self._seen & bit:
+            return False
+        self._seen |= bit
+        return True

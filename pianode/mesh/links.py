@@ -214,7 +214,7 @@ class Links:
             # address starts a new counter, which may be lower.
             until = peer.last_heard + 2 * self.config.station_timeout
             if isinstance(peer.replay, legacy.PacketIdReplayFilter):
-                peer.replay.numbered = False  # a next connection's handshake is judged at first contact
+                peer.replay.restart()  # a next connection: judged at first contact, its clock anew
             remember(self._retired_replay, peer.address, (peer.replay, until, peer.variable_id), RETIRED_REPLAY_LIMIT)
             if left is not None:
                 # A station's leave request can arrive before datagrams it sent earlier (a

@@ -437,7 +437,7 @@ class MeshSession:
         header = packet.header
         if self._legacy:
             # <= 5.6: the HMAC (checked by the codec) covers the header; the replay checks read it.
-            codec.last_nonce = legacy.replay_nonce(header)
+            codec.last_nonce = legacy.received_nonce(header, peer, now)
         if header.encrypted is self._plain:
             # The codec accepts plaintext 5.7+ packets (captures have them); a
             # node with a session key never does: they carry no tag.  Local play

@@ -29,9 +29,12 @@ def plugin_dir(environ: dict[str, str] | None = None) -> Path:
     configuration folder, not this one), on Windows ``%APPDATA%\\Wireshark\\plugins``.
     """
     env = dict(os.environ if environ is None else environ)
-    asked = _ask_tshark(env)
-    if asked is not None:
-        return asked
+    # tshark lists one folder a line: a HOME (or APPDATA) with a line break in it comes out cut at
+    # the break, naming another folder than the one Wireshark loads from; then the rule below holds.
+    if not any(c in env.get(name, "") for name in ("HOME", "APPDATA") for c in "\r\n"):
+        asked = _ask_tshark(env)
+        if asked is not None:
+            return asked
     if os.name == "nt" and env.get("APPDATA"):
         return Path(env["APPDATA"]) / "Wireshark" / "plugins"
     home = Path(env["HOME"]) if env.get("HOME") else Path.home()

@@ -107,3 +107,70 @@ def test_forms_under_loss_duplication_and_reordering(version: str, network: str)
         h.run_for(3.0)
         assert [e.data for e in h.events[0] if type(e).__name__ == "DataReceived"] == [b"ping"], f"seed {seed}"
         assert [e.data for e in h.events[3] if type(e).__name__ == "DataReceived"] == [b"pong"], f"seed {seed}"
+
+
+def _timed(packet_id: int, source_timer: int, own_timer: int) -> bytes:
+    return legacy.replay_nonce(PacketHeader(True, packet_id, 9, source_timer=source_timer, destination_timer=0), own_timer)
+
+
+def test_replay_filter_takes_a_packet_id_at_most_max_leap_ahead() -> None:
+    f = legacy.PacketIdReplayFilter()
+    assert f.accept_value(100)
+    assert not f.accept_value(100 + legacy.MAX_LEAP + 1)  # (spec §1.4: a recorded id come round again)
+    assert f.accept_value(100 + legacy.MAX_LEAP)
+    # The sender's own next packets, MAX_LEAP behind, are still inside the window.
+    assert all(f.accept_value(i) for i in range(101, 140))
+    assert not f.accept_value(120)
+    high = 100 + legacy.MAX_LEAP
+    assert not f.accept_value(high - legacy.ID_WINDOW) and f.accept_value(high - legacy.ID_WINDOW + 1)
+    # Far behind, or just past half the id space ahead: refused either way.
+    assert not f.accept_value((high + 0x8001) & 0xFFFF) and not f.accept_value((high + 0x7FFF) & 0xFFFF)
+
+
+def test_replay_filter_judges_source_timers_against_the_senders_clock() -> None:
+    f = legacy.PacketIdReplayFilter()
+    assert f.accept(_timed(1, 50_000, 1_000))  # the sender's clock leads ours by 49,000 ms
+    # Settling (2 s): a packet that took less time than the first raises the estimate.
+    assert f.accept(_timed(2, 50_600, 1_500))  # 100 ms earlier than the first's delay suggests
+    # Settled (the sender's clock reads 52,400 when ours reads 3,300):
+    assert f.accept(_timed(3, 52_000, 3_200))  # on time (300 ms of delay, within 2.5 s)
+    assert not f.accept(_timed(4, 52_400 - 2_600, 3_300))  # 2.6 s late: recorded long ago
+    assert not f.accept(_timed(5, 52_400 + 300, 3_300))  # 300 ms early: no delay is that much shorter
+    assert f.accept(_timed(6, 52_400 + 200, 3_300))  # 200 ms early: a shorter delay than any before
+    assert not f.accept(_timed(7, 52_400 + 400, 3_300))  # (the estimate rose by 1 ms, not by 200)
+    # Timers wrap at 2**16 ms on both sides.
+    assert f.accept(_timed(8, (52_400 + 65_000) & 0xFFFF, (3_300 + 65_000) & 0xFFFF))
+    # A timer refused leaves its packet id unseen: the real packet with that id still counts.
+    assert f.accept(_timed(4, (52_400 + 65_000) & 0xFFFF, (3_300 + 65_000) & 0xFFFF))
+
+
+def test_replay_filter_clock_starts_again_on_a_next_connection() -> None:
+    f = legacy.PacketIdReplayFilter()
+    assert f.accept(_timed(1, 30_000, 1_000)) and f.accept(_timed(2, 30_100, 1_100))
+    assert not f.accept(_timed(3, 5_000, 1_200))  # a restarted sender's clock, on the old connection
+    f.restart()  # (pianode.mesh.links, when the connection closes)
+    assert f.accept(_timed(3, 5_000, 1_200)) and f.accept(_timed(4, 5_100, 1_300))
+
+
+def test_real_splatoon2_flows_pass_the_timer_and_id_checks_and_their_replays_do_not(captures) -> None:
+    """Every numbered packet of the nDPI Splatoon 2 capture (Pia <= 5.6 over the internet, jitter of
+    tens of ms) passes, judged at the capture's own times; the same flow replayed a minute later does not."""
+    from pianode.capture.pcap import open_capture
+
+    flows: dict[tuple[str, str, int], list[tuple[float, int, int]]] = {}
+    with open_capture(captures / "nDPI-nintendo.pcap") as capture:
+        datagrams = list(capture)
+    for d in datagrams:
+        p = d.data
+        if p[:4] == b"\x32\xab\x98\x64" and p[5] not in (0, 1) and int.from_bytes(p[6:8], "big"):
+            flows.setdefault((d.src, d.dst, p[5]), []).append(
+                (d.time, int.from_bytes(p[6:8], "big"), int.from_bytes(p[8:10], "big"))
+            )
+    assert len(flows) == 12 and sum(map(len, flows.values())) == 723
+    for key, packets in flows.items():
+        f = legacy.PacketIdReplayFilter()
+        start = packets[0][0]
+        own = [int((t - start) * 1000 + 7_000) & 0xFFFF for t, _, _ in packets]  # the receiver's clock
+        assert all(f.accept(_timed(pid, st, at)) for (_, pid, st), at in zip(packets, own, strict=True)), key
+        late = int((packets[-1][0] - start + 60) * 1000 + 7_000) & 0xFFFF  # a minute after the last
+        assert not any(f.accept(_timed(pid, st, late)) for _, pid, st in packets), key
