@@ -157,6 +157,13 @@ class StationHandshake:
             # (MeshSession._receive_packet), never here.
             return
         self._links.learn(peer, msg.location.constant_id, msg.location.variable_id)
+        if self._links.variable_id_taken(peer):
+            # 6.x: a station naming our variable id or a member's (see Links.variable_id_taken) is refused,
+            # as the host refuses its join (Membership._on_join_request); it may ask again as another.
+            self._tally.drop(DropReason.IDENTITY_MISMATCH)
+            deny = wire.encode_connect_deny(self.profile, (peer.constant_id, peer.variable_id), 1)
+            self._outbox.enqueue(peer, Proto.STATION, 0, deny)
+            return
         if msg.inverse:
             # We initiated; this is the peer's inverse request (<= 5.26).
             if self._inverse_id and msg.inverse_conn_id != peer.own_conn_id:
@@ -303,9 +310,7 @@ class StationHandshake:
         if seen is None or peer.last_heard > seen:
             # First sign, or the old identity spoke since the last one: probe it and wait.
             peer.restart_seen = now
-            self._outbox.enqueue(
-                peer, Proto.RTT, legacy.rtt_port(self.profile), wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now))
-            )
+            self._links.ask_rtt(peer, legacy.rtt_port(self.profile), now)
             self._tally.counters["restart_probes"] += 1
             self._tally.drop(DropReason.UNCONFIRMED_RESTART)
             return False

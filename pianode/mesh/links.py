@@ -80,6 +80,9 @@ PROVISIONAL_PER_IP = 8  # peers without a station index from one IP
 FENCE_MARGIN = 1 << 24
 FENCES_PER_ADDRESS = 4  # earlier incarnations fenced off per address
 FENCED_ADDRESSES = 1024
+#: Our RTT requests to one peer remembered until answered (see Links.ask_rtt): a probe every
+#: rtt_interval and, in 6.32+, one per keep-alive interval, well within a station timeout.
+RTT_ASKED = 16
 
 
 _V = TypeVar("_V")
@@ -140,6 +143,9 @@ class Links:
         #: 6.16-6.30: header nonces name their sender (pianode.mesh.replay.sender_bound_nonce).
         self._sender_bound = session6.is_pia6(self.profile) and self.profile.message_format is MessageFormat.F
         self._rtt_port = legacy.rtt_port(self.profile)
+        self._own_variable_id = own_variable_id
+        #: 6.x: no two stations we talk to share a 16-bit variable id (see variable_id_taken).
+        self._unique_variable_ids = session6.is_pia6(self.profile)
         #: M-A messages carry source constant id 0 (pianode.mesh.legacy): nothing to check there.
         self._message_ids = self.profile.message_format is not MessageFormat.A
         self._never_joined = config.join_timeout + config.station_timeout
@@ -180,6 +186,8 @@ class Links:
             peer.replay = ReceiverBoundReplayFilter(self._bound_to)
         elif self._sender_bound:
             peer.replay = SenderBoundReplayFilter(peer)
+        else:
+            peer.replay = NonceReplayFilter(floor=True)
         retired = self._retired_replay.pop(addr, None)
         self._left.pop(addr, None)
         if retired is not None and now < retired[1]:
@@ -341,6 +349,24 @@ class Links:
         peer.variable_id = variable_id
         self.membership_changed()
 
+    def variable_id_taken(self, peer: Peer) -> bool:
+        """6.x: whether *peer*'s variable id is ours or a member's at another address.
+
+        The 16-bit variable id is how a 6.x footer names a receiver (spec §1.6) and, from 6.32, how a
+        header nonce does (pianode.mesh.replay.receiver_bound_nonce): what we sealed for a station that
+        names a member's, replayed to the member from our address, would be taken there as ours to it
+        (our acks of its data among them, which make the member drop what it sent us and we never got).
+        """
+        if not self._unique_variable_ids or not peer.variable_id:
+            return False
+        tag = peer.variable_id & 0xFFFF
+        if tag == self._own_variable_id & 0xFFFF:
+            return True
+        return any(
+            p is not peer and p.index is not None and p.variable_id & 0xFFFF == tag and p.state is not PeerState.CLOSED
+            for p in self.peers.values()
+        )
+
     def set_index(self, peer: Peer, index: int | None) -> None:
         peer.index = index
         self.membership_changed()
@@ -421,11 +447,17 @@ class Links:
 
     def fresh(self, peer: Peer, value: int, now: float) -> bool:
         """An authentic packet that names *peer*: refuse it if its nonce (*value*,
-        see :func:`pianode.mesh.replay.nonce_value`) was seen, else count it as heard."""
+        see :func:`pianode.mesh.replay.nonce_value`) was seen, else count it as heard.
+
+        Heard, for the station timeout, only when its nonce is the highest yet from the peer (5.7+:
+        NonceReplayFilter.advanced).  What a station sent one without an index names no receiver
+        (destination 0, spec §2.5): replayed to us after the station vanished, below what it last sent
+        us but new to our filter, it kept the station in the mesh for as long as the replays lasted."""
         if not peer.replay.accept_value(value):
             self._tally.drop(DropReason.REPLAYED)
             return False
-        peer.last_heard = now
+        if peer.replay.advanced:
+            peer.last_heard = now
         peer.packets_received += 1
         self._tally.counters["packets_received"] += 1
         return True
@@ -544,14 +576,12 @@ class Links:
                 if self._has_keepalive:
                     self._host.enqueue(peer, Proto.KEEP_ALIVE, 0, b"")
                 else:  # 6.32+ lists no Keep Alive protocol (spec §5.1): an RTT request fills the silence
-                    self._host.enqueue(peer, Proto.RTT, 1, wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now)))
+                    self.ask_rtt(peer, 1, now)
                 peer.next_keepalive = now + self.config.keepalive_interval
             else:
                 peer.next_keepalive = quiet_since
         if peer.connected and now >= peer.next_rtt:
-            self._host.enqueue(
-                peer, Proto.RTT, self._rtt_port, wire.encode_rtt(self.profile, False, self._host.rtt_ticks(now))
-            )
+            self.ask_rtt(peer, self._rtt_port, now)
             # Each station every rtt_interval, but no more than rtt_probe_rate
             # probes a second from this node in all: RTT traffic stays bounded
             # however many stations the mesh has.
@@ -569,13 +599,39 @@ class Links:
         self._next_rtt_slot = slot + 1.0 / self.config.rtt_probe_rate
         return slot
 
+    def ask_rtt(self, peer: Peer, port: int, now: float) -> None:
+        """Send *peer* an RTT request (on *port*) and remember it, so that only its answer gives a sample.
+
+        A request already waiting with the same time (two asked in one instant) is not sent twice.
+        At most :data:`RTT_ASKED` requests are remembered, none longer than a station timeout: a
+        peer that answers none of them is dropped at its station timeout anyway."""
+        ticks = self._host.rtt_ticks(now)
+        asked = peer.rtt_asked
+        if ticks in asked:
+            return
+        stale = now - self.config.station_timeout
+        for old in [t for t, sent in asked.items() if sent < stale]:
+            del asked[old]
+        if len(asked) >= RTT_ASKED:
+            del asked[next(iter(asked))]
+        asked[ticks] = now
+        self._host.enqueue(peer, Proto.RTT, port, wire.encode_rtt(self.profile, False, ticks))
+
     def on_rtt(self, peer: Peer, payload: bytes, now: float) -> None:
-        """An RTT protocol message from *peer*: answer a request, take a sample from a response."""
+        """An RTT protocol message from *peer*: answer a request, take a sample from a response.
+
+        A response echoes the time of the request it answers (spec §5.6), which only the requester
+        knows the meaning of: one that echoes no request of ours still waiting (an answer to nothing,
+        a second answer to one request) is dropped.  Before, any response gave a sample: a member
+        that echoed 0 or the present time made the round trip reported for it (``stations()``) the
+        session's age or nothing."""
         is_response, ticks = wire.decode_rtt(self.profile, payload)
         if not is_response:
             self._tally.counters["rtt_requests_received"] += 1
             self._host.enqueue(peer, Proto.RTT, self._rtt_port, wire.encode_rtt(self.profile, True, ticks))
             return
-        sent = self._started + ticks / 1_000_000
-        if sent <= now:
-            peer.rtt.on_sample(now - sent, now)
+        sent = peer.rtt_asked.pop(ticks, None)
+        if sent is None or sent > now:
+            self._tally.drop(DropReason.UNEXPECTED)
+            return
+        peer.rtt.on_sample(now - sent, now)

@@ -83,6 +83,8 @@ class Membership:
     ) -> None:
         self.config = config
         self.profile = session6.session_profile(config.profile)  # 6.x: pianode's session management (pia6)
+        #: 6.x: no two members share a variable id (see _on_join_request).
+        self._unique_variable_ids = session6.is_pia6(config.profile)
         self.local = local
         self.local_address = local.address
         self._links = links
@@ -305,7 +307,12 @@ class Membership:
             self._ack(peer, msg.ack_id)
             self._on_join_response(peer, msg, now)
         elif isinstance(msg, wire.JoinDenied):
-            if not self.joined:
+            # Only the host we asked answers our join (spec §5.4: the join request goes to the host).
+            # Before, a denial from any connected station ended a join: a member that connected to a
+            # station joining (or joining again, _rejoin) stopped it with one message.
+            if self.joined or peer.address != self.join_host:
+                self._tally.drop(DropReason.NOT_HOST)
+            else:
                 self.fail_join(f"join denied: {msg.reason_text}", now)
         elif isinstance(msg, wire.UpdateMesh):
             self._on_update_mesh(peer, msg, now)
@@ -332,6 +339,17 @@ class Membership:
                 self._tally.counters["join_requests_repeated"] += 1
                 return
             self._answer_join(peer, entry.index, now)
+            return
+        if self._unique_variable_ids and any(
+            e.variable_id & 0xFFFF == peer.variable_id & 0xFFFF for e in self.table.entries()
+        ):
+            # 6.x: the variable id (16 bits) is how a group packet's footer names a receiver (spec §1.6) and,
+            # from 6.32, how a header nonce names its receiver (pianode.mesh.replay.receiver_bound_nonce): two
+            # members with one variable id could each take what the mesh seals for the other (a datagram the
+            # host sent one, replayed to the other from the host's address).  The joiner is refused, saying
+            # why; a station draws its variable id at random, so a new attempt (a new session) draws another.
+            self._tally.counters["joins_denied"] += 1
+            self._outbox.enqueue(peer, Proto.MESH, 0, wire.encode_join_deny(self.profile, wire.DENY_VARIABLE_ID_IN_USE))
             return
         try:
             entry = self.table.add(peer.constant_id, peer.variable_id, peer.address)
@@ -454,6 +472,10 @@ class Membership:
         # elect if our host went may send one too (it saw the host go before we
         # did): that one is kept until we see the host go and elect it ourselves,
         # so a member cannot make itself host while the host is there.
+        # What this cannot stop without leaving the documented protocol: an update carries nothing but
+        # the shared key to prove it (spec §5.4), so the host itself may send different stations different
+        # tables (a split mesh), and the successor's held update is taken as the new host's table once the
+        # host goes; a station believes its host, as every Pia station does.
         successor = False
         if self.joined:
             allowed = peer.index is not None and msg.host_index == peer.index

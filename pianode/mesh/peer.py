@@ -119,6 +119,9 @@ class Peer:
     restart_seen: float | None = None
     #: The nonces (as the replay filter reads them) of those requests: a replayed one proves nothing.
     restart_nonces: set[int] = attrs.field(factory=set)
+    #: Our RTT requests to this peer still unanswered: the time each carried (what a response echoes,
+    #: spec §5.6) and when it went out (see :meth:`pianode.mesh.links.Links.ask_rtt`).
+    rtt_asked: dict[int, float] = attrs.field(factory=dict)
     #: Time of this peer's live entry in the link registry's timer heap (None: none).
     scheduled: float | None = None
     #: ``state is CONNECTED``, kept as a plain flag: it is read several times per datagram.

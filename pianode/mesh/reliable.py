@@ -575,6 +575,19 @@ class ReliableWindow:
         flags, stream, seq, low, payload = decode_segment_fields(data, self._layout)
         return self._receive(flags, stream, seq, low, payload, now)
 
+    def carries_data(self, data: bytes) -> bool:
+        """Whether *data*, a message payload, is a segment with data (one this window would acknowledge);
+        False for an ack, or bytes that are no segment of the layout (left to :meth:`receive_message`)."""
+        if self._legacy:
+            try:
+                return bool(decode_segment(data, _V5_12).header.flags & _HAS_PAYLOAD)
+            except DecodeError:
+                return False
+        try:
+            return bool(decode_segment_fields(data, self._layout)[0] & _HAS_PAYLOAD)
+        except DecodeError:
+            return False
+
     def receive(self, header: object, payload: bytes, now: float) -> list[bytes]:
         """Process one received segment; return the messages now deliverable, in order."""
         if isinstance(header, LegacyWindowHeader) and self._legacy:

@@ -20,6 +20,19 @@ about 16 packets of reordering when a sender spreads its counter over 31
 stations unicast, about 500 when it broadcasts group packets; a reordered
 packet older than that is dropped as a replay, and a reliable one is resent).
 
+With *floor*, nothing below the first value accepted is new either: a sender's one counter runs
+over all its receivers (spec §3.2), so what it sent before its first packet to us
+(the connection request, or its response to ours) went to other stations, or to
+an earlier incarnation of the station at our address.  From 5.27 to 5.45 nothing
+under the tag names the receiver's identity (the destination bits name an index,
+which a station that joins again from the same address may hold again; before
+5.27 the nonce holds the connection id the sender drew for its receiver, from 6.32
+pianode's receiver-bound HN the receiver's variable id, which a new session may
+draw again), so without this floor what a member sent the station before us there,
+replayed to us, was new to our fresh filter whenever it lay within the window.  (A packet the sender
+sent us just after its first one and that arrives before it is refused too: the
+start of a link, where a reliable message is resent and a lost frame is one frame.)
+
 *Fences* refuse the values an earlier incarnation of the station at the same
 address used (:meth:`NonceReplayFilter.span`, set by ``pianode.mesh.links``):
 a restarted station's counter starts anywhere, so its filter starts empty, and
@@ -49,12 +62,19 @@ def nonce_value(nonce: bytes) -> int:
 
 
 class NonceReplayFilter:
-    __slots__ = ("_low", "_mask", "_slots", "_top", "fences", "window")
+    __slots__ = ("_low", "_mask", "_slots", "_top", "advanced", "fences", "floor", "window")
 
-    def __init__(self, window: int = 1 << 9) -> None:
+    def __init__(self, window: int = 1 << 9, *, floor: bool = False) -> None:
         if window <= 0 or window & (window - 1):
             raise ValueError(f"window must be a power of two, got {window}")
         self.window = window
+        #: Refuse what lies below the first value accepted (see the module docstring): for nonces of
+        #: one counter per sender (5.7+); not for per-connection packet ids (pianode.mesh.legacy).
+        self.floor = floor
+        #: Whether the last value accepted was the highest yet (always True without *floor*).  Only such a
+        #: value shows its sender is still there: one below may have waited for its replay (see the module
+        #: docstring), so the links count a station as heard from on these alone.
+        self.advanced = True
         self._mask = window - 1
         self._top = -1
         self._low = _EMPTY
@@ -79,8 +99,11 @@ class NonceReplayFilter:
                 self._low = value
             self._top = value
             self._slots[value & self._mask] = value
+            self.advanced = True
             return True
         if self._top - value >= self.window:
+            return False
+        if value < self._low and self.floor:
             return False
         slot = value & self._mask
         if self._slots[slot] == value:
@@ -88,6 +111,7 @@ class NonceReplayFilter:
         self._slots[slot] = value
         if value < self._low:
             self._low = value
+        self.advanced = not self.floor
         return True
 
 
@@ -101,6 +125,11 @@ class NonceReplayFilter:
 #: the counter one per node as before (so HNs never repeat); receiver 0 for a group packet (its receivers
 #: are in its encrypted footer, §1.6) and for a packet to a station whose variable id is not known yet
 #: (a joiner's connection request).  The filter reads those bytes (the last 7 of every nonce).
+#: Limits: the HN names the receiver, not the sender, and the nonce's prefix names the sender's IP only
+#: (§3.2): of two stations behind one IP (other ports), what one sealed for a station, replayed to it from
+#: the other's address, authenticates as the other's (each station has an IP of its own on LDN and in
+#: pianode's runs).  And a member, which holds the key, can seal anything under any nonce: from a spoofed
+#: source address it can speak for any station; nothing in the documented protocol can tell.
 RECEIVER_SHIFT = 40
 COUNTER_MASK = (1 << RECEIVER_SHIFT) - 1
 
@@ -118,9 +147,9 @@ class ReceiverBoundReplayFilter(NonceReplayFilter):
     __slots__ = ("_own", "_unbound")
 
     def __init__(self, own_variable_id: int, window: int = 1 << 9) -> None:
-        super().__init__(window)
+        super().__init__(window, floor=True)
         self._own = own_variable_id & 0xFFFF
-        self._unbound = NonceReplayFilter(window)
+        self._unbound = NonceReplayFilter(window, floor=True)
 
     def span(self) -> tuple[int, int] | None:
         spans = [s for s in (super().span(), self._unbound.span()) if s is not None]
@@ -132,7 +161,10 @@ class ReceiverBoundReplayFilter(NonceReplayFilter):
             return super().accept_value(counter)
         if receiver or (self.fences and any(low <= counter <= high for low, high in self.fences)):
             return False
-        return self._unbound.accept_value(counter)
+        if not self._unbound.accept_value(counter):
+            return False
+        self.advanced = self._unbound.advanced
+        return True
 
 
 #: Pia 6.16-6.30 (H-F, M-F) nonces name the sender by its IP at most: LAN and LDN by the IP (with the
@@ -159,7 +191,7 @@ class SenderBoundReplayFilter(NonceReplayFilter):
     __slots__ = ("owner",)
 
     def __init__(self, owner: object = None, window: int = 1 << 9) -> None:
-        super().__init__(window)
+        super().__init__(window, floor=True)
         self.owner = owner
 
     def accept_value(self, value: int) -> bool:

@@ -62,7 +62,7 @@ from protocols.pia.message import Message
 from protocols.pia.packet import PacketCodec
 from protocols.pia.packet_fast import StreamOpener
 from protocols.pia.packet_values import LoneMessage, Packet
-from protocols.pia.versions import Proto
+from protocols.pia.versions import MessageFormat, Proto
 
 __all__ = ["COUNTERS", "DropReason", "MeshSession", "Peer", "PeerState", "StationStats", "own_address_refusal"]
 
@@ -414,7 +414,7 @@ class MeshSession:
             if not peer.replay.accept_value(int.from_bytes(codec.last_nonce[-7:], "big")):
                 self._tally.drop(DropReason.REPLAYED)
                 return
-            peer.last_heard = now
+            peer.last_heard = now if peer.replay.advanced else peer.last_heard  # (see Links.fresh)
             peer.packets_received += 1
             counters = self.counters
             counters["packets_received"] += 1
@@ -487,7 +487,7 @@ class MeshSession:
             peer = links.new_peer(addr, initiator=False, now=now)
             if retired is None:
                 peer.replay.accept(nonce)
-        peer.last_heard = now
+        peer.last_heard = now if peer.replay.advanced else peer.last_heard  # (see Links.fresh)
         if header.source_timer is not None and header.destination_timer is not None:
             sample = peer.header_timers.on_receive(header.source_timer, header.destination_timer, now)
             if sample is not None:
@@ -646,7 +646,7 @@ class MeshSession:
                     self._tally.drop(DropReason.UNEXPECTED)
             elif proto is Proto.STATION:
                 self.handshake.on_message(peer, wire.decode_station(self.handshake.profile, payload), now)
-            elif not peer.connected:
+            elif not peer.connected or _unacknowledgeable(self, peer, proto, port, payload):
                 self._tally.drop(DropReason.UNEXPECTED)
             elif proto is Proto.MESH:
                 if port == 1:
@@ -675,6 +675,29 @@ class MeshSession:
                 self._tally.drop(DropReason.UNEXPECTED)
         except DecodeError:
             self._tally.drop(DropReason.MALFORMED)
+
+
+def _unacknowledgeable(session: MeshSession, peer: Peer, proto: Proto | None, port: int, payload: bytes) -> bool:
+    """Whether a message from connected *peer* is a reliable window's segment with data that we must not
+    take (and so not acknowledge): 5.7-6.30 takes window data (the Reliable protocol's, the mesh protocol's
+    port 1) only from a station with an index.
+
+    Our ack of what a station without one sent would name no receiver (destination 0, spec §2.5), and
+    nothing else under the tag names it (§3.1, §3.2): a key holder that connected without joining sent
+    us reliable data, and our acks, replayed to a member from our address, acknowledged there the
+    member's own segments to us, which we never received and it then dropped for good.  A station's data
+    sent before it has its index here is resent by its window once it has.  (6.32+: the header nonce
+    names the receiver, receiver_bound_nonce; <= 5.6: pianode.mesh.legacy's rules.)
+    """
+    if peer.index is not None or session._legacy or session.profile.message_format is MessageFormat.G:
+        return False
+    if proto is Proto.RELIABLE:
+        window = peer.data_window
+    elif proto is Proto.MESH and port == 1:
+        window = peer.mesh_window
+    else:
+        return False
+    return window is not None and window.carries_data(payload)
 
 
 def _unreachable(index: int, leaving: bool) -> str:
@@ -740,7 +763,8 @@ def _receive_batch(session: MeshSession, batch: Sequence[tuple[bytes, tuple[str,
             if not peer.replay.accept_value(int.from_bytes(codec.last_nonce[-7:], "big")):
                 session._tally.drop(DropReason.REPLAYED)
                 continue
-            peer.last_heard = now
+            if peer.replay.advanced:  # (see Links.fresh)
+                peer.last_heard = now
             peer.packets_received += 1
             delivered += 1
             handler = session.data_handler

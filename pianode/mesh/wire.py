@@ -59,7 +59,9 @@ __all__ = [
 MAX_TRIES = 12
 DENY_MESH_FULL = 1
 DENY_NOT_HOST = 2
-_DENY_TEXT = {DENY_MESH_FULL: "mesh full", DENY_NOT_HOST: "not the host"}
+#: 6.x (pianode's own meshes): the joiner's variable id is a member's (undocumented reasons are free, spec §5.4).
+DENY_VARIABLE_ID_IN_USE = 3
+_DENY_TEXT = {DENY_MESH_FULL: "mesh full", DENY_NOT_HOST: "not the host", DENY_VARIABLE_ID_IN_USE: "variable id in use"}
 
 
 

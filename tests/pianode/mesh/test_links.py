@@ -6,6 +6,7 @@ import pytest
 from mesh_parts import build
 
 from pianode.mesh import wire
+from pianode.mesh.links import RTT_ASKED
 from pianode.mesh.peer import PeerState
 from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
@@ -98,8 +99,31 @@ def test_an_rtt_request_is_answered_and_a_response_sampled() -> None:
     peer = links.new_peer(A, initiator=True, now=0.0)
     links.on_rtt(peer, wire.encode_rtt(p.config.profile, False, 1234), 0.5)
     assert ("enqueue", A, Proto.RTT, 1) in p.host.calls and p.tally.counters["rtt_requests_received"] == 1
+    links.ask_rtt(peer, 1, 0.25)
     links.on_rtt(peer, wire.encode_rtt(p.config.profile, True, 250_000), 0.3)
     assert peer.rtt.smoothed == pytest.approx(0.05)
+
+
+def test_an_rtt_response_sampled_only_for_a_request_still_waiting() -> None:
+    """A response that echoes no request of ours (spec §5.6), or answers one a second time, gives no
+    sample and is counted as a drop; requests older than a station timeout are forgotten."""
+    p = build(membership=False)
+    links = p.links
+    peer = links.new_peer(A, initiator=True, now=0.0)
+    links.on_rtt(peer, wire.encode_rtt(p.config.profile, True, 0), 20.0)
+    assert peer.rtt.samples == 0 and p.tally.drops["unexpected"] == 1
+    links.ask_rtt(peer, 1, 1.0)
+    links.ask_rtt(peer, 1, 1.0)  # the same instant: one request
+    assert sum(1 for c in p.host.calls if c[:3] == ("enqueue", A, Proto.RTT)) == 1
+    links.on_rtt(peer, wire.encode_rtt(p.config.profile, True, 1_000_000), 1.01)
+    links.on_rtt(peer, wire.encode_rtt(p.config.profile, True, 1_000_000), 1.02)
+    assert peer.rtt.samples == 1 and peer.rtt.latest == pytest.approx(0.01) and p.tally.drops["unexpected"] == 2
+    links.ask_rtt(peer, 1, 2.0)
+    links.ask_rtt(peer, 1, 2.0 + p.config.station_timeout + 1)
+    assert list(peer.rtt_asked) == [links._host.rtt_ticks(2.0 + p.config.station_timeout + 1)]
+    for i in range(100):
+        links.ask_rtt(peer, 1, 100.0 + i / 100)
+    assert len(peer.rtt_asked) == RTT_ASKED
 
 
 def test_identity_and_replay_checks_count_their_drops() -> None:

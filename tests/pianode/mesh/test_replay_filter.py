@@ -1,5 +1,6 @@
 """NonceReplayFilter against a plain model: a nonce value is accepted once, never
-again, and never when it is ``window`` or more below the highest value seen."""
+again, and never when it is ``window`` or more below the highest value seen or
+(with ``floor``) below the first value accepted."""
 
 from __future__ import annotations
 
@@ -14,13 +15,19 @@ def nonce(value: int) -> bytes:
 
 
 class Model:
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, floor: bool = False) -> None:
         self.window = window
+        self.floor = floor
         self.seen: set[int] = set()
         self.top = -1
+        self.first: int | None = None
 
     def accept(self, value: int) -> bool:
         if value in self.seen or value <= self.top - self.window:
+            return False
+        if self.first is None:
+            self.first = value
+        elif value < self.first and self.floor:
             return False
         self.seen.add(value)
         self.top = max(self.top, value)
@@ -34,12 +41,40 @@ def test_in_order_then_every_replay_refused() -> None:
 
 
 def test_reordered_within_window_accepted_once() -> None:
-    f = NonceReplayFilter(window=64)
+    f = NonceReplayFilter(window=64, floor=True)
+    assert f.accept(nonce(30))
     assert f.accept(nonce(100))
     assert f.accept(nonce(90))  # late but inside the window
     assert not f.accept(nonce(90))
     assert f.accept(nonce(37))  # 63 below the top: the oldest value still tracked
     assert not f.accept(nonce(36))  # 64 below: too old to judge, refused
+
+
+def test_nothing_below_the_first_value_is_new() -> None:
+    """What the sender sent before its first packet to us went to other stations (one counter for
+    all its receivers, spec §3.2), or to the station at our address before us: refused, even within
+    the window."""
+    f = NonceReplayFilter(window=64, floor=True)
+    assert f.accept(nonce(1000))
+    assert not f.accept(nonce(999)) and not f.accept(nonce(990))
+    assert f.accept(nonce(1010)) and f.accept(nonce(1005))
+    assert not f.accept(nonce(999))
+    assert f.span() == (1000, 1010)
+    g = NonceReplayFilter(window=64)  # per-connection packet ids (pianode.mesh.legacy): no floor
+    assert g.accept(nonce(1000)) and g.accept(nonce(999)) and g.span() == (999, 1000)
+
+
+def test_only_a_value_beyond_the_highest_advances() -> None:
+    """With floor, ``advanced`` says whether the value accepted last was the highest yet (only such a one
+    shows the sender is still there); without, it stays True (per-connection packet ids, <= 5.6)."""
+    f = NonceReplayFilter(window=64, floor=True)
+    assert f.accept(nonce(100)) and f.advanced
+    assert f.accept(nonce(105)) and f.advanced
+    assert f.accept(nonce(103)) and not f.advanced
+    assert not f.accept(nonce(103))
+    assert f.accept(nonce(106)) and f.advanced
+    g = NonceReplayFilter(window=64)
+    assert g.accept(nonce(100)) and g.accept(nonce(99)) and g.advanced
 
 
 def test_only_the_last_seven_bytes_count() -> None:
@@ -61,21 +96,22 @@ def test_jump_beyond_window_forgets_the_past() -> None:
 @given(
     st.sampled_from([8, 64, 1024]),
     st.lists(st.integers(min_value=0, max_value=20_000), min_size=1, max_size=400),
+    st.booleans(),
 )
-def test_matches_model(window: int, values: list[int]) -> None:
-    f = NonceReplayFilter(window=window)
-    model = Model(window)
+def test_matches_model(window: int, values: list[int], floor: bool) -> None:
+    f = NonceReplayFilter(window=window, floor=floor)
+    model = Model(window, floor)
     for v in values:
         assert f.accept(nonce(v)) == model.accept(v), v
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=600))
-def test_long_runs_stay_bounded_and_exact(steps: list[int]) -> None:
+@given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=600), st.booleans())
+def test_long_runs_stay_bounded_and_exact(steps: list[int], floor: bool) -> None:
     # Many small forward steps: the ring wraps many times and stays exact.
     window = 64
-    f = NonceReplayFilter(window=window)
-    model = Model(window)
+    f = NonceReplayFilter(window=window, floor=floor)
+    model = Model(window, floor)
     value = 0
     for step in steps:
         value += step
