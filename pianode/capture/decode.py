@@ -10,9 +10,7 @@ decoded as usual.
 
 Classification, per datagram:
 
-* The session names PRUDP → :func:`protocols.prudp.decode_datagram` (kind
-  ``prudp``; several packets per datagram are possible).
-* Magic ``32 AB 98 64`` → Pia (kind ``pia``).  The profile is the session's
+* Magic ``32 AB 98 64`` → Pia (kind ``pia``), whatever the session names.  The profile is the session's
   version, or, without one, is detected (spec ../shared/spec/pia.md §0.3, §1.2):
   byte 4 = 1/2 means H-A or H-B, told apart by the length rule
   (:func:`protocols.pia.header.sniff_header_format`, captures/README), and
@@ -24,6 +22,8 @@ Classification, per datagram:
   headers always, tag/HMAC when a key is known, messages when the body is
   plain or decrypted.  A plain packet whose HMAC fails still shows its
   messages, with ``authenticated: false``.
+* The session names PRUDP → :func:`protocols.prudp.decode_datagram` (kind ``prudp``; several packets per
+  datagram are possible; :mod:`pianode.capture.prudp_read`).
 * Byte 0 = 0/1 with a LAN browse size field (spec §6.2, §6.3) → the LAN browse
   request / reply codecs of :mod:`protocols.pia.lan`.
 * Anything else → kind ``unknown``, its bytes and why (:mod:`pianode.capture.unknown`).
@@ -47,6 +47,7 @@ import attrs
 from protocols.pia import session6
 from pianode.capture.frames import cut_size
 from pianode.capture.pcap import Datagram, parse_endpoint
+from pianode.capture.prudp_read import read_prudp
 from pianode.capture.session_file import DecodeContext, KeySet
 from pianode.capture.unknown import NO_KEY_NOTE, why_unknown
 from protocols.errors import ConfigError, DecodeError
@@ -372,7 +373,7 @@ class Decoder:
     def json_line(self, d: Datagram) -> str:
         """``json.dumps(self.decode(d).to_json())``: the same text, written straight from the codec's
         values for the common datagram (an authenticated Pia packet that the codec's strict decode reads)."""
-        if d.error is None and d.warning is None and self.ctx.prudp is None and d.ethertype is None and d.data[:4] == MAGIC:
+        if d.error is None and d.warning is None and d.ethertype is None and d.data[:4] == MAGIC:
             line = self._pia_fast_line(d)
             if line is not None:
                 return line
@@ -406,10 +407,13 @@ class Decoder:
             if data[:4] == LDN_MAGIC:
                 return self._ldn(d)
             return self._base(d, "unknown", data=data.hex(), note=f"link frame of EtherType 0x{d.ethertype:04x}")
+        if data[:4] == MAGIC:
+            # Pia even where the session names PRUDP: a console's capture holds both (PRUDP to the game server,
+            # Pia between consoles), and no PRUDP packet starts so (v0's two stream types would differ, v1 starts
+            # EA D0: spec prudp.md §1.1, §2.3).
+            return self._pia(d)
         if self.ctx.prudp is not None:
             return self._prudp(d)
-        if data[:4] == MAGIC:
-            return self._pia(d)
         lan_kind = _lan_kind(data)
         if lan_kind is not None:
             return self._lan(d, lan_kind)
@@ -776,24 +780,16 @@ class Decoder:
 
     # -- PRUDP ------------------------------------------------------------
     def _prudp(self, d: Datagram) -> DecodeResult:
-        from protocols.prudp import decode_datagram
-
         settings = self.ctx.prudp
         assert settings is not None
         # The RC4 state of each direction; a capture of more flows than _FLOWS_KEPT forgets the
         # longest idle (its next packets then say they cannot be opened).
         streams = _keep_recent(self._nex_streams, (d.src, d.dst), self._nex_streams.get((d.src, d.dst)) or {})
         try:
-            packets = decode_datagram(
-                d.data, settings.variant, settings.access_key, aes_key=settings.aes_key, nex_streams=streams
-            )
+            packets, auth, error, note = read_prudp(d.data, settings, streams)
         except DecodeError as exc:
             return self._base(d, "unknown", data=d.data.hex(), error=f"not {settings.variant} PRUDP: {_one_line(exc)}")
-        rows = [_prudp_json(p) for p in packets]
-        checks = [p.checksum_ok for p in packets if p.checksum_ok is not None]
-        auth = None if not checks else all(checks)
-        error = None if auth is not False else "checksum mismatch (wrong access key or damaged packet)"
-        return self._base(d, "prudp", prudp=rows, authenticated=auth, error=error)
+        return self._base(d, "prudp", prudp=[_prudp_json(p) for p in packets], authenticated=auth, error=error, note=note)
 
 
 #: Per-endpoint state a decoder keeps (PRUDP cipher streams, LAN browse requests) for at most this

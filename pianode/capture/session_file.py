@@ -37,7 +37,7 @@ one, an even number of hex digits is hex and anything else is ASCII (game keys
 follow the §3.6 rule: 32 hex digits or 16 characters).
 
 A session file holding only ``"prudp": {"variant": ..., "access_key": ...}``
-selects PRUDP decoding instead of Pia.
+selects PRUDP decoding (a datagram with Pia's magic is still read as Pia).
 """
 
 from __future__ import annotations

@@ -1,0 +1,92 @@
+"""``pianode decode`` on captures as a console's network holds them: PRUDP to the game server and Pia between the
+consoles in one file, and PRUDP whose access key the reader does not have.
+
+The PRUDP packets are real traffic: the SoulCalibur VI SYN / SYN+ACK of spec prudp.md §8.3 (a Quazal title whose
+checksums all verify with the key byte sum 0xB0), and the Ghost Recon captures of ../shared/captures/gro-prudp.
+The Pia packet is the first datagram of the nDPI Splatoon 2 capture (header in its expected file).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pianode.capture.decode import Decoder
+from pianode.capture.pcap import PcapWriter, open_capture
+from pianode.capture.session_file import load_session
+from pianode.cli.main import main
+
+SC6_SYN = bytes.fromhex("3f3120000000000000000000000040")
+SC6_SYN_ACK = bytes.fromhex("313f48000000000000006c05dfbe000077")
+SC6_KEY = "hex:b0"  # one byte whose sum is the SC6 key byte sum
+
+
+def _first_pia(captures: Path) -> bytes:
+    with open_capture(captures / "nDPI-nintendo.pcap") as cap:
+        return next(d.data for d in cap if d.data[:4] == bytes.fromhex("32ab9864"))
+
+
+def _mixed(tmp_path: Path, captures: Path) -> Path:
+    path = tmp_path / "mixed.pcap"
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        w.write_udp(SC6_SYN, "10.0.0.2:3074", "10.0.0.1:3074", time=1.0)
+        w.write_udp(SC6_SYN_ACK, "10.0.0.1:3074", "10.0.0.2:3074", time=1.1)
+        w.write_udp(_first_pia(captures), "192.168.12.114:52119", "91.8.243.35:49432", time=1.2)
+    return path
+
+
+def _rows(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict]:
+    assert main(["decode", *argv, "--format", "jsonl"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_pia_in_a_prudp_capture_is_still_read_as_pia(
+    tmp_path: Path, captures: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--prudp-variant names the game server's transport; a datagram with Pia's magic is Pia all the same (no v0
+    packet starts 32 AB: its two stream types would differ, spec prudp.md §1.1), as the dissector reads it."""
+    rows = _rows(capsys, str(_mixed(tmp_path, captures)), "--prudp-variant", "quazal-v0", "--access-key", SC6_KEY)
+    assert [r["kind"] for r in rows] == ["prudp", "prudp", "pia"]
+    assert [r["authenticated"] for r in rows[:2]] == [True, True]
+    pia = rows[2]
+    assert pia["error"] is None
+    assert (pia["header"]["connection_id"], pia["header"]["packet_id"]) == (86, 971)
+    assert (pia["header"]["source_timer"], pia["header"]["destination_timer"]) == (38401, 13280)
+
+
+def _decode_all(path: Path, **session: object) -> list:
+    dec = Decoder(load_session(None, session))
+    with open_capture(path) as cap:
+        return [dec.decode(d) for d in cap]
+
+
+def test_prudp_without_the_access_key_is_not_checked_rather_than_failed(captures: Path) -> None:
+    """No access key given: a checksum that needs one is neither good nor bad, and the result says why."""
+    rows = _decode_all(captures / "gro-prudp" / "GRO_Backend_packetLog.jsonl", prudp={"variant": "quazal-v0"})
+    assert len(rows) == 385
+    assert {r.kind for r in rows} == {"prudp"}
+    assert {r.authenticated for r in rows} == {None}
+    assert {r.error for r in rows} == {None}
+    assert all(p["checksum_ok"] is None for r in rows for p in r.prudp)
+    assert {r.note for r in rows} == {"no access key given: the checksum is not checked (--access-key)"}
+    # what needs no key is still read: RC4 "CD&ML" payloads (README §3: 187 DATA payloads on this file's stream 3)
+    assert sum(1 for r in rows for p in r.prudp if p["type"] == "DATA" and p["plaintext"]) == 187
+
+
+def test_keyless_streams_are_checked_without_the_access_key(captures: Path) -> None:
+    """The DO and NAT streams' checksums use no key (S = 0, README §3): they verify with none given."""
+    rows = _decode_all(captures / "gro-prudp" / "GRO_DedicatedServer_packetLog.jsonl", prudp={"variant": "quazal-v0"})
+    checked = [p["checksum_ok"] for r in rows for p in r.prudp if p["source_stream_type"] in (1, 5)]
+    assert checked and all(checked)
+
+
+def test_summary_says_the_checksums_were_not_checked(captures: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [str(captures / "gro-prudp" / "GRO_Backend_packetLog.jsonl"), "--prudp-variant", "quazal-v0"]
+    assert main(["decode", *argv, "--format", "table"]) == 0
+    out = capsys.readouterr().out
+    assert "authenticated: 0 yes, 0 no, 385 not checked; 0 with errors" in out
+    assert "-- no access key given: PRUDP checksums were not checked in 385 (--access-key)" in out
+    assert "AUTH FAILED" not in out

@@ -1,0 +1,47 @@
+"""The dissector and ``pianode decode`` on one capture that holds PRUDP to a game server and Pia between consoles.
+
+PRUDP: the real SoulCalibur VI SYN / SYN+ACK of spec prudp.md §8.3 (key byte sum 0xB0; the text key "XX" sums to
+it).  Pia: the first datagram of the nDPI Splatoon 2 capture.  Both tools must read each datagram the same way, with
+the access key and without it (then neither judges the checksum).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from wireshark_tools import decode_jsonl, dissect
+
+from pianode.capture.pcap import PcapWriter, open_capture
+
+SC6 = (bytes.fromhex("3f3120000000000000000000000040"), bytes.fromhex("313f48000000000000006c05dfbe000077"))
+
+
+@pytest.fixture
+def mixed(tmp_path: Path, captures: Path) -> Path:
+    with open_capture(captures / "nDPI-nintendo.pcap") as cap:
+        pia = next(d.data for d in cap if d.data[:4] == bytes.fromhex("32ab9864"))
+    path = tmp_path / "mixed.pcap"
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        w.write_udp(SC6[0], "10.0.0.2:3074", "10.0.0.1:3074", time=1.0)
+        w.write_udp(pia, "192.168.12.114:52119", "91.8.243.35:49432", time=1.1)
+        w.write_udp(SC6[1], "10.0.0.1:3074", "10.0.0.2:3074", time=1.2)
+    return path
+
+
+@pytest.mark.parametrize("key", ["XX", ""])
+def test_both_tools_read_pia_and_prudp_of_one_capture_alike(mixed: Path, key: str) -> None:
+    rows = decode_jsonl(str(mixed), "--prudp-variant", "quazal-v0", *(["--access-key", key] if key else []))
+    frames = dissect(mixed, "_ws.col.Protocol", "pia.connection_id", "pia.packet_id", "prudp.type",
+                     "prudp.checksum.status", prefs=(f"prudp.access_key:{key}",))
+    assert [r["kind"] for r in rows] == ["prudp", "pia", "prudp"]
+    assert [f["_ws.col.Protocol"] for f in frames] == [["PRUDP"], ["Pia"], ["PRUDP"]]
+    header = rows[1]["header"]
+    assert frames[1]["pia.connection_id"] == [str(header["connection_id"])] == ["86"]
+    assert frames[1]["pia.packet_id"] == [str(header["packet_id"])] == ["971"]
+    for row, frame in zip((rows[0], rows[2]), (frames[0], frames[2]), strict=True):
+        (p,) = row["prudp"]
+        assert frame["prudp.type"] == ["0"] and p["type"] == "SYN"
+        verdict = {True: ["ok"], False: ["failed"], None: []}[p["checksum_ok"]]
+        assert frame.get("prudp.checksum.status", []) == verdict == (["ok"] if key else [])
