@@ -1547,6 +1547,69 @@ local function parse_v0_all(tvb, v)
     return out
 end
 
+-- Whether every packet's checksum verifies with the access key preference (or without a key, on a stream type
+-- the variant sums without one): false when nothing can be judged.
+local function v0_all_verify(tvb, packets, v)
+    local key = prudp.prefs.access_key or ""
+    local keyless = set_of(v.keyless_stream_types)
+    for _, r in ipairs(packets) do
+        local free = keyless[math.floor(tvb(r.pos, 1):uint() / 16)]
+        if key == "" and not free then return false end
+        local ks = free and 0 or key_sum()
+        local want = v0_checksum(tvb(r.pos, r.checksum[1] - r.pos):tvb(), r.checksum[1] - r.pos, ks, r.checksum[2])
+        if want ~= tvb(r.checksum[1], r.checksum[2]):le_uint() then return false end
+    end
+    return true
+end
+
+local function with_fields(v, changes)
+    local out = {}
+    for k, x in pairs(v) do out[k] = x end
+    for k, x in pairs(changes) do out[k] = x end
+    return out
+end
+
+-- The packets of a v0 datagram as pianode decode reads them (protocols/prudp/codec.py): the variant's own framing,
+-- unless it does not frame the datagram or its checksums do not verify while the 4-byte checksum's do (titles of
+-- the Rendez-Vous era, and the reference client's checksum_version 0, prudp.md §2.4; with the 1-byte type/flags
+-- form too where the variant has the 2-byte one, §1.3).  Of two readings that verify, the one using only known flag
+-- bits; with nothing verifying, the variant's framing, else (not for the heuristic, which has only its guess of the
+-- variant: unverified, the looser framing would claim more datagrams that are no PRUDP) the first alternative
+-- that frames.
+local KNOWN_FLAGS = {[1] = true, [2] = true, [4] = true, [8] = true, [0x200] = true}
+local function only_known_flags(packets)
+    for _, r in ipairs(packets) do
+        local f, bit = r.flags, 1
+        while f > 0 do
+            if f % 2 == 1 and not KNOWN_FLAGS[bit] then return false end
+            f, bit = math.floor(f / 2), bit * 2
+        end
+    end
+    return true
+end
+
+local function parse_v0_any(tvb, v, guessed)
+    local packets, err = parse_v0_all(tvb, v)
+    if v.checksum_bytes ~= 1 or (packets and v0_all_verify(tvb, packets, v)) then return packets, err end
+    local alternatives = {with_fields(v, {checksum_bytes = 4})}
+    if v.flags_bytes == 2 then alternatives[2] = with_fields(v, {checksum_bytes = 4, flags_bytes = 1}) end
+    local framed, verified = nil, {}
+    for _, alt in ipairs(alternatives) do
+        local got = parse_v0_all(tvb, alt)
+        if got then
+            if v0_all_verify(tvb, got, alt) then verified[#verified + 1] = got end
+            framed = framed or got
+        end
+    end
+    for _, got in ipairs(verified) do
+        if only_known_flags(got) then return got end
+    end
+    if verified[1] then return verified[1] end
+    if packets then return packets end
+    if framed and not guessed then return framed end
+    return nil, err
+end
+
 local function plausible_vport(b)
     local st = math.floor(b / 16)
     return GEN.prudp_stream_types[st] ~= nil
@@ -1770,7 +1833,7 @@ local function classify(tvb)
     end
     if prudp.prefs.heuristic_v0 and n >= 11 and plausible_v0_ports(tvb(0, 1):uint(), tvb(1, 1):uint()) then
         local name = v0_variant(tvb)
-        local packets = parse_v0_all(tvb, GEN.prudp_variants[name])
+        local packets = parse_v0_any(tvb, GEN.prudp_variants[name], true)
         if packets then return "v0", name, packets end
     end
     return nil
@@ -1792,7 +1855,7 @@ local function dissect_any(tvb, pinfo, tree)
             local packets = parse_v1_lite(tvb)
             if packets then return dissect_v1_lite(tvb, pinfo, tree, packets) end
         elseif v then
-            local packets, err = parse_v0_all(tvb, v)
+            local packets, err = parse_v0_any(tvb, v)
             if packets then return dissect_v0(tvb, pinfo, tree, name, packets) end
             local t = tree:add(prudp, tvb())
             t:add_proto_expert_info(PE.malformed, err)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from wireshark_tools import decode_jsonl, dissect
+from wireshark_tools import decode_jsonl, dissect, pianode
 
 from pianode.capture.pcap import PcapWriter, open_capture
 
@@ -45,3 +45,34 @@ def test_both_tools_read_pia_and_prudp_of_one_capture_alike(mixed: Path, key: st
         assert frame["prudp.type"] == ["0"] and p["type"] == "SYN"
         verdict = {True: ["ok"], False: ["failed"], None: []}[p["checksum_ok"]]
         assert frame.get("prudp.checksum.status", []) == verdict == (["ok"] if key else [])
+
+
+# NEX v0 DATA with the 4-byte checksum (spec prudp.md §8.2: the reference client's checksum_version 0, key "12345678";
+# §2.4), then its 1-byte form: pianode decode reads both (protocols/prudp/codec.py tries the 4-byte sum when the
+# 1-byte one does not frame or verify), and so must the dissector, by its heuristic and under a pianode export.
+NEX_V0_4BYTE = bytes.fromhex("afa1e2005a69c325b3020000050067e228b77c8dc58909")
+NEX_V0_1BYTE = bytes.fromhex("afa1e2005a69c325b3020000050067e228b77ce3")
+
+
+@pytest.mark.parametrize("export", [False, True])
+def test_v0_with_the_four_byte_checksum_reads_in_both_tools(tmp_path: Path, export: bool) -> None:
+    path = tmp_path / "v0.pcap"
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        for data in (NEX_V0_4BYTE, NEX_V0_1BYTE):
+            w.write_udp(data, "10.0.0.2:50000", "10.0.0.1:60000")
+    args = ("--prudp-variant", "nintendo-v0", "--access-key", "12345678")
+    rows = decode_jsonl(str(path), *args)
+    assert [[(p["type"], p["sequence_id"], p["payload"], p["checksum_ok"]) for p in r["prudp"]] for r in rows] == [
+        [("DATA", 2, "67e228b77c", True)]
+    ] * 2
+    if export:
+        out = tmp_path / "v0.pcapng"
+        assert pianode("decode", str(path), *args, "--decrypted-pcap", str(out))[0] == 0
+        path = out
+    frames = dissect(path, "prudp.type", "prudp.sequence_id", "prudp.payload", "prudp.checksum",
+                     "prudp.checksum.status", prefs=("prudp.access_key:12345678",))
+    got = [(f.get("prudp.type"), f.get("prudp.sequence_id"), f.get("prudp.payload"), f.get("prudp.checksum.status"))
+           for f in frames]
+    assert got == [(["2"], ["2"], ["67e228b77c"], ["ok"])] * 2
+    assert [int(f["prudp.checksum"][0], 16) for f in frames] == [0x0989C58D, 0xE3]
