@@ -49,7 +49,7 @@ from pianode.capture.frames import cut_size
 from pianode.capture.pcap import Datagram, parse_endpoint
 from pianode.capture.prudp_read import read_prudp
 from pianode.capture.session_file import DecodeContext, KeySet
-from pianode.capture.unknown import NO_KEY_NOTE, why_unknown
+from pianode.capture.unknown import NO_KEY_NOTE, PLAIN_NO_KEY_NOTE, why_unknown
 from protocols.errors import ConfigError, DecodeError
 from protocols.ldn_link import MAGIC as LDN_MAGIC
 from protocols.pia.header import (
@@ -625,6 +625,8 @@ class Decoder:
                 error = f"cannot decrypt: {keys.problem}"
             elif not self.ctx.has_key_material:
                 note = NO_KEY_NOTE  # the header is all there is to show
+        if report.authenticated is None and profile.cipher is Cipher.ECB_HMAC and not self.ctx.has_key_material:
+            note = note or (PLAIN_NO_KEY_NOTE if messages is not None else None)
         return self._base(
             d, "pia", profile=profile.name, profile_assumed=assumed, header=header,
             authenticated=report.authenticated, messages=messages, error=error, note=note,

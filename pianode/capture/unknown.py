@@ -13,10 +13,14 @@ decodes nothing.
 
 from __future__ import annotations
 
-__all__ = ["NO_KEY_NOTE", "why_unknown"]
+__all__ = ["NO_KEY_NOTE", "PLAIN_NO_KEY_NOTE", "why_unknown"]
 
 #: The note of an encrypted Pia packet read with no key material at all (no session file, no key flag).
 NO_KEY_NOTE = "encrypted, and no key was given: only the header is shown (--session FILE, or --session-key)"
+#: The note of a plain <= 5.6 packet read so: its messages are shown, its HMAC-MD5 trailer (spec pia.md §3.1) is not
+#: judged.
+PLAIN_NO_KEY_NOTE = ("not encrypted, and no key was given: the messages are shown, the HMAC is not checked"
+                     " (--session FILE, --session-key or --hmac-key)")
 
 _V0_MIN_SIZE = 11  # the shortest v0 packet with a 1-byte checksum (spec prudp.md §2.1)
 _NOT_PIA = "not Pia (no magic 32 AB 98 64), nor a LAN browse datagram, nor an LDN frame"
