@@ -319,9 +319,14 @@ def _emit_flows(cap: Capture, decoder: Decoder, fmt: str, out: TextIO) -> None:
     tracker = FlowTracker()
     for d in cap:
         tracker.add(decoder.decode(d))
-    for flow in tracker.flows():
+    flows = tracker.flows()
+    for flow in flows:
         out.write((json.dumps(flow) if fmt == "jsonl" else render_flow(flow)) + "\n")
     out.flush()
+    if not flows and decoder.kinds and cap.stats.problem is None:  # (no datagram, or a broken file: the caller says)
+        n = sum(decoder.kinds.values())
+        kinds = ", ".join(f"{c} {k}" for k, c in decoder.kinds.most_common())
+        _say(f"pianode decode: {cap.name}: no Pia flow ({n} datagram{'s' if n != 1 else ''}: {kinds})")
 
 
 def render_flow(f: dict[str, Any]) -> str:

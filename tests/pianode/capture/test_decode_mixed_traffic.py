@@ -90,3 +90,14 @@ def test_summary_says_the_checksums_were_not_checked(captures: Path, capsys: pyt
     assert "authenticated: 0 yes, 0 no, 385 not checked; 0 with errors" in out
     assert "-- no access key given: PRUDP checksums were not checked in 385 (--access-key)" in out
     assert "AUTH FAILED" not in out
+
+
+@pytest.mark.parametrize("fmt", ["table", "jsonl"])
+def test_flows_of_a_capture_without_pia_say_so(captures: Path, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    """--flows follows Pia connection and packet ids; a capture of PRUDP alone has none, and an empty output with
+    status 0 said nothing of what was read."""
+    path = captures / "gro-prudp" / "GRO_Backend_packetLog.jsonl"
+    assert main(["decode", str(path), "--prudp-variant", "quazal-v0", "--flows", "--format", fmt]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"pianode decode: {path}: no Pia flow (385 datagrams: 385 prudp)\n"
