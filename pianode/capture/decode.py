@@ -46,6 +46,8 @@ import attrs
 
 from protocols.pia import session6
 from pianode.capture.frames import cut_size
+from pianode.capture.lan_detect import lan_candidates as _lan_candidates
+from pianode.capture.lan_detect import lan_kind as _lan_kind
 from pianode.capture.pcap import Datagram, parse_endpoint
 from pianode.capture.prudp_read import read_prudp
 from pianode.capture.session_file import DecodeContext, KeySet
@@ -843,49 +845,6 @@ def endpoint_ip(src: str | None) -> str:
         return parse_endpoint(src)[0]
     except ValueError:
         return "0.0.0.0"
-
-
-# -- LAN browse detection (spec §6.2, §6.3) ---------------------------------
-
-# Search block sizes: LanSessionSearchCriteria (<= 5.45), LanSearchNetworkSetting
-# 6.16-6.20 / 6.23-6.30, and 7.2's encrypted setting.
-_REQUEST_SEARCH_SIZES = (0x23A, 0x0E, 0x16, 0x20)
-# Challenge (request) sizes after the search block: none (<= 5.6), 298, 299 (version 4), 315 (7.2).
-_REQUEST_TAILS = (0, 0x12A, 0x12B, 0x13B)
-# Challenge reply sizes after the session: none (<= 5.6), 58, 59 (version 4).
-_REPLY_TAILS = (0, 58, 59)
-
-
-def _lan_kind(data: bytes) -> str | None:
-    if len(data) < 5 or data[0] not in (0, 1):
-        return None
-    size = int.from_bytes(data[1:5], "big")
-    rest = len(data) - 5 - size
-    if data[0] == 0 and size in _REQUEST_SEARCH_SIZES and rest in _REQUEST_TAILS:
-        return "lan-browse-request"
-    if data[0] == 1 and size >= 0x100 and rest in _REPLY_TAILS:
-        return "lan-browse-reply"
-    return None
-
-
-def _lan_candidates(data: bytes, kind: str) -> list[VersionProfile]:
-    """LAN profiles to try: one per (system communication version, challenge version) pair."""
-    seen: dict[tuple[Any, ...], VersionProfile] = {}
-    for v in DOCUMENTED_VERSIONS:
-        p = profile_for(v)
-        if p.lan_system_version is None and not (5, 2) <= v <= (5, 45):
-            continue
-        seen[(p.lan_system_version, p.lan_challenge_version, v >= (6, 0), v >= (6, 23), v >= (5, 10), v >= (5, 3))] = p
-    ordered = sorted(seen.values(), key=lambda p: p.version)
-    size = int.from_bytes(data[1:5], "big")
-    # The challenge (request or reply) starts with its version right after the block (spec §6.4).
-    chal_ver = data[5 + size] if len(data) > 5 + size else None
-    sys_ver = data[5 + 0x26] if kind == "lan-browse-reply" and len(data) > 5 + 0x27 else None
-    # LanSessionInfo 5.3+: system communication version at 0x26 (spec §6.3).
-    ordered.sort(
-        key=lambda p: (p.lan_challenge_version != chal_ver, sys_ver is not None and p.lan_system_version != sys_ver)
-    )
-    return ordered
 
 
 def __getattr__(name: str) -> Any:
