@@ -347,6 +347,8 @@ class Decoder:
         self._nex_streams: dict[tuple[str | None, str | None], dict[Any, Any]] = {}
         # Browse requests seen, by requester: (challenge key, challenge plaintext, broadcast address).
         self._lan_requests: dict[str, tuple[bytes, bytes, str]] = {}
+        #: The session key params the browse replies advertised (one per LAN session answering), as learned.
+        self._lan_params: list[bytes] = []
         #: Results per kind, and authenticated true/false/null counts.
         self.kinds: collections.Counter[str] = collections.Counter()
         self.auth: collections.Counter[str] = collections.Counter()
@@ -545,6 +547,21 @@ class Decoder:
         ), None
 
     def _pia(self, d: Datagram) -> DecodeResult:
+        result = self._pia_once(d)
+        if result.authenticated is False and len(self._lan_params) > 1:
+            # A capture of several LAN sessions (every host of the game answers a browse, spec §6.2): the packet
+            # may be another advertised session's; its key, once it authenticates one, reads the packets after it.
+            ctx, codecs = self.ctx, self._codecs
+            for param in reversed(self._lan_params):
+                if param != ctx.session_param:
+                    self.ctx, self._codecs = attrs.evolve(ctx, session_param=param, _cache={}), {}
+                    other = self._pia_once(d)
+                    if other.authenticated:
+                        return other
+            self.ctx, self._codecs = ctx, codecs
+        return result
+
+    def _pia_once(self, d: Datagram) -> DecodeResult:
         source_ip = self._learn_mac(d)
         if self.ctx.profile is not None:
             candidates, assumed = [self.ctx.profile], False
@@ -774,9 +791,13 @@ class Decoder:
         ctx = self.ctx
         if (
             auth is not False and isinstance(param, bytes) and game_key is not None and ctx.session_key is None
-            and ctx.session_param is None and ctx.network in (None, NetworkType.LAN)
+            and (ctx.session_param is None or self._lan_params) and ctx.network in (None, NetworkType.LAN)
+            and param not in self._lan_params
         ):
             # What a joining console does next (§6.6): derive the session key from the advertised param.
+            self._lan_params = [*self._lan_params[-7:], param]  # (a few sessions' worth)
+            if len(self._lan_params) > 1:
+                return auth, error, "another session's key param learned: later packets use the key that reads them"
             self.ctx = attrs.evolve(ctx, session_param=param, network=NetworkType.LAN, _cache={})
             self._codecs.clear()
             return auth, error, "session key param learned: later packets use the LAN session key derived from it"

@@ -101,3 +101,71 @@ def test_flows_of_a_capture_without_pia_say_so(captures: Path, capsys: pytest.Ca
     out, err = capsys.readouterr()
     assert out == ""
     assert err == f"pianode decode: {path}: no Pia flow (385 datagrams: 385 prudp)\n"
+
+
+# --------------------------------------------------------------------------
+# Two LAN sessions in one capture: a browse request is answered by every host of the game on the network (spec
+# pia.md §6.2-§6.4), each with its own session key param; the browser joins one of them.
+
+SMM2 = "667c18475889faab61f93ef1da180971"
+
+
+def _two_sessions(version: str) -> list[tuple[bytes, str, str]]:
+    from protocols.pia.header import PacketHeader
+    from protocols.pia.keys import lan_session_key
+    from protocols.pia.lan import (
+        BrowseReply,
+        BrowseRequest,
+        LanHostAddress,
+        LanSessionInfo,
+        seal_challenge_reply,
+        seal_challenge_request,
+    )
+    from protocols.pia.lan_criteria import LanSessionSearchCriteria
+    from protocols.pia.message import Message
+    from protocols.pia.nonce import nonce_builder
+    from protocols.pia.packet import Packet, PacketCodec
+    from protocols.pia.versions import NetworkType, Proto, profile_for
+
+    p = profile_for(version)
+    gk = bytes.fromhex(SMM2)
+    chal_pt = bytes(range(256))
+    req_chal = seal_challenge_request(gk, version=p.lan_challenge_version or 0, key=b"\x11" * 16, plaintext=chal_pt,
+                                      counter=1, broadcast_ip="192.168.1.255")
+    out = [(BrowseRequest(LanSessionSearchCriteria.build(game_mode=1), req_chal).encode(p),
+            "192.168.1.10:49152", "192.168.1.255:30000")]
+    data = []
+    for host, fill in (("192.168.1.20", 0x22), ("192.168.1.21", 0x33)):
+        rep_chal, param = seal_challenge_reply(gk, req_chal, chal_pt, key=bytes([fill]) * 16, counter=2,
+                                               broadcast_ip="192.168.1.255")
+        info = LanSessionInfo(
+            game_mode=1, network_id=0xB2D7C002 + fill, host=LanHostAddress(host, 49152, 1, 2, 3),
+            current_participants=1, min_participants=1, max_participants=4,
+            system_communication_version=p.lan_system_version,
+            application_communication_version=3, session_type=1, session_key_param=param,
+        )
+        out.append((BrowseReply(info, rep_chal).encode(p), f"{host}:30000", "192.168.1.10:49152"))
+        codec = PacketCodec(p, lan_session_key(gk, param), nonce_builder(p, NetworkType.LAN))
+        msg = Message(p.protocol_id(Proto.UNRELIABLE), 0, f"from {host}".encode(), flags=p.bitmap_flag,
+                      destination=1, source_constant_id=None if p.message_format.value == "M-F" else 5)
+        header = (PacketHeader(True, 1, connection_id=3, nonce=bytes([fill]) * 8) if p.has_connection_id else
+                  PacketHeader(True, 1, destination_variable_id=2, source_variable_id=7, nonce=bytes([fill]) * 8))
+        data.append((codec.encode(Packet(header, (msg,)), host), f"{host}:49152", "192.168.1.10:49152"))
+    # The browser joined the second host; the first host's session goes on beside it.
+    return [*out, data[1], data[0], data[1]]
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.45"])
+def test_packets_of_either_advertised_lan_session_are_read(tmp_path: Path, version: str) -> None:
+    path = tmp_path / "two.pcap"
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        for i, (data, src, dst) in enumerate(_two_sessions(version)):
+            w.write_udp(data, src, dst, time=float(i))
+    rows = _decode_all(path, game_key=SMM2)
+    assert [r.kind for r in rows] == ["lan-browse-request", "lan-browse-reply", "lan-browse-reply", "pia", "pia", "pia"]
+    assert [r.authenticated for r in rows] == [True] * 6
+    assert [bytes.fromhex(r.messages[0]["payload"]) for r in rows[3:]] == [
+        b"from 192.168.1.21", b"from 192.168.1.20", b"from 192.168.1.21"]
+    assert rows[1].note is not None and rows[1].note.startswith("session key param learned")
+    assert rows[2].note is not None and rows[2].note.startswith("another session's key param learned")
