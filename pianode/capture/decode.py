@@ -51,7 +51,7 @@ from pianode.capture.lan_detect import lan_kind as _lan_kind
 from pianode.capture.pcap import Datagram, parse_endpoint
 from pianode.capture.prudp_read import read_prudp
 from pianode.capture.session_file import DecodeContext, KeySet
-from pianode.capture.unknown import NO_KEY_NOTE, PLAIN_NO_KEY_NOTE, why_unknown
+from pianode.capture.unknown import NO_KEY_NOTE, PLAIN_NO_KEY_NOTE, service_port, why_unknown
 from protocols.errors import ConfigError, DecodeError
 from protocols.ldn_link import MAGIC as LDN_MAGIC
 from protocols.pia.header import (
@@ -809,6 +809,8 @@ class Decoder:
         assert settings is not None
         # The RC4 state of each direction; a capture of more flows than _FLOWS_KEPT forgets the
         # longest idle (its next packets then say they cannot be opened).
+        if service_port(d.src, d.dst) is not None:  # DNS, NTP, ... beside the game's PRUDP
+            return self._base(d, "unknown", data=d.data.hex(), note=why_unknown(d.data, d.src, d.dst))
         streams = _keep_recent(self._nex_streams, (d.src, d.dst), self._nex_streams.get((d.src, d.dst)) or {})
         try:
             packets, auth, error, note = read_prudp(d.data, settings, streams)

@@ -34,10 +34,20 @@ def read_prudp(
     """
     from protocols.prudp import decode_datagram
 
+    from protocols.errors import DecodeError
+    from protocols.prudp.packet import StreamType
+
     key = settings.access_key or None  # an empty key is none: no title's checksum is keyed so
     packets = decode_datagram(data, settings.variant, key, aes_key=settings.aes_key, nex_streams=streams)
     checks = [p.checksum_ok for p in packets if p.checksum_ok is not None]
     auth = None if not checks else all(checks)
+    known = {int(t) for t in StreamType}
+    if auth is not True and any(
+        p.source_stream_type != p.destination_stream_type or p.source_stream_type not in known for p in packets
+    ):
+        # Every source shows one known stream type on both sides, and a server drops a packet of two (spec
+        # prudp.md §1.1): unless its checksum vouches for it, such a datagram is something else beside the PRUDP.
+        raise DecodeError("its virtual ports name two stream types, or an unknown one, and no checksum vouches for it")
     error = None if auth is not False else "checksum mismatch (wrong access key or damaged packet)"
     # (v1, magic EA D0, has no checksum: nothing to say of its key)
     unjudged = key is None and data[:2] != b"\xea\xd0" and any(p.checksum_ok is None for p in packets)

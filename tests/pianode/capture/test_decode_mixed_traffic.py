@@ -169,3 +169,24 @@ def test_packets_of_either_advertised_lan_session_are_read(tmp_path: Path, versi
         b"from 192.168.1.21", b"from 192.168.1.20", b"from 192.168.1.21"]
     assert rows[1].note is not None and rows[1].note.startswith("session key param learned")
     assert rows[2].note is not None and rows[2].note.startswith("another session's key param learned")
+
+
+def test_what_cannot_be_prudp_is_not_read_as_prudp(tmp_path: Path, captures: Path) -> None:
+    """A capture's DNS and other UDP beside the game's PRUDP: a datagram of a well-known service's port, or whose
+    virtual ports name two stream types (no source shows that: a server drops it, spec prudp.md §1.1), is not PRUDP
+    unless its checksum says it is; the dissector leaves both to other protocols too."""
+    with open_capture(captures / "nDPI-nintendo.pcap") as cap:
+        dns = next(d for d in cap if d.dst is not None and d.dst.endswith(":53"))
+    odd_ports = bytes.fromhex("3f5120000000000000000000000040")  # the SC6 SYN with a NAT-stream destination
+    path = tmp_path / "beside.pcap"
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        w.write_udp(dns.data, dns.src, dns.dst, time=1.0)
+        w.write_udp(odd_ports, "10.0.0.2:3074", "10.0.0.1:3074", time=1.1)
+        w.write_udp(SC6_SYN, "10.0.0.2:3074", "10.0.0.1:3074", time=1.2)
+    for key in (SC6_KEY, ""):
+        rows = _decode_all(path, prudp={"variant": "quazal-v0", "access_key": key})
+        assert [r.kind for r in rows] == ["unknown", "unknown", "prudp"], key
+        assert rows[0].note is not None and rows[0].note.endswith("UDP port 53 is DNS's")
+        assert rows[1].error is not None and "two stream types" in rows[1].error
+        assert rows[2].authenticated is (True if key else None)
