@@ -5,7 +5,8 @@
 the access key, or on a stream type whose checksum the variant sums without one (Quazal DO and
 NAT, spec ../shared/spec/prudp.md §3.3).  No key given is not a bad checksum: those packets are
 "not checked" and the row's note says why (:data:`NO_ACCESS_KEY_NOTE`), as the Wireshark
-dissector shows no checksum status without its ``prudp.access_key`` preference.
+dissector shows no checksum status without its ``prudp.access_key`` preference.  v1 has no checksum at all, and
+its signatures are not checked either: its rows say so (:data:`V1_NOTE`).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from pianode.capture.session_file import PrudpSettings
 if TYPE_CHECKING:  # the codecs load only when a datagram needs them (pianode decode imports what it uses)
     from protocols.prudp.packet import PrudpPacket
 
-__all__ = ["NO_ACCESS_KEY_NOTE", "read_prudp"]
+__all__ = ["NO_ACCESS_KEY_NOTE", "V1_NOTE", "read_prudp"]
 
 #: The note of a PRUDP datagram whose checksum needs the access key that was not given.
 NO_ACCESS_KEY_NOTE = "no access key given: the checksum is not checked (--access-key)"
+#: The note of a v1 datagram: it has no checksum, and its HMAC signatures (spec §2.6, which need the connection's
+#: signatures and, on a secure connection, its session key) are not checked.
+V1_NOTE = "PRUDP v1: no checksum, and its packet signatures are not checked"
 
 
 def read_prudp(
@@ -49,6 +53,7 @@ def read_prudp(
         # prudp.md §1.1): unless its checksum vouches for it, such a datagram is something else beside the PRUDP.
         raise DecodeError("its virtual ports name two stream types, or an unknown one, and no checksum vouches for it")
     error = None if auth is not False else "checksum mismatch (wrong access key or damaged packet)"
-    # (v1, magic EA D0, has no checksum: nothing to say of its key)
-    unjudged = key is None and data[:2] != b"\xea\xd0" and any(p.checksum_ok is None for p in packets)
+    if data[:2] == b"\xea\xd0":  # v1 (spec §2.3): nothing in the datagram is judged
+        return packets, auth, error, V1_NOTE
+    unjudged = key is None and any(p.checksum_ok is None for p in packets)
     return packets, auth, error, NO_ACCESS_KEY_NOTE if unjudged else None

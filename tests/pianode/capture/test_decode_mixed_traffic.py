@@ -190,3 +190,21 @@ def test_what_cannot_be_prudp_is_not_read_as_prudp(tmp_path: Path, captures: Pat
         assert rows[0].note is not None and rows[0].note.endswith("UDP port 53 is DNS's")
         assert rows[1].error is not None and "two stream types" in rows[1].error
         assert rows[2].authenticated is (True if key else None)
+
+
+# Spec prudp.md §8.1: the Terraria (Wii U) v1 SYN, access key "3d37fbdb".
+TERRARIA_SYN = bytes.fromhex(
+    "ead0011b0000afa1c0000000000047cdc13045c9fda980d5db81456feff1000404010000011000000000000000000000000000000000040100"
+)
+
+
+def test_a_v1_datagram_says_its_signature_is_not_checked(tmp_path: Path) -> None:
+    """v1 has no checksum; what vouches for it is its HMAC-MD5 signature (spec §2.6), which the decoder does not
+    check: "authenticated: null" must say so, with or without the access key."""
+    path = tmp_path / "v1.jsonl"
+    path.write_text(json.dumps({"hex": TERRARIA_SYN.hex()}) + "\n")
+    for key in ("3d37fbdb", ""):
+        (r,) = _decode_all(path, prudp={"variant": "nintendo-v1", "access_key": key})
+        assert (r.kind, r.authenticated, r.error) == ("prudp", None, None)
+        assert r.prudp[0]["type"] == "SYN" and r.prudp[0]["supported_functions"] == 0x104
+        assert r.note == "PRUDP v1: no checksum, and its packet signatures are not checked"
