@@ -1851,7 +1851,10 @@ local function dissect_any(tvb, pinfo, tree)
         -- The export names the variant: read with it even when the stream types look unusual.
         local name = v0_variant(tvb)
         local v = GEN.prudp_variants[name]
-        if v and v.framing == "v1" then
+        -- A NEX server takes v0 and v1 on one socket and tells them apart by "EA D0 01" (prudp.md §2.3): pianode
+        -- decode's v0 variants read such a datagram as v1 (no v0 packet starts so: stream type 14 does not exist).
+        local v1_magic = tvb:len() >= 3 and tvb(0, 2):uint() == 0xEAD0 and tvb(2, 1):uint() == 1
+        if v and (v.framing == "v1" or (v.flags_bytes == 2 and v1_magic)) then
             local packets = parse_v1_lite(tvb)
             if packets then return dissect_v1_lite(tvb, pinfo, tree, packets) end
         elseif v then

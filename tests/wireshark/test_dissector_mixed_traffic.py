@@ -76,3 +76,32 @@ def test_v0_with_the_four_byte_checksum_reads_in_both_tools(tmp_path: Path, expo
            for f in frames]
     assert got == [(["2"], ["2"], ["67e228b77c"], ["ok"])] * 2
     assert [int(f["prudp.checksum"][0], 16) for f in frames] == [0x0989C58D, 0xE3]
+
+
+# Spec prudp.md §8.2: v1 SYN+ACK and CONNECT (key "3d37fbdb").  A NEX server takes v0 and v1 on one socket and tells
+# them apart by "EA D0 01" (§2.3); pianode decode's nintendo-v0 reads such a datagram as v1, and its export must
+# not make the dissector read it as v0.
+V1_SYN_ACK = bytes.fromhex(
+    "ead0011b0000a1af900000000000ca17b003795481e290e73dcaccc1169b0004040100000110000102030405060708090a0b0c0d0e0f040100"
+)
+V1_CONNECT = bytes.fromhex(
+    "ead0011f0000afa1e1005a000100c22c56fad54cbb9bbbb78032b46470d90004040100000110101112131415161718191a1b1c1d1e1f"
+    "03023412040100"
+)
+
+
+def test_v1_exported_under_the_v0_variant_is_read_as_v1(tmp_path: Path) -> None:
+    path = tmp_path / "v1.pcap"
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        w.write_udp(V1_SYN_ACK, "10.0.0.1:60000", "10.0.0.2:50000")
+        w.write_udp(V1_CONNECT, "10.0.0.2:50000", "10.0.0.1:60000")
+    args = ("--prudp-variant", "nintendo-v0", "--access-key", "3d37fbdb")
+    rows = decode_jsonl(str(path), *args)
+    assert [(p["type"], p["sequence_id"], p["session_id"]) for r in rows for p in r["prudp"]] == [
+        ("SYN", 0, 0), ("CONNECT", 1, 0x5A)]
+    out = tmp_path / "v1.pcapng"
+    assert pianode("decode", str(path), *args, "--decrypted-pcap", str(out))[0] == 0
+    frames = dissect(out, "prudp.version", "prudp.type", "prudp.sequence_id", "prudp.session_id")
+    assert [(f["prudp.version"], f["prudp.type"], f["prudp.sequence_id"], f["prudp.session_id"]) for f in frames] == [
+        (["v1"], ["0"], ["0"], ["0x00"]), (["v1"], ["1"], ["1"], ["0x5a"])]
