@@ -567,6 +567,16 @@ local function export_comment()
     return nil
 end
 
+-- Whether pianode decode's export says this datagram was cut short by the original capture's snap length (the
+-- export writes what was captured as a whole datagram, so its length no longer tells).
+local function export_says_cut()
+    if not comment_field then return false end
+    for _, fi in ipairs({comment_field()}) do
+        if tostring(fi.value):sub(1, 30) == "pianode decode: captured only " then return true end
+    end
+    return false
+end
+
 -- The UDP length field, when it says more payload bytes than the IP packet holds (Wireshark's "Bad length value >
 -- IP payload length"): a host drops such a datagram, and pianode decode reports it with its header, not read.
 local udp_length_field
@@ -1831,7 +1841,10 @@ local function classify(tvb)
         local packets = parse_v1_lite(tvb)
         if packets then return "v1lite", packets end
     end
-    if prudp.prefs.heuristic_v0 and n >= 11 and plausible_v0_ports(tvb(0, 1):uint(), tvb(1, 1):uint()) then
+    -- A datagram the snap length cut short is not framed: the end of a v0 packet without HAS_SIZE is its
+    -- datagram's (prudp.md §2.1), so the bytes last captured would be taken for its checksum.
+    if prudp.prefs.heuristic_v0 and n >= 11 and n == tvb:reported_len() and not export_says_cut()
+        and plausible_v0_ports(tvb(0, 1):uint(), tvb(1, 1):uint()) then
         local name = v0_variant(tvb)
         local packets = parse_v0_any(tvb, GEN.prudp_variants[name], true)
         if packets then return "v0", name, packets end
