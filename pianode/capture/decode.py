@@ -807,10 +807,10 @@ class Decoder:
     def _prudp(self, d: Datagram) -> DecodeResult:
         settings = self.ctx.prudp
         assert settings is not None
-        # The RC4 state of each direction; a capture of more flows than _FLOWS_KEPT forgets the
-        # longest idle (its next packets then say they cannot be opened).
         if service_port(d.src, d.dst) is not None:  # DNS, NTP, ... beside the game's PRUDP
             return self._base(d, "unknown", data=d.data.hex(), note=why_unknown(d.data, d.src, d.dst))
+        # The RC4 state of each direction; a capture of more flows than _FLOWS_KEPT forgets the
+        # longest idle (its next packets then say they cannot be opened).
         streams = _keep_recent(self._nex_streams, (d.src, d.dst), self._nex_streams.get((d.src, d.dst)) or {})
         try:
             packets, auth, error, note = read_prudp(d.data, settings, streams)
