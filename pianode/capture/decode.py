@@ -813,10 +813,11 @@ class Decoder:
         # longest idle (its next packets then say they cannot be opened).
         streams = _keep_recent(self._nex_streams, (d.src, d.dst), self._nex_streams.get((d.src, d.dst)) or {})
         try:
-            packets, auth, error, note = read_prudp(d.data, settings, streams)
+            packets, signatures, auth, error, note = read_prudp(d.data, settings, streams)
         except DecodeError as exc:
             return self._base(d, "unknown", data=d.data.hex(), error=f"not {settings.variant} PRUDP: {_one_line(exc)}")
-        return self._base(d, "prudp", prudp=[_prudp_json(p) for p in packets], authenticated=auth, error=error, note=note)
+        rows = [{**_prudp_json(p), "signature_ok": ok} for p, ok in zip(packets, signatures, strict=True)]
+        return self._base(d, "prudp", prudp=rows, authenticated=auth, error=error, note=note)
 
 
 #: Per-endpoint state a decoder keeps (PRUDP cipher streams, LAN browse requests) for at most this

@@ -484,7 +484,7 @@ def _summary(cap: Capture, decoder: Decoder, ctx: DecodeContext, unkeyed: int = 
     if unkeyed:
         text += f"\n-- no access key given: PRUDP checksums were not checked in {unkeyed} (--access-key)"
     if v1:
-        text += f"\n-- {v1} PRUDP v1 datagram{'s' if v1 != 1 else ''}: no checksum, and signatures are not checked"
+        text += f"\n-- {v1} PRUDP v1 datagram{'s' if v1 != 1 else ''}: no checksum, and only SYN signatures are checked"
     if decoder.kinds.get("unknown") and ctx.prudp is None:
         text += "\n-- unknown datagrams: PRUDP? give --prudp-variant (and --access-key)"
     return text

@@ -105,3 +105,21 @@ def test_v1_exported_under_the_v0_variant_is_read_as_v1(tmp_path: Path) -> None:
     frames = dissect(out, "prudp.version", "prudp.type", "prudp.sequence_id", "prudp.session_id")
     assert [(f["prudp.version"], f["prudp.type"], f["prudp.sequence_id"], f["prudp.session_id"]) for f in frames] == [
         (["v1"], ["0"], ["0"], ["0x00"]), (["v1"], ["1"], ["1"], ["0x5a"])]
+
+
+def test_v1_signature_verdicts_of_the_export_are_shown(tmp_path: Path) -> None:
+    """pianode decode checks the signatures the access key alone gives (a SYN's, spec prudp.md §2.6); the dissector,
+    with no MD5 of its own, shows that verdict from the export, and none where decode had none."""
+    path = tmp_path / "v1.pcap"
+    with path.open("wb") as f:
+        w = PcapWriter(f)
+        w.write_udp(V1_SYN_ACK, "10.0.0.1:60000", "10.0.0.2:50000")
+        w.write_udp(V1_CONNECT, "10.0.0.2:50000", "10.0.0.1:60000")
+        w.write_udp(V1_SYN_ACK[:20] + bytes([V1_SYN_ACK[20] ^ 1]) + V1_SYN_ACK[21:], "10.0.0.1:60000", "10.0.0.2:50000")
+    args = ("--prudp-variant", "nintendo-v1", "--access-key", "3d37fbdb")
+    rows = decode_jsonl(str(path), *args)
+    assert [[p["signature_ok"] for p in r["prudp"]] for r in rows] == [[True], [None], [False]]
+    out = tmp_path / "v1.pcapng"
+    assert pianode("decode", str(path), *args, "--decrypted-pcap", str(out))[0] == 0
+    frames = dissect(out, "prudp.signature.status")
+    assert [f.get("prudp.signature.status") for f in frames] == [["ok"], None, ["failed"]]

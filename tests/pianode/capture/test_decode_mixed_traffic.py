@@ -199,12 +199,62 @@ TERRARIA_SYN = bytes.fromhex(
 
 
 def test_a_v1_datagram_says_its_signature_is_not_checked(tmp_path: Path) -> None:
-    """v1 has no checksum; what vouches for it is its HMAC-MD5 signature (spec §2.6), which the decoder does not
-    check: "authenticated: null" must say so, with or without the access key."""
+    """v1 has no checksum; what vouches for it is its HMAC-MD5 signature (spec §2.6), which the decoder checks only
+    where the access key alone gives it: the rows say so, with or without the access key."""
     path = tmp_path / "v1.jsonl"
     path.write_text(json.dumps({"hex": TERRARIA_SYN.hex()}) + "\n")
     for key in ("3d37fbdb", ""):
         (r,) = _decode_all(path, prudp={"variant": "nintendo-v1", "access_key": key})
-        assert (r.kind, r.authenticated, r.error) == ("prudp", None, None)
+        # (a SYN's signature the access key alone gives: checked when the key is there, below)
+        assert (r.kind, r.authenticated, r.error) == ("prudp", True if key else None, None)
         assert r.prudp[0]["type"] == "SYN" and r.prudp[0]["supported_functions"] == 0x104
-        assert r.note == "PRUDP v1: no checksum, and its packet signatures are not checked"
+        assert r.note == "PRUDP v1: no checksum, and a signature is checked only where the access key alone gives it (SYN)"
+
+
+# --------------------------------------------------------------------------
+# Packet signatures the access key alone gives (spec prudp.md §2.5, §2.6): checked; the others need the
+# connection's signatures or its Kerberos session key, and are not judged.
+
+FRIENDS_DATA = bytes.fromhex("afa162005a92f23c4a02000067e228b77cc7")  # §8.2, key "ridfebb9", sig v1
+FRIENDS_EMPTY_ACK = bytes.fromhex("a1af12003c78563412020000bc")  # its ack: empty DATA signs 78 56 34 12
+GAME_DATA = bytes.fromhex("afa1e2005a69c325b3020000050067e228b77ce3")  # §8.2, key "12345678", sig v0 (auth)
+
+
+def _one_prudp(tmp_path: Path, data: bytes, variant: str, key: str) -> dict:
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"hex": data.hex()}) + "\n")
+    (r,) = _decode_all(path, prudp={"variant": variant, "access_key": key})
+    return r
+
+
+@pytest.mark.parametrize(("data", "variant", "key"), [
+    (FRIENDS_DATA, "nintendo-v0-friends", "ridfebb9"),
+    (FRIENDS_EMPTY_ACK, "nintendo-v0-friends", "ridfebb9"),
+    (GAME_DATA, "nintendo-v0", "12345678"),
+    (TERRARIA_SYN, "nintendo-v1", "3d37fbdb"),
+    (TERRARIA_SYN, "nintendo-v0", "3d37fbdb"),  # a NEX v0 server's socket takes v1 too (§2.3)
+])  # fmt: skip
+def test_signatures_the_access_key_gives_are_checked(tmp_path: Path, data: bytes, variant: str, key: str) -> None:
+    r = _one_prudp(tmp_path, data, variant, key)
+    assert [p["signature_ok"] for p in r.prudp] == [True]
+    flipped = bytearray(data)
+    flipped[6] ^= 0x01  # a byte of the signature
+    if data[:2] != b"\xea\xd0":  # v0: the 1-byte checksum made again (spec §2.4), so only the signature is wrong
+        body = bytes(flipped[:-1])
+        words = sum(int.from_bytes(body[i : i + 4], "little") for i in range(0, len(body) - len(body) % 4, 4))
+        rest = body[len(body) - len(body) % 4 :]
+        flipped[-1] = (sum(words.to_bytes(8, "little")[:4]) + sum(rest) + sum(key.encode())) & 0xFF
+    bad = _one_prudp(tmp_path, bytes(flipped), variant, key)
+    assert [p["checksum_ok"] for p in bad.prudp] == [None if data[:2] == b"\xea\xd0" else True]
+    if data[:2] == b"\xea\xd0" or variant.endswith("friends"):  # the key alone gives it: a mismatch says so
+        assert [p["signature_ok"] for p in bad.prudp] == [False]
+        assert bad.error is not None and "signature" in bad.error
+    else:  # a game's DATA on a secure connection signs with the session key too: no verdict without it
+        assert [p["signature_ok"] for p in bad.prudp] == [None]
+
+
+def test_signatures_that_need_the_connection_are_not_judged(tmp_path: Path, captures: Path) -> None:
+    rows = _decode_all(captures / "gro-prudp" / "GRO_Backend_packetLog.jsonl",
+                       prudp={"variant": "quazal-v0", "access_key": "8dtRv2oj"})
+    assert {p["signature_ok"] for r in rows for p in r.prudp} == {None}  # Quazal: the peer's connection signature
+    assert _one_prudp(tmp_path, FRIENDS_DATA, "nintendo-v0-friends", "").prudp[0]["signature_ok"] is None
