@@ -172,7 +172,7 @@ def _rendezvous_open(packet: PrudpPacket, aes_key: bytes) -> bytes:
 def decode_datagram(
     data: bytes,
     variant: str | Variant,
-    access_key: bytes | str = b"",
+    access_key: bytes | str | None = b"",
     *,
     aes_key: bytes | None = None,
     nex_streams: MutableMapping[tuple[int, int, int], NexStream] | None = None,
@@ -183,7 +183,10 @@ def decode_datagram(
         data: the UDP payload.
         variant: a variant name (``nintendo-v0``, ``nintendo-v0-friends``,
             ``nintendo-v1``, ``quazal-v0``, ``rendezvous``) or :class:`Variant`.
-        access_key: the game's access key (checksums; v0 family).
+        access_key: the game's access key (checksums; v0 family); ``None`` when
+            the reader does not know it: a checksum that needs a key is then
+            not judged (``checksum_ok`` None), one of a stream type the variant
+            sums without a key (Quazal DO and NAT, spec §3.3) still is.
         aes_key: the Rendez-Vous session key, if known.
         nex_streams: optional map ``(source vport, destination vport, substream) →
             NexStream``, kept by the caller per UDP flow (pass an empty dict
@@ -201,19 +204,21 @@ def decode_datagram(
     Raises:
         DecodeError: the bytes are not PRUDP of this variant.
     """
-    codec = PacketCodec(variant, access_key)
+    unknown_key = access_key is None
+    codec = PacketCodec(variant, b"" if access_key is None else access_key)
     v = codec.variant
     if v.framing == Framing.V0 and v.flags_bytes == 2 and bytes(data[:3]) == MAGIC + b"\x01":
         # A NEX server accepts both versions on one socket and tells them apart by
         # "EA D0 01" (spec §2.3); no v0 packet starts so (stream type 14 does not exist).
         v = attrs.evolve(v, framing=Framing.V1, checksum_bytes=0, connection_signature_bytes=16)
-        codec = PacketCodec(v, access_key)
+        codec = PacketCodec(v, codec.access_key)
     packets = _decode_with_checksum_fallback(codec, data)
     if v.framing == Framing.V1:
         packets = [attrs.evolve(p, checksum_ok=None) for p in packets]
     out = []
     for p in packets:
-        out.append(attrs.evolve(p, plaintext=_plaintext(p, v, aes_key, nex_streams), checksum_ok=p.checksum_ok))
+        checked = p.checksum_ok if not (unknown_key and v.checksum_key_applies(p.source)) else None
+        out.append(attrs.evolve(p, plaintext=_plaintext(p, v, aes_key, nex_streams), checksum_ok=checked))
     return out
 
 
