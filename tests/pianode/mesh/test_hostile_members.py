@@ -11,7 +11,7 @@ import random
 
 import attrs
 import pytest
-from mesh_harness import BatchHarness, all_connected, form
+from mesh_harness import BatchHarness, all_connected, form, recorder
 
 from pianode.mesh import legacy, wire
 from pianode.mesh.config import NodeConfig
@@ -131,12 +131,7 @@ def test_a_station_with_a_members_variable_id_is_not_admitted(version: str) -> N
     h.sessions[2] = h.by_addr[address] = joiner
     captured: list[bytes] = []
 
-    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
-        if s == host.local_address and d == address:
-            captured.append(data)
-        return data
-
-    h.hook = hook
+    h.hook = recorder(captured, host.local_address, address)
     joiner.join(host.local_address, h.now)
     h.run_until(lambda: joiner.closed or all_connected([host, member, joiner]), 30.0)
     if joiner.joined and joiner.index is not None:  # (the attack this refusal prevents)
@@ -187,12 +182,7 @@ def test_what_a_member_sent_a_stations_last_incarnation_is_not_taken_by_the_next
     old_index = c.index
     captured: list[bytes] = []
 
-    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
-        if s == b.local_address and d == c.local_address:
-            captured.append(data)
-        return data
-
-    h.hook = hook
+    h.hook = recorder(captured, b.local_address, c.local_address)
     for i in range(3):
         b.send(c.index, b"frame %d for the old C" % i, reliable=False, now=h.now)
     b.send(c.index, b"reliable for the old C", reliable=True, now=h.now)
@@ -329,12 +319,7 @@ def test_a_vanished_member_is_not_kept_alive_by_what_it_sent_a_station_without_a
     poser.handshake.connect(b.local_address, h.now)
     captured: list[bytes] = []
 
-    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
-        if s == b.local_address and d == poser.local_address:
-            captured.append(data)
-        return data
-
-    h.hook = hook
+    h.hook = recorder(captured, b.local_address, poser.local_address)
     h.run_for(12.0)
     h.hook = None
     assert len(captured) > 10
