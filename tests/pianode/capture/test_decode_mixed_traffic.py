@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from lan_exchange import SMM2, LanHost, lan_exchange
 
 from pianode.capture.decode import Decoder
 from pianode.capture.pcap import PcapWriter, open_capture
@@ -107,52 +108,14 @@ def test_flows_of_a_capture_without_pia_say_so(captures: Path, capsys: pytest.Ca
 # Two LAN sessions in one capture: a browse request is answered by every host of the game on the network (spec
 # pia.md §6.2-§6.4), each with its own session key param; the browser joins one of them.
 
-SMM2 = "667c18475889faab61f93ef1da180971"
 
 
 def _two_sessions(version: str) -> list[tuple[bytes, str, str]]:
-    from protocols.pia.header import PacketHeader
-    from protocols.pia.keys import lan_session_key
-    from protocols.pia.lan import (
-        BrowseReply,
-        BrowseRequest,
-        LanHostAddress,
-        LanSessionInfo,
-        seal_challenge_reply,
-        seal_challenge_request,
-    )
-    from protocols.pia.lan_criteria import LanSessionSearchCriteria
-    from protocols.pia.message import Message
-    from protocols.pia.nonce import nonce_builder
-    from protocols.pia.packet import Packet, PacketCodec
-    from protocols.pia.versions import NetworkType, Proto, profile_for
-
-    p = profile_for(version)
-    gk = bytes.fromhex(SMM2)
-    chal_pt = bytes(range(256))
-    req_chal = seal_challenge_request(gk, version=p.lan_challenge_version or 0, key=b"\x11" * 16, plaintext=chal_pt,
-                                      counter=1, broadcast_ip="192.168.1.255")
-    out = [(BrowseRequest(LanSessionSearchCriteria.build(game_mode=1), req_chal).encode(p),
-            "192.168.1.10:49152", "192.168.1.255:30000")]
-    data = []
-    for host, fill in (("192.168.1.20", 0x22), ("192.168.1.21", 0x33)):
-        rep_chal, param = seal_challenge_reply(gk, req_chal, chal_pt, key=bytes([fill]) * 16, counter=2,
-                                               broadcast_ip="192.168.1.255")
-        info = LanSessionInfo(
-            game_mode=1, network_id=0xB2D7C002 + fill, host=LanHostAddress(host, 49152, 1, 2, 3),
-            current_participants=1, min_participants=1, max_participants=4,
-            system_communication_version=p.lan_system_version,
-            application_communication_version=3, session_type=1, session_key_param=param,
-        )
-        out.append((BrowseReply(info, rep_chal).encode(p), f"{host}:30000", "192.168.1.10:49152"))
-        codec = PacketCodec(p, lan_session_key(gk, param), nonce_builder(p, NetworkType.LAN))
-        msg = Message(p.protocol_id(Proto.UNRELIABLE), 0, f"from {host}".encode(), flags=p.bitmap_flag,
-                      destination=1, source_constant_id=None if p.message_format.value == "M-F" else 5)
-        header = (PacketHeader(True, 1, connection_id=3, nonce=bytes([fill]) * 8) if p.has_connection_id else
-                  PacketHeader(True, 1, destination_variable_id=2, source_variable_id=7, nonce=bytes([fill]) * 8))
-        data.append((codec.encode(Packet(header, (msg,)), host), f"{host}:49152", "192.168.1.10:49152"))
+    hosts = [LanHost(ip, fill, 0xB2D7C002 + fill, f"from {ip}".encode(), bytes([fill]) * 8)
+             for ip, fill in (("192.168.1.20", 0x22), ("192.168.1.21", 0x33))]
+    ex = lan_exchange(version, hosts)
     # The browser joined the second host; the first host's session goes on beside it.
-    return [*out, data[1], data[0], data[1]]
+    return [ex.request, *ex.replies, ex.data[1], ex.data[0], ex.data[1]]
 
 
 @pytest.mark.parametrize("version", ["5.18", "5.45"])
