@@ -343,6 +343,11 @@ def _is_ipv4(text: str) -> bool:
     return True
 
 
+def _is_unicast(ip: str, port: int) -> bool:
+    address = ipaddress.IPv4Address(ip)
+    return 0 < port < 0x10000 and not (address.is_unspecified or address.is_multicast or ip == "255.255.255.255")
+
+
 def no_answer(network_id: int | None, browse_timeout: float) -> str:
     """Why a join failed when its browse found nothing to join."""
     which = "a LAN session" if network_id is None else f"LAN session 0x{network_id:08x}"
@@ -369,6 +374,12 @@ async def join_found(nursery: trio.Nursery, config: NodeConfig, found: FoundSess
         where = f"[{info.host_ip}]" if ":" in info.host_ip else repr(info.host_ip)
         raise LanJoinError(f"the session found names its host at {where}:{info.host_port}, not an IPv4 address: "
                            "it cannot be joined")  # fmt: skip
+    if not _is_unicast(info.host_ip, info.host_port):
+        # Unspecified, port 0, broadcast or multicast: no station is there to answer a connection request (the
+        # join would end as a silent host's).  NintendoClients e8f85f5 hosting at 5.3-5.9 names 0.0.0.0:0: it
+        # writes a StationLocation's one address from the public slot, and keeps its own in the local one.
+        raise LanJoinError(f"the session found names its host at {info.host_ip}:{info.host_port}, not a unicast "
+                           "address and port: it cannot be joined")  # fmt: skip
     node = await _start_node(nursery, attrs.evolve(config, session_key=found.session_key), tap)
     if isinstance(info, LanNetworkProperty):
         # 6.x publishes no host ids (spec §6.3): the host's connection response names them.

@@ -39,7 +39,9 @@ Defects of this NC-2020 commit worked around (see the README's interop section)
       write and accept header version 4 where the docs give 3 (spec §0.3, §10.1
       item 1), set to 3 here; its 5.9/5.10 timer path reads an undefined
       ``session_timer``, fixed here; up to 5.9 it reads a StationLocation's one
-      address into ``public`` but connects to ``local``, copied here.
+      address into ``public`` but connects to ``local``, copied here; and it
+      writes that address from ``public``, which it never fills for itself
+      (its 5.9 host publishes 0.0.0.0:0), so ``local`` is written there.
     * It has no Keep Alive and no RTT protocol: this harness sends an empty
       keep-alive (protocol 0x08, port 0) every second to each connected
       station and answers RTT requests (protocol 0x58) on their port.
@@ -161,6 +163,22 @@ def work_around_defects() -> None:
             self.local = self.public
 
     types.StationLocation.decode = location_decode
+    original_location_encode = types.StationLocation.encode
+
+    def location_encode(self: Any, stream: Any) -> None:
+        # The other half of the same defect: up to 5.9 it writes that one address from ``public``, which
+        # it never fills for itself (its own address is in ``local``), so its 5.9 host publishes its
+        # session, and its connection requests, with the address 0.0.0.0:0.
+        if stream.settings.get("pia.version") < 51000 and self.public.address.port == 0:
+            public, self.public = self.public, self.local
+            try:
+                original_location_encode(self, stream)
+            finally:
+                self.public = public
+            return
+        original_location_encode(self, stream)
+
+    types.StationLocation.encode = location_encode
 
     def get_num_participants(self: Any) -> int:
         return sum(s.identification_info.participants for s in self.stations if s is not None)

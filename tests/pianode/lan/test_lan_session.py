@@ -263,3 +263,36 @@ async def test_host_refuses_configurations_it_cannot_publish(
         with pytest.raises(ConfigError, match=message):
             bind = ("0.0.0.0", free_port())
             await start_lan_host(nursery, config, KEY, browse_bind=bind, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("host_ip", "host_port", "shown"),
+    [
+        ("0.0.0.0", 0, "0.0.0.0:0"),  # NintendoClients e8f85f5 hosting at 5.3-5.9 (its address left unset)
+        ("10.0.0.2", 0, "10.0.0.2:0"),
+        ("255.255.255.255", 49152, "255.255.255.255:49152"),
+        ("224.0.0.1", 49152, "224.0.0.1:49152"),
+    ],
+)
+async def test_a_session_naming_no_unicast_host_address_is_refused_before_any_join(
+    host_ip: str, host_port: int, shown: str
+) -> None:
+    """A browse reply whose host address is unspecified, port 0, broadcast or multicast cannot be joined: the
+    join says so at once, instead of sending connection requests nowhere and ending as a silent host's."""
+    import attrs
+
+    from pianode.lan.discovery import FoundSession, make_session_info
+    from pianode.lan.session import join_found
+
+    prof = profile_for("5.18")
+    info = make_session_info(prof, ip="127.0.0.2")
+    info = attrs.evolve(info, host=attrs.evolve(info.host, ip=host_ip, port=host_port))
+    found = FoundSession(info, ("127.0.0.2", 30000), session_key=bytes(16))
+    with trio.fail_after(2):
+        async with trio.open_nursery() as nursery:
+            with pytest.raises(LanJoinError) as caught:
+                await join_found(nursery, _config(loopback_block() + "3"), found)
+            nursery.cancel_scope.cancel()
+    assert str(caught.value) == (f"the session found names its host at {shown}, not a unicast address and port:"
+                                 " it cannot be joined")  # fmt: skip
+
