@@ -70,7 +70,15 @@ from pianode.lan.discovery import (
     make_network_property,
     make_session_info,
 )
-from pianode.lan.session import LanJoin, LanJoinError, find_session, join_found, no_answer, start_lan_host
+from pianode.lan.session import (
+    LanJoin,
+    LanJoinError,
+    find_session,
+    join_found,
+    no_answer,
+    serve_lan_when_host,
+    start_lan_host,
+)
 from pianode.mesh.node import JoinError, Node
 from protocols.errors import ConfigError
 from protocols.pia.keys import parse_game_key
@@ -526,6 +534,9 @@ def run_join(args: argparse.Namespace) -> int:
                 f"joined network id 0x{info.network_id:08x} (Pia {profile.name}, host {info.host_ip}:"
                 f"{info.host_port}) as station {join.station_index} from {ip}:{port}",
             )  # fmt: skip
+            # Should the host go and this node take over (the lowest index), it answers browses from then on.
+            await serve_lan_when_host(nursery, join, key, browse_bind=("0.0.0.0", broadcast[1]),
+                                      broadcast_ip=broadcast[0])  # fmt: skip
             with stop.phase():
                 await report.participate(node, send_every, args.name, reliable=not args.unreliable)
             report.summary(node, info.network_id)

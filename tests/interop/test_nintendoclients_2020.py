@@ -538,3 +538,49 @@ async def test_three_nintendoclients_2020_joiners_at_once(nc2020: list[str]) -> 
     assert len(_numbers_from(host, 1)) >= 30, why
     (summary,) = _events(first, "summary")
     assert summary["received"]["0"] >= 30, why
+
+
+async def test_nintendoclients_2020_joins_through_the_new_host_after_a_migration(nc2020: list[str]) -> None:
+    """The host leaves a mesh of three; the member with the lowest index becomes host and takes over the LAN
+    session (the same network id and key, naming itself).  NC-2020 then browses, finds the new host, joins
+    through it (host index 1, its own index the lowest free: 0), the other member connects to it, and data
+    flows both ways with both.  Before, nobody answered a browse once the host had gone."""
+    with lan_segment(4) as segment:
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "60", "--max", "8")
+        members = [_pianode_lan(segment, k, "join", "--bind", segment.addresses[k], "--duration", "60") for k in (1, 2)]
+        nc = _nc(segment, nc2020, 3, "join", "--duration", "4")
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                for m in members:
+                    await nursery.start(m.run)
+                    await until(lambda: _has(m, "joined") or m.returncode is not None)  # noqa: B023
+                await until(lambda: all(len(_events(m, "station_joined")) >= 2 for m in members))
+                host.stop()  # leaves the mesh
+                await until(lambda: all(_has(m, "host_changed") or m.returncode is not None for m in members))
+                await nursery.start(nc.run)
+                await until(lambda: nc.returncode is not None)
+                for m in members:
+                    m.stop()
+    why = _explain(nc, host, *members)
+    assert nc.returncode == 0 and host.returncode == 0 and all(m.returncode == 0 for m in members), why
+    (hosting,) = _events(host, "hosting")
+    new_host = f"{segment.addresses[1]}:{PIA_PORT}"
+    (found,) = _events(nc, "found")
+    assert (found["network_id"], found["host"]) == (hosting["network_id"], new_host), why
+    assert found["host_constant_id"] == lan_constant_id(segment.addresses[1], PIA_PORT), why
+    assert sorted(s["constant_id"] for s in found["stations"]) == sorted(
+        lan_constant_id(segment.addresses[k], PIA_PORT) for k in (1, 2)
+    ), why
+    (joined,) = _events(nc, "joined")
+    assert (joined["host_index"], joined["index"]) == (1, 0), why
+    assert all(s["connected"] for s in joined["stations"]) and len(joined["stations"]) == 3, why
+    connected = {r["address"]: r["initiator"] for r in _events(nc, "connected")}
+    assert connected == {new_host: "nc", f"{segment.addresses[2]}:{PIA_PORT}": "peer"}, why
+    (summary,) = _events(nc, "summary")
+    assert summary["received"].get("1", 0) >= 10 and summary["received"].get("2", 0) >= 10, why
+    for m in members:
+        # (When the members stop, the one left sees station 1 leave too: only the first change counts.)
+        assert [(r["old_host_index"], r["new_host_index"]) for r in _events(m, "host_changed")][:1] == [(0, 1)], why
+        assert len(_numbers_from(m, 0)) >= 10, why

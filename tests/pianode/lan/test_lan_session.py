@@ -296,3 +296,41 @@ async def test_a_session_naming_no_unicast_host_address_is_refused_before_any_jo
     assert str(caught.value) == (f"the session found names its host at {shown}, not a unicast address and port:"
                                  " it cannot be joined")  # fmt: skip
 
+
+async def test_after_a_host_migration_the_new_host_answers_browses_and_admits_newcomers() -> None:
+    """The host leaves; the member that becomes host (the lowest index, README "Host migration") takes over the
+    LAN session: it answers browse requests with the same network id and param, naming itself as host, and a
+    newcomer that browses then joins through it (before, nobody answered once the host had gone)."""
+    from pianode.lan.session import serve_lan_when_host
+
+    port, net = free_port(), loopback_block()
+    broadcast = (DEFAULT_BROADCAST, port)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            host = await start_lan_host(nursery, _config(net + "2"), KEY, max_participants=4,
+                                        browse_bind=("0.0.0.0", port))  # fmt: skip
+            members = [await start_lan_join(nursery, _config(net + str(3 + i)), KEY, broadcast=broadcast)
+                       for i in range(2)]  # fmt: skip
+            for m in members:
+                await serve_lan_when_host(nursery, m, KEY, browse_bind=("0.0.0.0", port))
+                assert await m.node.wait_connected(2, timeout=5)
+            network_id, param = host.network_id, host.session_key_param
+            host.cancel_scope.cancel()
+            await host.node.leave(timeout=2)
+            while members[0].node.host_index != members[0].node.station_index:
+                await trio.sleep(0.05)
+            newcomer = await start_lan_join(nursery, _config(net + "6"), KEY, broadcast=broadcast, browse_timeout=5)
+            assert await newcomer.node.wait_connected(2, timeout=5)
+            me = next(s for s in members[0].node.stations() if s.is_self)
+            new_host_address = members[0].node.address
+            views = [(m.node.host_index, sorted(s.index for s in m.node.stations() if s.state == "connected"))
+                     for m in members]  # fmt: skip
+            nursery.cancel_scope.cancel()
+    info = newcomer.info
+    assert isinstance(info, LanSessionInfo)
+    assert (info.network_id, info.session_key_param) == (network_id, param)
+    assert (info.host_ip, info.host_port) == new_host_address
+    assert (info.host_constant_id, info.host_variable_id) == (me.constant_id, me.variable_id)
+    assert newcomer.node.host_index == members[0].station_index == 1
+    assert newcomer.found.session_key == host.session_key
+    assert [v[0] for v in views] == [1, 1]
