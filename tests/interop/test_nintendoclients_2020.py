@@ -57,6 +57,7 @@ SEGMENT = REPO / "scripts" / "netns" / "lan_segment.py"
 PEER = pathlib.Path(os.environ.get("PIANODE_NC2020", REPO.parent / "shared" / "peers" / "nintendoclients-e8f85f5"))
 CACHE = pathlib.Path(os.environ.get("PIANODE_INTEROP_CACHE", pathlib.Path.home() / ".cache" / "pianode-interop"))
 SMM2_KEY = "667c18475889faab61f93ef1da180971"  # NC's nintendo/games.py: SMM2.PIA_KEY (PIA_VERSION 51800, app 3)
+SPLATOON2_KEY = "ee182a63e216cdb1f51ad4bed8cf6508"  # NC's nintendo/games.py: Splatoon2 (PIA_VERSION 50901, app 60)
 SUBNET = "10.77.0"
 PIA_PORT = 49152
 #: Seconds of unreliable data NC sends after its join; the host removes it for unacknowledged reliable
@@ -264,10 +265,28 @@ async def test_a_nintendoclients_2020_joiner_joins_a_pianode_host_and_exchanges_
     assert [r["reason"] for r in left] == [UNACKED], why
 
 
-async def test_a_pianode_joiner_gets_through_the_handshake_to_an_unanswered_join_request(nc2020: list[str]) -> None:
+#: The games of NC's nintendo/games.py with Pia LAN settings (key, Pia version, application communication
+#: version), and SMM2's key at 5.10, whose layouts differ from both (StationLocation, 6-byte host address).
+GAMES = {
+    "smm2-5.18": (SMM2_KEY, "5.18", "3"),
+    "splatoon2-5.9": (SPLATOON2_KEY, "5.9", "60"),
+    "smm2-5.10": (SMM2_KEY, "5.10", "3"),
+}
+
+
+@pytest.mark.parametrize("game", list(GAMES))
+async def test_a_pianode_joiner_gets_through_the_handshake_to_an_unanswered_join_request(
+    nc2020: list[str], game: str
+) -> None:
+    """At each game's settings.  NC's 5.9 host publishes 0.0.0.0:0 as its address (the harness writes its own
+    there; pianode refuses such a session in one line, test_lan_session); the join request has the
+    StationAddress up to 5.10 (14 bytes), not from 5.11 (6)."""
+    key, version, app = GAMES[game]
+    settings = ("--game-key", key, "--version", version, "--app-version", app)
     with lan_segment(2) as segment:
-        nc = _nc(segment, nc2020, 0, "host", "--duration", "60")
-        join = _pianode_lan(segment, 1, "join", "--bind", segment.addresses[1], "--duration", "60", "--timeout", "10")
+        nc = _nc(segment, nc2020, 0, "host", "--duration", "60", *settings)
+        join = _pianode_lan(segment, 1, "join", "--bind", segment.addresses[1], "--duration", "60", "--timeout", "10",
+                            *settings)  # fmt: skip
         with trio.fail_after(90):
             async with trio.open_nursery() as nursery:
                 await nursery.start(nc.run)
@@ -284,7 +303,8 @@ async def test_a_pianode_joiner_gets_through_the_handshake_to_an_unanswered_join
     responses = [r for r in _events(nc, "connection_response") if r["from"] == joiner_address]
     assert responses and responses[0]["result"] == 0 and len(responses[0]["players"]) == 1, why
     assert [r["initiator"] for r in _events(nc, "connected") if r["address"] == joiner_address] == ["peer"], why
-    assert [r for r in _events(nc, "join_request") if r["from"] == joiner_address], why
+    sizes = {r["size"] for r in _events(nc, "join_request") if r["from"] == joiner_address}
+    assert sizes == {14 if version in ("5.9", "5.10") else 6}, why
     assert any(r["message"] == "Join request is not implemented" for r in _events(nc, "nc_log")), why
     # The join fails with one line naming the step left unanswered.
     assert join.returncode == 1, why
@@ -439,19 +459,27 @@ async def test_unreliable_data_of_every_size_both_ways_with_nintendoclients_2020
     assert host_summary["drops"] == {"oversized": oversized} and host_summary["received"]["1"] == sent - oversized, why
 
 
-@pytest.mark.parametrize("version", ["5.9", "5.10", "5.11", "5.14", "5.17", "5.18"])
-async def test_nintendoclients_2020_joins_at_every_lan_version_it_speaks(nc2020: list[str], version: str) -> None:
+@pytest.mark.parametrize(
+    ("version", "key", "app"),
+    [*((v, SMM2_KEY, "3") for v in ("5.9", "5.10", "5.11", "5.14", "5.17", "5.18")), ("5.9", SPLATOON2_KEY, "60")],
+    ids=["5.9", "5.10", "5.11", "5.14", "5.17", "5.18", "splatoon2-5.9"],
+)
+async def test_nintendoclients_2020_joins_at_every_lan_version_it_speaks(
+    nc2020: list[str], version: str, key: str, app: str
+) -> None:
     """Every Pia version NC-2020's settings express that a pianode node runs on LAN (its configure takes
-    5.9-5.11 and 5.14-5.18).  The harness gives its 5.11-5.17 the documented header version 3, fixes its
-    5.9/5.10 timer path and its 5.9 StationLocation address (see the harness); its 5.9/5.10 join request
-    comes in the 5.11 form (no StationAddress), which the host takes."""
+    5.9-5.11 and 5.14-5.18), and Splatoon 2's settings (its key, application communication version 60).
+    The harness gives its 5.11-5.17 the documented header version 3, fixes its 5.9/5.10 timer path and its
+    5.9 StationLocation address (see the harness); its 5.9/5.10 join request comes in the 5.11 form (no
+    StationAddress), which the host takes."""
     with lan_segment(2) as segment:
         extra = ["--host-address-size", "6"] if version == "5.10" else []  # NC reads the 6-byte 5.10 form
-        argv = [sys.executable, "-m", "pianode", "lan", "host", "--game-key", SMM2_KEY, "--version", version,
-                "--app-version", "3", "--broadcast", segment.broadcast, "--format", "jsonl", "--interval",
+        argv = [sys.executable, "-m", "pianode", "lan", "host", "--game-key", key, "--version", version,
+                "--app-version", app, "--broadcast", segment.broadcast, "--format", "jsonl", "--interval",
                 str(INTERVAL), "--unreliable", "--bind", segment.addresses[0], "--duration", "60", *extra]  # fmt: skip
         host = CliProcess(segment.exec_argv(0, *argv))
-        nc = _nc(segment, nc2020, 1, "join", "--duration", "4", "--version", version)
+        nc = _nc(segment, nc2020, 1, "join", "--duration", "4", "--version", version, "--game-key", key,
+                 "--app-version", app)  # fmt: skip
         await _host_then_nc(host, nc, 60)
     why = _explain(host, nc)
     assert nc.returncode == 0 and host.returncode == 0, why
