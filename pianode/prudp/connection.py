@@ -623,7 +623,7 @@ class Connection:
                 except DecodeError:
                     self.stats["dropped_bad_payload"] += 1
                     return False
-                self._emit(MessageReceived(self.id, data, p.substream_id))
+                self._emit(MessageReceived(self.id, data, p.substream_id, reliable=False))
             elif p.type == PacketType.DISCONNECT:
                 self._close(now, "closed by peer (forced)")
             return _newer(self._last_seen, p.type, p.sequence_id)
