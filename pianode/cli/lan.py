@@ -103,6 +103,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="send every second message unreliable (default: all reliable)")
         q.add_argument("--unreliable", action="store_true",
                        help="send the numbered messages unreliably (for a peer without the Reliable protocol)")
+        q.add_argument("--mtu", default=None, metavar="BYTES",
+                       help="largest datagram the node builds, 400..1472 (default 1364): a smaller one splits join "
+                            "responses and updates into more fragments")  # fmt: skip
         q.add_argument("--sizes", default=None, metavar="N,N,...",
                        help="payload sizes in bytes the numbered messages cycle through (each text cut or padded "
                             "with dots; 0: empty); unreliable ones up to what one datagram carries (mtu - 80)")
@@ -180,6 +183,11 @@ def _sizes(args: argparse.Namespace, config: NodeConfig) -> list[int]:
             raise CliError(f"--sizes {max(sizes)}: an unreliable message carries at most {most} bytes "
                            f"(one datagram of {config.mtu}; unreliable data is never split)")  # fmt: skip
     return sizes
+
+
+def _mtu(args: argparse.Namespace) -> dict[str, int]:
+    """--mtu as NodeConfig's keyword (none: its default)."""
+    return {} if args.mtu is None else {"mtu": _number(args.mtu, "mtu", lo=400, hi=1472)}
 
 
 def _profile(args: argparse.Namespace) -> VersionProfile:
@@ -287,7 +295,8 @@ def run_host(args: argparse.Namespace) -> int:
         # Flags of the node's data exchange: a host that only answers browse requests runs no node.
         given = [flag for flag, on in (("--interval", args.send_every is not None), ("--unreliable", args.unreliable),
                                        ("--alternate-unreliable", args.alternate_unreliable),
-                                       ("--sizes", args.sizes is not None)) if on]  # fmt: skip
+                                       ("--sizes", args.sizes is not None),
+                                       ("--mtu", args.mtu is not None)) if on]  # fmt: skip
         if given:
             raise CliError(f"{given[0]} is for a host that runs a node; --discovery-only answers browse requests only")
     if args.discovery_only or not _node_speaks(profile):
@@ -313,7 +322,7 @@ def run_host(args: argparse.Namespace) -> int:
     game_mode = _number(args.game_mode, "game-mode")
     app_version = _number(args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)
     try:
-        config = NodeConfig(version=profile.name, bind=(ip, port or 0), name=args.name)
+        config = NodeConfig(version=profile.name, bind=(ip, port or 0), name=args.name, **_mtu(args))
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
     report = _Report(fmt, quiet=args.quiet)
@@ -470,7 +479,8 @@ def run_join(args: argparse.Namespace) -> int:
     broadcast = _broadcast(args, profile)
     relay = relay_plan(args)
     try:
-        config = NodeConfig(version=profile.name, bind=_bind_address(args.bind, relay=relay), name=args.name)
+        config = NodeConfig(version=profile.name, bind=_bind_address(args.bind, relay=relay), name=args.name,
+                            **_mtu(args))  # fmt: skip
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
     report = _Report(fmt, quiet=args.quiet)

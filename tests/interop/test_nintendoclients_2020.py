@@ -612,3 +612,41 @@ async def test_nintendoclients_2020_joins_through_the_new_host_after_a_migration
         # (When the members stop, the one left sees station 1 leave too: only the first change counts.)
         assert [(r["old_host_index"], r["new_host_index"]) for r in _events(m, "host_changed")][:1] == [(0, 1)], why
         assert len(_numbers_from(m, 0)) >= 10, why
+
+
+async def test_nintendoclients_2020_joins_at_a_small_mtu_with_a_join_response_in_fragments(nc2020: list[str]) -> None:
+    """Every pianode station at --mtu 400: three stations of 64 bytes fill a fragment, so NC's join response
+    (four stations) comes in two fragments, each acked and parsed; the connection responses carry one
+    PlayerInfo slot (four do not fit), which NC-2020 cannot read (it reads four only; the docs give 2 or 4),
+    so the harness pads them to four.  NC joins, the members connect to it, data flows with every station."""
+    with lan_segment(4) as segment:
+        small = ("--mtu", "400")
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "60", "--max", "8", *small)
+        members = [_pianode_lan(segment, k, "join", "--bind", segment.addresses[k], "--duration", "60", *small)
+                   for k in (1, 2)]  # fmt: skip
+        nc = _nc(segment, nc2020, 3, "join", "--duration", "4")
+        pianodes = [host, *members]
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                for m in members:
+                    await nursery.start(m.run)
+                    await until(lambda: _has(m, "joined") or m.returncode is not None)  # noqa: B023
+                await until(lambda: all(len(_events(p, "station_joined")) >= 2 for p in pianodes))
+                await nursery.start(nc.run)
+                await until(lambda: nc.returncode is not None)
+                for p in (*members, host):
+                    p.stop()
+    why = _explain(nc, *pianodes)
+    assert nc.returncode == 0 and all(p.returncode == 0 for p in pianodes), why
+    (hosting,) = _events(host, "hosting")
+    summary = _assert_nc_joined(nc, segment, hosting, stations=4)
+    fragments = [r for r in _events(nc, "join_response") if "stations" in r]
+    assert sorted({r["fragment_index"] for r in fragments}) == [0, 1] and fragments[-1]["fragments"] == 2, why
+    assert all(r["size"] <= 400 - 80 for r in fragments), why  # each fragment within the host's datagrams
+    assert summary["short_player_arrays"] >= 3, why  # the host's response and each member's
+    for index in (0, 1, 2):
+        assert summary["received"].get(str(index), 0) >= 10, why
+    for p in pianodes:
+        assert len(_numbers_from(p, 3)) >= 10, why
