@@ -650,3 +650,34 @@ async def test_nintendoclients_2020_joins_at_a_small_mtu_with_a_join_response_in
         assert summary["received"].get(str(index), 0) >= 10, why
     for p in pianodes:
         assert len(_numbers_from(p, 3)) >= 10, why
+
+
+async def test_a_pianode_station_joining_after_nintendoclients_2020_connects_to_it(nc2020: list[str]) -> None:
+    """NC-2020 is a member when a pianode station joins.  NC never connects to the newcomer (it has no handler
+    for the update mesh that tells it), so the newcomer connects to NC itself at its next heal, naming NC's
+    ids from the host's table; NC accepts, and the newcomer's data reaches it.  Before, the heal's request
+    named 0 and 0, which NC refused ("wrong pid"), and the newcomer never reached NC."""
+    with lan_segment(3) as segment:
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "60", "--max", "8")
+        nc = _nc(segment, nc2020, 1, "join", "--duration", "9")
+        member = _pianode_lan(segment, 2, "join", "--bind", segment.addresses[2], "--duration", "60")
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                await nursery.start(nc.run)
+                await until(lambda: _has(nc, "joined") or nc.returncode is not None)
+                await nursery.start(member.run)
+                await until(lambda: nc.returncode is not None)
+                member.stop()
+                host.stop()
+    why = _explain(nc, host, member)
+    assert nc.returncode == 0 and host.returncode == 0 and member.returncode == 0, why
+    member_address, nc_address = (f"{segment.addresses[k]}:{PIA_PORT}" for k in (2, 1))
+    (summary,) = _events(nc, "summary")
+    assert not any("wrong pid" in w for w in summary["warnings"]), why
+    assert [r["initiator"] for r in _events(nc, "connected") if r["address"] == member_address] == ["peer"], why
+    # The member is in the mesh (index 2) and connected to NC; NC, which never learns its index, hears
+    # its data as from an unknown station (253).
+    assert [r["address"] for r in _events(member, "station_joined") if r["station_index"] == 1] == [nc_address], why
+    assert summary["received"].get("253", 0) >= 10, why
