@@ -297,7 +297,8 @@ async def test_a_session_naming_no_unicast_host_address_is_refused_before_any_jo
                                  " it cannot be joined")  # fmt: skip
 
 
-async def test_after_a_host_migration_the_new_host_answers_browses_and_admits_newcomers() -> None:
+@pytest.mark.parametrize("version", ["5.9", "5.10", "5.18", "5.29"])
+async def test_after_a_host_migration_the_new_host_answers_browses_and_admits_newcomers(version: str) -> None:
     """The host leaves; the member that becomes host (the lowest index, README "Host migration") takes over the
     LAN session: it answers browse requests with the same network id and param, naming itself as host, and a
     newcomer that browses then joins through it (before, nobody answered once the host had gone)."""
@@ -307,9 +308,9 @@ async def test_after_a_host_migration_the_new_host_answers_browses_and_admits_ne
     broadcast = (DEFAULT_BROADCAST, port)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
-            host = await start_lan_host(nursery, _config(net + "2"), KEY, max_participants=4,
+            host = await start_lan_host(nursery, _config(net + "2", version), KEY, max_participants=4,
                                         browse_bind=("0.0.0.0", port))  # fmt: skip
-            members = [await start_lan_join(nursery, _config(net + str(3 + i)), KEY, broadcast=broadcast)
+            members = [await start_lan_join(nursery, _config(net + str(3 + i), version), KEY, broadcast=broadcast)
                        for i in range(2)]  # fmt: skip
             for m in members:
                 await serve_lan_when_host(nursery, m, KEY, browse_bind=("0.0.0.0", port))
@@ -319,7 +320,7 @@ async def test_after_a_host_migration_the_new_host_answers_browses_and_admits_ne
             await host.node.leave(timeout=2)
             while members[0].node.host_index != members[0].node.station_index:
                 await trio.sleep(0.05)
-            newcomer = await start_lan_join(nursery, _config(net + "6"), KEY, broadcast=broadcast, browse_timeout=5)
+            newcomer = await start_lan_join(nursery, _config(net + "6", version), KEY, broadcast=broadcast, browse_timeout=5)
             assert await newcomer.node.wait_connected(2, timeout=5)
             me = next(s for s in members[0].node.stations() if s.is_self)
             new_host_address = members[0].node.address
