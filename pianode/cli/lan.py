@@ -319,6 +319,11 @@ def run_host(args: argparse.Namespace) -> int:
     if size not in (6, 18):
         raise CliError("--host-address-size must be 6 or 18")
     broadcast_ip, _ = _broadcast(args, profile)
+    if relay is None and ipaddress.IPv4Address(ip).is_loopback and not ipaddress.IPv4Address(broadcast_ip).is_loopback:
+        # The session names the host's address (spec §6.3): a browser on that network would be told a
+        # loopback address, and its join would end as a silent host's.
+        raise CliError(f"--bind {ip} is a loopback address, which browsers on the network of --broadcast "
+                       f"{broadcast_ip} cannot reach: bind the host to an address on that network")  # fmt: skip
     game_mode = _number(args.game_mode, "game-mode")
     app_version = _number(args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)
     try:
