@@ -50,7 +50,14 @@ from pianode.lan.discovery import DEFAULT_BROADCAST, PIA_PORT, FoundSession, Lan
 from pianode.mesh.node import JoinError, Node, open_node
 from protocols.errors import ConfigError
 from protocols.pia.keys import lan_network_id
-from protocols.pia.lan import LanHostAddress, LanNetworkProperty, LanSessionInfo, LanStationInfo, browse_port, lan_session_key
+from protocols.pia.lan import (
+    LanHostAddress,
+    LanNetworkProperty,
+    LanSessionInfo,
+    LanStationInfo,
+    browse_port,
+    lan_session_key,
+)
 from protocols.pia.lan_criteria import LanSearchNetworkSetting, LanSessionSearchCriteria
 from protocols.pia.versions import NetworkType, VersionProfile
 
@@ -431,8 +438,8 @@ async def serve_lan_when_host(
             async with trio.open_nursery() as inner:
                 session.browse_address = await inner.start(lan_host.run)
                 inner.start_soon(session._publish, refresh_interval)
-        except OSError:
-            return  # the browse port is taken here: the mesh carries on, unpublished, as before
+        except* OSError:
+            pass  # the browse port is taken here: the mesh carries on, unpublished, as before
 
     nursery.start_soon(watch)
 

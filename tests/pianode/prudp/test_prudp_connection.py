@@ -541,7 +541,7 @@ def test_an_ack_of_unreliable_data_never_stands_for_reliable_data_of_the_same_id
     """An ack names (type, substream, id) only (spec §6.2): the peer's ack of our unreliable DATA #n
     (NEED_ACK, as nintendoclients sends and acks it) looks like an ack of our reliable DATA #n.  Taking
     it for that made a lost reliable packet never resent: the peer waited for it for ever."""
-    net, host, client = pair(variant, echo=False)
+    net, _host, client = pair(variant, echo=False)
     cid = connect(net, client)
     conn = client.connections[cid]
     reliable_id = conn._next_seq[0]
