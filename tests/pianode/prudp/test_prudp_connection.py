@@ -564,3 +564,23 @@ def test_an_ack_of_unreliable_data_never_stands_for_reliable_data_of_the_same_id
     net.run_until(lambda: b"reliable" in messages(net, HOST), max_time=30)
     assert dropped == [reliable_id]
     assert messages(net, HOST) == [b"u1", b"u2", b"reliable"]
+
+
+def test_without_a_session_key_every_substream_starts_from_the_default_key() -> None:
+    """On a connection without a session key (auth-style) every reliable substream's RC4 stream starts from
+    the default key itself; the key is derived per substream only from a session key (spec §2.8), as
+    nintendoclients 5.0.0 (PayloadEncoder.set_session_key) and nex-go (setSessionKey) do.  Before, substream 1
+    used a key derived from "CD&ML", and nintendoclients read our substream-1 data as garbage."""
+    from pianode.prudp.payload_cipher import PayloadCipher
+    from protocols.prudp import variant_for
+    from protocols.prudp.payload import Rc4Stream, derive_substream_key
+
+    variant = variant_for("nintendo-v1")
+    cipher = PayloadCipher(variant, 1, ratio_byte=False, compress=False, random_bytes=bytes)
+    p = PrudpPacket(0xA1, 0xAF, PacketType.DATA, Flag.RELIABLE | Flag.NEED_ACK, substream_id=1, sequence_id=2,
+                    fragment_id=0)  # fmt: skip
+    assert cipher.seal(p, b"hello") == Rc4Stream(variant.default_key).process(b"hello")
+    keyed = PayloadCipher(variant, 1, ratio_byte=False, compress=False, random_bytes=bytes)
+    keyed.session_key = bytes(range(32))
+    keyed.reset()
+    assert keyed.seal(p, b"hello") == Rc4Stream(derive_substream_key(bytes(range(32)))).process(b"hello")
