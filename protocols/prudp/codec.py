@@ -31,7 +31,6 @@ from protocols.prudp.packet import Flag, PacketType, PrudpPacket
 from protocols.prudp.payload import (
     Rc4Stream,
     aes_cbc_open,
-    derive_substream_key,
     quazal_rc4,
     strip_ratio,
     strip_sequence_suffix,
@@ -146,12 +145,6 @@ class NexStream:
             seq = self._next
             self._take(seq, self._held.pop(seq))
         return plain
-
-
-def _substream_key(key: bytes, substream: int) -> bytes:
-    for _ in range(substream):
-        key = derive_substream_key(key)
-    return key
 
 
 def _maybe_ratio(data: bytes) -> bytes:
@@ -297,7 +290,9 @@ def _plaintext(
         key = (p.source, p.destination, p.substream_id)
         stream = nex_streams.get(key)
         if stream is None:
-            stream = nex_streams[key] = NexStream(_substream_key(v.default_key, p.substream_id))
+            # An auth connection's every substream starts from the default key itself: a key is derived per
+            # substream from a session key only (spec §2.8; nintendoclients 5.0.0, nex-go).
+            stream = nex_streams[key] = NexStream(v.default_key)
         data = stream.open(p.sequence_id, p.payload)
         if data is None:
             return None
