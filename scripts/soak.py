@@ -71,6 +71,9 @@ from typing import Any
 import attrs
 import trio
 
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, MeshDestroyed, StationLeft
 from pianode.sim.faults import FaultInjectingSocketFactory, LinkFaults
@@ -284,8 +287,12 @@ class _Soak:
                 async with trio.open_nursery() as joins:
                     for node in rest:
                         joins.start_soon(node.join, host.address)
-            except* JoinError as group:
-                failed.extend(f"join failed: {exc}" for exc in group.exceptions)
+            except BaseExceptionGroup as group:  # (not except*: Python 3.10 has no such syntax)
+                joins_failed, rest = group.split(JoinError)
+                if rest is not None:
+                    raise rest from None
+                if joins_failed is not None:
+                    failed.extend(f"join failed: {exc}" for exc in joins_failed.exceptions)
             if failed:
                 self.problems.extend(failed)
                 return False

@@ -579,3 +579,11 @@ def fault_injector_from_args(args: argparse.Namespace) -> LinkFaults | None:
         raise CliError(str(exc)) from None
     return None if faults.is_clean else faults
 
+
+def relay_unavailable(exc: ImportError) -> CliError:
+    """Why a relay command cannot run here: the [relay] extra is missing, or this Python is older than the
+    3.11 that aioquic 1.7 needs (pip would not install it)."""
+    if sys.version_info < (3, 11):
+        return CliError(f"the relay needs Python 3.11 or newer (aioquic 1.7 requires it); this is Python"
+                        f" {sys.version_info.major}.{sys.version_info.minor} ({exc})")
+    return CliError(f"the relay needs aioquic and cryptography: pip install 'pianode[relay]' ({exc})")

@@ -374,7 +374,11 @@ def _main(argv: list[str]) -> int:
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
+    if sys.version_info < (3, 11):  # pragma: no cover
+        from exceptiongroup import BaseExceptionGroup as group_type  # (imported here: start-up stays light)
+    else:
+        group_type = BaseExceptionGroup
+    if isinstance(exc, group_type):
         return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
     return [exc]
 

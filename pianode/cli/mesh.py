@@ -39,6 +39,7 @@ if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
 from pianode.cli.common import (
+    relay_unavailable,
     CliError,
     CliFailure,
     add_fault_arguments,
@@ -324,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             from pianode.relay.mesh_run import RelayMeshRun
         except ImportError as exc:
-            raise CliError(f"the relay needs aioquic and cryptography: pip install 'pianode[relay]' ({exc})") from None
+            raise relay_unavailable(exc) from None
         run_class, extra = RelayMeshRun, relay
     if processes > 1:
         from pianode.sim.mesh_procs import ProcessMeshRun  # (its workers: the same interpreter, spawned)

@@ -31,6 +31,7 @@ import attrs
 import trio
 
 from pianode.cli.common import (
+    relay_unavailable,
     printable,
     check_not_standard_output,
     CliError, CliFailure, Stop, check_udp_free, number_arg, parse_bind, parse_hostport, parse_remote, render_table,
@@ -87,7 +88,7 @@ def _relay_modules() -> Any:
         import pianode.relay.hub
         import pianode.relay.hub_state
     except ImportError as exc:
-        raise CliError(f"the relay needs aioquic and cryptography: pip install 'pianode[relay]' ({exc})") from None
+        raise relay_unavailable(exc) from None
     return pianode.relay
 
 

@@ -38,10 +38,14 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+import sys
 from collections.abc import Callable, Sequence
 
 import attrs
 import trio
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
 
 from pianode.mesh import legacy
 from pianode.mesh.config import NodeConfig
@@ -438,8 +442,10 @@ async def serve_lan_when_host(
             async with trio.open_nursery() as inner:
                 session.browse_address = await inner.start(lan_host.run)
                 inner.start_soon(session._publish, refresh_interval)
-        except* OSError:
-            pass  # the browse port is taken here: the mesh carries on, unpublished, as before
+        except BaseExceptionGroup as group:  # (not except*: Python 3.10 has no such syntax)
+            _, rest = group.split(OSError)  # the browse port is taken here: the mesh carries on, unpublished
+            if rest is not None:
+                raise rest from None
 
     nursery.start_soon(watch)
 

@@ -53,6 +53,7 @@ import os
 import signal
 import socket as stdlib_socket
 import struct
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -60,6 +61,9 @@ from typing import Any
 
 import attrs
 import trio
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
 
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.node import JoinError, Node
@@ -581,8 +585,12 @@ class ProcessMeshRun:
             self.workers = [_Worker(k, spec) for k, spec in enumerate(self._specs())]
             try:
                 collected = await self._run()
-            except* WorkerFailed as group:
-                self.result.problems.extend(str(exc) for exc in _leaves(group))
+            except BaseExceptionGroup as group:  # (not except*: Python 3.10 has no such syntax)
+                failed, rest = group.split(WorkerFailed)
+                if rest is not None:
+                    raise rest from None
+                if failed is not None:
+                    self.result.problems.extend(str(exc) for exc in _leaves(failed))
         except BaseException:
             # Ctrl-C or SIGTERM: the workers' figures until now, so that the caller's summary (self.result)
             # has them at once, not after the rest of the session.

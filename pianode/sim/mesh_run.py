@@ -21,12 +21,16 @@ import os
 import random
 import socket as stdlib_socket
 import struct
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
 import trio
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
 
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, HostChanged, StationJoined, StationLeft
@@ -396,8 +400,11 @@ class MeshRun:
             async with trio.open_nursery() as joins:
                 for node in nodes[1:]:
                     joins.start_soon(self._join, node, nodes[0].address)
-        except* JoinError as eg:
-            for exc in eg.exceptions:
+        except BaseExceptionGroup as group:  # (not except*: Python 3.10 has no such syntax)
+            failed, rest = group.split(JoinError)
+            if rest is not None:
+                raise rest from None
+            for exc in failed.exceptions if failed is not None else ():
                 self.result.problems.append(f"join failed: {exc}")
         return nodes
 

@@ -22,6 +22,9 @@ import argparse
 import sys
 
 import anyio
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
 from nintendo.nex import prudp, settings
 
 
@@ -65,8 +68,10 @@ async def echo(client: prudp.PRUDPClient) -> None:
             for substream in range(client._max_substream_id + 1):
                 tg.start_soon(reliable, substream)
             tg.start_soon(unreliable)
-    except* (anyio.EndOfStream, anyio.ClosedResourceError):
-        pass
+    except BaseExceptionGroup as group:  # (not except*: Python 3.10 has no such syntax)
+        _, rest = group.split((anyio.EndOfStream, anyio.ClosedResourceError))  # the client went: the echo ends
+        if rest is not None:
+            raise rest from None
 
 
 async def serve(args: argparse.Namespace) -> None:
