@@ -687,9 +687,15 @@ def _unacknowledgeable(session: MeshSession, peer: Peer, proto: Proto | None, po
     us reliable data, and our acks, replayed to a member from our address, acknowledged there the
     member's own segments to us, which we never received and it then dropped for good.  A station's data
     sent before it has its index here is resent by its window once it has.  (6.32+: the header nonce
-    names the receiver, receiver_bound_nonce; <= 5.6: pianode.mesh.legacy's rules.)
+    names the receiver, receiver_bound_nonce; <= 5.6: pianode.mesh.legacy's rules.)  The host we join is
+    heard before we learn its index when its join response is lost and its update mesh is not (spec §5.4:
+    the update follows the response): refused, the join waited on the update's resends, and under loss
+    the host dropped us for the update unacknowledged.  We chose that station ourselves; a replay of our
+    ack to it finds no member's window to us open yet.
     """
     if peer.index is not None or session._legacy or session.profile.message_format is MessageFormat.G:
+        return False
+    if peer.address == session.membership.join_host:
         return False
     if proto is Proto.RELIABLE:
         window = peer.data_window

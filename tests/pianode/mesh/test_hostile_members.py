@@ -335,3 +335,35 @@ def test_a_vanished_member_is_not_kept_alive_by_what_it_sent_a_station_without_a
     assert b.local_address not in host.links.peers and b.local_address not in c.links.peers
     assert h.now - gone <= timeout + 2.0
     assert all_connected([host, c]) and len(host.table) == 2
+
+
+@pytest.mark.parametrize(("version", "network"), [("5.11", "lan"), ("5.18", "lan"), ("5.29", "ldn"), ("5.45", "nex")])
+def test_the_join_hosts_update_is_taken_before_its_lost_join_response_arrives(version: str, network: str) -> None:
+    """The host's join response is lost, its update mesh (the mesh window, port 1) is not: the joiner
+    knows no index of the host yet.  Window data from a station without an index is refused (see
+    test_acks_sent_a_station_without_an_index_do_not_drop_a_members_data), but not the host we join:
+    refused, our join waited on the update's resends, and under loss the host dropped us for it."""
+    h = BatchHarness(2, version=version, network=network)
+    host, joiner = h.sessions
+    host.create(h.now)
+    mesh = host.outbox.protocol_ids[Proto.MESH]
+    lost: list[bytes] = []
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes | None:
+        codec = host.codec
+        if s == host.local_address and not lost and codec is not None:
+            packet = codec.decode(data, s[0])
+            kept = tuple(attrs.evolve(m, presence=None) for m in packet.messages  # (each with all its fields)
+                         if not (m.protocol_type == mesh and m.protocol_port == 0))
+            if len(kept) < len(packet.messages):  # the first datagram with the join response: without it
+                lost.append(data)
+                return codec.encode(attrs.evolve(packet, messages=kept), s[0]) if kept else None
+        return data
+
+    h.hook = hook
+    joiner.join(host.local_address, h.now)
+    assert h.run_until(lambda: all_connected([host, joiner]), 10.0)
+    assert lost
+    assert joiner.drops.get("unexpected", 0) == 0
+    window = host.links.peers[joiner.local_address].mesh_window
+    assert window is not None and window.statistics().retransmitted == 0
