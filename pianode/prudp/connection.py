@@ -27,7 +27,8 @@ Theory of operation (spec ../shared/spec/prudp.md §1.4, §5, §6):
   ``Settings.max_held_bytes`` of them: an early packet beyond it is dropped
   unacked and comes again), old ones are dropped after acking; in-order packets are decrypted, decompressed and
   reassembled, and a message is delivered on fragment id 0.  Reliable PINGs,
-  USERs occupy their slot as no-ops (spec §6.9).
+  USERs occupy their slot as no-ops (spec §6.9).  Unreliable DATA (one whole message, fragment id 0) is
+  delivered unordered but once: an id seen in the last 256, or older, is a replay and dropped (spec §6.2).
 * **Keep-alive** (spec §6.6, seeds 000/001): after ``ping`` seconds without any
   valid *new* inbound packet (a new id, an ack of something in flight or of
   our last ping: a replayed packet is no sign of life) an unreliable PING is sent; a ping is *missed* when the
@@ -116,6 +117,17 @@ def _read_aggregate_ack(p: PrudpPacket) -> tuple[int, int, tuple[int, ...]]:
     return 0, p.sequence_id, struct.unpack(f"<{len(p.payload) // 2}H", p.payload)
 
 
+def _aggregate_ack_fields(sub: int, expected: int, held: dict[int, PrudpPacket], minor: int) -> dict[str, object]:
+    """Sequence id, substream and payload of a v1 aggregate ack of *sub*: everything before *expected*, plus the
+    held extras (spec §6.4: the new format from minor version 2, the old one before)."""
+    base = (expected - 1) & 0xFFFF
+    extras = sorted(held, key=lambda s: _serial_diff(s, expected))[:255]
+    ids = b"".join(struct.pack("<H", e) for e in extras)
+    if minor >= 2:
+        return {"substream_id": 1, "sequence_id": 0, "payload": struct.pack("<BBH", sub, len(extras), base) + ids}
+    return {"substream_id": 0, "sequence_id": base, "payload": ids}
+
+
 def _newer(last_seen: dict[PacketType, int], kind: PacketType, seq: int) -> bool:
     """Whether an unreliable packet's id is past every one seen of its kind (a replayed one is not); notes it."""
     last = last_seen.get(kind)
@@ -123,6 +135,45 @@ def _newer(last_seen: dict[PacketType, int], kind: PacketType, seq: int) -> bool
         return False
     last_seen[kind] = seq
     return True
+
+
+class _ReplayWindow:
+    """The peer's unreliable DATA ids seen lately: the newest and a bitmap of the :data:`SIZE` before it.
+
+    Unreliable DATA is delivered unordered (spec §6.2), so a late id is still new; but a copy of one already
+    delivered (a replay, or a duplicating network) is not, and neither is one too old to tell (the window of
+    IPsec's anti-replay check, RFC 4303 §3.4.3, in the serial arithmetic of spec §6.3)."""
+
+    SIZE = 256
+
+    def __init__(self) -> None:
+        self.top: int | None = None
+        self.bits = 0  # bit k: id top - k seen
+
+    def refusal(self, p: PrudpPacket, max_substream: int) -> str | None:
+        """Why unreliable DATA *p* is dropped (None: it is new, and noted): one whole message per packet,
+        fragment id 0 (spec §6.2), on a substream the connection has (§2.3), not seen before."""
+        if p.fragment_id:
+            return "fragmented_unreliable"
+        if p.substream_id > max_substream:
+            return "bad_substream"
+        return None if self.fresh(p.sequence_id) else "replayed"
+
+    def fresh(self, seq: int) -> bool:
+        """Whether *seq* is new; notes it."""
+        if self.top is None:
+            self.top, self.bits = seq, 1
+            return True
+        ahead = _serial_diff(seq, self.top)
+        if 0 < ahead < 0x8000:
+            self.bits = ((self.bits << ahead) | 1) & ((1 << self.SIZE) - 1) if ahead < self.SIZE else 1
+            self.top = seq
+            return True
+        back = _serial_diff(self.top, seq)
+        if back >= self.SIZE or self.bits >> back & 1:
+            return False
+        self.bits |= 1 << back
+        return True
 
 
 def _serial_diff(a: int, b: int) -> int:
@@ -185,6 +236,7 @@ class Connection:
         self._ping_outstanding = False
         self._missed_pings = 0
         self._last_seen: dict[PacketType, int] = {}  # the peer's last unreliable id per type (see _newer)
+        self._unreliable_seen = _ReplayWindow()  # the peer's unreliable DATA ids
         self._connect_ack: bytes | None = None  # host: resent when the client's CONNECT comes again
         self._srtt: float | None = None  # smoothed RTT and its variation (spec §6.5, RFC 6298 constants)
         self._rttvar = 0.0
@@ -476,15 +528,12 @@ class Connection:
             self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - rtt)
             self._srtt = 0.875 * self._srtt + 0.125 * rtt
 
-    def _reliable_in_flight(self, substream: int) -> int:
-        return sum(1 for (t, s, _) in self._inflight if s == substream and t != PacketType.PING)
-
     def _pump(self, now: float) -> None:
         """Move queued packets into the send window, assigning sequence ids in order."""
         if self.state not in (State.CONNECTED, State.CLOSING):
             return
         for sub, queue in enumerate(self._queues):
-            room = self.settings.send_window - self._reliable_in_flight(sub)
+            room = self.settings.send_window - sum(1 for (t, s, _) in self._inflight if s == sub and t != PacketType.PING)
             while queue and room > 0:
                 item = queue.popleft()
                 self.queued_bytes -= len(item.plain)
@@ -515,15 +564,8 @@ class Connection:
 
     def _aggregate_ack(self, sub: int) -> None:
         """v1 aggregate ack (spec §6.4): everything up to base, plus the held extras."""
-        base = (self._expected[sub] - 1) & 0xFFFF
-        extras = sorted(self._held[sub], key=lambda s: _serial_diff(s, self._expected[sub]))[:255]
-        if self._minor >= 2:
-            payload = struct.pack("<BBH", sub, len(extras), base) + b"".join(struct.pack("<H", e) for e in extras)
-            p = self._packet(PacketType.DATA, Flag.MULTI_ACK | Flag.HAS_SIZE, substream_id=1, sequence_id=0)
-        else:
-            payload = b"".join(struct.pack("<H", e) for e in extras)
-            p = self._packet(PacketType.DATA, Flag.MULTI_ACK | Flag.HAS_SIZE, substream_id=0, sequence_id=base)
-        p = attrs.evolve(p, fragment_id=0, payload=payload)
+        fields = _aggregate_ack_fields(sub, self._expected[sub], self._held[sub], self._minor)
+        p = self._packet(PacketType.DATA, Flag.MULTI_ACK | Flag.HAS_SIZE, fragment_id=0, **fields)
         self._out.append(self.codec.encode(self._sign(p)))
         self.stats["aggregate_acks_sent"] += 1
 
@@ -615,16 +657,11 @@ class Connection:
         if p.type == PacketType.PING:
             self.stats["pings_received"] += 1
         if not p.flags & Flag.RELIABLE:
+            if p.type == PacketType.DATA:
+                return self._on_unreliable_data(p)
             if p.flags & Flag.NEED_ACK:
                 self._ack(p)
-            if p.type == PacketType.DATA:
-                try:
-                    data = self.cipher.open(p)
-                except DecodeError:
-                    self.stats["dropped_bad_payload"] += 1
-                    return False
-                self._emit(MessageReceived(self.id, data, p.substream_id))
-            elif p.type == PacketType.DISCONNECT:
+            if p.type == PacketType.DISCONNECT:
                 self._close(now, "closed by peer (forced)")
             return _newer(self._last_seen, p.type, p.sequence_id)
         sub = p.substream_id
@@ -655,6 +692,20 @@ class Connection:
             self._held_bytes -= len(q.payload)
             self._expected[sub] = (self._expected[sub] + 1) & 0xFFFF
             self._process_in_order(q, now)
+        return True
+
+    def _on_unreliable_data(self, p: PrudpPacket) -> bool:  # whether it was new
+        why = self._unreliable_seen.refusal(p, self._max_sub)
+        if why in (None, "replayed") and p.flags & Flag.NEED_ACK:
+            self._ack(p)  # a copy is acked too: the first ack may have been lost (spec §6.1)
+        try:
+            data = self.cipher.open(p) if why is None else b""
+        except DecodeError:
+            why = "bad_payload"
+        if why is not None:
+            self.stats[f"dropped_{why}"] += 1
+            return False
+        self._emit(MessageReceived(self.id, data, p.substream_id))
         return True
 
     def _process_in_order(self, p: PrudpPacket, now: float) -> None:

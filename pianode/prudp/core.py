@@ -68,6 +68,8 @@ DROP_REASONS = (
     "beyond_window",
     "hold_full",
     "unexpected_handshake",
+    "replayed",  # unreliable DATA whose id was seen (or is too old to tell), spec §6.2
+    "fragmented_unreliable",  # unreliable DATA with a fragment id other than 0, spec §6.2
 )
 
 #: At most this many datagrams a second (and as many at once) that our variant cannot read are tried as
