@@ -381,7 +381,8 @@ class BrowseClient:
         self._backend = backend
         self._counter = counter
         self._sequence = 0  # challenge version 4: +1 per request, echoed by the reply (spec §6.4)
-        self._key = random(16)
+        self._random = random
+        self._key = random(16)  # the challenge key and the challenge: drawn afresh for every request (spec §6.4)
         self._plaintext = random(256)
         self._challenge: ChallengeRequest | None = None
         self._seen: set[int] = set()
@@ -396,6 +397,9 @@ class BrowseClient:
         version = self.profile.lan_challenge_version
         if version is not None:
             assert self.game_key is not None
+            if self._challenge is not None:
+                # a new request: a reply to an earlier one (its nonce counter, its key) no longer verifies
+                self._key, self._plaintext = self._random(16), self._random(256)
             challenge = seal_challenge_request(
                 self.game_key,
                 version=version,

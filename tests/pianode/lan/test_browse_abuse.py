@@ -72,3 +72,19 @@ def test_a_flood_of_verified_replies_keeps_at_most_max_found_sessions() -> None:
         kept += client.receive(reply, ("127.0.0.2", 30000)) is not None
     assert kept == MAX_FOUND
     assert client.statistics().dropped["too_many_sessions"] == 40
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29", "6.30"])
+def test_a_reply_to_an_earlier_request_does_not_answer_a_later_one(version: str) -> None:
+    """A browser that asks again (a second request from the same client) must not take a reply captured for its
+    first request: spec §6.4 draws the challenge key and the challenge fresh for every request.  Before, the
+    client kept one key and one challenge, so an old reply (an old nonce counter) verified for every later
+    request; now it is dropped as ``bad_challenge``, and the reply to the new request is taken."""
+    host = _host(version)
+    client = BrowseClient(profile_for(version), KEY)
+    first = host.receive(client.request(), ("127.0.0.9", 5000), now=0.0)
+    second = host.receive(client.request(), ("127.0.0.9", 5000), now=1.0)
+    assert client.receive(first[0][0], ("127.0.0.2", 30000)) is None
+    assert client.statistics().dropped == {"bad_challenge": 1}
+    found = client.receive(second[0][0], ("127.0.0.2", 30000))
+    assert found is not None and found.challenge_param is not None
