@@ -142,6 +142,9 @@ DROP_HINTS = {
     "hold_full": "came early while the connection already held max_held_bytes for reordering (sent again later)",
     "unexpected_handshake": "were handshake packets (SYN, CONNECT) their connection no longer expected: late "
                             "copies or replays",
+    "replayed": "were unreliable DATA whose id had been seen (a duplicate or replay), or was too old to tell",
+    "fragmented_unreliable": "were unreliable DATA with a fragment id other than 0 (unreliable DATA is one "
+                             "whole message)",
 }
 
 
