@@ -1,0 +1,46 @@
+"""PRUDP against reflection: a datagram packing many copies of one captured packet, sent as if from the client.
+
+Sans-IO over the deterministic link of prudp_harness; the attacker writes datagrams straight into the host's
+``receive_datagram`` with the client's address (a spoofed source).
+"""
+
+from __future__ import annotations
+
+import pytest
+from prudp_harness import CLIENT, HOST, Net, make_settings
+
+from pianode.prudp import Connected, EndpointCore
+from protocols.prudp import Flag, PacketType
+
+
+def _captured(variant: str, kind: PacketType) -> tuple[Net, EndpointCore, bytes]:
+    net = Net()
+    host = net.add(HOST, EndpointCore(make_settings(variant, host=True, ping_interval=1.0)))
+    client = net.add(CLIENT, EndpointCore(make_settings(variant, host=False, ping_interval=1.0)))
+    host.listen()
+    cid = client.connect(HOST, net.now)
+    net.run_until(lambda: any(isinstance(e, Connected) for e in net.events[CLIENT]), max_time=30)
+    client.send(cid, b"x" * 100, net.now)
+    for _ in range(50):
+        net.step()
+    sent = [d for _, src, d in net.sent if src == CLIENT
+            and any(p.type == kind and not p.flags & Flag.ACK for p in client.codec.decode(d))]  # fmt: skip
+    return net, host, sent[0]
+
+
+@pytest.mark.parametrize(("variant", "kind"), [("nintendo-v1", PacketType.PING), ("nintendo-v1", PacketType.DATA),
+                                               ("nintendo-v0", PacketType.DATA), ("quazal-v0", PacketType.DATA)])
+def test_copies_of_one_packet_in_a_datagram_are_acked_once(variant: str, kind: PacketType) -> None:
+    """Several packets may share a datagram (spec §2.1, §2.3), and every NEED_ACK packet is acked, copies too
+    (§6.1).  A datagram of 60 KB holding one captured packet again and again: before, the host acked each copy,
+    one datagram per ack (a v1 PING: 2000 acks, twice the bytes on the wire, toward whoever the source names);
+    now a copy of a packet already in the same datagram is dropped (``dropped_repeated_in_datagram``), so the
+    datagram is acked once and the connection goes on."""
+    net, host, packet = _captured(variant, kind)
+    host.datagrams_to_send(net.now)
+    copies = 60000 // len(packet)
+    host.receive_datagram(packet * copies, CLIENT, net.now)
+    out = host.datagrams_to_send(net.now)
+    assert len(out) <= 1
+    assert host.statistics()["dropped_repeated_in_datagram"] == copies - 1
+    assert [c.state.value for c in host.connections.values()] == ["connected"]
