@@ -852,7 +852,11 @@ async def open_ldn_station(
         pianode.mesh.node.JoinError: the Pia mesh join failed.
     """
     rng = rng or random.Random(node_config.seed)
-    session = derive_session(node_config.profile, game_key, network.advertisement, session_key=session_key)
+    try:
+        session = derive_session(node_config.profile, game_key, network.advertisement, session_key=session_key)
+    except DecodeError as exc:  # what a network advertises is not a setting of ours: it does not fit them (§7.2)
+        raise ConfigError(f"its advertisement's application data does not decode for Pia "
+                          f"{node_config.profile.name}: {exc}") from None  # fmt: skip
     request = ConnectRequest(rng.randbytes(8), name, requested_ip=address or "0.0.0.0")
     if address is not None and socket_address is not None:
         raise ConfigError("an LDN station takes a real link's address or a relay site's, not both")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import random
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -23,6 +24,7 @@ from protocols.ldn_link import (
     decode_frame,
     encode_frame,
 )
+from protocols.errors import ConfigError
 from protocols.pia.keys import parse_game_key
 from protocols.pia.versions import profile_for
 
@@ -107,3 +109,24 @@ async def test_an_address_outside_the_network_from_its_host_is_refused(
                         pass
                 assert trio.current_time() - start < 1
                 nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("application_data", [b"", b"\x01\x02\x03\x04\x00\x00\x00\x00\x08\x63", bytes(384)])
+async def test_an_advert_whose_application_data_does_not_decode_is_a_network_that_does_not_fit(
+    application_data: bytes, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A network advertising application data that Pia's header rule cannot read for the station's version (spec
+    §7.2: too short, a header size no version uses): before, the join ended in a DecodeError (a ValueError, read by
+    the command line as a bad flag of the user's); now it is the ConfigError of a network that does not fit these
+    settings, raised before any connect request is sent."""
+    async with SimulatedNetwork() as net:
+        net.install()
+        state = ldn.LdnHostState(profile_for("5.29"), GAME_KEY, rng=random.Random(5), subnet=42)
+        with trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM) as control:
+            await control.bind((FORGER, 0))
+            adv = attrs.evolve(state.advertisement(), application_data=application_data)
+            found = ldn.FoundNetwork(adv, ldn.PIA_PORT, control.getsockname(), 0.0)
+            with pytest.raises(ConfigError, match="application data"):
+                async with ldn.open_ldn_station(found, NodeConfig(version="5.29", seed=4), GAME_KEY):
+                    pass
+            assert control.statistics().queued == 0
