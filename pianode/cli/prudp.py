@@ -145,7 +145,8 @@ DROP_HINTS = {
     "replayed": "were unreliable DATA whose id had been seen (a duplicate or replay), or was too old to tell",
     "fragmented_unreliable": "were unreliable DATA with a fragment id other than 0 (unreliable DATA is one "
                              "whole message)",
-    "repeated_in_datagram": "were copies of a packet earlier in the same datagram (acked once, not once per copy)",
+    "repeated_in_datagram": "were copies of a packet earlier in the same datagram, or a second SYN or CONNECT in "
+                            "one (answered once, not once per copy)",
 }
 
 

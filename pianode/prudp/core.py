@@ -70,7 +70,7 @@ DROP_REASONS = (
     "unexpected_handshake",
     "replayed",  # unreliable DATA whose id was seen (or is too old to tell), spec §6.2
     "fragmented_unreliable",  # unreliable DATA with a fragment id other than 0, spec §6.2
-    "repeated_in_datagram",  # a copy of a packet earlier in the same datagram (spec §2.1: several may share one)
+    "repeated_in_datagram",  # a copy of a packet earlier in its datagram, or a second SYN/CONNECT in one (§2.1)
 )
 
 #: At most this many datagrams a second (and as many at once) that our variant cannot read are tried as
@@ -202,10 +202,13 @@ class EndpointCore:
         seen: set[tuple[int, ...]] = set()
         for p in packets:
             # A copy of a packet earlier in the same datagram is no retransmission (that comes in a datagram of its
-            # own): acking each copy (spec §6.1) would let one spoofed datagram of a captured packet reflect
-            # thousands of acks toward the address it names.
+            # own), and a client opens a connection with one SYN (one CONNECT) per datagram: acking each copy (spec
+            # §6.1), or answering each SYN (stateless, signed with the access key alone), would let one spoofed
+            # datagram reflect a thousand datagrams toward the address it names.
             key = (p.type, p.flags, p.source, p.destination, p.session_id, p.substream_id, p.sequence_id,
                    -1 if p.fragment_id is None else p.fragment_id)  # fmt: skip
+            if p.type in (PacketType.SYN, PacketType.CONNECT) and not p.flags & Flag.ACK:
+                key = (p.type,)
             if key in seen:
                 self._stats["dropped_repeated_in_datagram"] += 1
                 continue

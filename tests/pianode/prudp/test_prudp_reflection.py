@@ -6,6 +6,7 @@ Sans-IO over the deterministic link of prudp_harness; the attacker writes datagr
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from prudp_harness import CLIENT, HOST, Net, make_settings
 
@@ -44,3 +45,26 @@ def test_copies_of_one_packet_in_a_datagram_are_acked_once(variant: str, kind: P
     assert len(out) <= 1
     assert host.statistics()["dropped_repeated_in_datagram"] == copies - 1
     assert [c.state.value for c in host.connections.values()] == ["connected"]
+
+
+@pytest.mark.parametrize("variant", ["nintendo-v1", "quazal-v0", "rendezvous"])
+def test_a_datagram_of_many_different_syns_is_answered_once(variant: str) -> None:
+    """A SYN needs no capture (it is signed with the access key alone, spec §2.5, §2.6) and is answered without
+    state.  A spoofed datagram packing a thousand SYNs, each with another sequence id, was answered a thousand
+    times (a thousand SYN+ACK datagrams toward the victim for one); a client sends one SYN per datagram, so now
+    the first is answered and the rest are dropped (``dropped_repeated_in_datagram``)."""
+    host = EndpointCore(make_settings(variant, host=True))
+    client = EndpointCore(make_settings(variant, host=False))
+    host.listen()
+    client.connect(HOST, 0.0)
+    (syn_datagram, _), = client.datagrams_to_send(0.0)
+    (syn,) = client.codec.decode(syn_datagram)
+    conn = next(iter(client.connections.values()))
+
+    syns = [client.codec.encode(conn._sign(attrs.evolve(syn, sequence_id=n, flags=syn.flags | Flag.HAS_SIZE),
+                                           peer=False)) for n in range(1000)]  # fmt: skip
+    datagram = b"".join(syns)[:60000]
+    host.receive_datagram(datagram, CLIENT, 0.0)
+    out = host.datagrams_to_send(0.0)
+    assert len(out) == 1
+    assert host.statistics()["dropped_repeated_in_datagram"] == len(client.codec.decode(datagram)) - 1
