@@ -32,7 +32,9 @@ Interface (the aioquic shape of ../shared/STYLE.md practice 2):
 from __future__ import annotations
 
 import hashlib
+import heapq
 import hmac
+import itertools
 import math
 import os
 import re
@@ -100,6 +102,13 @@ class EndpointCore:
         self._events: deque[Event] = deque()
         self._out: list[tuple[bytes, Address]] = []
         self._stats: Counter[str] = Counter()
+        #: Connections something happened to since datagrams_to_send last ran (their output is collected then).
+        self._touched: dict[ConnectionId, Connection] = {}
+        #: Each connection's next timer, and a heap of them (entries whose time is no longer the connection's are
+        #: stale and skipped): get_timer and handle_timer look at due connections only, not at every one.
+        self._timer_at: dict[ConnectionId, float] = {}
+        self._timers: list[tuple[float, int, ConnectionId]] = []
+        self._timer_order = itertools.count()
         self._identify_budget = float(IDENTIFY_PER_SECOND)  # a token bucket, see _may_identify
         self._identify_at = -math.inf
         #: Host side: the local signature of the last connection closed on an id, and when (see _bind).
@@ -366,6 +375,18 @@ class EndpointCore:
 
     # ------------------------------------------------------------- outputs
     def _collect(self, conn: Connection) -> None:
+        """Take *conn*'s events, and note that something happened to it: its output is collected and its timer
+        rescheduled (only such connections are looked at, so a datagram costs the same whatever the count)."""
+        self._drain(conn)
+        self._touched[conn.id] = conn
+        t = conn.get_timer()
+        if t is None:
+            self._timer_at.pop(conn.id, None)
+        elif self._timer_at.get(conn.id) != t:
+            self._timer_at[conn.id] = t
+            heapq.heappush(self._timers, (t, next(self._timer_order), conn.id))
+
+    def _drain(self, conn: Connection) -> None:
         while conn.events:
             self._events.append(conn.events.popleft())
 
@@ -374,25 +395,43 @@ class EndpointCore:
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
         out, self._out = self._out, []
-        for cid, conn in list(self.connections.items()):
+        touched, self._touched = self._touched, {}
+        for cid, conn in touched.items():
+            if self.connections.get(cid) is not conn:
+                continue  # (superseded or removed meanwhile)
             out.extend((d, cid.address) for d in conn.datagrams_to_send())
-            self._collect(conn)
+            self._drain(conn)
             if conn.state == State.CLOSED and not conn.events:
                 self._stats.update(conn.stats)
                 self._remember_closed(conn, now)
                 del self.connections[cid]
+                self._timer_at.pop(cid, None)
         return out
 
     def get_timer(self) -> float | None:
-        times = [t for c in self.connections.values() if (t := c.get_timer()) is not None]
-        return min(times) if times else None
+        timers = self._timers
+        while timers:
+            t, _, cid = timers[0]
+            if self._timer_at.get(cid) == t and cid in self.connections:
+                return t
+            heapq.heappop(timers)  # stale: the connection rescheduled or went
+        return None
 
     def handle_timer(self, now: float) -> None:
-        for conn in list(self.connections.values()):
+        due: dict[ConnectionId, None] = {}
+        while self._timers and self._timers[0][0] <= now:
+            t, _, cid = heapq.heappop(self._timers)
+            if self._timer_at.get(cid) == t:
+                del self._timer_at[cid]
+                due[cid] = None
+        for cid in due:
+            conn = self.connections.get(cid)
+            if conn is None:
+                continue
             t = conn.get_timer()
             if t is not None and t <= now:
                 conn.handle_timer(now)
-                self._collect(conn)
+            self._collect(conn)
 
     def statistics(self) -> dict[str, int]:
         """Endpoint counters plus the sum of every live connection's counters."""
