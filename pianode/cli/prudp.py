@@ -54,8 +54,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", required=True, choices=sorted(VARIANTS), help="PRUDP flavour")
     p.add_argument("--access-key", default="", help="the game's access key (checksums and signatures)")
     p.add_argument("--compression", action="store_true", help="zlib-compress DATA (NEX: both ends must agree)")
-    p.add_argument("--fragment-size", type=number_arg("--fragment-size", 16, 65000, integer=True), default=None,
-                   help="bytes per DATA fragment, 16..65000 (default: the variant's)")
+    # (at most 60000: a fragment and its header fit the u16 payload size, as pianode.prudp.events.Settings checks)
+    p.add_argument("--fragment-size", type=number_arg("--fragment-size", 16, 60000, integer=True), default=None,
+                   help="bytes per DATA fragment, 16..60000 (default: the variant's)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -150,3 +150,13 @@ def test_refused_connection_requests_are_reported_with_their_reason() -> None:
     lines = drop_lines(stats, {f"refused: {why}": 1}, "nintendo-v1")
     assert f"refused 2 connection request(s): {why} [refused_connect]" in lines
     assert any(line.startswith("dropped 1 packet(s) that belonged to no connection") for line in lines)
+
+
+@pytest.mark.parametrize("command", [["serve"], ["connect", "127.0.0.1:9"]])
+def test_a_fragment_size_beyond_what_a_packet_holds_is_refused_naming_the_flag(command: list[str]) -> None:
+    """``--fragment-size`` took up to 65000 at parse time while the endpoint takes at most 60000 (a fragment and its
+    header in one u16-sized payload): 60001 got past the flag check and ended with the setting's own words
+    (``fragment_size``), not the flag's.  Now the flag states and checks the real range."""
+    result = _run("prudp", command[0], "--variant", "nintendo-v1", "--fragment-size", "60001", *command[1:])
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "--fragment-size" in result.stderr and "60000" in result.stderr
