@@ -42,7 +42,7 @@ from collections import Counter, deque
 
 import attrs
 
-from pianode.prudp.connection import Connection, RandomBytes, State, count_other_variant
+from pianode.prudp.connection import BufferPool, Connection, RandomBytes, State, count_other_variant
 from pianode.prudp.events import Address, ConnectionId, Event, Settings
 from protocols.errors import AuthenticationError, DecodeError
 from protocols.prudp.codec import PacketCodec
@@ -102,6 +102,8 @@ class EndpointCore:
         self._events: deque[Event] = deque()
         self._out: list[tuple[bytes, Address]] = []
         self._stats: Counter[str] = Counter()
+        #: What all connections buffer on receipt (Settings.max_buffered_bytes; see _evict).
+        self._pool = BufferPool(settings.max_buffered_bytes)
         #: Connections something happened to since datagrams_to_send last ran (their output is collected then).
         self._touched: dict[ConnectionId, Connection] = {}
         #: Each connection's next timer, and a heap of them (entries whose time is no longer the connection's are
@@ -149,7 +151,8 @@ class EndpointCore:
         cid = ConnectionId(address, self._allocate(address, st), remote)
         size = self.settings.variant.connection_signature_bytes
         conn = Connection(
-            self.settings, self.codec, cid, is_client=True, local_signature=self._random(size), random_bytes=self._random
+            self.settings, self.codec, cid, is_client=True, local_signature=self._random(size), random_bytes=self._random,
+            pool=self._pool,
         )
         if conn.local_session == self._last_session.get(cid):
             conn.local_session ^= 0x80  # (the SYN carries session 0: the CONNECT is the first to name it)
@@ -301,6 +304,8 @@ class EndpointCore:
                 return
             conn.receive_packet(p, now)
             self._collect(conn)
+            if self._pool.used > self._pool.limit:
+                self._evict(now)
             return
         if p.destination not in self._listening or p.flags & Flag.ACK:
             self._stats["dropped_no_connection"] += 1
@@ -316,6 +321,18 @@ class EndpointCore:
         else:
             self._stats["dropped_no_connection"] += 1
 
+    def _evict(self, now: float) -> None:
+        """In-order data took the connections' buffers past max_buffered_bytes: end the connection that buffers
+        the most (a peer holding partial messages it never ends) until they fit again.  An early packet never
+        gets here: it is dropped unacked when it does not fit (Connection._on_request)."""
+        while self._pool.used > self._pool.limit:
+            worst = max(self.connections.values(), key=lambda c: c.buffered, default=None)
+            if worst is None or not worst.buffered:
+                return
+            worst.abort(now, "the host's receive buffers are full (max_buffered_bytes) and it buffered the most")
+            self._stats["aborted: buffer bound"] += 1
+            self._collect(worst)
+
     def _accept(self, cid: ConnectionId, p: PrudpPacket, cookie: bytes, now: float) -> None:
         if len(self.connections) >= self.settings.max_connections:
             self._refuse("the host holds max_connections connections")
@@ -326,7 +343,7 @@ class EndpointCore:
             return
         try:
             conn = Connection.accept(self.settings, self.codec, cid, p, cookie, now, random_bytes=self._random,
-                                     avoid_session=self._last_session.get(cid))  # fmt: skip
+                                     avoid_session=self._last_session.get(cid), pool=self._pool)  # fmt: skip
         except DecodeError as exc:
             # one counter per kind of refusal: numbers the peer chose (a length) would make one per value
             self._refuse(re.sub(r"\d+", "N", str(exc)))

@@ -63,3 +63,54 @@ def test_timers_and_output_of_many_connections_still_run() -> None:
     for c in clients[:5]:
         del net.nodes[next(a for a, core in net.nodes.items() if core is c)]
     net.run_until(lambda: len(host.connections) == 150, max_time=net.now + 60)
+
+
+def _insider_packets(client: EndpointCore, start_offset: int, count: int, size: int) -> list[bytes]:
+    """Reliable DATA fragments (id 1, never a last one) of *size* bytes, *start_offset* ids past the next expected."""
+    from protocols.prudp import Flag, PacketType
+
+    out = []
+    for conn in client.connections.values():
+        start = conn._next_seq[0]
+        for k in range(count):
+            p = conn._packet(PacketType.DATA, Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE,
+                             sequence_id=(start + start_offset + k) & 0xFFFF, substream_id=0, fragment_id=1,
+                             payload=bytes(size))  # fmt: skip
+            out.append(conn.codec.encode(conn._sign(p)))
+    return out
+
+
+def _buffered(host: EndpointCore) -> int:
+    held = sum(len(q.payload) for c in host.connections.values() for sub in c._held for q in sub.values())
+    return held + sum(len(f) for c in host.connections.values() for f in c._fragments)
+
+
+@pytest.mark.parametrize("offset", [1, 0])
+def test_what_every_connection_buffers_is_bounded_in_all(offset: int) -> None:
+    """Each connection may hold max_held_bytes of early packets and a partial message of up to max_message_size;
+    a thousand connections (from 64 addresses) could so make a host hold gigabytes.  Now the endpoint bounds what
+    all its connections buffer together (``max_buffered_bytes``): an early packet past it is dropped unacked
+    (``dropped_hold_full``, sent again later), a partial message past it ends its connection; the bytes held stay
+    within the bound and a connection that buffers nothing still delivers."""
+    limit = 256 << 10
+    net = Net()
+    host = net.add(HOST, EndpointCore(make_settings("nintendo-v1", host=True, max_buffered_bytes=limit)))
+    host.listen()
+    clients = []
+    for i in range(8):
+        c = net.add((f"127.0.1.{i + 2}", 6000), EndpointCore(make_settings("nintendo-v1", host=False)))
+        c.connect(HOST, net.now)
+        clients.append(c)
+    net.run_until(lambda: len(host.connections) == 8, max_time=30)
+    for c in clients[:7]:
+        addr = next(a for a, core in net.nodes.items() if core is c)
+        for d in _insider_packets(c, offset, 10, 30000):  # 300 KB each, 2.1 MB in all
+            host.receive_datagram(d, addr, net.now)
+            assert _buffered(host) <= limit
+    stats = host.statistics()
+    assert stats.get("dropped_hold_full", 0) if offset else stats.get("aborted: buffer bound", 0)
+    last = clients[7]
+    cid = next(iter(last.connections))
+    last.send(cid, b"still here", net.now)
+    net.run_until(lambda: any(isinstance(e, MessageReceived) and e.data == b"still here" for e in net.events[HOST]),
+                  max_time=net.now + 10)  # fmt: skip
