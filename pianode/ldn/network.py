@@ -728,7 +728,8 @@ class LdnStation:
             node.set_protocol_handler(Proto.LOCAL, self._on_local)
         self.seen: dict[str, bytes] = {}
         #: Frames of the discovery channel not learnt from, by reason (``other_source``: this network's SSID
-        #: from another address than its host's control socket; ``not_a_frame``).
+        #: from another address than its host's control socket; ``other_network``: another SSID's advert;
+        #: ``not_an_advertisement``; ``not_a_frame``).
         self.ignored: collections.Counter[str] = collections.Counter()
         self._learn(network.advertisement)
 
@@ -776,7 +777,8 @@ class LdnStation:
                     self.ignored["not_a_frame"] += 1
                     continue
                 if not isinstance(frame, AdvertFrame) or frame.advertisement.ssid != self.advertisement.ssid:
-                    continue  # another network's (or not an advert): not ours to learn from
+                    self.ignored["not_an_advertisement" if not isinstance(frame, AdvertFrame) else "other_network"] += 1
+                    continue  # not ours to learn from
                 # only the host's adverts tell who is in the network (another's table would split our MACs, nonces)
                 if (str(addr[0]), frame.control_port) != self.network.control:
                     self.ignored["other_source"] += 1

@@ -130,3 +130,27 @@ async def test_an_advert_whose_application_data_does_not_decode_is_a_network_tha
                 async with ldn.open_ldn_station(found, NodeConfig(version="5.29", seed=4), GAME_KEY):
                     pass
             assert control.statistics().queued == 0
+
+
+async def test_what_a_joined_station_hears_and_does_not_learn_from_is_counted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A joined station keeps listening to the discovery channel (spec §7.1).  Frames that are no advertisement,
+    and adverts of another network, went by without a trace; now each is counted by why (``not_an_advertisement``,
+    ``other_network``), as its host's adverts from elsewhere already were (``other_source``)."""
+    async with SimulatedNetwork() as net:
+        net.install()
+        cfg = ldn.LdnHostConfig(node=NodeConfig(version="5.29", network="ldn", seed=3), game_key=GAME_KEY)
+        async with ldn.open_ldn_host(cfg) as host:
+            found = (await ldn.scan(0.5, first=True))[0]
+            async with ldn.open_ldn_station(found, NodeConfig(version="5.29", seed=4), GAME_KEY) as one:
+                other = attrs.evolve(host.state.advertisement(), ssid=bytes(16))
+                with trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM) as sock:
+                    sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_BROADCAST, 1)
+                    await sock.bind((FORGER, 0))
+                    for _ in range(3):
+                        await sock.sendto(encode_frame(ConnectRequest(b"y" * 8, "lost")), cfg.discovery)
+                        await sock.sendto(encode_frame(AdvertFrame(49152, 40000, other)), cfg.discovery)
+                await trio.sleep(0.3)
+                assert one.ignored["not_an_advertisement"] == 3
+                assert one.ignored["other_network"] == 3
