@@ -518,11 +518,15 @@ class LanHost:
             while True:
                 data, addr = await sock.recvfrom(MAX_DATAGRAM)
                 for out, dest in self.responder.receive(data, addr[:2], trio.current_time()):
-                    with contextlib.suppress(OSError):
+                    try:
                         await sock.sendto(out, dest)
-                        if self.tap is not None:  # (from the host's own address when listening on any)
-                            src = getattr(self.session, "host_ip", where[0]) if where[0] == "0.0.0.0" else where[0]
-                            self.tap(out, (src, where[1]), dest, trio.current_time())
+                    except OSError as exc:  # a source no reply can reach (port 0: a forged request)
+                        self.responder.counters.sent -= 1
+                        self.responder.counters.drop("reply_not_sent", dest, exc)
+                        continue
+                    if self.tap is not None:  # (from the host's own address when listening on any)
+                        src = getattr(self.session, "host_ip", where[0]) if where[0] == "0.0.0.0" else where[0]
+                        self.tap(out, (src, where[1]), dest, trio.current_time())
 
 
 async def browse(
