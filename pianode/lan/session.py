@@ -335,12 +335,18 @@ async def start_lan_join(
     return await join_found(nursery, config, found, tap=tap)
 
 
-def _is_ipv4(text: str) -> bool:
+def _no_station_at(ip: str, port: int) -> str | None:
+    """Why no host can be at ``ip:port`` a browse reply names (None: one can).  A reply names its host's address
+    itself (anyone with the game key can answer a browse, spec §6.3), so the joiner checks it before sending there."""
+    where = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
     try:
-        ipaddress.IPv4Address(text)
+        addr = ipaddress.IPv4Address(ip)
     except ValueError:
-        return False
-    return True
+        # the node's IPv4 socket could send it nothing, and the join would end as a silent host's
+        return f"the session found names its host at {where}, not an IPv4 address: it cannot be joined"
+    if port == 0 or addr.is_unspecified or addr.is_multicast or addr == ipaddress.IPv4Address("255.255.255.255"):
+        return f"the session found names its host at {where}, where no station can be: it cannot be joined"
+    return None
 
 
 def no_answer(network_id: int | None, browse_timeout: float) -> str:
@@ -363,12 +369,9 @@ async def join_found(nursery: trio.Nursery, config: NodeConfig, found: FoundSess
         why = legacy.discovery_refusal(profile, NetworkType.LAN)
         raise LanJoinError(why or f"Pia {profile.name} sessions cannot be joined (no documented LAN key source)")
     assert found.session_key is not None
-    if not _is_ipv4(info.host_ip):
-        # A reply names its host's address itself (anyone with the game key can answer a browse): the node's
-        # IPv4 socket could send it nothing, and the join would end as a silent host's.
-        where = f"[{info.host_ip}]" if ":" in info.host_ip else repr(info.host_ip)
-        raise LanJoinError(f"the session found names its host at {where}:{info.host_port}, not an IPv4 address: "
-                           "it cannot be joined")  # fmt: skip
+    why_not = _no_station_at(info.host_ip, info.host_port)
+    if why_not is not None:
+        raise LanJoinError(why_not)
     node = await _start_node(nursery, attrs.evolve(config, session_key=found.session_key), tap)
     if isinstance(info, LanNetworkProperty):
         # 6.x publishes no host ids (spec §6.3): the host's connection response names them.
