@@ -14,6 +14,7 @@ one whose public key it prints), and the client trusts a public key
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import math
 import pathlib
@@ -230,7 +231,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _resolve(text: str) -> tuple[str, int]:
-    return parse_remote(text, "HOST:PORT")
+    host, port = parse_remote(text, "HOST:PORT")
+    ip = ipaddress.IPv4Address(host)
+    if ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+        # a connection has one peer (spec §1.4): no server answers a group, and a broadcast SYN is not even sent
+        what = "multicast group" if ip.is_multicast else "broadcast address"
+        raise CliError(f"HOST:PORT must be one host's address, not the {what} {host}")
+    return host, port
 
 
 def _no_answer(address: tuple[str, int], args: argparse.Namespace, stats: dict[str, int]) -> str:

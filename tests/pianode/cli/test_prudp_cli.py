@@ -160,3 +160,13 @@ def test_a_fragment_size_beyond_what_a_packet_holds_is_refused_naming_the_flag(c
     result = _run("prudp", command[0], "--variant", "nintendo-v1", "--fragment-size", "60001", *command[1:])
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "--fragment-size" in result.stderr and "60000" in result.stderr
+
+
+@pytest.mark.parametrize("address", ["255.255.255.255:5000", "224.0.0.1:5000", "239.1.2.3:5000"])
+def test_a_connection_to_a_broadcast_or_multicast_address_is_refused(address: str) -> None:
+    """A PRUDP connection has one peer: to the broadcast address the SYN cannot even be sent (EACCES), to a group it
+    reaches no server.  Before, the client tried for its whole timeout and blamed --variant/--access-key; now the
+    address is refused at once (one line, exit 2)."""
+    result = _run("prudp", "connect", "--variant", "nintendo-v1", address, "--timeout", "10")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "HOST:PORT" in result.stderr and address.split(":")[0] in result.stderr
