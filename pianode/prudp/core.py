@@ -211,14 +211,15 @@ class EndpointCore:
             heard = datagram_variants(data, self.codec.access_key, self.settings.variant)
             count_other_variant(self._stats, heard, "bad_checksum" if isinstance(exc, AuthenticationError) else "malformed")
             return
-        seen: set[tuple[int, ...]] = set()
+        seen: set[tuple[object, ...]] = set()
         for p in packets:
             # A copy of a packet earlier in the same datagram is no retransmission (that comes in a datagram of its
             # own), and a client opens a connection with one SYN (one CONNECT) per datagram: acking each copy (spec
             # §6.1), or answering each SYN (stateless, signed with the access key alone), would let one spoofed
             # datagram reflect a thousand datagrams toward the address it names.
             key = (p.type, p.flags, p.source, p.destination, p.session_id, p.substream_id, p.sequence_id,
-                   -1 if p.fragment_id is None else p.fragment_id)  # fmt: skip
+                   -1 if p.fragment_id is None else p.fragment_id, p.payload)  # fmt: skip
+            # (the payload too: new-format aggregate acks share their header, spec §6.4)
             if p.type in (PacketType.SYN, PacketType.CONNECT) and not p.flags & Flag.ACK:
                 key = (p.type,)
             if key in seen:

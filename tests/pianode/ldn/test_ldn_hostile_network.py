@@ -144,6 +144,7 @@ async def test_what_a_joined_station_hears_and_does_not_learn_from_is_counted(
         async with ldn.open_ldn_host(cfg) as host:
             found = (await ldn.scan(0.5, first=True))[0]
             async with ldn.open_ldn_station(found, NodeConfig(version="5.29", seed=4), GAME_KEY) as one:
+                await trio.sleep(0.3)  # (its listening task is started, not yet running, when the join returns)
                 other = attrs.evolve(host.state.advertisement(), ssid=bytes(16))
                 with trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM) as sock:
                     sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_BROADCAST, 1)

@@ -68,3 +68,30 @@ def test_a_datagram_of_many_different_syns_is_answered_once(variant: str) -> Non
     out = host.datagrams_to_send(0.0)
     assert len(out) == 1
     assert host.statistics()["dropped_repeated_in_datagram"] == len(client.codec.decode(datagram)) - 1
+
+
+def test_packets_sharing_a_header_but_not_their_payload_are_both_taken() -> None:
+    """New-format aggregate acks all carry sequence id 0 on header substream 1 (spec §6.4): the substream they ack
+    is in the payload.  Two of them in one datagram (one per substream) are not copies of each other; both count."""
+    net = Net()
+    kw = {"max_substream": 1, "minor_version": 2}
+    host = net.add(HOST, EndpointCore(make_settings("nintendo-v1", host=True, **kw)))
+    client = net.add(CLIENT, EndpointCore(make_settings("nintendo-v1", host=False, **kw)))
+    host.listen()
+    cid = client.connect(HOST, net.now)
+    net.run_until(lambda: any(isinstance(e, Connected) for e in net.events[CLIENT]), max_time=30)
+    net.link.down = True
+    client.send(cid, b"zero", net.now, 0)
+    client.send(cid, b"one", net.now, 1)
+    client.datagrams_to_send(net.now)
+    c = client.connections[cid]
+    assert len(c._inflight) == 2
+    h = next(iter(host.connections.values()))
+    acks = []
+    for sub in (0, 1):
+        base = (c._next_seq[sub] - 1) & 0xFFFF  # everything sent on the substream
+        p = h._packet(PacketType.DATA, Flag.MULTI_ACK | Flag.HAS_SIZE, substream_id=1, sequence_id=0, fragment_id=0,
+                      payload=bytes([sub, 0]) + base.to_bytes(2, "little"))  # fmt: skip
+        acks.append(h.codec.encode(h._sign(p)))
+    client.receive_datagram(b"".join(acks), HOST, net.now)
+    assert not c._inflight
