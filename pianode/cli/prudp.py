@@ -107,9 +107,14 @@ def _load_certificate(path: pathlib.Path | None) -> object:
         print(f"certificate public key (pass to --trust): {public_bytes(key).hex()}", flush=True)
         return key
     try:
-        return ECC.import_key(path.read_text())
+        key = ECC.import_key(path.read_text())
     except ValueError as exc:
         raise CliError(f"{path}: not an EC private key: {exc}") from None
+    # the host signs its key exchange with the certificate's P-256 private key (spec §4.3)
+    if key.curve != "NIST P-256" or not key.has_private():
+        what = "a public key only" if key.curve == "NIST P-256" else f"a {key.curve} key"
+        raise CliError(f"--certificate-key {path}: the key exchange is signed with a P-256 private key, not {what}")
+    return key
 
 
 def _load_trust(text: str | None) -> object:
@@ -119,11 +124,12 @@ def _load_trust(text: str | None) -> object:
         raise CliError("the rendezvous variant needs --trust (the host's certificate public key)")
     path = pathlib.Path(text)
     try:
-        if path.is_file():
-            return ECC.import_key(path.read_text()).public_key()
-        return load_public_key(bytes.fromhex(text))
+        key = ECC.import_key(path.read_text()).public_key() if path.is_file() else load_public_key(bytes.fromhex(text))
     except (ValueError, DecodeError) as exc:
         raise CliError(f"--trust: not a P-256 public key: {exc}") from None
+    if key.curve != "NIST P-256":  # the host's certificate key is P-256 (spec §4.3): another could verify nothing
+        raise CliError(f"--trust: not a P-256 public key: a {key.curve} key")
+    return key
 
 
 #: What each drop reason of the endpoint (pianode.prudp.core.DROP_REASONS) means for the person running it
