@@ -10,9 +10,7 @@ decoded as usual.
 
 Classification, per datagram:
 
-* The session names PRUDP → :func:`protocols.prudp.decode_datagram` (kind
-  ``prudp``; several packets per datagram are possible).
-* Magic ``32 AB 98 64`` → Pia (kind ``pia``).  The profile is the session's
+* Magic ``32 AB 98 64`` → Pia (kind ``pia``), whatever the session names.  The profile is the session's
   version, or, without one, is detected (spec ../shared/spec/pia.md §0.3, §1.2):
   byte 4 = 1/2 means H-A or H-B, told apart by the length rule
   (:func:`protocols.pia.header.sniff_header_format`, captures/README), and
@@ -24,6 +22,8 @@ Classification, per datagram:
   headers always, tag/HMAC when a key is known, messages when the body is
   plain or decrypted.  A plain packet whose HMAC fails still shows its
   messages, with ``authenticated: false``.
+* The session names PRUDP → :func:`protocols.prudp.decode_datagram` (kind ``prudp``; several packets per
+  datagram are possible; :mod:`pianode.capture.prudp_read`).
 * Byte 0 = 0/1 with a LAN browse size field (spec §6.2, §6.3) → the LAN browse
   request / reply codecs of :mod:`protocols.pia.lan`.
 * Anything else → kind ``unknown``, its bytes and why (:mod:`pianode.capture.unknown`).
@@ -46,9 +46,12 @@ import attrs
 
 from protocols.pia import session6
 from pianode.capture.frames import cut_size
+from pianode.capture.lan_detect import lan_candidates as _lan_candidates
+from pianode.capture.lan_detect import lan_kind as _lan_kind
 from pianode.capture.pcap import Datagram, parse_endpoint
+from pianode.capture.prudp_read import read_prudp
 from pianode.capture.session_file import DecodeContext, KeySet
-from pianode.capture.unknown import NO_KEY_NOTE, why_unknown
+from pianode.capture.unknown import NO_KEY_NOTE, PLAIN_NO_KEY_NOTE, service_port, why_unknown
 from protocols.errors import ConfigError, DecodeError
 from protocols.ldn_link import MAGIC as LDN_MAGIC
 from protocols.pia.header import (
@@ -344,6 +347,8 @@ class Decoder:
         self._nex_streams: dict[tuple[str | None, str | None], dict[Any, Any]] = {}
         # Browse requests seen, by requester: (challenge key, challenge plaintext, broadcast address).
         self._lan_requests: dict[str, tuple[bytes, bytes, str]] = {}
+        #: The session key params the browse replies advertised (one per LAN session answering), as learned.
+        self._lan_params: list[bytes] = []
         #: Results per kind, and authenticated true/false/null counts.
         self.kinds: collections.Counter[str] = collections.Counter()
         self.auth: collections.Counter[str] = collections.Counter()
@@ -372,7 +377,7 @@ class Decoder:
     def json_line(self, d: Datagram) -> str:
         """``json.dumps(self.decode(d).to_json())``: the same text, written straight from the codec's
         values for the common datagram (an authenticated Pia packet that the codec's strict decode reads)."""
-        if d.error is None and d.warning is None and self.ctx.prudp is None and d.ethertype is None and d.data[:4] == MAGIC:
+        if d.error is None and d.warning is None and d.ethertype is None and d.data[:4] == MAGIC:
             line = self._pia_fast_line(d)
             if line is not None:
                 return line
@@ -406,10 +411,13 @@ class Decoder:
             if data[:4] == LDN_MAGIC:
                 return self._ldn(d)
             return self._base(d, "unknown", data=data.hex(), note=f"link frame of EtherType 0x{d.ethertype:04x}")
+        if data[:4] == MAGIC:
+            # Pia even where the session names PRUDP: a console's capture holds both (PRUDP to the game server,
+            # Pia between consoles), and no PRUDP packet starts so (v0's two stream types would differ, v1 starts
+            # EA D0: spec prudp.md §1.1, §2.3).
+            return self._pia(d)
         if self.ctx.prudp is not None:
             return self._prudp(d)
-        if data[:4] == MAGIC:
-            return self._pia(d)
         lan_kind = _lan_kind(data)
         if lan_kind is not None:
             return self._lan(d, lan_kind)
@@ -539,6 +547,21 @@ class Decoder:
         ), None
 
     def _pia(self, d: Datagram) -> DecodeResult:
+        result = self._pia_once(d)
+        if result.authenticated is False and len(self._lan_params) > 1:
+            # A capture of several LAN sessions (every host of the game answers a browse, spec §6.2): the packet
+            # may be another advertised session's; its key, once it authenticates one, reads the packets after it.
+            ctx, codecs = self.ctx, self._codecs
+            for param in reversed(self._lan_params):
+                if param != ctx.session_param:
+                    self.ctx, self._codecs = attrs.evolve(ctx, session_param=param, _cache={}), {}
+                    other = self._pia_once(d)
+                    if other.authenticated:
+                        return other
+            self.ctx, self._codecs = ctx, codecs
+        return result
+
+    def _pia_once(self, d: Datagram) -> DecodeResult:
         source_ip = self._learn_mac(d)
         if self.ctx.profile is not None:
             candidates, assumed = [self.ctx.profile], False
@@ -621,6 +644,8 @@ class Decoder:
                 error = f"cannot decrypt: {keys.problem}"
             elif not self.ctx.has_key_material:
                 note = NO_KEY_NOTE  # the header is all there is to show
+        if report.authenticated is None and profile.cipher is Cipher.ECB_HMAC and not self.ctx.has_key_material:
+            note = note or (PLAIN_NO_KEY_NOTE if messages is not None else None)
         return self._base(
             d, "pia", profile=profile.name, profile_assumed=assumed, header=header,
             authenticated=report.authenticated, messages=messages, error=error, note=note,
@@ -766,9 +791,13 @@ class Decoder:
         ctx = self.ctx
         if (
             auth is not False and isinstance(param, bytes) and game_key is not None and ctx.session_key is None
-            and ctx.session_param is None and ctx.network in (None, NetworkType.LAN)
+            and (ctx.session_param is None or self._lan_params) and ctx.network in (None, NetworkType.LAN)
+            and param not in self._lan_params
         ):
             # What a joining console does next (§6.6): derive the session key from the advertised param.
+            self._lan_params = [*self._lan_params[-7:], param]  # (a few sessions' worth)
+            if len(self._lan_params) > 1:
+                return auth, error, "another session's key param learned: later packets use the key that reads them"
             self.ctx = attrs.evolve(ctx, session_param=param, network=NetworkType.LAN, _cache={})
             self._codecs.clear()
             return auth, error, "session key param learned: later packets use the LAN session key derived from it"
@@ -776,24 +805,19 @@ class Decoder:
 
     # -- PRUDP ------------------------------------------------------------
     def _prudp(self, d: Datagram) -> DecodeResult:
-        from protocols.prudp import decode_datagram
-
         settings = self.ctx.prudp
         assert settings is not None
+        if service_port(d.src, d.dst) is not None:  # DNS, NTP, ... beside the game's PRUDP
+            return self._base(d, "unknown", data=d.data.hex(), note=why_unknown(d.data, d.src, d.dst))
         # The RC4 state of each direction; a capture of more flows than _FLOWS_KEPT forgets the
         # longest idle (its next packets then say they cannot be opened).
         streams = _keep_recent(self._nex_streams, (d.src, d.dst), self._nex_streams.get((d.src, d.dst)) or {})
         try:
-            packets = decode_datagram(
-                d.data, settings.variant, settings.access_key, aes_key=settings.aes_key, nex_streams=streams
-            )
+            packets, signatures, auth, error, note = read_prudp(d.data, settings, streams)
         except DecodeError as exc:
             return self._base(d, "unknown", data=d.data.hex(), error=f"not {settings.variant} PRUDP: {_one_line(exc)}")
-        rows = [_prudp_json(p) for p in packets]
-        checks = [p.checksum_ok for p in packets if p.checksum_ok is not None]
-        auth = None if not checks else all(checks)
-        error = None if auth is not False else "checksum mismatch (wrong access key or damaged packet)"
-        return self._base(d, "prudp", prudp=rows, authenticated=auth, error=error)
+        rows = [{**_prudp_json(p), "signature_ok": ok} for p, ok in zip(packets, signatures, strict=True)]
+        return self._base(d, "prudp", prudp=rows, authenticated=auth, error=error, note=note)
 
 
 #: Per-endpoint state a decoder keeps (PRUDP cipher streams, LAN browse requests) for at most this
@@ -845,49 +869,6 @@ def endpoint_ip(src: str | None) -> str:
         return parse_endpoint(src)[0]
     except ValueError:
         return "0.0.0.0"
-
-
-# -- LAN browse detection (spec §6.2, §6.3) ---------------------------------
-
-# Search block sizes: LanSessionSearchCriteria (<= 5.45), LanSearchNetworkSetting
-# 6.16-6.20 / 6.23-6.30, and 7.2's encrypted setting.
-_REQUEST_SEARCH_SIZES = (0x23A, 0x0E, 0x16, 0x20)
-# Challenge (request) sizes after the search block: none (<= 5.6), 298, 299 (version 4), 315 (7.2).
-_REQUEST_TAILS = (0, 0x12A, 0x12B, 0x13B)
-# Challenge reply sizes after the session: none (<= 5.6), 58, 59 (version 4).
-_REPLY_TAILS = (0, 58, 59)
-
-
-def _lan_kind(data: bytes) -> str | None:
-    if len(data) < 5 or data[0] not in (0, 1):
-        return None
-    size = int.from_bytes(data[1:5], "big")
-    rest = len(data) - 5 - size
-    if data[0] == 0 and size in _REQUEST_SEARCH_SIZES and rest in _REQUEST_TAILS:
-        return "lan-browse-request"
-    if data[0] == 1 and size >= 0x100 and rest in _REPLY_TAILS:
-        return "lan-browse-reply"
-    return None
-
-
-def _lan_candidates(data: bytes, kind: str) -> list[VersionProfile]:
-    """LAN profiles to try: one per (system communication version, challenge version) pair."""
-    seen: dict[tuple[Any, ...], VersionProfile] = {}
-    for v in DOCUMENTED_VERSIONS:
-        p = profile_for(v)
-        if p.lan_system_version is None and not (5, 2) <= v <= (5, 45):
-            continue
-        seen[(p.lan_system_version, p.lan_challenge_version, v >= (6, 0), v >= (6, 23), v >= (5, 10), v >= (5, 3))] = p
-    ordered = sorted(seen.values(), key=lambda p: p.version)
-    size = int.from_bytes(data[1:5], "big")
-    # The challenge (request or reply) starts with its version right after the block (spec §6.4).
-    chal_ver = data[5 + size] if len(data) > 5 + size else None
-    sys_ver = data[5 + 0x26] if kind == "lan-browse-reply" and len(data) > 5 + 0x27 else None
-    # LanSessionInfo 5.3+: system communication version at 0x26 (spec §6.3).
-    ordered.sort(
-        key=lambda p: (p.lan_challenge_version != chal_ver, sys_ver is not None and p.lan_system_version != sys_ver)
-    )
-    return ordered
 
 
 def __getattr__(name: str) -> Any:

@@ -506,8 +506,13 @@ class Capture:
                 origlen = struct.unpack(order + "I", body[:4])[0]
                 caplen = min(origlen, len(body) - 4)
                 data = body[4 : 4 + caplen]
+            elif btype in _PCAPNG_SHOWN_RECORDS:
+                n += 1  # a frame in Wireshark: counted, so that frame numbers stay its own
+                self.stats.frames += 1
+                self.stats.skipped[_PCAPNG_SHOWN_RECORDS[btype]] += 1
+                continue
             else:
-                continue  # name resolution, statistics, custom blocks, ...
+                continue  # name resolution, statistics, decryption secrets, ...
             n += 1
             if iface >= len(interfaces):
                 self.stats.frames += 1
@@ -652,6 +657,10 @@ def _time(value: object) -> float | None:
 def _is_mac(text: str) -> bool:
     parts = text.replace("-", ":").split(":")
     return len(parts) == 6 and all(len(p) == 2 and all(c in "0123456789abcdefABCDEF" for c in p) for p in parts)
+
+
+#: pcapng blocks of no packet that Wireshark lists as frames (pcapng §4.7-4.8), by the reason they are skipped under.
+_PCAPNG_SHOWN_RECORDS = {9: "systemd-journal", 0x00000BAD: "pcapng-custom-block", 0x40000BAD: "pcapng-custom-block"}
 
 
 def open_capture(source: str | os.PathLike[str] | BinaryIO) -> Capture:

@@ -37,7 +37,7 @@ one, an even number of hex digits is hex and anything else is ASCII (game keys
 follow the §3.6 rule: 32 hex digits or 16 characters).
 
 A session file holding only ``"prudp": {"variant": ..., "access_key": ...}``
-selects PRUDP decoding instead of Pia.
+selects PRUDP decoding (a datagram with Pia's magic is still read as Pia).
 """
 
 from __future__ import annotations
@@ -471,7 +471,8 @@ def _build(raw: Mapping[str, Any]) -> DecodeContext:
         # them from the capture's link layer (Ethernet / 802.11 source address).
         kw["macs"] = {}
         prof = kw.get("profile")
-        if (prof is None or prof.version < (6, 0)) and any(k in kw for k in ("session_key", "game_key")):
+        six = prof is None and "ssid" in kw and "application_data" not in kw  # an SSID keys only 6.x (spec §11)
+        if (prof is None or prof.version < (6, 0)) and not six and any(k in kw for k in ("session_key", "game_key")):
             warnings.append("no macs: LDN 5.x nonces will use the source MAC addresses found in the capture")
     ctx = DecodeContext(**kw, warnings=tuple(warnings))
     if ctx.profile is not None and ctx.prudp is None:

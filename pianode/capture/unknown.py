@@ -13,10 +13,14 @@ decodes nothing.
 
 from __future__ import annotations
 
-__all__ = ["NO_KEY_NOTE", "why_unknown"]
+__all__ = ["NO_KEY_NOTE", "PLAIN_NO_KEY_NOTE", "service_port", "why_unknown"]
 
 #: The note of an encrypted Pia packet read with no key material at all (no session file, no key flag).
 NO_KEY_NOTE = "encrypted, and no key was given: only the header is shown (--session FILE, or --session-key)"
+#: The note of a plain <= 5.6 packet read so: its messages are shown, its HMAC-MD5 trailer (spec pia.md §3.1) is not
+#: judged.
+PLAIN_NO_KEY_NOTE = ("not encrypted, and no key was given: the messages are shown, the HMAC is not checked"
+                     " (--session FILE, --session-key or --hmac-key)")
 
 _V0_MIN_SIZE = 11  # the shortest v0 packet with a 1-byte checksum (spec prudp.md §2.1)
 _NOT_PIA = "not Pia (no magic 32 AB 98 64), nor a LAN browse datagram, nor an LDN frame"
@@ -33,14 +37,22 @@ def _port(endpoint: str | None) -> int | None:
     return int(port) if port.isdigit() else None
 
 
+def service_port(src: str | None, dst: str | None) -> int | None:
+    """The port of a well-known service (DNS, NTP, ...) a datagram is to or from, if any."""
+    for port in (_port(dst), _port(src)):
+        if port in _SERVICES:
+            return port
+    return None
+
+
 def why_unknown(data: bytes, src: str | None = None, dst: str | None = None) -> str:
     """The note of a datagram from *src* to *dst* (``ip:port``) that nothing of the capture's settings
     decodes (see the module)."""
     if not data:
         return "an empty datagram"
-    for port in (_port(dst), _port(src)):
-        if port in _SERVICES:
-            return f"{_NOT_PIA}: UDP port {port} is {_SERVICES[port]}'s"
+    port = service_port(src, dst)
+    if port is not None:
+        return f"{_NOT_PIA}: UDP port {port} is {_SERVICES[port]}'s"
     # PRUDP's modules only for a datagram nothing else read (`pianode decode` imports what it uses)
     from protocols.prudp.framing_v1 import MAGIC as PRUDP_V1_MAGIC
     from protocols.prudp.packet import StreamType, split_vport

@@ -25,6 +25,7 @@ from pianode.capture.pcap import Capture, CaptureError, open_capture
 from pianode.cli.common import CliError, check_not_standard_output, check_output_path, printable
 from pianode.capture.decode import Decoder, DecodeResult
 from pianode.capture.session_file import DecodeContext, load_session, session_path_for
+from pianode.capture.prudp_read import NO_ACCESS_KEY_NOTE, V1_NOTE
 from pianode.capture.unknown import NO_KEY_NOTE
 from protocols.errors import ConfigError
 
@@ -306,12 +307,15 @@ def _emit(cap: Capture, decoder: Decoder, ctx: DecodeContext, fmt: str, out: Tex
         out.flush()
         return
     t0: float | None = None
+    unkeyed = v1 = 0  # PRUDP datagrams whose checksum needed the access key that was not given; v1 datagrams
     for d in cap:
         r = decoder.decode(d)
         if t0 is None and r.time is not None:
             t0 = r.time
+        unkeyed += r.note == NO_ACCESS_KEY_NOTE
+        v1 += r.note == V1_NOTE
         out.write(render_row(r, t0) + "\n")
-    out.write(_summary(cap, decoder, ctx) + "\n")
+    out.write(_summary(cap, decoder, ctx, unkeyed, v1) + "\n")
     out.flush()
 
 
@@ -321,9 +325,14 @@ def _emit_flows(cap: Capture, decoder: Decoder, fmt: str, out: TextIO) -> None:
     tracker = FlowTracker()
     for d in cap:
         tracker.add(decoder.decode(d))
-    for flow in tracker.flows():
+    flows = tracker.flows()
+    for flow in flows:
         out.write((json.dumps(flow) if fmt == "jsonl" else render_flow(flow)) + "\n")
     out.flush()
+    if not flows and decoder.kinds and cap.stats.problem is None:  # (no datagram, or a broken file: the caller says)
+        n = sum(decoder.kinds.values())
+        kinds = ", ".join(f"{c} {k}" for k, c in decoder.kinds.most_common())
+        _say(f"pianode decode: {cap.name}: no Pia flow ({n} datagram{'s' if n != 1 else ''}: {kinds})")
 
 
 def render_flow(f: dict[str, Any]) -> str:
@@ -448,7 +457,7 @@ def render_row(r: DecodeResult, t0: float | None = None) -> str:
                 lines.append(f"{'':>10}participant: {_fields(part)}")
     else:
         head += f"  {r.size} B {_short_hex(r.data or '')}"
-    if r.note is not None and r.note != NO_KEY_NOTE:  # (said once, in the summary)
+    if r.note is not None and r.note not in (NO_KEY_NOTE, NO_ACCESS_KEY_NOTE, V1_NOTE):  # (said once, in the summary)
         lines.append(f"{'':>8}note: {r.note}")
     if r.error is not None:
         lines.append(f"{'':>8}! {r.error}")
@@ -456,7 +465,7 @@ def render_row(r: DecodeResult, t0: float | None = None) -> str:
     return "\n".join(printable(line) for line in (head, *lines))
 
 
-def _summary(cap: Capture, decoder: Decoder, ctx: DecodeContext) -> str:
+def _summary(cap: Capture, decoder: Decoder, ctx: DecodeContext, unkeyed: int = 0, v1: int = 0) -> str:
     kinds = ", ".join(f"{n} {k}" for k, n in decoder.kinds.most_common())
     auth = decoder.auth
     text = (
@@ -473,10 +482,14 @@ def _summary(cap: Capture, decoder: Decoder, ctx: DecodeContext) -> str:
         n = cap.stats.incomplete
         text += (f"\n-- {n} IP-fragmented datagram{'s' if n != 1 else ''} never whole (a fragment is not in the"
                  " capture): not decoded")
-    if not ctx.has_key_material and ctx.prudp is None:
+    if not ctx.has_key_material and (ctx.prudp is None or decoder.kinds.get("pia")):
         beside = session_path_for(cap.name)
         hint = f"--session {beside}, beside the capture" if beside != cap.name and os.path.isfile(beside) else "see --session"
         text += f"\n-- no key given: encrypted bodies are not shown ({hint})"
+    if unkeyed:
+        text += f"\n-- no access key given: PRUDP checksums were not checked in {unkeyed} (--access-key)"
+    if v1:
+        text += f"\n-- {v1} PRUDP v1 datagram{'s' if v1 != 1 else ''}: no checksum, and only SYN signatures are checked"
     if decoder.kinds.get("unknown") and ctx.prudp is None:
         text += "\n-- unknown datagrams: PRUDP? give --prudp-variant (and --access-key)"
     return text

@@ -70,7 +70,15 @@ from pianode.lan.discovery import (
     make_network_property,
     make_session_info,
 )
-from pianode.lan.session import LanJoin, LanJoinError, find_session, join_found, no_answer, start_lan_host
+from pianode.lan.session import (
+    LanJoin,
+    LanJoinError,
+    find_session,
+    join_found,
+    no_answer,
+    serve_lan_when_host,
+    start_lan_host,
+)
 from pianode.mesh.node import JoinError, Node
 from protocols.errors import ConfigError
 from protocols.pia.keys import parse_game_key
@@ -95,6 +103,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="send every second message unreliable (default: all reliable)")
         q.add_argument("--unreliable", action="store_true",
                        help="send the numbered messages unreliably (for a peer without the Reliable protocol)")
+        q.add_argument("--mtu", default=None, metavar="BYTES",
+                       help="largest datagram the node builds, 400..1472 (default 1364): a smaller one splits join "
+                            "responses and updates into more fragments")  # fmt: skip
         q.add_argument("--sizes", default=None, metavar="N,N,...",
                        help="payload sizes in bytes the numbered messages cycle through (each text cut or padded "
                             "with dots; 0: empty); unreliable ones up to what one datagram carries (mtu - 80)")
@@ -172,6 +183,11 @@ def _sizes(args: argparse.Namespace, config: NodeConfig) -> list[int]:
             raise CliError(f"--sizes {max(sizes)}: an unreliable message carries at most {most} bytes "
                            f"(one datagram of {config.mtu}; unreliable data is never split)")  # fmt: skip
     return sizes
+
+
+def _mtu(args: argparse.Namespace) -> dict[str, int]:
+    """--mtu as NodeConfig's keyword (none: its default)."""
+    return {} if args.mtu is None else {"mtu": _number(args.mtu, "mtu", lo=400, hi=1472)}
 
 
 def _profile(args: argparse.Namespace) -> VersionProfile:
@@ -279,7 +295,8 @@ def run_host(args: argparse.Namespace) -> int:
         # Flags of the node's data exchange: a host that only answers browse requests runs no node.
         given = [flag for flag, on in (("--interval", args.send_every is not None), ("--unreliable", args.unreliable),
                                        ("--alternate-unreliable", args.alternate_unreliable),
-                                       ("--sizes", args.sizes is not None)) if on]  # fmt: skip
+                                       ("--sizes", args.sizes is not None),
+                                       ("--mtu", args.mtu is not None)) if on]  # fmt: skip
         if given:
             raise CliError(f"{given[0]} is for a host that runs a node; --discovery-only answers browse requests only")
     if args.discovery_only or not _node_speaks(profile):
@@ -302,10 +319,15 @@ def run_host(args: argparse.Namespace) -> int:
     if size not in (6, 18):
         raise CliError("--host-address-size must be 6 or 18")
     broadcast_ip, _ = _broadcast(args, profile)
+    if relay is None and ipaddress.IPv4Address(ip).is_loopback and not ipaddress.IPv4Address(broadcast_ip).is_loopback:
+        # The session names the host's address (spec §6.3): a browser on that network would be told a
+        # loopback address, and its join would end as a silent host's.
+        raise CliError(f"--bind {ip} is a loopback address, which browsers on the network of --broadcast "
+                       f"{broadcast_ip} cannot reach: bind the host to an address on that network")  # fmt: skip
     game_mode = _number(args.game_mode, "game-mode")
     app_version = _number(args.app_version, "app-version", hi=255 if profile.version < (6, 0) else 0xFFFF)
     try:
-        config = NodeConfig(version=profile.name, bind=(ip, port or 0), name=args.name)
+        config = NodeConfig(version=profile.name, bind=(ip, port or 0), name=args.name, **_mtu(args))
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
     report = _Report(fmt, quiet=args.quiet)
@@ -465,7 +487,8 @@ def run_join(args: argparse.Namespace) -> int:
     broadcast = _broadcast(args, profile)
     relay = relay_plan(args)
     try:
-        config = NodeConfig(version=profile.name, bind=_bind_address(args.bind, relay=relay), name=args.name)
+        config = NodeConfig(version=profile.name, bind=_bind_address(args.bind, relay=relay), name=args.name,
+                            **_mtu(args))  # fmt: skip
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
     report = _Report(fmt, quiet=args.quiet)
@@ -529,6 +552,9 @@ def run_join(args: argparse.Namespace) -> int:
                 f"joined network id 0x{info.network_id:08x} (Pia {profile.name}, host {info.host_ip}:"
                 f"{info.host_port}) as station {join.station_index} from {ip}:{port}",
             )  # fmt: skip
+            # Should the host go and this node take over (the lowest index), it answers browses from then on.
+            await serve_lan_when_host(nursery, join, key, browse_bind=("0.0.0.0", broadcast[1]),
+                                      broadcast_ip=broadcast[0])  # fmt: skip
             with stop.phase():
                 await report.participate(node, send_every, args.name, reliable=not args.unreliable)
             report.summary(node, info.network_id)

@@ -561,7 +561,14 @@ async def browse(
         _best_effort_sockopts(sock, reuse=False, broadcast=True)
         await sock.bind(bind)
         request = client.request()
-        await sock.sendto(request, broadcast)
+        try:
+            await sock.sendto(request, broadcast)
+        except OSError as exc:
+            # (Linux: EINVAL from a loopback address to another network, ENETUNREACH without a route.)
+            ip = sock.getsockname()[0]
+            raise OSError(exc.errno, f"cannot send the browse request from {ip} to {broadcast[0]}:{broadcast[1]} "
+                                     f"({exc.strerror or exc}): the browse must go out from an address on that "
+                                     "network") from None  # fmt: skip
         if tap is not None:  # a recording includes the browse request
             tap(request, sock.getsockname(), broadcast, trio.current_time())
         with trio.move_on_after(timeout):

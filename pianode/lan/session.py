@@ -50,7 +50,14 @@ from pianode.lan.discovery import DEFAULT_BROADCAST, PIA_PORT, FoundSession, Lan
 from pianode.mesh.node import JoinError, Node, open_node
 from protocols.errors import ConfigError
 from protocols.pia.keys import lan_network_id
-from protocols.pia.lan import LanNetworkProperty, LanSessionInfo, LanStationInfo, browse_port, lan_session_key
+from protocols.pia.lan import (
+    LanHostAddress,
+    LanNetworkProperty,
+    LanSessionInfo,
+    LanStationInfo,
+    browse_port,
+    lan_session_key,
+)
 from protocols.pia.lan_criteria import LanSearchNetworkSetting, LanSessionSearchCriteria
 from protocols.pia.versions import NetworkType, VersionProfile
 
@@ -335,18 +342,17 @@ async def start_lan_join(
     return await join_found(nursery, config, found, tap=tap)
 
 
-def _no_station_at(ip: str, port: int) -> str | None:
-    """Why no host can be at ``ip:port`` a browse reply names (None: one can).  A reply names its host's address
-    itself (anyone with the game key can answer a browse, spec §6.3), so the joiner checks it before sending there."""
-    where = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+def _is_ipv4(text: str) -> bool:
     try:
-        addr = ipaddress.IPv4Address(ip)
+        ipaddress.IPv4Address(text)
     except ValueError:
-        # the node's IPv4 socket could send it nothing, and the join would end as a silent host's
-        return f"the session found names its host at {where}, not an IPv4 address: it cannot be joined"
-    if port == 0 or addr.is_unspecified or addr.is_multicast or addr == ipaddress.IPv4Address("255.255.255.255"):
-        return f"the session found names its host at {where}, where no station can be: it cannot be joined"
-    return None
+        return False
+    return True
+
+
+def _is_unicast(ip: str, port: int) -> bool:
+    address = ipaddress.IPv4Address(ip)
+    return 0 < port < 0x10000 and not (address.is_unspecified or address.is_multicast or ip == "255.255.255.255")
 
 
 def no_answer(network_id: int | None, browse_timeout: float) -> str:
@@ -369,9 +375,18 @@ async def join_found(nursery: trio.Nursery, config: NodeConfig, found: FoundSess
         why = legacy.discovery_refusal(profile, NetworkType.LAN)
         raise LanJoinError(why or f"Pia {profile.name} sessions cannot be joined (no documented LAN key source)")
     assert found.session_key is not None
-    why_not = _no_station_at(info.host_ip, info.host_port)
-    if why_not is not None:
-        raise LanJoinError(why_not)
+    if not _is_ipv4(info.host_ip):
+        # A reply names its host's address itself (anyone with the game key can answer a browse): the node's
+        # IPv4 socket could send it nothing, and the join would end as a silent host's.
+        where = f"[{info.host_ip}]" if ":" in info.host_ip else repr(info.host_ip)
+        raise LanJoinError(f"the session found names its host at {where}:{info.host_port}, not an IPv4 address: "
+                           "it cannot be joined")  # fmt: skip
+    if not _is_unicast(info.host_ip, info.host_port):
+        # Unspecified, port 0, broadcast or multicast: no station is there to answer a connection request (the
+        # join would end as a silent host's).  NintendoClients e8f85f5 hosting at 5.3-5.9 names 0.0.0.0:0: it
+        # writes a StationLocation's one address from the public slot, and keeps its own in the local one.
+        raise LanJoinError(f"the session found names its host at {info.host_ip}:{info.host_port}, not a unicast "
+                           "address and port: it cannot be joined")  # fmt: skip
     node = await _start_node(nursery, attrs.evolve(config, session_key=found.session_key), tap)
     if isinstance(info, LanNetworkProperty):
         # 6.x publishes no host ids (spec §6.3): the host's connection response names them.
@@ -382,6 +397,51 @@ async def join_found(nursery: trio.Nursery, config: NodeConfig, found: FoundSess
             host_identity=(info.host_constant_id, info.host_variable_id),
         )  # fmt: skip
     return LanJoin(node, found, index)
+
+
+async def serve_lan_when_host(
+    nursery: trio.Nursery,
+    join: LanJoin,
+    game_key: bytes,
+    *,
+    browse_bind: Address | None = None,
+    broadcast_ip: str = DEFAULT_BROADCAST,
+    refresh_interval: float = 0.2,
+    poll_interval: float = 0.2,
+    tap: Tap | None = None,
+) -> None:
+    """Start a task in *nursery* that takes over the LAN session once *join*'s node becomes host.
+
+    After a host migration (README "Host migration") the mesh runs on, and newcomers join through the new
+    host (spec §5.4: join requests go to the host); on a LAN they find it only by browsing (§6), so the new
+    host answers browse requests from then on: the session found, with its network id, param and settings,
+    naming the new host's address and ids, and the participants of its mesh.  5.x only (a 6.x
+    LanNetworkProperty names no host ids; its migration is not published).
+    """
+    found = join.info
+    if not isinstance(found, LanSessionInfo) or found.session_key_param is None:
+        return
+    node = join.node
+
+    async def watch() -> None:
+        while node.station_index is None or node.host_index != node.station_index:
+            await trio.sleep(poll_interval)
+        ip, port = node.address
+        me = next(s for s in node.stations() if s.is_self)
+        size = found.host.address_size if isinstance(found.host, LanHostAddress) else 18
+        own = make_session_info(node.config.profile, ip=ip, port=port, variable_id=me.variable_id,
+                                host_address_size=size)  # fmt: skip
+        info = attrs.evolve(found, host=own.host)
+        lan_host = LanHost(node.config.profile, game_key, info, bind=browse_bind, broadcast_ip=broadcast_ip, tap=tap)
+        session = LanSession(node, lan_host, ("", 0), found.session_key_param or b"", node.config.name)
+        try:
+            async with trio.open_nursery() as inner:
+                session.browse_address = await inner.start(lan_host.run)
+                inner.start_soon(session._publish, refresh_interval)
+        except* OSError:
+            pass  # the browse port is taken here: the mesh carries on, unpublished, as before
+
+    nursery.start_soon(watch)
 
 
 # ---------------------------------------------------------------------------- scripted mesh

@@ -206,7 +206,8 @@ class Membership:
             peer = self._links.peers.get(e.address)
             if peer is None or peer.state is PeerState.CLOSED:
                 self._tally.counters["reconnects"] += 1
-                self._handshake.connect(e.address, now)
+                # Naming the member (spec §5.3 target ids): a station refuses a request naming another.
+                self._handshake.connect(e.address, now, (e.constant_id, e.variable_id))
 
     def _tell_listless(self, now: float) -> None:
         """Send the table, once, to connected stations without a place that did not ask to join

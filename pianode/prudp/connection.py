@@ -78,6 +78,31 @@ def count_other_variant(stats: Counter[str], heard: tuple[str, ...], otherwise: 
         stats[f"dropped_{otherwise}"] += 1
 
 RandomBytes = Callable[[int], bytes]
+UNRELIABLE_ACKS_KEPT = 64  # ids of our unreliable DATA whose acks we still tell from reliable ones
+
+
+class _UnreliableIds:
+    """Ids of our recent unreliable DATA (NEED_ACK) not yet acked.
+
+    An ack names (type, substream, id) only (spec §6.2), and our unreliable DATA ids run apart from the
+    reliable ones: an ack of an id that is both is taken for the unreliable packet, so a reliable one of
+    that id, lost, is still resent (at worst once more than needed, the copy dropped as a duplicate),
+    never taken for delivered."""
+
+    def __init__(self) -> None:
+        self._ids: dict[int, None] = {}
+
+    def sent(self, seq: int) -> None:
+        self._ids[seq] = None
+        if len(self._ids) > UNRELIABLE_ACKS_KEPT:
+            del self._ids[next(iter(self._ids))]
+
+    def acked(self, p: PrudpPacket) -> bool:
+        """Whether *p* acks one of them (and takes it off)."""
+        if p.type != PacketType.DATA or p.substream_id != 0 or p.sequence_id not in self._ids:
+            return False
+        del self._ids[p.sequence_id]
+        return True
 
 
 class State(enum.Enum):
@@ -219,17 +244,9 @@ def _serial_diff(a: int, b: int) -> int:
 class Connection:
     """A PRUDP connection (client or host) over one codec."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        codec: PacketCodec,
-        cid: ConnectionId,
-        *,
-        is_client: bool,
-        local_signature: bytes,
-        random_bytes: RandomBytes = os.urandom,
-        pool: BufferPool | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, codec: PacketCodec, cid: ConnectionId, *, is_client: bool,
+                 local_signature: bytes, random_bytes: RandomBytes = os.urandom,
+                 pool: BufferPool | None = None) -> None:  # fmt: skip
         self.settings = settings
         self._pool = pool if pool is not None else BufferPool()
         self.variant = settings.variant
@@ -258,6 +275,7 @@ class Connection:
         self._agg_pending: set[int] = set()
         self._ping_seq = 1
         self._unreliable_seq = 1
+        self._unreliable_unacked = _UnreliableIds()
         if self.variant.framing == Framing.V1:
             self._unreliable_seq = int.from_bytes(random_bytes(2), "little")
         self._minor = settings.minor
@@ -494,6 +512,7 @@ class Connection:
             raise ConnectionError(f"PRUDP connection {self.id} is {self.state.value}")
         seq = self._unreliable_seq
         self._unreliable_seq = (seq + 1) & 0xFFFF
+        self._unreliable_unacked.sent(seq)
         p = self._packet(PacketType.DATA, Flag.NEED_ACK | Flag.HAS_SIZE, sequence_id=seq, fragment_id=0)
         p = attrs.evolve(p, payload=self.cipher.seal(p, data))
         self._out.append(self.codec.encode(self._sign(p)))
@@ -644,6 +663,8 @@ class Connection:
     def _on_ack(self, p: PrudpPacket, now: float) -> bool:  # whether it acked something we wait for
         if p.flags & Flag.MULTI_ACK and self.variant.framing == Framing.V1 and p.type == PacketType.DATA:
             return self._on_aggregate_ack(p)
+        if self._unreliable_unacked.acked(p):  # (before the reliable ones: see _UnreliableIds)
+            return True
         entry = self._inflight.pop((int(p.type), p.substream_id, p.sequence_id), None)
         if entry is None:  # (our pings are unreliable, not in flight: the ack of the last one counts)
             ping = p.type == PacketType.PING and self._ping_outstanding and p.sequence_id == (self._ping_seq - 1) & 0xFFFF
@@ -733,7 +754,7 @@ class Connection:
         if why is not None:
             self.stats[f"dropped_{why}"] += 1
             return False
-        self._emit(MessageReceived(self.id, data, p.substream_id))
+        self._emit(MessageReceived(self.id, data, p.substream_id, reliable=False))
         return True
 
     def _process_in_order(self, p: PrudpPacket, now: float) -> None:

@@ -1,7 +1,8 @@
 """An echo service on a PRUDP endpoint: what `pianode prudp serve` runs, and what tests talk to.
 
-:func:`echo` sends every payload a connection receives straight back until
-the peer ends the stream or the connection closes; :func:`serve_echo` accepts
+:func:`echo` sends every payload a connection receives straight back (on its
+substream; an unreliable one unreliably) until the peer ends the stream or the
+connection closes; :func:`serve_echo` accepts
 connections for as long as it runs and starts one :func:`echo` task per
 connection in the caller's nursery (cancel the nursery to stop it).
 """
@@ -21,7 +22,12 @@ async def echo(conn: PrudpConnection, on_close: Callable[[PrudpConnection], None
     """Send back every payload *conn* receives, until the stream ends or the connection closes."""
     try:
         while True:
-            await conn.send(await conn.receive())
+            # On the substream it came on, unreliable unreliably: a peer may wait for each apart.
+            message = await conn.receive_message()
+            if message.reliable:
+                await conn.send(message.data, message.substream)
+            else:
+                await conn.send_unreliable(message.data)
     except (trio.EndOfChannel, trio.ClosedResourceError):
         pass
     if on_close is not None:

@@ -52,7 +52,7 @@ class PrudpConnection:
     def __init__(self, endpoint: PrudpEndpoint, cid: ConnectionId) -> None:
         self._endpoint = endpoint
         self.id = cid
-        self._messages: deque[bytes] = deque()
+        self._messages: deque[MessageReceived] = deque()
         self._lot = trio.lowlevel.ParkingLot()
         self.connected = False
         self.closed_reason: str | None = None
@@ -77,8 +77,28 @@ class PrudpConnection:
             raise trio.ClosedResourceError(str(exc)) from None
         self._endpoint._wakeup()
 
+    @property
+    def unread_bytes(self) -> int:
+        """Bytes received and not yet read (Settings.receive_queue_bytes bounds them)."""
+        return sum(len(m.data) for m in self._messages)
+
+    async def send_unreliable(self, data: bytes) -> None:
+        """Send one unreliable DATA packet: not ordered, not retransmitted, never split (spec §6.2)."""
+        await trio.lowlevel.checkpoint()
+        if self.closed_reason is not None:
+            raise trio.ClosedResourceError(f"PRUDP connection closed: {self.closed_reason}")
+        try:
+            self._endpoint.core.send_unreliable(self.id, data, trio.current_time())
+        except ConnectionError as exc:
+            raise trio.ClosedResourceError(str(exc)) from None
+        self._endpoint._wakeup()
+
     async def receive(self) -> bytes:
         """The next message; raises :class:`trio.EndOfChannel` once the connection is closed and drained."""
+        return (await self.receive_message()).data
+
+    async def receive_message(self) -> MessageReceived:
+        """The next message with its substream and whether it came reliably (as :meth:`receive`)."""
         while not self._messages:
             if self.closed_reason is not None:
                 raise trio.EndOfChannel(self.closed_reason)
@@ -187,14 +207,14 @@ class PrudpEndpoint:
                     except trio.WouldBlock:
                         self.core.abort(event.connection, trio.current_time())
             elif isinstance(event, MessageReceived):
-                unread = sum(len(m) for m in handle._messages)
+                unread = handle.unread_bytes
                 if unread + len(event.data) > self.core.settings.receive_queue_bytes:
                     # The application is not reading: end the connection rather than hold it all.
                     self.core.abort(event.connection, trio.current_time())
                     self.core.stats_note("aborted: receive queue full")
                     self._bound_hit(f"received data nobody read past receive_queue_bytes from {event.connection}")
                     continue
-                handle._messages.append(event.data)
+                handle._messages.append(event)
             elif isinstance(event, (Disconnected, ConnectionFailed)):
                 if "max_message_size" in event.reason or "max_buffered_bytes" in event.reason:
                     self._bound_hit(f"{event.connection}: {event.reason}")

@@ -48,6 +48,8 @@ class MessageReceived:
     connection: ConnectionId
     data: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
     substream: int = 0
+    #: False for an unreliable DATA packet (no substream of its own: 0).
+    reliable: bool = True
 
 
 @attrs.frozen

@@ -58,7 +58,11 @@ class PayloadCipher:
         for _ in range(self._max_sub + 1):
             self._tx_rc4.append(Rc4Stream(key))
             self._rx_rc4.append(Rc4Stream(key))
-            key = derive_substream_key(key)
+            # Derived per substream from a session key only (spec §2.8); without one, every substream starts
+            # from the default key itself, as nintendoclients 5.0.0 (PayloadEncoder.set_session_key) and
+            # nex-go (PRUDPConnection.setSessionKey) key them.
+            if self.session_key:
+                key = derive_substream_key(key)
 
     def seal(self, p: PrudpPacket, plain: bytes) -> bytes:
         """Payload transform of an outgoing DATA packet."""

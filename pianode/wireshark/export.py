@@ -230,7 +230,8 @@ def export_decrypted(datagrams: Iterable[Datagram], decoder: Decoder, out: Binar
             comments.append(f"pianode: {r.kind} version={r.profile} challenge={chal}")
         elif r.kind == "prudp" and decoder.ctx.prudp is not None:
             check = {True: "ok", False: "failed", None: "unchecked"}[r.authenticated]
-            comments.append(f"pianode: prudp variant={decoder.ctx.prudp.variant} checksum={check}")
+            what = "signature" if data[:2] == b"\xea\xd0" else "checksum"  # v1 has no checksum (prudp.md §2.3)
+            comments.append(f"pianode: prudp variant={decoder.ctx.prudp.variant} {what}={check}")
         else:
             comments.append(f"pianode: {r.kind}")
         src, dst = d.src, d.dst

@@ -482,6 +482,7 @@ field("p_flag_multi_ack", ProtoField.bool, "prudp.flags.multi_ack", "MULTI_ACK")
 field("p_session_id", ProtoField.uint8, "prudp.session_id", "Session id", base.HEX)
 field("p_substream_id", ProtoField.uint8, "prudp.substream_id", "Substream id", base.DEC)
 field("p_signature", ProtoField.bytes, "prudp.signature", "Packet signature")
+field("p_signature_status", ProtoField.string, "prudp.signature.status", "Signature status (pianode decode's export)")
 field("p_sequence_id", ProtoField.uint16, "prudp.sequence_id", "Sequence id", base.DEC)
 field("p_connection_signature", ProtoField.bytes, "prudp.connection_signature", "Connection signature")
 field("p_fragment_id", ProtoField.uint32, "prudp.fragment_id", "Fragment id", base.DEC)
@@ -565,6 +566,16 @@ local function export_comment()
         if text:sub(1, 9) == "pianode: " then return text end
     end
     return nil
+end
+
+-- Whether pianode decode's export says this datagram was cut short by the original capture's snap length (the
+-- export writes what was captured as a whole datagram, so its length no longer tells).
+local function export_says_cut()
+    if not comment_field then return false end
+    for _, fi in ipairs({comment_field()}) do
+        if tostring(fi.value):sub(1, 30) == "pianode decode: captured only " then return true end
+    end
+    return false
 end
 
 -- The UDP length field, when it says more payload bytes than the IP packet holds (Wireshark's "Bad length value >
@@ -1547,6 +1558,69 @@ local function parse_v0_all(tvb, v)
     return out
 end
 
+-- Whether every packet's checksum verifies with the access key preference (or without a key, on a stream type
+-- the variant sums without one): false when nothing can be judged.
+local function v0_all_verify(tvb, packets, v)
+    local key = prudp.prefs.access_key or ""
+    local keyless = set_of(v.keyless_stream_types)
+    for _, r in ipairs(packets) do
+        local free = keyless[math.floor(tvb(r.pos, 1):uint() / 16)]
+        if key == "" and not free then return false end
+        local ks = free and 0 or key_sum()
+        local want = v0_checksum(tvb(r.pos, r.checksum[1] - r.pos):tvb(), r.checksum[1] - r.pos, ks, r.checksum[2])
+        if want ~= tvb(r.checksum[1], r.checksum[2]):le_uint() then return false end
+    end
+    return true
+end
+
+local function with_fields(v, changes)
+    local out = {}
+    for k, x in pairs(v) do out[k] = x end
+    for k, x in pairs(changes) do out[k] = x end
+    return out
+end
+
+-- The packets of a v0 datagram as pianode decode reads them (protocols/prudp/codec.py): the variant's own framing,
+-- unless it does not frame the datagram or its checksums do not verify while the 4-byte checksum's do (titles of
+-- the Rendez-Vous era, and the reference client's checksum_version 0, prudp.md §2.4; with the 1-byte type/flags
+-- form too where the variant has the 2-byte one, §1.3).  Of two readings that verify, the one using only known flag
+-- bits; with nothing verifying, the variant's framing, else (not for the heuristic, which has only its guess of the
+-- variant: unverified, the looser framing would claim more datagrams that are no PRUDP) the first alternative
+-- that frames.
+local KNOWN_FLAGS = {[1] = true, [2] = true, [4] = true, [8] = true, [0x200] = true}
+local function only_known_flags(packets)
+    for _, r in ipairs(packets) do
+        local f, bit = r.flags, 1
+        while f > 0 do
+            if f % 2 == 1 and not KNOWN_FLAGS[bit] then return false end
+            f, bit = math.floor(f / 2), bit * 2
+        end
+    end
+    return true
+end
+
+local function parse_v0_any(tvb, v, guessed)
+    local packets, err = parse_v0_all(tvb, v)
+    if v.checksum_bytes ~= 1 or (packets and v0_all_verify(tvb, packets, v)) then return packets, err end
+    local alternatives = {with_fields(v, {checksum_bytes = 4})}
+    if v.flags_bytes == 2 then alternatives[2] = with_fields(v, {checksum_bytes = 4, flags_bytes = 1}) end
+    local framed, verified = nil, {}
+    for _, alt in ipairs(alternatives) do
+        local got = parse_v0_all(tvb, alt)
+        if got then
+            if v0_all_verify(tvb, got, alt) then verified[#verified + 1] = got end
+            framed = framed or got
+        end
+    end
+    for _, got in ipairs(verified) do
+        if only_known_flags(got) then return got end
+    end
+    if verified[1] then return verified[1] end
+    if packets then return packets end
+    if framed and not guessed then return framed end
+    return nil, err
+end
+
 local function plausible_vport(b)
     local st = math.floor(b / 16)
     return GEN.prudp_stream_types[st] ~= nil
@@ -1719,7 +1793,10 @@ local function dissect_v1_lite(tvb, pinfo, tree, packets)
             tf = tvb(p + 8, 2)
             pt:add(F.p_session_id, tvb(p + 10, 1)); pt:add(F.p_substream_id, tvb(p + 11, 1))
             seq = tvb(p + 12, 2)
-            pt:add(F.p_signature, tvb(p + 14, 16))
+            local sig = pt:add(F.p_signature, tvb(p + 14, 16))
+            -- Lua has no MD5 here: the verdict is the export's, where pianode decode could judge it (a SYN's).
+            local verdict = comment_value(export_comment(), "signature")
+            if verdict == "ok" or verdict == "failed" then sig:add(F.p_signature_status, verdict):set_generated() end
             dissect_options(pt, tvb, p + 30, r.optlen)
         else
             pt:append_text(" Lite")
@@ -1768,9 +1845,12 @@ local function classify(tvb)
         local packets = parse_v1_lite(tvb)
         if packets then return "v1lite", packets end
     end
-    if prudp.prefs.heuristic_v0 and n >= 11 and plausible_v0_ports(tvb(0, 1):uint(), tvb(1, 1):uint()) then
+    -- A datagram the snap length cut short is not framed: the end of a v0 packet without HAS_SIZE is its
+    -- datagram's (prudp.md §2.1), so the bytes last captured would be taken for its checksum.
+    if prudp.prefs.heuristic_v0 and n >= 11 and n == tvb:reported_len() and not export_says_cut()
+        and plausible_v0_ports(tvb(0, 1):uint(), tvb(1, 1):uint()) then
         local name = v0_variant(tvb)
-        local packets = parse_v0_all(tvb, GEN.prudp_variants[name])
+        local packets = parse_v0_any(tvb, GEN.prudp_variants[name], true)
         if packets then return "v0", name, packets end
     end
     return nil
@@ -1788,11 +1868,14 @@ local function dissect_any(tvb, pinfo, tree)
         -- The export names the variant: read with it even when the stream types look unusual.
         local name = v0_variant(tvb)
         local v = GEN.prudp_variants[name]
-        if v and v.framing == "v1" then
+        -- A NEX server takes v0 and v1 on one socket and tells them apart by "EA D0 01" (prudp.md §2.3): pianode
+        -- decode's v0 variants read such a datagram as v1 (no v0 packet starts so: stream type 14 does not exist).
+        local v1_magic = tvb:len() >= 3 and tvb(0, 2):uint() == 0xEAD0 and tvb(2, 1):uint() == 1
+        if v and (v.framing == "v1" or (v.flags_bytes == 2 and v1_magic)) then
             local packets = parse_v1_lite(tvb)
             if packets then return dissect_v1_lite(tvb, pinfo, tree, packets) end
         elseif v then
-            local packets, err = parse_v0_all(tvb, v)
+            local packets, err = parse_v0_any(tvb, v)
             if packets then return dissect_v0(tvb, pinfo, tree, name, packets) end
             local t = tree:add(prudp, tvb())
             t:add_proto_expert_info(PE.malformed, err)

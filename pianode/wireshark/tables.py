@@ -59,6 +59,7 @@ def _lua(value: Any, indent: str = "") -> str:
 
 def _tables() -> dict[str, Any]:
     from pianode.capture import decode as capture_decode
+    from pianode.capture import lan_detect
     from protocols import ldn_link as ldn_frames
     from protocols.pia import session6
     from protocols.pia.header import HEADER_SIZES, HEADER_VERSIONS, MAGIC
@@ -112,9 +113,9 @@ def _tables() -> dict[str, Any]:
         "mesh_types": {int(t): t.name.lower() for t in MeshMessageType},
         "lan_message_types": {int(t): t.name.lower() for t in LanMessageType},
         "window_flags": {int(f): str(f.name).lower() for f in WindowFlag},
-        "lan_request_search_sizes": list(capture_decode._REQUEST_SEARCH_SIZES),
-        "lan_request_tails": list(capture_decode._REQUEST_TAILS),
-        "lan_reply_tails": list(capture_decode._REPLY_TAILS),
+        "lan_request_search_sizes": list(lan_detect.REQUEST_SEARCH_SIZES),
+        "lan_request_tails": list(lan_detect.REQUEST_TAILS),
+        "lan_reply_tails": list(lan_detect.REPLY_TAILS),
         "ldn_magic": ldn_frames._MAGIC.decode(),
         "ldn_port": ldn_frames.DISCOVERY_PORT,
         "prudp_types": {int(t): t.name for t in PacketType},

@@ -31,7 +31,6 @@ from protocols.prudp.packet import Flag, PacketType, PrudpPacket
 from protocols.prudp.payload import (
     Rc4Stream,
     aes_cbc_open,
-    derive_substream_key,
     quazal_rc4,
     strip_ratio,
     strip_sequence_suffix,
@@ -148,12 +147,6 @@ class NexStream:
         return plain
 
 
-def _substream_key(key: bytes, substream: int) -> bytes:
-    for _ in range(substream):
-        key = derive_substream_key(key)
-    return key
-
-
 def _maybe_ratio(data: bytes) -> bytes:
     """NEX payloads carry a ratio byte only with compression on (spec §2.8); recognise ``ratio ‖ zlib``."""
     if len(data) > 3 and data[0] and data[1] == 0x78:
@@ -172,7 +165,7 @@ def _rendezvous_open(packet: PrudpPacket, aes_key: bytes) -> bytes:
 def decode_datagram(
     data: bytes,
     variant: str | Variant,
-    access_key: bytes | str = b"",
+    access_key: bytes | str | None = b"",
     *,
     aes_key: bytes | None = None,
     nex_streams: MutableMapping[tuple[int, int, int], NexStream] | None = None,
@@ -183,7 +176,10 @@ def decode_datagram(
         data: the UDP payload.
         variant: a variant name (``nintendo-v0``, ``nintendo-v0-friends``,
             ``nintendo-v1``, ``quazal-v0``, ``rendezvous``) or :class:`Variant`.
-        access_key: the game's access key (checksums; v0 family).
+        access_key: the game's access key (checksums; v0 family); ``None`` when
+            the reader does not know it: a checksum that needs a key is then
+            not judged (``checksum_ok`` None), one of a stream type the variant
+            sums without a key (Quazal DO and NAT, spec §3.3) still is.
         aes_key: the Rendez-Vous session key, if known.
         nex_streams: optional map ``(source vport, destination vport, substream) →
             NexStream``, kept by the caller per UDP flow (pass an empty dict
@@ -201,19 +197,21 @@ def decode_datagram(
     Raises:
         DecodeError: the bytes are not PRUDP of this variant.
     """
-    codec = PacketCodec(variant, access_key)
+    unknown_key = access_key is None
+    codec = PacketCodec(variant, b"" if access_key is None else access_key)
     v = codec.variant
     if v.framing == Framing.V0 and v.flags_bytes == 2 and bytes(data[:3]) == MAGIC + b"\x01":
         # A NEX server accepts both versions on one socket and tells them apart by
         # "EA D0 01" (spec §2.3); no v0 packet starts so (stream type 14 does not exist).
         v = attrs.evolve(v, framing=Framing.V1, checksum_bytes=0, connection_signature_bytes=16)
-        codec = PacketCodec(v, access_key)
+        codec = PacketCodec(v, codec.access_key)
     packets = _decode_with_checksum_fallback(codec, data)
     if v.framing == Framing.V1:
         packets = [attrs.evolve(p, checksum_ok=None) for p in packets]
     out = []
     for p in packets:
-        out.append(attrs.evolve(p, plaintext=_plaintext(p, v, aes_key, nex_streams), checksum_ok=p.checksum_ok))
+        checked = p.checksum_ok if not (unknown_key and v.checksum_key_applies(p.source)) else None
+        out.append(attrs.evolve(p, plaintext=_plaintext(p, v, aes_key, nex_streams), checksum_ok=checked))
     return out
 
 
@@ -292,7 +290,9 @@ def _plaintext(
         key = (p.source, p.destination, p.substream_id)
         stream = nex_streams.get(key)
         if stream is None:
-            stream = nex_streams[key] = NexStream(_substream_key(v.default_key, p.substream_id))
+            # An auth connection's every substream starts from the default key itself: a key is derived per
+            # substream from a session key only (spec §2.8; nintendoclients 5.0.0, nex-go).
+            stream = nex_streams[key] = NexStream(v.default_key)
         data = stream.open(p.sequence_id, p.payload)
         if data is None:
             return None

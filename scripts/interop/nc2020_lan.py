@@ -39,7 +39,13 @@ Defects of this NC-2020 commit worked around (see the README's interop section)
       write and accept header version 4 where the docs give 3 (spec §0.3, §10.1
       item 1), set to 3 here; its 5.9/5.10 timer path reads an undefined
       ``session_timer``, fixed here; up to 5.9 it reads a StationLocation's one
-      address into ``public`` but connects to ``local``, copied here.
+      address into ``public`` but connects to ``local``, copied here; and it
+      writes that address from ``public``, which it never fills for itself
+      (its 5.9 host publishes 0.0.0.0:0), so ``local`` is written there.
+    * It reads a connection response's PlayerInfo array as four slots only, where
+      the docs give 2 or 4 (spec §5.3), and a node whose MTU cannot carry four
+      sends fewer: such a response is padded here to four zero-filled slots
+      (counted as ``short_player_arrays`` in the summary).
     * It has no Keep Alive and no RTT protocol: this harness sends an empty
       keep-alive (protocol 0x08, port 0) every second to each connected
       station and answers RTT requests (protocol 0x58) on their port.
@@ -75,6 +81,7 @@ from typing import Any
 KEEP_ALIVE_PROTOCOL = 0x08  # spec §5.1, protocol type revision 1 (5.9+)
 RTT_PROTOCOL = 0x58
 UNRELIABLE_PROTOCOL = 0x68
+PLAYER_INFO_SIZE = 0xC3  # 5.7+ (spec §5.2)
 
 _lock = threading.Lock()
 
@@ -161,6 +168,22 @@ def work_around_defects() -> None:
             self.local = self.public
 
     types.StationLocation.decode = location_decode
+    original_location_encode = types.StationLocation.encode
+
+    def location_encode(self: Any, stream: Any) -> None:
+        # The other half of the same defect: up to 5.9 it writes that one address from ``public``, which
+        # it never fills for itself (its own address is in ``local``), so its 5.9 host publishes its
+        # session, and its connection requests, with the address 0.0.0.0:0.
+        if stream.settings.get("pia.version") < 51000 and self.public.address.port == 0:
+            public, self.public = self.public, self.local
+            try:
+                original_location_encode(self, stream)
+            finally:
+                self.public = public
+            return
+        original_location_encode(self, stream)
+
+    types.StationLocation.encode = location_encode
 
     def get_num_participants(self: Any) -> int:
         return sum(s.identification_info.participants for s in self.stations if s is not None)
@@ -209,6 +232,7 @@ class _Observer:
         self.rtt_answered = 0
         self.keep_alives_sent = 0
         self.join_requests = 0
+        self.short_player_arrays = 0  # connection responses with fewer than 4 PlayerInfo slots (see four_player_slots)
         self.sending = False
         self.joined = False
         self.number = 0
@@ -237,6 +261,7 @@ class _Observer:
 
         def handle_connection_response(station: Any, data: bytes) -> None:
             result = data[1] if len(data) > 1 else None
+            data = self.four_player_slots(data)
             on_response(station, data)
             if station.connection_state == self.connected_state:
                 accept_connection_id(station)
@@ -286,6 +311,17 @@ class _Observer:
         scheduler.add_timeout(self.watch, 0.05, True)
         scheduler.add_timeout(self.keep_alive, 1.0, True)
         scheduler.add_timeout(self.send_data, self.interval, True)
+
+    def four_player_slots(self, data: bytes) -> bytes:
+        """An accepting 5.7-5.18 connection response with 2 or 1 PlayerInfo slots, padded to the 4 NC reads."""
+        fixed = 0x38  # type, result, version, platform, fragment id, target ids, token, network id, 3 counts
+        if self.nc.station_protocol.version < 8 or len(data) < fixed + 4 or data[1] != 0:
+            return data
+        slots, rest = divmod(len(data) - fixed - 4, PLAYER_INFO_SIZE)
+        if rest or not 1 <= slots < 4:
+            return data
+        self.short_player_arrays += 1
+        return data[:-4] + bytes(PLAYER_INFO_SIZE * (4 - slots)) + data[-4:]
 
     # ------------------------------------------------------------ protocols
     def on_data(self, station: Any, message: Any) -> None:
@@ -417,6 +453,7 @@ def _summary(nc: Any, observer: _Observer, log: _FirstOfEachWarning, **extra: An
                            for k in sorted(observer.received)},
         "sent": {str(k): v for k, v in sorted(observer.sent.items())}, "rtt_answered": observer.rtt_answered,
         "keep_alives_sent": observer.keep_alives_sent, "join_requests": observer.join_requests,
+        "short_player_arrays": observer.short_player_arrays,
         "dropped_before_key": dropped_before_key,
         "received_sizes": {str(k): v for k, v in sorted(observer.received_sizes.items())},
         "warnings": dict(log.counts), **extra,

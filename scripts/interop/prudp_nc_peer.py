@@ -38,14 +38,34 @@ def make_settings(args: argparse.Namespace) -> settings.Settings:
         s["prudp.compression"] = 1
     if args.ping is not None:
         s["prudp.ping_timeout"] = args.ping
+    if args.substreams is not None:
+        s["prudp.max_substream_id"] = args.substreams - 1
+    if args.minor is not None:
+        s["prudp.minor_version"] = args.minor
+    if args.functions is not None:
+        s["prudp.supported_functions"] = args.functions
+    if args.fragment_size is not None:
+        s["prudp.fragment_size"] = args.fragment_size
     return s
 
 
 async def echo(client: prudp.PRUDPClient) -> None:
-    try:
+    """Every message back on the substream it came on; unreliable ones unreliably."""
+
+    async def reliable(substream: int) -> None:
         while True:
-            await client.send(await client.recv())
-    except anyio.EndOfStream:
+            await client.send(await client.recv(substream), substream)
+
+    async def unreliable() -> None:
+        while True:
+            await client.send_unreliable(await client.recv_unreliable())
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for substream in range(client._max_substream_id + 1):
+                tg.start_soon(reliable, substream)
+            tg.start_soon(unreliable)
+    except* (anyio.EndOfStream, anyio.ClosedResourceError):
         pass
 
 
@@ -63,10 +83,21 @@ async def client(args: argparse.Namespace) -> int:
     with anyio.fail_after(args.duration):
         async with prudp.connect(s, "127.0.0.1", args.port, 1, 10, disconnect_timeout=5) as conn:
             await anyio.sleep(args.idle)  # lets keep-alive pings run both ways first
-            for n in sizes:
+            substreams = conn._max_substream_id + 1
+            for k, n in enumerate(sizes):
                 message = bytes((i * 13 + n) & 0xFF for i in range(n))
-                await conn.send(message)
-                answer = await conn.recv()
+                substream = k % substreams
+                answer = None
+                if args.unreliable:
+                    await conn.send_unreliable(message)
+                    with anyio.move_on_after(args.unreliable_wait):
+                        answer = await conn.recv_unreliable()
+                    if answer is None:
+                        print(f"lost {n}", flush=True)
+                        continue
+                else:
+                    await conn.send(message, substream)
+                    answer = await conn.recv(substream)
                 if answer == message:
                     print(f"ok {n}", flush=True)
                 else:
@@ -86,6 +117,13 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=120.0)
     p.add_argument("--ping", type=float, default=None, help="seconds between the library's keep-alive pings")
     p.add_argument("--idle", type=float, default=0.0, help="client: wait this long after connecting")
+    p.add_argument("--substreams", type=int, default=None, help="reliable substreams (max_substream_id + 1); "
+                   "the client sends message k on substream k mod N and waits for its echo there")
+    p.add_argument("--minor", type=int, default=None, help="PRUDP v1 minor version offered")
+    p.add_argument("--functions", type=int, default=None, help="PRUDP v1 supported functions offered")
+    p.add_argument("--fragment-size", type=int, default=None, help="largest DATA payload before fragmenting")
+    p.add_argument("--unreliable", action="store_true", help="client: send unreliably, wait for an unreliable echo")
+    p.add_argument("--unreliable-wait", type=float, default=2.0, help="client: seconds to wait for each such echo")
     args = p.parse_args()
     if args.role == "server":
         anyio.run(serve, args)

@@ -57,6 +57,7 @@ SEGMENT = REPO / "scripts" / "netns" / "lan_segment.py"
 PEER = pathlib.Path(os.environ.get("PIANODE_NC2020", REPO.parent / "shared" / "peers" / "nintendoclients-e8f85f5"))
 CACHE = pathlib.Path(os.environ.get("PIANODE_INTEROP_CACHE", pathlib.Path.home() / ".cache" / "pianode-interop"))
 SMM2_KEY = "667c18475889faab61f93ef1da180971"  # NC's nintendo/games.py: SMM2.PIA_KEY (PIA_VERSION 51800, app 3)
+SPLATOON2_KEY = "ee182a63e216cdb1f51ad4bed8cf6508"  # NC's nintendo/games.py: Splatoon2 (PIA_VERSION 50901, app 60)
 SUBNET = "10.77.0"
 PIA_PORT = 49152
 #: Seconds of unreliable data NC sends after its join; the host removes it for unacknowledged reliable
@@ -264,10 +265,30 @@ async def test_a_nintendoclients_2020_joiner_joins_a_pianode_host_and_exchanges_
     assert [r["reason"] for r in left] == [UNACKED], why
 
 
-async def test_a_pianode_joiner_gets_through_the_handshake_to_an_unanswered_join_request(nc2020: list[str]) -> None:
+#: The games of NC's nintendo/games.py with Pia LAN settings (key, Pia version, application communication
+#: version), and SMM2's key at 5.10, whose layouts differ from both (StationLocation, 6-byte host address).
+GAMES = {
+    "smm2-5.18": (SMM2_KEY, "5.18", "3"),
+    "splatoon2-5.9": (SPLATOON2_KEY, "5.9", "60"),
+    "smm2-5.10": (SMM2_KEY, "5.10", "3"),
+}
+
+
+@pytest.mark.parametrize("game", list(GAMES))
+async def test_a_pianode_joiner_gets_through_the_handshake_to_an_unanswered_join_request(
+    nc2020: list[str], game: str
+) -> None:
+    """At each game's settings.  NC's 5.9 host publishes 0.0.0.0:0 as its address (the harness writes its own
+    there; pianode refuses such a session in one line, test_lan_session); the join request has the
+    StationAddress up to 5.10 (14 bytes), not from 5.11 (6).  (Past 5.18, the joiner stops at --duration 4,
+    its join requests sent, rather than wait out the join timeout.)"""
+    key, version, app = GAMES[game]
+    settings = ("--game-key", key, "--version", version, "--app-version", app)
+    duration = "60" if game == "smm2-5.18" else "4"
     with lan_segment(2) as segment:
-        nc = _nc(segment, nc2020, 0, "host", "--duration", "60")
-        join = _pianode_lan(segment, 1, "join", "--bind", segment.addresses[1], "--duration", "60", "--timeout", "10")
+        nc = _nc(segment, nc2020, 0, "host", "--duration", "60", *settings)
+        join = _pianode_lan(segment, 1, "join", "--bind", segment.addresses[1], "--duration", duration, "--timeout",
+                            "10", *settings)  # fmt: skip
         with trio.fail_after(90):
             async with trio.open_nursery() as nursery:
                 await nursery.start(nc.run)
@@ -284,10 +305,16 @@ async def test_a_pianode_joiner_gets_through_the_handshake_to_an_unanswered_join
     responses = [r for r in _events(nc, "connection_response") if r["from"] == joiner_address]
     assert responses and responses[0]["result"] == 0 and len(responses[0]["players"]) == 1, why
     assert [r["initiator"] for r in _events(nc, "connected") if r["address"] == joiner_address] == ["peer"], why
-    assert [r for r in _events(nc, "join_request") if r["from"] == joiner_address], why
+    sizes = {r["size"] for r in _events(nc, "join_request") if r["from"] == joiner_address}
+    assert sizes == {14 if version in ("5.9", "5.10") else 6}, why
     assert any(r["message"] == "Join request is not implemented" for r in _events(nc, "nc_log")), why
     # The join fails with one line naming the step left unanswered.
     assert join.returncode == 1, why
+    if game != "smm2-5.18":
+        assert join.stderr.decode().splitlines() == [
+            f"pianode lan join: --duration 4 ended before the host at {segment.addresses[0]}:{PIA_PORT} answered the join"
+        ], why
+        return
     assert join.stderr.decode().splitlines() == ["pianode lan join: join request unanswered"], why
     assert [r["reason"] for r in _events(join, "join_failed")] == ["join request unanswered"], why
 
@@ -439,19 +466,27 @@ async def test_unreliable_data_of_every_size_both_ways_with_nintendoclients_2020
     assert host_summary["drops"] == {"oversized": oversized} and host_summary["received"]["1"] == sent - oversized, why
 
 
-@pytest.mark.parametrize("version", ["5.9", "5.10", "5.11", "5.14", "5.17", "5.18"])
-async def test_nintendoclients_2020_joins_at_every_lan_version_it_speaks(nc2020: list[str], version: str) -> None:
+@pytest.mark.parametrize(
+    ("version", "key", "app"),
+    [*((v, SMM2_KEY, "3") for v in ("5.9", "5.10", "5.11", "5.14", "5.17", "5.18")), ("5.9", SPLATOON2_KEY, "60")],
+    ids=["5.9", "5.10", "5.11", "5.14", "5.17", "5.18", "splatoon2-5.9"],
+)
+async def test_nintendoclients_2020_joins_at_every_lan_version_it_speaks(
+    nc2020: list[str], version: str, key: str, app: str
+) -> None:
     """Every Pia version NC-2020's settings express that a pianode node runs on LAN (its configure takes
-    5.9-5.11 and 5.14-5.18).  The harness gives its 5.11-5.17 the documented header version 3, fixes its
-    5.9/5.10 timer path and its 5.9 StationLocation address (see the harness); its 5.9/5.10 join request
-    comes in the 5.11 form (no StationAddress), which the host takes."""
+    5.9-5.11 and 5.14-5.18), and Splatoon 2's settings (its key, application communication version 60).
+    The harness gives its 5.11-5.17 the documented header version 3, fixes its 5.9/5.10 timer path and its
+    5.9 StationLocation address (see the harness); its 5.9/5.10 join request comes in the 5.11 form (no
+    StationAddress), which the host takes."""
     with lan_segment(2) as segment:
         extra = ["--host-address-size", "6"] if version == "5.10" else []  # NC reads the 6-byte 5.10 form
-        argv = [sys.executable, "-m", "pianode", "lan", "host", "--game-key", SMM2_KEY, "--version", version,
-                "--app-version", "3", "--broadcast", segment.broadcast, "--format", "jsonl", "--interval",
+        argv = [sys.executable, "-m", "pianode", "lan", "host", "--game-key", key, "--version", version,
+                "--app-version", app, "--broadcast", segment.broadcast, "--format", "jsonl", "--interval",
                 str(INTERVAL), "--unreliable", "--bind", segment.addresses[0], "--duration", "60", *extra]  # fmt: skip
         host = CliProcess(segment.exec_argv(0, *argv))
-        nc = _nc(segment, nc2020, 1, "join", "--duration", "4", "--version", version)
+        nc = _nc(segment, nc2020, 1, "join", "--duration", "4", "--version", version, "--game-key", key,
+                 "--app-version", app)  # fmt: skip
         await _host_then_nc(host, nc, 60)
     why = _explain(host, nc)
     assert nc.returncode == 0 and host.returncode == 0, why
@@ -538,3 +573,118 @@ async def test_three_nintendoclients_2020_joiners_at_once(nc2020: list[str]) -> 
     assert len(_numbers_from(host, 1)) >= 30, why
     (summary,) = _events(first, "summary")
     assert summary["received"]["0"] >= 30, why
+
+
+async def test_nintendoclients_2020_joins_through_the_new_host_after_a_migration(nc2020: list[str]) -> None:
+    """The host leaves a mesh of three; the member with the lowest index becomes host and takes over the LAN
+    session (the same network id and key, naming itself).  NC-2020 then browses, finds the new host, joins
+    through it (host index 1, its own index the lowest free: 0), the other member connects to it, and data
+    flows both ways with both.  Before, nobody answered a browse once the host had gone."""
+    with lan_segment(4) as segment:
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "60", "--max", "8")
+        members = [_pianode_lan(segment, k, "join", "--bind", segment.addresses[k], "--duration", "60") for k in (1, 2)]
+        nc = _nc(segment, nc2020, 3, "join", "--duration", "4")
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                for m in members:
+                    await nursery.start(m.run)
+                    await until(lambda: _has(m, "joined") or m.returncode is not None)  # noqa: B023
+                await until(lambda: all(len(_events(m, "station_joined")) >= 2 for m in members))
+                host.stop()  # leaves the mesh
+                await until(lambda: all(_has(m, "host_changed") or m.returncode is not None for m in members))
+                await nursery.start(nc.run)
+                await until(lambda: nc.returncode is not None)
+                for m in members:
+                    m.stop()
+    why = _explain(nc, host, *members)
+    assert nc.returncode == 0 and host.returncode == 0 and all(m.returncode == 0 for m in members), why
+    (hosting,) = _events(host, "hosting")
+    new_host = f"{segment.addresses[1]}:{PIA_PORT}"
+    (found,) = _events(nc, "found")
+    assert (found["network_id"], found["host"]) == (hosting["network_id"], new_host), why
+    assert found["host_constant_id"] == lan_constant_id(segment.addresses[1], PIA_PORT), why
+    assert sorted(s["constant_id"] for s in found["stations"]) == sorted(
+        lan_constant_id(segment.addresses[k], PIA_PORT) for k in (1, 2)
+    ), why
+    (joined,) = _events(nc, "joined")
+    assert (joined["host_index"], joined["index"]) == (1, 0), why
+    assert all(s["connected"] for s in joined["stations"]) and len(joined["stations"]) == 3, why
+    connected = {r["address"]: r["initiator"] for r in _events(nc, "connected")}
+    assert connected == {new_host: "nc", f"{segment.addresses[2]}:{PIA_PORT}": "peer"}, why
+    (summary,) = _events(nc, "summary")
+    assert summary["received"].get("1", 0) >= 10 and summary["received"].get("2", 0) >= 10, why
+    for m in members:
+        # (When the members stop, the one left sees station 1 leave too: only the first change counts.)
+        assert [(r["old_host_index"], r["new_host_index"]) for r in _events(m, "host_changed")][:1] == [(0, 1)], why
+        assert len(_numbers_from(m, 0)) >= 10, why
+
+
+async def test_nintendoclients_2020_joins_at_a_small_mtu_with_a_join_response_in_fragments(nc2020: list[str]) -> None:
+    """Every pianode station at --mtu 400: three stations of 64 bytes fill a fragment, so NC's join response
+    (four stations) comes in two fragments, each acked and parsed; the connection responses carry one
+    PlayerInfo slot (four do not fit), which NC-2020 cannot read (it reads four only; the docs give 2 or 4),
+    so the harness pads them to four.  NC joins, the members connect to it, data flows with every station."""
+    with lan_segment(4) as segment:
+        small = ("--mtu", "400")
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "60", "--max", "8", *small)
+        members = [_pianode_lan(segment, k, "join", "--bind", segment.addresses[k], "--duration", "60", *small)
+                   for k in (1, 2)]  # fmt: skip
+        nc = _nc(segment, nc2020, 3, "join", "--duration", "4")
+        pianodes = [host, *members]
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                for m in members:
+                    await nursery.start(m.run)
+                    await until(lambda: _has(m, "joined") or m.returncode is not None)  # noqa: B023
+                await until(lambda: all(len(_events(p, "station_joined")) >= 2 for p in pianodes))
+                await nursery.start(nc.run)
+                await until(lambda: nc.returncode is not None)
+                for p in (*members, host):
+                    p.stop()
+    why = _explain(nc, *pianodes)
+    assert nc.returncode == 0 and all(p.returncode == 0 for p in pianodes), why
+    (hosting,) = _events(host, "hosting")
+    summary = _assert_nc_joined(nc, segment, hosting, stations=4)
+    fragments = [r for r in _events(nc, "join_response") if "stations" in r]
+    assert sorted({r["fragment_index"] for r in fragments}) == [0, 1] and fragments[-1]["fragments"] == 2, why
+    assert all(r["size"] <= 400 - 80 for r in fragments), why  # each fragment within the host's datagrams
+    assert summary["short_player_arrays"] >= 3, why  # the host's response and each member's
+    for index in (0, 1, 2):
+        assert summary["received"].get(str(index), 0) >= 10, why
+    for p in pianodes:
+        assert len(_numbers_from(p, 3)) >= 10, why
+
+
+async def test_a_pianode_station_joining_after_nintendoclients_2020_connects_to_it(nc2020: list[str]) -> None:
+    """NC-2020 is a member when a pianode station joins.  NC never connects to the newcomer (it has no handler
+    for the update mesh that tells it), so the newcomer connects to NC itself at its next heal, naming NC's
+    ids from the host's table; NC accepts, and the newcomer's data reaches it.  Before, the heal's request
+    named 0 and 0, which NC refused ("wrong pid"), and the newcomer never reached NC."""
+    with lan_segment(3) as segment:
+        host = _pianode_lan(segment, 0, "host", "--bind", segment.addresses[0], "--duration", "60", "--max", "8")
+        nc = _nc(segment, nc2020, 1, "join", "--duration", "9")
+        member = _pianode_lan(segment, 2, "join", "--bind", segment.addresses[2], "--duration", "60")
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await until(lambda: _has(host, "hosting") or host.returncode is not None)
+                await nursery.start(nc.run)
+                await until(lambda: _has(nc, "joined") or nc.returncode is not None)
+                await nursery.start(member.run)
+                await until(lambda: nc.returncode is not None)
+                member.stop()
+                host.stop()
+    why = _explain(nc, host, member)
+    assert nc.returncode == 0 and host.returncode == 0 and member.returncode == 0, why
+    member_address, nc_address = (f"{segment.addresses[k]}:{PIA_PORT}" for k in (2, 1))
+    (summary,) = _events(nc, "summary")
+    assert not any("wrong pid" in w for w in summary["warnings"]), why
+    assert [r["initiator"] for r in _events(nc, "connected") if r["address"] == member_address] == ["peer"], why
+    # The member is in the mesh (index 2) and connected to NC; NC, which never learns its index, hears
+    # its data as from an unknown station (253).
+    assert [r["address"] for r in _events(member, "station_joined") if r["station_index"] == 1] == [nc_address], why
+    assert summary["received"].get("253", 0) >= 10, why

@@ -208,3 +208,75 @@ async def test_our_connect_cli_says_what_is_missing_when_their_server_answers_no
         " does the server echo it, and sign data as --variant nintendo-v1 does? (variants that differ only in data"
         " connect alike)"
     ]
+
+
+#: Messages on two substreams take turns (message k on substream k mod 2), many fragments each.
+SUBSTREAM_SIZES = [1, 1299, 1300, 1301, 20000, 3]
+#: Unreliable messages are never split: up to one fragment of their v1 settings (1300 bytes).
+UNRELIABLE_SIZES = [0, 1, 15, 16, 17, 1000, 1300]
+
+
+@pytest.mark.parametrize("compression", [False, True], ids=["plain", "zlib"])
+async def test_their_client_on_two_substreams_and_unreliable_against_our_host(
+    nc_python: str, compression: bool, nursery: trio.Nursery
+) -> None:
+    """v1 with two reliable substreams (max_substream_id 1): each message comes back on its substream, where
+    their client waits for it (recv(substream)); then unreliable DATA, echoed unreliably (recv_unreliable()).
+    Before, our echo answered everything reliably on substream 0 and their client waited for ever.  With zlib
+    each side must read the other's payload (an echo of RC4 garbage under the wrong key reads back right):
+    substream 1 starts from the default key itself, as theirs does (it keyed it "CD&ML" derived before)."""
+    settings = Settings("nintendo-v1", access_key=KEY, max_substream=1, compression=compression or None)
+    host = PrudpEndpoint(settings)
+    _, port = await nursery.start(host.run, ("127.0.0.1", 0))
+    host.listen()
+    nursery.start_soon(serve_echo, host, nursery)
+    for sizes, extra in ((SUBSTREAM_SIZES, ["--substreams", "2"]), (UNRELIABLE_SIZES, ["--unreliable"])):
+        argv = [nc_python, str(PEER), "client", "--mode", "v1", "--port", str(port), "--access-key", KEY,
+                "--sizes", ",".join(map(str, sizes)), "--duration", "30", *extra, *_flags(compression)]  # fmt: skip
+        with trio.fail_after(40):
+            done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+        out = done.stdout.decode()
+        assert done.returncode == 0, out + done.stderr.decode()
+        assert out.split("\n")[: len(sizes)] == [f"ok {n}" for n in sizes], out
+    stats = host.statistics()
+    assert stats.get("dropped_bad_signature", 0) == 0 and stats.get("dropped_bad_payload", 0) == 0, stats
+
+
+@pytest.mark.parametrize("compression", [False, True], ids=["plain", "zlib"])
+async def test_our_client_on_two_substreams_and_unreliable_against_their_server(
+    nc_python: str, compression: bool, nursery: trio.Nursery
+) -> None:
+    """The other way: our client on substreams 0 and 1 and unreliably; their server echoes each in kind."""
+    argv = [nc_python, str(PEER), "server", "--mode", "v1", "--access-key", KEY, "--substreams", "2",
+            *_flags(compression)]  # fmt: skip
+    proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        with trio.fail_after(60):
+            port = await _read_port(proc)
+            client = PrudpEndpoint(Settings("nintendo-v1", access_key=KEY, max_substream=1,
+                                            compression=compression or None))  # fmt: skip
+            await nursery.start(client.run, ("127.0.0.1", 0))
+            conn = await client.connect(("127.0.0.1", port))
+            got, sent = [], []
+            for k, n in enumerate(SUBSTREAM_SIZES):
+                message = bytes((i * 31 + n) & 0xFF for i in range(n))
+                await conn.send(message, k % 2)
+                sent.append((message, k % 2, True))
+                m = await conn.receive_message()
+                got.append((m.data, m.substream, m.reliable))
+            for n in UNRELIABLE_SIZES:
+                message = bytes((i * 7 + n) & 0xFF for i in range(n))
+                await conn.send_unreliable(message)
+                sent.append((message, 0, False))
+                m = await conn.receive_message()
+                got.append((m.data, m.substream, m.reliable))
+            await conn.close()
+    finally:
+        proc.kill()
+        await proc.wait()
+        assert proc.stdout is not None
+        await proc.stdout.aclose()
+    assert got == sent
+    assert conn.closed_reason == "closed"
+    stats = client.statistics()
+    assert stats.get("dropped_bad_signature", 0) == 0 and stats.get("dropped_bad_payload", 0) == 0, stats

@@ -159,3 +159,30 @@ async def test_one_browse_finds_hosts_in_two_namespaces() -> None:
     assert [r["stations"][0]["username"] for r in records] == ["host0", "host1"]
     assert {r["network_id"] for r in records} == {lan_network_id(f"{SUBNET}.{k}", 49152) for k in (2, 3)}
     assert all(h.returncode == 0 for h in hosts)
+
+
+def test_a_browse_that_cannot_reach_the_broadcast_address_says_so() -> None:
+    """In a namespace whose LAN is 192.168.77.0/24, a browse or join left on the default 127.0.0.1 cannot send
+    to 192.168.77.255: one line naming both addresses and the cause, exit 2 (before: "Invalid argument")."""
+    import subprocess
+
+    why = seg.netns_unavailable()
+    if why:
+        peer_unavailable(f"NETNS TEST NOT RUN: {why}")
+    try:
+        segment = seg.build(1, SUBNET)
+    except seg.SegmentError as exc:
+        peer_unavailable(f"NETNS TEST NOT RUN: namespaces work but the virtual LAN cannot be built: {exc}")
+    try:
+        lines = {}
+        for command in ("browse", "join"):
+            argv = segment.exec_argv(0, sys.executable, "-m", "pianode", "lan", command, "--game-key", KEY,
+                                     "--broadcast", segment.broadcast, "--timeout", "1")  # fmt: skip
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+            lines[command] = (done.returncode, done.stderr.splitlines())
+    finally:
+        seg.remove(segment.prefix)
+    for command, (status, err) in lines.items():
+        expected = (f"pianode lan {command}: cannot send the browse request from 127.0.0.1 to {segment.broadcast}:30000"
+                    " (Invalid argument): the browse must go out from an address on that network")  # fmt: skip
+        assert status == 2 and err == [expected], lines

@@ -243,5 +243,19 @@ def form(h: MeshHarness, members: list[int] | None = None, timeout: float = 30.0
     return group
 
 
+def recorder(
+    into: list[bytes], src: tuple[str, int], dst: tuple[str, int] | None = None
+) -> Callable[[bytes, tuple[str, int], tuple[str, int]], bytes]:
+    """A hook (``h.hook``) that keeps a copy of each datagram from *src* (to *dst*, when given) in *into*
+    and lets it through: what an attacker on the path records, to replay later."""
+
+    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
+        if s == src and (dst is None or d == dst):
+            into.append(data)
+        return data
+
+    return hook
+
+
 def events_of(h: MeshHarness, i: int, kind: type) -> list:
     return [e for e in h.events[i] if isinstance(e, kind)]

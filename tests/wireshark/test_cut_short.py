@@ -8,7 +8,7 @@ import json
 import struct
 from pathlib import Path
 
-from wireshark_tools import as_int, decode_jsonl, dissect
+from wireshark_tools import as_int, decode_jsonl, dissect, pianode
 
 SNAP = 96  # an old tcpdump default: Ethernet + IPv4 + UDP + 54 bytes of Pia, less than any packet here
 
@@ -58,3 +58,36 @@ def test_dissector_reads_the_header_of_every_cut_pia_packet(captures: Path, tmp_
         got.append([as_int(f["frame.number"][0])] + [as_int(f[k][0]) for k in (
             "pia.encryption", "pia.connection_id", "pia.packet_id", "pia.source_timer", "pia.destination_timer")])
     assert got == _want(captures)
+
+
+def test_cut_prudp_is_not_given_a_checksum_verdict(captures: Path, tmp_path: Path) -> None:
+    """A v0 packet without HAS_SIZE runs to the end of its datagram, checksum last (spec prudp.md §2.1): cut short by
+    the snap length, its checksum is not in the capture.  Neither tool may call it failed (or ok): pianode decode
+    says what was cut, and the dissector leaves it unclaimed, as it leaves one whose size field runs past the end."""
+    from pianode.capture.pcap import PcapWriter
+
+    full = tmp_path / "gro.pcap"
+    with full.open("wb") as f:
+        w = PcapWriter(f)
+        for line in (captures / "gro-prudp" / "GRO_Backend_packetLog.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            ends = ("10.0.0.1:3074", "10.0.0.2:50000")
+            w.write_udp(bytes.fromhex(rec["hex"]), *(ends if rec["sent_by_emulator"] else ends[::-1]))
+    cut = tmp_path / "cut.pcap"
+    cut_pcap(full, cut, 42 + 18)  # Ethernet + IPv4 + UDP, and 18 bytes of PRUDP
+    args = ("--prudp-variant", "quazal-v0", "--access-key", "8dtRv2oj")
+    rows = decode_jsonl(str(cut), *args)
+    cut_rows = [r for r in rows if r["error"] and r["error"].startswith("captured only 18 of")]
+    assert len(cut_rows) == 385 - sum(1 for r in rows if r["kind"] == "prudp") > 150
+    # the capture itself, and decode's export (which writes what was captured, saying it was cut)
+    export = tmp_path / "cut.pcapng"
+    assert pianode("decode", str(cut), *args, "--decrypted-pcap", str(export))[0] == 0
+    for path in (cut, export):
+        frames = dissect(path, "prudp.type", "prudp.checksum.status", prefs=("prudp.access_key:8dtRv2oj",))
+        assert len(frames) == 385
+        for r in rows:
+            f = frames[r["index"] - 1]
+            if r in cut_rows:
+                assert r["kind"] == "unknown" and "prudp.type" not in f and "prudp.checksum.status" not in f
+            else:
+                assert r["kind"] == "prudp" and f["prudp.checksum.status"] == ["ok"] * len(r["prudp"])

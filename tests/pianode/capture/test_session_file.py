@@ -192,3 +192,12 @@ def test_unreadable_or_malformed_session_files(tmp_path: Path) -> None:
         load_session(bad)
     with pytest.raises(ConfigError, match="must hold a JSON object"):
         load_session(write(tmp_path, ["5.18"]))
+
+
+def test_an_ssid_alone_names_a_6x_ldn_session_and_warns_of_no_macs() -> None:
+    """The 16 SSID bytes key only 6.x LDN (spec pia.md §11); with no application data (5.x's key source) and no
+    version, the capture is 6.x, whose nonces use no MAC: the 5.x warning would only mislead."""
+    session = {"network": "ldn", "game_key": "0123456789abcdef", "ssid": "00" * 16}
+    assert load_session(None, session).warnings == ()
+    five = load_session(None, {**session, "application_data": "00" * 32})
+    assert five.warnings == ("no macs: LDN 5.x nonces will use the source MAC addresses found in the capture",)

@@ -10,7 +10,7 @@ import pytest
 from pianode.capture.pcap import Datagram, open_capture
 from pianode.capture.decode import Decoder
 from pianode.capture.session_file import load_session
-from pianode.capture.unknown import NO_KEY_NOTE
+from pianode.capture.unknown import NO_KEY_NOTE, PLAIN_NO_KEY_NOTE
 from protocols.prudp.codec import PacketCodec
 from protocols.prudp.packet import PacketType, PrudpPacket
 from protocols.prudp.variants import VARIANTS
@@ -70,3 +70,20 @@ def test_an_encrypted_packet_read_without_a_key_says_so(captures: Path) -> None:
     assert len(encrypted) == 837
     assert all((r.error, r.messages, r.note) == (None, None, NO_KEY_NOTE) for r in encrypted)
     assert NO_KEY_NOTE.startswith("encrypted, and no key was given: ")
+
+
+def test_a_plain_packet_read_without_a_key_says_its_signature_is_not_checked(captures: Path) -> None:
+    """nDPI's 5 plain <= 5.6 packets (captures/README §1): messages shown, and the HMAC-MD5 trailer (spec pia.md §3.1)
+    cannot be checked without a key; the result says so rather than leaving "authenticated: null" unexplained."""
+    dec = Decoder(load_session(None, {}))
+    with open_capture(captures / "nDPI-nintendo.pcap") as cap:
+        plain = [r for r in (dec.decode(d) for d in cap) if r.kind == "pia" and r.header and not r.header["encrypted"]]
+    assert len(plain) == 5
+    assert all(r.messages and r.error is None and r.authenticated is None for r in plain)
+    assert {r.note for r in plain} == {PLAIN_NO_KEY_NOTE}
+    assert PLAIN_NO_KEY_NOTE.startswith("not encrypted, and no key was given: ")
+    # with the key material there is nothing to explain: the HMAC is judged (here: not this session's key)
+    dec = Decoder(load_session(None, {"version": "5.4", "session_key": "00" * 16}))
+    with open_capture(captures / "nDPI-nintendo.pcap") as cap:
+        judged = [r for r in (dec.decode(d) for d in cap) if r.kind == "pia" and r.header and not r.header["encrypted"]]
+    assert {(r.authenticated, r.note) for r in judged} == {(False, None)}

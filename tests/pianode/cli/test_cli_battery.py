@@ -69,7 +69,7 @@ def _value_actions(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]
 _NUMBER_DESTS = {"duration", "timeout", "interval", "send_every", "report", "unreliable_interval"}
 _INT_DESTS = {"max", "game_mode", "app_version", "host_address_size", "network_id", "gathering_id", "session",
               "days", "subnet", "stations", "messages", "count", "size", "fragment_size", "nodes", "processes",
-              "repeats", "rounds", "datagrams", "rtt_pings"}  # fmt: skip
+              "repeats", "rounds", "datagrams", "rtt_pings", "mtu"}  # fmt: skip
 _HEX_DESTS = {"game_key", "session_key", "hmac_key", "local_id", "ssid", "application_data", "session_param"}
 _LOCAL_ADDRESS_DESTS = {"bind", "base_address", "host", "address", "listen"}
 _REMOTE_DESTS = {"join", "relay"}

@@ -97,6 +97,12 @@ BAD_INPUT = [
     (("lan", "browse", "--game-key", GAME_KEY, "--timeout", "0"), "--timeout must be a number > 0 and ≤ 3600, got 0"),
     (("lan", "join", "--game-key", GAME_KEY, "--timeout", "-1"), "--timeout"),
     (("lan", "host", "--game-key", GAME_KEY, "--max", "1"), "--max must be an integer ≥ 2 and ≤ 16, got 1"),
+    (("lan", "host", "--game-key", GAME_KEY, "--broadcast", "10.77.0.255"),
+     ("--bind 127.0.0.1 is a loopback address, which browsers on the network of --broadcast 10.77.0.255 cannot"
+      " reach: bind the host to an address on that network")),
+    (("lan", "host", "--game-key", GAME_KEY, "--mtu", "399"), "--mtu must be an integer ≥ 400 and ≤ 1472, got 399"),
+    (("lan", "join", "--game-key", GAME_KEY, "--mtu", "1473"), "--mtu must be an integer ≥ 400 and ≤ 1472, got 1473"),
+    (("lan", "host", "--game-key", GAME_KEY, "--discovery-only", "--mtu", "500"), "--mtu is for a host that runs a node"),
     (("lan", "host", "--game-key", GAME_KEY, "--duration", "0"), "--duration must be a number > 0"),
     (("ldn", "scan", "--timeout", "0"), "--timeout must be a number > 0 and ≤ 3600, got 0"),
     (("ldn", "join", "--game-key", GAME_KEY, "--timeout", "0"), "--timeout"),

@@ -263,3 +263,75 @@ async def test_host_refuses_configurations_it_cannot_publish(
         with pytest.raises(ConfigError, match=message):
             bind = ("0.0.0.0", free_port())
             await start_lan_host(nursery, config, KEY, browse_bind=bind, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("host_ip", "host_port", "shown"),
+    [
+        ("0.0.0.0", 0, "0.0.0.0:0"),  # NintendoClients e8f85f5 hosting at 5.3-5.9 (its address left unset)
+        ("10.0.0.2", 0, "10.0.0.2:0"),
+        ("255.255.255.255", 49152, "255.255.255.255:49152"),
+        ("224.0.0.1", 49152, "224.0.0.1:49152"),
+    ],
+)
+async def test_a_session_naming_no_unicast_host_address_is_refused_before_any_join(
+    host_ip: str, host_port: int, shown: str
+) -> None:
+    """A browse reply whose host address is unspecified, port 0, broadcast or multicast cannot be joined: the
+    join says so at once, instead of sending connection requests nowhere and ending as a silent host's."""
+    import attrs
+
+    from pianode.lan.discovery import FoundSession, make_session_info
+    from pianode.lan.session import join_found
+
+    prof = profile_for("5.18")
+    info = make_session_info(prof, ip="127.0.0.2")
+    info = attrs.evolve(info, host=attrs.evolve(info.host, ip=host_ip, port=host_port))
+    found = FoundSession(info, ("127.0.0.2", 30000), session_key=bytes(16))
+    with trio.fail_after(2):
+        async with trio.open_nursery() as nursery:
+            with pytest.raises(LanJoinError) as caught:
+                await join_found(nursery, _config(loopback_block() + "3"), found)
+            nursery.cancel_scope.cancel()
+    assert str(caught.value) == (f"the session found names its host at {shown}, not a unicast address and port:"
+                                 " it cannot be joined")  # fmt: skip
+
+
+@pytest.mark.parametrize("version", ["5.9", "5.10", "5.18", "5.29"])
+async def test_after_a_host_migration_the_new_host_answers_browses_and_admits_newcomers(version: str) -> None:
+    """The host leaves; the member that becomes host (the lowest index, README "Host migration") takes over the
+    LAN session: it answers browse requests with the same network id and param, naming itself as host, and a
+    newcomer that browses then joins through it (before, nobody answered once the host had gone)."""
+    from pianode.lan.session import serve_lan_when_host
+
+    port, net = free_port(), loopback_block()
+    broadcast = (DEFAULT_BROADCAST, port)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            host = await start_lan_host(nursery, _config(net + "2", version), KEY, max_participants=4,
+                                        browse_bind=("0.0.0.0", port))  # fmt: skip
+            members = [await start_lan_join(nursery, _config(net + str(3 + i), version), KEY, broadcast=broadcast)
+                       for i in range(2)]  # fmt: skip
+            for m in members:
+                await serve_lan_when_host(nursery, m, KEY, browse_bind=("0.0.0.0", port))
+                assert await m.node.wait_connected(2, timeout=5)
+            network_id, param = host.network_id, host.session_key_param
+            host.cancel_scope.cancel()
+            await host.node.leave(timeout=2)
+            while members[0].node.host_index != members[0].node.station_index:
+                await trio.sleep(0.05)
+            newcomer = await start_lan_join(nursery, _config(net + "6", version), KEY, broadcast=broadcast, browse_timeout=5)
+            assert await newcomer.node.wait_connected(2, timeout=5)
+            me = next(s for s in members[0].node.stations() if s.is_self)
+            new_host_address = members[0].node.address
+            views = [(m.node.host_index, sorted(s.index for s in m.node.stations() if s.state == "connected"))
+                     for m in members]  # fmt: skip
+            nursery.cancel_scope.cancel()
+    info = newcomer.info
+    assert isinstance(info, LanSessionInfo)
+    assert (info.network_id, info.session_key_param) == (network_id, param)
+    assert (info.host_ip, info.host_port) == new_host_address
+    assert (info.host_constant_id, info.host_variable_id) == (me.constant_id, me.variable_id)
+    assert newcomer.node.host_index == members[0].station_index == 1
+    assert newcomer.found.session_key == host.session_key
+    assert [v[0] for v in views] == [1, 1]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import types
 
 import pytest
-from mesh_harness import BatchHarness, all_connected, form
+from mesh_harness import BatchHarness, all_connected, form, recorder
 
 from pianode.mesh.events import DataReceived
 
@@ -31,12 +31,7 @@ def test_a_datagram_replayed_from_a_member_with_the_same_connection_id_is_not_th
         h.run_for(0.01)
     captured: list[bytes] = []
 
-    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
-        if s == b.local_address and d == c.local_address:
-            captured.append(data)
-        return data
-
-    h.hook = hook
+    h.hook = recorder(captured, b.local_address, c.local_address)
     b.send(c.index, b"for C", reliable=False, now=h.now)
     h.run_for(0.5)
     h.hook = None

@@ -11,7 +11,7 @@ import random
 
 import attrs
 import pytest
-from mesh_harness import BatchHarness, all_connected, form
+from mesh_harness import BatchHarness, all_connected, form, recorder
 
 from pianode.mesh import legacy, wire
 from pianode.mesh.config import NodeConfig
@@ -131,12 +131,7 @@ def test_a_station_with_a_members_variable_id_is_not_admitted(version: str) -> N
     h.sessions[2] = h.by_addr[address] = joiner
     captured: list[bytes] = []
 
-    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
-        if s == host.local_address and d == address:
-            captured.append(data)
-        return data
-
-    h.hook = hook
+    h.hook = recorder(captured, host.local_address, address)
     joiner.join(host.local_address, h.now)
     h.run_until(lambda: joiner.closed or all_connected([host, member, joiner]), 30.0)
     if joiner.joined and joiner.index is not None:  # (the attack this refusal prevents)
@@ -187,12 +182,7 @@ def test_what_a_member_sent_a_stations_last_incarnation_is_not_taken_by_the_next
     old_index = c.index
     captured: list[bytes] = []
 
-    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
-        if s == b.local_address and d == c.local_address:
-            captured.append(data)
-        return data
-
-    h.hook = hook
+    h.hook = recorder(captured, b.local_address, c.local_address)
     for i in range(3):
         b.send(c.index, b"frame %d for the old C" % i, reliable=False, now=h.now)
     b.send(c.index, b"reliable for the old C", reliable=True, now=h.now)
@@ -235,38 +225,8 @@ def test_a_station_posing_with_a_members_variable_id_cannot_get_acks_that_drop_i
     config = attrs.evolve(poser.config, seed=_seed_for_variable_id(poser.config, address, c.variable_id))
     poser = MeshSession(config, address, now=h.now)
     h.sessions[3] = h.by_addr[address] = poser
-    poser.create(h.now, network_id=b.handshake.network_id)  # (a session of its own, in our network: it never joins)
-    link = poser.handshake.connect(b.local_address, h.now)
-    h.run_for(1.0)
-    captured: list[bytes] = []
-    lossy = {"on": True}
-
-    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes | None:
-        if s == b.local_address and d == address:
-            captured.append(data)
-        if lossy["on"] and s == c.local_address and d == b.local_address:
-            return None  # C's datagrams to B are lost for a while
-        return data
-
-    h.hook = hook
-    assert b.index is not None and c.index is not None
-    c.send(b.index, b"C's message to B", reliable=True, now=h.now)
-    if link.connected:  # (the attack this refusal prevents)
-        assert link.data_window is not None
-        # As many segments as C has in flight to B: B's ack of them is an ack C's window can take.
-        poser.outbox.window_send(link, link.data_window, b"poser's", h.now)
-        poser.links.touched[link] = None
-    h.run_for(0.5)
-    for data in captured:
-        c.receive_datagram(data, b.local_address, h.now)
-    h._send_all()
-    h.run_for(0.5)  # (what C had in flight is lost too)
-    lossy["on"] = False
-    h.run_for(5.0)
-    h.hook = None
-    got = [e.data for e in h.events[1] if isinstance(e, DataReceived) and e.source_index == c.index]
-    assert got == [b"C's message to B"]
-    assert not link.connected and all_connected([host, b, c])
+    assert _poser_takes_acks(h, poser, b, c) == [b"C's message to B"]
+    assert not any(p.connected for p in poser.links.peers.values()) and all_connected([host, b, c])
 
 
 def _poser_takes_acks(h: BatchHarness, poser: MeshSession, b: MeshSession, c: MeshSession, *, mesh: bool = False) -> list[bytes]:
@@ -359,12 +319,7 @@ def test_a_vanished_member_is_not_kept_alive_by_what_it_sent_a_station_without_a
     poser.handshake.connect(b.local_address, h.now)
     captured: list[bytes] = []
 
-    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
-        if s == b.local_address and d == poser.local_address:
-            captured.append(data)
-        return data
-
-    h.hook = hook
+    h.hook = recorder(captured, b.local_address, poser.local_address)
     h.run_for(12.0)
     h.hook = None
     assert len(captured) > 10

@@ -13,7 +13,7 @@ import types
 from collections.abc import Callable
 
 import pytest
-from mesh_harness import BatchHarness, MeshHarness, all_connected, form
+from mesh_harness import BatchHarness, MeshHarness, all_connected, form, recorder
 
 from pianode.mesh import wire
 from pianode.mesh.config import NodeConfig
@@ -35,12 +35,7 @@ def _copy_from_now(h: MeshHarness, src: MeshSession, dst: MeshSession) -> list[b
     """From now until ``h.hook`` is cleared, a copy of every datagram *src* sends *dst* (they are still delivered)."""
     captured: list[bytes] = []
 
-    def hook(data: bytes, s: tuple[str, int], d: tuple[str, int]) -> bytes:
-        if s == src.local_address and d == dst.local_address:
-            captured.append(data)
-        return data
-
-    h.hook = hook
+    h.hook = recorder(captured, src.local_address, dst.local_address)
     return captured
 
 

@@ -265,3 +265,29 @@ def test_the_members_connect_to_a_newcomer_and_the_newcomer_waits_for_them() -> 
     n.on_message(qhost, wire.UpdateMesh(0, 3, 1, 0, (*mine, StationEntry(2, 0xC, 0xD, B, 2))), 0.3)
     newcomer = q.links.peers[B]
     assert newcomer.initiator and newcomer.index == 2 and newcomer.pending
+
+
+def test_a_heal_names_the_member_it_connects_to() -> None:
+    """A newcomer that no member connected to within a heal interval connects to them itself; its request
+    names the member (target constant and variable id, spec §5.3) from the host's table, as any other
+    connection to a known station does.  A station refuses a request naming another (NintendoClients-2020:
+    "wrong pid"), so before, such a heal (which named 0 and 0) never connected to NC-2020."""
+    from protocols.pia import station as pstation
+
+    p = build(address=("127.0.0.9", 40009))
+    m = p.membership
+    host = _member(p, HOST, 0x1)
+    m.join_host = HOST
+    entries = [
+        StationEntry(0, 0x1, 0x2, HOST, 0),
+        StationEntry(1, 0xB0, 0xB1, B, 1),  # a member we have no link to
+        StationEntry(2, p.local.constant_id, p.local.variable_id, p.local.address, 2),
+    ]
+    m.on_message(host, wire.JoinResponse(0, 2, 1, 0, 4, tuple(entries), ack_id=9), 0.0)
+    assert B not in p.links.peers  # the newcomer waits for the members
+    m.handle_timer(3.5)
+    peer = p.links.peers[B]
+    station_id = p.config.profile.protocol_ids[Proto.STATION]
+    requests = [pstation.decode_station_message(payload, p.config.profile)
+                for _addr, proto, _port, payload in decoded(p, p.outbox.drain(peer, 3.5)) if proto == station_id]  # fmt: skip
+    assert [(r.target_constant_id, r.target_variable_id) for r in requests] == [(0xB0, 0xB1)]

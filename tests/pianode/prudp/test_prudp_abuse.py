@@ -27,7 +27,7 @@ async def fake_net() -> FakeNet:
 def _held(host: PrudpEndpoint) -> int:
     """What the host holds for its connections: queued to send, and received but not read."""
     queued = sum(len(item.plain) for conn in host.core.connections.values() for q in conn._queues for item in q)
-    unread = sum(len(m) for handle in host._handles.values() for m in handle._messages)
+    unread = sum(handle.unread_bytes for handle in host._handles.values())
     return queued + unread
 
 

@@ -534,3 +534,53 @@ def test_a_flood_of_undecodable_datagrams_is_counted_exactly_but_only_a_few_a_se
         sequence_id=0, connection_signature=bytes(16), supported_functions=4, max_substream=0))  # fmt: skip
     host.receive_datagram(v1, CLIENT, 102.0)  # the flood is a second past: the honest datagram is named
     assert host.statistics()["other_variant:nintendo-v1"] == 1
+
+
+@pytest.mark.parametrize("variant", ["nintendo-v0", "nintendo-v1"])
+def test_an_ack_of_unreliable_data_never_stands_for_reliable_data_of_the_same_id(variant: str) -> None:
+    """An ack names (type, substream, id) only (spec §6.2): the peer's ack of our unreliable DATA #n
+    (NEED_ACK, as nintendoclients sends and acks it) looks like an ack of our reliable DATA #n.  Taking
+    it for that made a lost reliable packet never resent: the peer waited for it for ever."""
+    net, _host, client = pair(variant, echo=False)
+    cid = connect(net, client)
+    conn = client.connections[cid]
+    reliable_id = conn._next_seq[0]
+    conn._unreliable_seq = (reliable_id - 1) & 0xFFFF  # the next two unreliable ids meet the reliable one
+    codec = PacketCodec(variant, "12345678")
+    dropped = []
+
+    def drop_first_reliable_data(data: bytes, src: object, dst: object) -> bytes | None:
+        if src == CLIENT and not dropped:
+            (p,) = codec.decode(data)
+            if p.type == PacketType.DATA and p.flags & Flag.RELIABLE:
+                dropped.append(p.sequence_id)
+                return None
+        return data
+
+    net.hook = drop_first_reliable_data
+    client.send_unreliable(cid, b"u1", net.now)
+    client.send_unreliable(cid, b"u2", net.now)
+    client.send(cid, b"reliable", net.now)
+    net.run_until(lambda: b"reliable" in messages(net, HOST), max_time=30)
+    assert dropped == [reliable_id]
+    assert messages(net, HOST) == [b"u1", b"u2", b"reliable"]
+
+
+def test_without_a_session_key_every_substream_starts_from_the_default_key() -> None:
+    """On a connection without a session key (auth-style) every reliable substream's RC4 stream starts from
+    the default key itself; the key is derived per substream only from a session key (spec §2.8), as
+    nintendoclients 5.0.0 (PayloadEncoder.set_session_key) and nex-go (setSessionKey) do.  Before, substream 1
+    used a key derived from "CD&ML", and nintendoclients read our substream-1 data as garbage."""
+    from pianode.prudp.payload_cipher import PayloadCipher
+    from protocols.prudp import variant_for
+    from protocols.prudp.payload import Rc4Stream, derive_substream_key
+
+    variant = variant_for("nintendo-v1")
+    cipher = PayloadCipher(variant, 1, ratio_byte=False, compress=False, random_bytes=bytes)
+    p = PrudpPacket(0xA1, 0xAF, PacketType.DATA, Flag.RELIABLE | Flag.NEED_ACK, substream_id=1, sequence_id=2,
+                    fragment_id=0)  # fmt: skip
+    assert cipher.seal(p, b"hello") == Rc4Stream(variant.default_key).process(b"hello")
+    keyed = PayloadCipher(variant, 1, ratio_byte=False, compress=False, random_bytes=bytes)
+    keyed.session_key = bytes(range(32))
+    keyed.reset()
+    assert keyed.seal(p, b"hello") == Rc4Stream(derive_substream_key(bytes(range(32)))).process(b"hello")

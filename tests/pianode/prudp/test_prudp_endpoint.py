@@ -136,3 +136,32 @@ async def test_real_loopback_sockets(variant: str, nursery: trio.Nursery) -> Non
             await conn.send(msg)
             assert await conn.receive() == msg
         await conn.close()
+
+
+@pytest.mark.parametrize("variant", ["nintendo-v0", "nintendo-v1"])
+async def test_echo_answers_on_the_substream_and_with_the_reliability_it_was_sent(
+    variant: str, nursery: trio.Nursery
+) -> None:
+    """A message on reliable substream 1 comes back on substream 1, an unreliable one unreliably: a peer
+    reading each substream (or its unreliable messages) apart, as nintendoclients 5.0.0 does (recv(substream),
+    recv_unreliable()), gets its echo where it waits for it.  Before, every echo went reliably on substream 0."""
+    substreams = 1 if variant == "nintendo-v1" else 0
+    host = PrudpEndpoint(Settings(variant, access_key="6f599f81", max_substream=substreams))
+    client = PrudpEndpoint(Settings(variant, access_key="6f599f81", max_substream=substreams))
+    addr = await nursery.start(host.run, ("127.0.0.1", 0))
+    await nursery.start(client.run, ("127.0.0.1", 0))
+    host.listen()
+    nursery.start_soon(serve_echo, host, nursery)
+    v1 = variant == "nintendo-v1"  # (v0 packets carry no substream id)
+    with trio.fail_after(20):
+        conn = await client.connect(addr)
+        got = []
+        for data, substream in ((b"one", int(v1)), (b"zero", 0), (b"B" * 3000, int(v1))):
+            await conn.send(data, substream)
+            got.append(await conn.receive_message())
+        await conn.send_unreliable(b"fire and forget")
+        got.append(await conn.receive_message())
+        await conn.close()
+    assert [(m.data, m.substream, m.reliable) for m in got] == [
+        (b"one", int(v1), True), (b"zero", 0, True), (b"B" * 3000, int(v1), True), (b"fire and forget", 0, False)
+    ]

@@ -114,3 +114,13 @@ def test_one_byte_flags_with_four_byte_checksum_titles_are_recognised() -> None:
     wire = PacketCodec(alt, "12345678").encode(_data(7, b"quazal-style"))
     (p,) = decode_datagram(wire, "nintendo-v0", "12345678")
     assert p.checksum_ok and p.sequence_id == 7 and p.flags == Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE
+
+
+def test_nex_stream_of_substream_1_starts_from_the_default_key() -> None:
+    """An auth connection has no session key: substream 1's stream starts from "CD&ML" itself, as
+    nintendoclients 5.0.0 and nex-go key it (a key is derived per substream from a session key only)."""
+    codec = PacketCodec("nintendo-v1", "6f599f81")
+    payload = Rc4Stream(b"CD&ML").process(b"on substream one")
+    wire = codec.encode(attrs.evolve(_data(2, payload), substream_id=1, signature=bytes(16)))
+    (p,) = decode_datagram(wire, "nintendo-v1", "6f599f81", nex_streams={})
+    assert p.plaintext == b"on substream one"
