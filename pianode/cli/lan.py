@@ -375,6 +375,9 @@ _IGNORED_REQUESTS = {
     "bad_challenge": "its challenge did not verify with this game key (the browser uses another --game-key)",
     "challenge_version": "its challenge is of version {detail}, Pia {version} uses {mine}",
     "malformed": "not a browse request of Pia {version} ({detail})",
+    "replayed": "a request already answered, sent again (a replay)",
+    "rate_limited": "more requests a second from its address than the host answers",
+    "reply_not_sent": "the reply could not be sent there ({detail})",
 }
 
 

@@ -447,6 +447,7 @@ def _write_recording(record: dict[str, Any], recorder: Any, path: str, session: 
 _IGNORED_FRAMES = {
     "not_a_frame": "not a frame of the LDN discovery channel",
     "not_an_advertisement": "not an advertisement",
+    "bad_port": "an advertisement naming Pia or control port 0 (no socket)",
     "other_local_communication_id": "another --local-id",
     "other_ssid": "another --ssid",
     "no_ldn_host": "no host with an LDN address",

@@ -14,6 +14,7 @@ one whose public key it prints), and the client trusts a public key
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import math
 import pathlib
@@ -54,8 +55,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", required=True, choices=sorted(VARIANTS), help="PRUDP flavour")
     p.add_argument("--access-key", default="", help="the game's access key (checksums and signatures)")
     p.add_argument("--compression", action="store_true", help="zlib-compress DATA (NEX: both ends must agree)")
-    p.add_argument("--fragment-size", type=number_arg("--fragment-size", 16, 65000, integer=True), default=None,
-                   help="bytes per DATA fragment, 16..65000 (default: the variant's)")
+    # (at most 60000: a fragment and its header fit the u16 payload size, as pianode.prudp.events.Settings checks)
+    p.add_argument("--fragment-size", type=number_arg("--fragment-size", 16, 60000, integer=True), default=None,
+                   help="bytes per DATA fragment, 16..60000 (default: the variant's)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -105,9 +107,14 @@ def _load_certificate(path: pathlib.Path | None) -> object:
         print(f"certificate public key (pass to --trust): {public_bytes(key).hex()}", flush=True)
         return key
     try:
-        return ECC.import_key(path.read_text())
+        key = ECC.import_key(path.read_text())
     except ValueError as exc:
         raise CliError(f"{path}: not an EC private key: {exc}") from None
+    # the host signs its key exchange with the certificate's P-256 private key (spec §4.3)
+    if key.curve != "NIST P-256" or not key.has_private():
+        what = "a public key only" if key.curve == "NIST P-256" else f"a {key.curve} key"
+        raise CliError(f"--certificate-key {path}: the key exchange is signed with a P-256 private key, not {what}")
+    return key
 
 
 def _load_trust(text: str | None) -> object:
@@ -117,11 +124,12 @@ def _load_trust(text: str | None) -> object:
         raise CliError("the rendezvous variant needs --trust (the host's certificate public key)")
     path = pathlib.Path(text)
     try:
-        if path.is_file():
-            return ECC.import_key(path.read_text()).public_key()
-        return load_public_key(bytes.fromhex(text))
+        key = ECC.import_key(path.read_text()).public_key() if path.is_file() else load_public_key(bytes.fromhex(text))
     except (ValueError, DecodeError) as exc:
         raise CliError(f"--trust: not a P-256 public key: {exc}") from None
+    if key.curve != "NIST P-256":  # the host's certificate key is P-256 (spec §4.3): another could verify nothing
+        raise CliError(f"--trust: not a P-256 public key: a {key.curve} key")
+    return key
 
 
 #: What each drop reason of the endpoint (pianode.prudp.core.DROP_REASONS) means for the person running it
@@ -142,6 +150,11 @@ DROP_HINTS = {
     "hold_full": "came early while the connection already held max_held_bytes for reordering (sent again later)",
     "unexpected_handshake": "were handshake packets (SYN, CONNECT) their connection no longer expected: late "
                             "copies or replays",
+    "replayed": "were unreliable DATA whose id had been seen (a duplicate or replay), or was too old to tell",
+    "fragmented_unreliable": "were unreliable DATA with a fragment id other than 0 (unreliable DATA is one "
+                             "whole message)",
+    "repeated_in_datagram": "were copies of a packet earlier in the same datagram, or a second SYN or CONNECT in "
+                            "one (answered once, not once per copy)",
 }
 
 
@@ -224,7 +237,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _resolve(text: str) -> tuple[str, int]:
-    return parse_remote(text, "HOST:PORT")
+    host, port = parse_remote(text, "HOST:PORT")
+    ip = ipaddress.IPv4Address(host)
+    if ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+        # a connection has one peer (spec §1.4): no server answers a group, and a broadcast SYN is not even sent
+        what = "multicast group" if ip.is_multicast else "broadcast address"
+        raise CliError(f"HOST:PORT must be one host's address, not the {what} {host}")
+    return host, port
 
 
 def _no_answer(address: tuple[str, int], args: argparse.Namespace, stats: dict[str, int]) -> str:

@@ -381,7 +381,8 @@ class BrowseClient:
         self._backend = backend
         self._counter = counter
         self._sequence = 0  # challenge version 4: +1 per request, echoed by the reply (spec §6.4)
-        self._key = random(16)
+        self._random = random
+        self._key = random(16)  # the challenge key and the challenge: drawn afresh for every request (spec §6.4)
         self._plaintext = random(256)
         self._challenge: ChallengeRequest | None = None
         self._seen: set[int] = set()
@@ -396,6 +397,9 @@ class BrowseClient:
         version = self.profile.lan_challenge_version
         if version is not None:
             assert self.game_key is not None
+            if self._challenge is not None:
+                # a new request: a reply to an earlier one (its nonce counter, its key) no longer verifies
+                self._key, self._plaintext = self._random(16), self._random(256)
             challenge = seal_challenge_request(
                 self.game_key,
                 version=version,
@@ -514,11 +518,15 @@ class LanHost:
             while True:
                 data, addr = await sock.recvfrom(MAX_DATAGRAM)
                 for out, dest in self.responder.receive(data, addr[:2], trio.current_time()):
-                    with contextlib.suppress(OSError):
+                    try:
                         await sock.sendto(out, dest)
-                        if self.tap is not None:  # (from the host's own address when listening on any)
-                            src = getattr(self.session, "host_ip", where[0]) if where[0] == "0.0.0.0" else where[0]
-                            self.tap(out, (src, where[1]), dest, trio.current_time())
+                    except OSError as exc:  # a source no reply can reach (port 0: a forged request)
+                        self.responder.counters.sent -= 1
+                        self.responder.counters.drop("reply_not_sent", dest, exc)
+                        continue
+                    if self.tap is not None:  # (from the host's own address when listening on any)
+                        src = getattr(self.session, "host_ip", where[0]) if where[0] == "0.0.0.0" else where[0]
+                        self.tap(out, (src, where[1]), dest, trio.current_time())
 
 
 async def browse(

@@ -61,7 +61,6 @@ import collections
 import errno
 import ipaddress
 import logging
-import time
 import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -90,6 +89,7 @@ from protocols.ldn_link import (
     mac_text,
 )
 from pianode.ldn.local import HostIdentity, UpdateSessionAnnouncer, answer_update_session
+from pianode.ldn.recorder import LdnRecorder
 from pianode.mesh.wire import mac_for
 from pianode.mesh.node import Node, open_node
 from protocols.errors import ConfigError, DecodeError
@@ -540,7 +540,11 @@ class LdnHost:
                     tap(data, sender, self.control_address, trio.current_time())
                 reply = self.state.connect(frame, trio.current_time(), source=sender[0])
                 out = encode_frame(reply)
-                await self._control.sendto(out, sender)
+                try:
+                    await self._control.sendto(out, sender)
+                except OSError:  # a source no reply can reach (port 0, a forged request): the host goes on
+                    self._drop("reply_not_sent", sender)
+                    continue
                 if tap is not None:
                     tap(out, self.control_address, sender, trio.current_time())
             elif isinstance(frame, LeaveNotice):
@@ -647,7 +651,8 @@ async def scan(
 
     *first*: return as soon as one matching network is heard.  *link_tap* sees each advertisement kept.
     *ignored* counts what was heard and not kept, by reason (``not_a_frame``, ``not_an_advertisement``,
-    ``other_local_communication_id``, ``other_ssid``, ``no_ldn_host``, ``other_source``: an advert of a network
+    ``bad_port``: a Pia or control port 0, ``other_local_communication_id``, ``other_ssid``, ``no_ldn_host``,
+    ``other_source``: an advert of a network
     already heard, from another address than its host's; ``too_many_networks``: past :data:`MAX_SCAN_NETWORKS`).
     """
     skipped: collections.Counter[str] = collections.Counter() if ignored is None else ignored
@@ -663,6 +668,9 @@ async def scan(
                     continue
                 if not isinstance(frame, AdvertFrame):
                     skipped["not_an_advertisement"] += 1
+                    continue
+                if frame.pia_port == 0 or frame.control_port == 0:
+                    skipped["bad_port"] += 1  # names no socket: nothing could be sent there
                     continue
                 adv = frame.advertisement
                 if local_communication_id is not None and adv.local_communication_id != local_communication_id:
@@ -720,7 +728,8 @@ class LdnStation:
             node.set_protocol_handler(Proto.LOCAL, self._on_local)
         self.seen: dict[str, bytes] = {}
         #: Frames of the discovery channel not learnt from, by reason (``other_source``: this network's SSID
-        #: from another address than its host's control socket; ``not_a_frame``).
+        #: from another address than its host's control socket; ``other_network``: another SSID's advert;
+        #: ``not_an_advertisement``; ``not_a_frame``).
         self.ignored: collections.Counter[str] = collections.Counter()
         self._learn(network.advertisement)
 
@@ -768,13 +777,22 @@ class LdnStation:
                     self.ignored["not_a_frame"] += 1
                     continue
                 if not isinstance(frame, AdvertFrame) or frame.advertisement.ssid != self.advertisement.ssid:
-                    continue  # another network's (or not an advert): not ours to learn from
+                    self.ignored["not_an_advertisement" if not isinstance(frame, AdvertFrame) else "other_network"] += 1
+                    continue  # not ours to learn from
                 # only the host's adverts tell who is in the network (another's table would split our MACs, nonces)
                 if (str(addr[0]), frame.control_port) != self.network.control:
                     self.ignored["other_source"] += 1
                     log.debug("LDN station ignored an advert of its network from %s:%d", addr[0], addr[1])
                     continue
                 self._learn(frame.advertisement)
+
+
+def _station_address_of(network: FoundNetwork, ip: str) -> bool:
+    """Whether *ip* is a station's address in *network*: in its host's 169.254.X.0/24, neither the host's (.1,
+    spec §7.1) nor the subnet's or broadcast address; a host's reply naming another is not taken."""
+    host = ipaddress.IPv4Address(network.advertisement.host.ip).packed
+    a = ipaddress.IPv4Address(ip).packed
+    return a[:3] == host[:3] and a != host and 1 <= a[3] <= 254
 
 
 class JoinRefused(Exception):
@@ -836,7 +854,11 @@ async def open_ldn_station(
         pianode.mesh.node.JoinError: the Pia mesh join failed.
     """
     rng = rng or random.Random(node_config.seed)
-    session = derive_session(node_config.profile, game_key, network.advertisement, session_key=session_key)
+    try:
+        session = derive_session(node_config.profile, game_key, network.advertisement, session_key=session_key)
+    except DecodeError as exc:  # what a network advertises is not a setting of ours: it does not fit them (§7.2)
+        raise ConfigError(f"its advertisement's application data does not decode for Pia "
+                          f"{node_config.profile.name}: {exc}") from None  # fmt: skip
     request = ConnectRequest(rng.randbytes(8), name, requested_ip=address or "0.0.0.0")
     if address is not None and socket_address is not None:
         raise ConfigError("an LDN station takes a real link's address or a relay site's, not both")
@@ -846,6 +868,10 @@ async def open_ldn_station(
         raise JoinRefused(f"the LDN host rejected the connection (reason {reply.result})")
     if address is not None and reply.ip != address:
         raise JoinRefused(f"the LDN host assigned {reply.ip}, not the requested {address}")
+    if not _station_address_of(network, reply.ip):
+        host_ip = network.advertisement.host.ip
+        raise JoinRefused(f"the LDN host assigned {reply.ip}, not a station address of its network "
+                          f"{ipaddress.IPv4Network(host_ip + '/24', strict=False)}")  # fmt: skip
     loopback = reply.ip if address is not None else socket_address or ldn_to_loopback(reply.ip)
     config = attrs.evolve(
         node_config,
@@ -868,31 +894,3 @@ async def open_ldn_station(
             # from the station's own socket address: the host frees a slot only for a notice from there
             with await _udp_socket((loopback, 0)) as sock:
                 await sock.sendto(encode_frame(LeaveNotice(reply.ip)), network.control)
-
-
-# ---------------------------------------------------------------------- recording
-
-
-class LdnRecorder:
-    """Collects the datagrams nodes send (their ``tap``) and the discovery channel's frames (a host's
-    ``link_tap``), and writes a pcap plus a decode session file (:func:`pianode.capture.recording.write_recording`:
-    the LDN link frames go in as non-IP Ethernet frames).
-
-    The session file holds only what a console capture offers: version,
-    network, game key, the advertisement's application data and the MACs.
-    """
-
-    def __init__(self) -> None:
-        self.records: list[tuple[bytes, Address, Address, float]] = []
-        self._wall_offset: float | None = None  # the run's clock → the wall clock (pcap timestamps)
-
-    def tap(self, data: bytes, src: Address, dst: Address, now: float) -> None:
-        if self._wall_offset is None:
-            self._wall_offset = time.time() - now
-        self.records.append((data, src, dst, now + self._wall_offset))
-
-    def write(self, pcap_path: str, session: dict[str, Any]) -> dict[str, Any]:
-        """Write *pcap_path* and ``<stem>.session.json`` beside it; returns the summary's ``record`` entry."""
-        from pianode.capture.recording import write_recording
-
-        return write_recording(pcap_path, self.records, session)

@@ -25,9 +25,11 @@ Theory of operation (spec ../shared/spec/prudp.md §1.4, §5, §6):
   v1 can acknowledge with aggregate acks (spec §6.4), old and new formats.
 * **Receiving** (spec §6.3): early reliable packets are held back (at most
   ``Settings.max_held_bytes`` of them: an early packet beyond it is dropped
-  unacked and comes again), old ones are dropped after acking; in-order packets are decrypted, decompressed and
+  unacked and comes again; so is one past what all the endpoint's connections buffer together, its
+  :class:`BufferPool`), old ones are dropped after acking; in-order packets are decrypted, decompressed and
   reassembled, and a message is delivered on fragment id 0.  Reliable PINGs,
-  USERs occupy their slot as no-ops (spec §6.9).
+  USERs occupy their slot as no-ops (spec §6.9).  Unreliable DATA (one whole message, fragment id 0) is
+  delivered unordered but once: an id seen in the last 256, or older, is a replay and dropped (spec §6.2).
 * **Keep-alive** (spec §6.6, seeds 000/001): after ``ping`` seconds without any
   valid *new* inbound packet (a new id, an ack of something in flight or of
   our last ping: a replayed packet is no sign of life) an unreliable PING is sent; a ping is *missed* when the
@@ -37,6 +39,7 @@ Theory of operation (spec ../shared/spec/prudp.md §1.4, §5, §6):
 from __future__ import annotations
 
 import enum
+import math
 import os
 import struct
 from collections import Counter, deque
@@ -62,7 +65,7 @@ from protocols.prudp.packet import Flag, PacketType, PrudpPacket
 from protocols.prudp.signatures import expected_signature
 from protocols.prudp.variants import Framing
 
-__all__ = ["Connection", "State", "count_other_variant"]
+__all__ = ["BufferPool", "Connection", "State", "count_other_variant"]
 
 
 def count_other_variant(stats: Counter[str], heard: tuple[str, ...], otherwise: str) -> None:
@@ -141,6 +144,50 @@ def _read_aggregate_ack(p: PrudpPacket) -> tuple[int, int, tuple[int, ...]]:
     return 0, p.sequence_id, struct.unpack(f"<{len(p.payload) // 2}H", p.payload)
 
 
+def _aggregate_ack_fields(sub: int, expected: int, held: dict[int, PrudpPacket], minor: int) -> dict[str, object]:
+    """Sequence id, substream and payload of a v1 aggregate ack of *sub*: everything before *expected*, plus the
+    held extras (spec §6.4: the new format from minor version 2, the old one before)."""
+    base = (expected - 1) & 0xFFFF
+    extras = sorted(held, key=lambda s: _serial_diff(s, expected))[:255]
+    ids = b"".join(struct.pack("<H", e) for e in extras)
+    if minor >= 2:
+        return {"substream_id": 1, "sequence_id": 0, "payload": struct.pack("<BBH", sub, len(extras), base) + ids}
+    return {"substream_id": 0, "sequence_id": base, "payload": ids}
+
+
+def _handshake_options(p: PrudpPacket, conn: Connection, conn_sig: bytes, unreliable: int | None) -> PrudpPacket:
+    """*p* (a client's SYN or CONNECT) with its connection signature and, in v1, the negotiation options (§2.3)."""
+    if conn.variant.framing != Framing.V1:
+        return attrs.evolve(p, connection_signature=conn_sig)
+    functions = (conn._minor & 0xFF) | (conn._functions << 8)
+    return attrs.evolve(p, connection_signature=conn_sig, supported_functions=functions, max_substream=conn._max_sub,
+                        initial_unreliable_id=unreliable)  # fmt: skip
+
+
+class BufferPool:
+    """What the connections of one endpoint buffer on receipt, counted together: early packets held for
+    reordering and partial messages (``used``).  An early packet that does not fit ``limit`` is dropped unacked
+    (it comes again); the endpoint ends the connection buffering the most when in-order data passed it
+    (:meth:`pianode.prudp.core.EndpointCore` and ``Settings.max_buffered_bytes``)."""
+
+    def __init__(self, limit: float = math.inf) -> None:
+        self.limit = limit
+        self.used = 0
+
+
+def _rtt_sample(conn: Connection, entry: _InFlight, now: float) -> None:
+    """One round-trip sample into the connection's SRTT and RTTVAR (spec §6.5, RFC 6298 constants)."""
+    # Karn: only packets acked after a single transmission give an unambiguous sample
+    if entry.sends != 1:
+        return
+    rtt = now - entry.first_sent
+    if conn._srtt is None:
+        conn._srtt, conn._rttvar = rtt, rtt / 2
+    else:
+        conn._rttvar = 0.75 * conn._rttvar + 0.25 * abs(conn._srtt - rtt)
+        conn._srtt = 0.875 * conn._srtt + 0.125 * rtt
+
+
 def _newer(last_seen: dict[PacketType, int], kind: PacketType, seq: int) -> bool:
     """Whether an unreliable packet's id is past every one seen of its kind (a replayed one is not); notes it."""
     last = last_seen.get(kind)
@@ -148,6 +195,45 @@ def _newer(last_seen: dict[PacketType, int], kind: PacketType, seq: int) -> bool
         return False
     last_seen[kind] = seq
     return True
+
+
+class _ReplayWindow:
+    """The peer's unreliable DATA ids seen lately: the newest and a bitmap of the :data:`SIZE` before it.
+
+    Unreliable DATA is delivered unordered (spec §6.2), so a late id is still new; but a copy of one already
+    delivered (a replay, or a duplicating network) is not, and neither is one too old to tell (the window of
+    IPsec's anti-replay check, RFC 4303 §3.4.3, in the serial arithmetic of spec §6.3)."""
+
+    SIZE = 256
+
+    def __init__(self) -> None:
+        self.top: int | None = None
+        self.bits = 0  # bit k: id top - k seen
+
+    def refusal(self, p: PrudpPacket, max_substream: int) -> str | None:
+        """Why unreliable DATA *p* is dropped (None: it is new, and noted): one whole message per packet,
+        fragment id 0 (spec §6.2), on a substream the connection has (§2.3), not seen before."""
+        if p.fragment_id:
+            return "fragmented_unreliable"
+        if p.substream_id > max_substream:
+            return "bad_substream"
+        return None if self.fresh(p.sequence_id) else "replayed"
+
+    def fresh(self, seq: int) -> bool:
+        """Whether *seq* is new; notes it."""
+        if self.top is None:
+            self.top, self.bits = seq, 1
+            return True
+        ahead = _serial_diff(seq, self.top)
+        if 0 < ahead < 0x8000:
+            self.bits = ((self.bits << ahead) | 1) & ((1 << self.SIZE) - 1) if ahead < self.SIZE else 1
+            self.top = seq
+            return True
+        back = _serial_diff(self.top, seq)
+        if back >= self.SIZE or self.bits >> back & 1:
+            return False
+        self.bits |= 1 << back
+        return True
 
 
 def _serial_diff(a: int, b: int) -> int:
@@ -159,8 +245,10 @@ class Connection:
     """A PRUDP connection (client or host) over one codec."""
 
     def __init__(self, settings: Settings, codec: PacketCodec, cid: ConnectionId, *, is_client: bool,
-                 local_signature: bytes, random_bytes: RandomBytes = os.urandom) -> None:  # fmt: skip
+                 local_signature: bytes, random_bytes: RandomBytes = os.urandom,
+                 pool: BufferPool | None = None) -> None:  # fmt: skip
         self.settings = settings
+        self._pool = pool if pool is not None else BufferPool()
         self.variant = settings.variant
         self.codec = codec
         self.id = cid
@@ -182,7 +270,7 @@ class Connection:
         self.queued_bytes = 0
         self._expected = [1] * nsub
         self._held: list[dict[int, PrudpPacket]] = [{} for _ in range(nsub)]
-        self._held_bytes = 0  # payload bytes in _held (Settings.max_held_bytes bounds it)
+        self._held_bytes = 0  # payload bytes in _held (Settings.max_held_bytes bounds it; and the pool, all held)
         self._fragments = [bytearray() for _ in range(nsub)]
         self._agg_pending: set[int] = set()
         self._ping_seq = 1
@@ -203,6 +291,7 @@ class Connection:
         self._ping_outstanding = False
         self._missed_pings = 0
         self._last_seen: dict[PacketType, int] = {}  # the peer's last unreliable id per type (see _newer)
+        self._unreliable_seen = _ReplayWindow()  # the peer's unreliable DATA ids
         self._connect_ack: bytes | None = None  # host: resent when the client's CONNECT comes again
         self._srtt: float | None = None  # smoothed RTT and its variation (spec §6.5, RFC 6298 constants)
         self._rttvar = 0.0
@@ -233,22 +322,11 @@ class Connection:
         )
         return attrs.evolve(p, signature=sig)
 
-    def _v1_handshake_options(self, p: PrudpPacket, *, connect: bool, conn_sig: bytes) -> PrudpPacket:
-        if self.variant.framing != Framing.V1:
-            return attrs.evolve(p, connection_signature=conn_sig)
-        return attrs.evolve(
-            p,
-            connection_signature=conn_sig,
-            supported_functions=(self._minor & 0xFF) | (self._functions << 8),
-            max_substream=self._max_sub,
-            initial_unreliable_id=self._unreliable_seq if connect else None,
-        )
-
     # ---------------------------------------------------------------- client
     def start(self, now: float) -> None:
         """Client: send SYN."""
         syn = self._packet(PacketType.SYN, Flag.NEED_ACK, session_id=0)
-        syn = self._v1_handshake_options(syn, connect=False, conn_sig=bytes(self.variant.connection_signature_bytes))
+        syn = _handshake_options(syn, self, bytes(self.variant.connection_signature_bytes), None)
         self._transmit_tracked(self._sign(syn, peer=False), (PacketType.SYN, 0, 0), now)
         self._last_rx = now
 
@@ -267,7 +345,7 @@ class Connection:
             self._minor, self._functions, self._max_sub = minor, functions, p.max_substream
         syn = self._inflight.pop((PacketType.SYN, 0, 0), None)
         if syn is not None:
-            self._rtt_sample(syn, now)
+            _rtt_sample(self, syn, now)
         self.remote_signature = p.connection_signature
         payload = b""
         if self.variant.ecdh_connect:
@@ -276,7 +354,7 @@ class Connection:
         elif self.variant.transform_connect:
             payload = quazal_seal(b"", self.variant, PacketType.CONNECT, self.id.local_vport, compress=False)
         connect = self._packet(PacketType.CONNECT, Flag.RELIABLE | Flag.NEED_ACK | Flag.HAS_SIZE, payload=payload)
-        connect = self._v1_handshake_options(connect, connect=True, conn_sig=self.local_signature)
+        connect = _handshake_options(connect, self, self.local_signature, self._unreliable_seq)
         seq = self._take_seq(0)
         connect = self._sign(attrs.evolve(connect, sequence_id=seq))
         self._transmit_tracked(connect, (PacketType.CONNECT, 0, seq), now)
@@ -294,7 +372,7 @@ class Connection:
             if p.supported_functions != offered or p.max_substream != self._max_sub:
                 self._fail("CONNECT+ACK changed the negotiated values (spec §2.3)", now)
                 return
-        self._rtt_sample(self._inflight.pop((PacketType.CONNECT, 0, p.sequence_id)), now)
+        _rtt_sample(self, self._inflight.pop((PacketType.CONNECT, 0, p.sequence_id)), now)
         self.remote_session = p.session_id
         if self.variant.ecdh_connect:
             assert self._ecdh_key is not None
@@ -338,13 +416,15 @@ class Connection:
         *,
         random_bytes: RandomBytes = os.urandom,
         avoid_session: int | None = None,
+        pool: BufferPool | None = None,
     ) -> Connection:
         """Host: build a connection from a client's CONNECT, with another session id than *avoid_session*.
 
         Raises:
             DecodeError: the CONNECT is not acceptable (bad signature, negotiation or key); the message says which.
         """
-        conn = cls(settings, codec, cid, is_client=False, local_signature=local_signature, random_bytes=random_bytes)
+        conn = cls(settings, codec, cid, is_client=False, local_signature=local_signature, random_bytes=random_bytes,
+                   pool=pool)  # fmt: skip
         conn.local_session ^= 0x80 if conn.local_session == avoid_session else 0
         if connect.signature != conn._expected_inbound(connect):
             raise DecodeError("CONNECT signature does not verify")
@@ -417,6 +497,11 @@ class Connection:
         if self.state == State.CONNECTED:
             self._pump(now)
 
+    @property
+    def buffered(self) -> int:
+        """Bytes this connection buffers on receipt: early packets held and partial messages."""
+        return self._held_bytes + sum(len(f) for f in self._fragments)
+
     def can_send(self, size: int) -> bool:
         """Whether a message of *size* bytes fits the send queue now (an empty queue takes any message)."""
         return self.queued_bytes == 0 or self.queued_bytes + size <= self.settings.send_queue_bytes
@@ -461,8 +546,11 @@ class Connection:
             return
         self.state = State.CLOSED
         self._inflight.clear()
-        for q in self._queues:
-            q.clear()
+        self._pool.used -= self.buffered  # what it held goes with it
+        self._held_bytes = 0
+        for parts in (self._queues, self._held, self._fragments):
+            for part in parts:
+                part.clear()
         self._emit(ConnectionFailed(self.id, reason) if failed else Disconnected(self.id, reason))
 
     # -------------------------------------------------------------- sending
@@ -484,26 +572,12 @@ class Connection:
             return s.rto
         return min(max(self._srtt + 4 * self._rttvar, s.min_rto), s.rto_max)
 
-    def _rtt_sample(self, entry: _InFlight, now: float) -> None:
-        # Karn: only packets acked after a single transmission give an unambiguous sample
-        if entry.sends != 1:
-            return
-        rtt = now - entry.first_sent
-        if self._srtt is None:
-            self._srtt, self._rttvar = rtt, rtt / 2
-        else:
-            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - rtt)
-            self._srtt = 0.875 * self._srtt + 0.125 * rtt
-
-    def _reliable_in_flight(self, substream: int) -> int:
-        return sum(1 for (t, s, _) in self._inflight if s == substream and t != PacketType.PING)
-
     def _pump(self, now: float) -> None:
         """Move queued packets into the send window, assigning sequence ids in order."""
         if self.state not in (State.CONNECTED, State.CLOSING):
             return
         for sub, queue in enumerate(self._queues):
-            room = self.settings.send_window - self._reliable_in_flight(sub)
+            room = self.settings.send_window - sum(1 for (t, s, _) in self._inflight if s == sub and t != PacketType.PING)
             while queue and room > 0:
                 item = queue.popleft()
                 self.queued_bytes -= len(item.plain)
@@ -534,15 +608,8 @@ class Connection:
 
     def _aggregate_ack(self, sub: int) -> None:
         """v1 aggregate ack (spec §6.4): everything up to base, plus the held extras."""
-        base = (self._expected[sub] - 1) & 0xFFFF
-        extras = sorted(self._held[sub], key=lambda s: _serial_diff(s, self._expected[sub]))[:255]
-        if self._minor >= 2:
-            payload = struct.pack("<BBH", sub, len(extras), base) + b"".join(struct.pack("<H", e) for e in extras)
-            p = self._packet(PacketType.DATA, Flag.MULTI_ACK | Flag.HAS_SIZE, substream_id=1, sequence_id=0)
-        else:
-            payload = b"".join(struct.pack("<H", e) for e in extras)
-            p = self._packet(PacketType.DATA, Flag.MULTI_ACK | Flag.HAS_SIZE, substream_id=0, sequence_id=base)
-        p = attrs.evolve(p, fragment_id=0, payload=payload)
+        fields = _aggregate_ack_fields(sub, self._expected[sub], self._held[sub], self._minor)
+        p = self._packet(PacketType.DATA, Flag.MULTI_ACK | Flag.HAS_SIZE, fragment_id=0, **fields)
         self._out.append(self.codec.encode(self._sign(p)))
         self.stats["aggregate_acks_sent"] += 1
 
@@ -603,7 +670,7 @@ class Connection:
             ping = p.type == PacketType.PING and self._ping_outstanding and p.sequence_id == (self._ping_seq - 1) & 0xFFFF
             self.stats["acks_unmatched"] += not ping
             return ping
-        self._rtt_sample(entry, now)
+        _rtt_sample(self, entry, now)
         if p.type == PacketType.USER and self.state == State.USER_SENT:
             self._become_connected(now)
         elif p.type == PacketType.DISCONNECT and self.state == State.CLOSING:
@@ -636,16 +703,11 @@ class Connection:
         if p.type == PacketType.PING:
             self.stats["pings_received"] += 1
         if not p.flags & Flag.RELIABLE:
+            if p.type == PacketType.DATA:
+                return self._on_unreliable_data(p)
             if p.flags & Flag.NEED_ACK:
                 self._ack(p)
-            if p.type == PacketType.DATA:
-                try:
-                    data = self.cipher.open(p)
-                except DecodeError:
-                    self.stats["dropped_bad_payload"] += 1
-                    return False
-                self._emit(MessageReceived(self.id, data, p.substream_id, reliable=False))
-            elif p.type == PacketType.DISCONNECT:
+            if p.type == PacketType.DISCONNECT:
                 self._close(now, "closed by peer (forced)")
             return _newer(self._last_seen, p.type, p.sequence_id)
         sub = p.substream_id
@@ -656,7 +718,8 @@ class Connection:
         if self.settings.receive_window <= d < 0x8000:
             self.stats["dropped_beyond_window"] += 1  # no ack: the sender will try again (spec §6.3 step 5)
             return False
-        full = self._held_bytes + len(p.payload) > self.settings.max_held_bytes
+        size = len(p.payload)
+        full = self._held_bytes + size > self.settings.max_held_bytes or self._pool.used + size > self._pool.limit
         if full and 0 < d < 0x8000 and p.sequence_id not in self._held[sub]:
             self.stats["dropped_hold_full"] += 1  # unacked: it comes again once the window moved (spec §6.3 step 5)
             return False
@@ -670,12 +733,28 @@ class Connection:
             self.stats["duplicates"] += 1
             return False
         self._held[sub][p.sequence_id] = p
-        self._held_bytes += len(p.payload)
+        self._held_bytes += size
+        self._pool.used += size
         while self._expected[sub] in self._held[sub] and self.state != State.CLOSED:
             q = self._held[sub].pop(self._expected[sub])
             self._held_bytes -= len(q.payload)
+            self._pool.used -= len(q.payload)
             self._expected[sub] = (self._expected[sub] + 1) & 0xFFFF
             self._process_in_order(q, now)
+        return True
+
+    def _on_unreliable_data(self, p: PrudpPacket) -> bool:  # whether it was new
+        why = self._unreliable_seen.refusal(p, self._max_sub)
+        if why in (None, "replayed") and p.flags & Flag.NEED_ACK:
+            self._ack(p)  # a copy is acked too: the first ack may have been lost (spec §6.1)
+        try:
+            data = self.cipher.open(p) if why is None else b""
+        except DecodeError:
+            why = "bad_payload"
+        if why is not None:
+            self.stats[f"dropped_{why}"] += 1
+            return False
+        self._emit(MessageReceived(self.id, data, p.substream_id, reliable=False))
         return True
 
     def _process_in_order(self, p: PrudpPacket, now: float) -> None:
@@ -685,15 +764,18 @@ class Connection:
             except DecodeError:
                 # the slot is consumed either way; a corrupt fragment spoils its message
                 self.stats["dropped_bad_payload"] += 1
+                self._pool.used -= len(self._fragments[p.substream_id])
                 self._fragments[p.substream_id].clear()
                 return
             buf = self._fragments[p.substream_id]
             buf += piece
+            self._pool.used += len(piece)
             if len(buf) > self.settings.max_message_size:
                 self.abort(now, "message larger than max_message_size")
                 return
             if p.fragment_id == 0:
                 self._emit(MessageReceived(self.id, bytes(buf), p.substream_id))
+                self._pool.used -= len(buf)
                 buf.clear()
         elif p.type == PacketType.DISCONNECT:
             self._close(now, "closed by peer")

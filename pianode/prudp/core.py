@@ -32,7 +32,9 @@ Interface (the aioquic shape of ../shared/STYLE.md practice 2):
 from __future__ import annotations
 
 import hashlib
+import heapq
 import hmac
+import itertools
 import math
 import os
 import re
@@ -40,7 +42,7 @@ from collections import Counter, deque
 
 import attrs
 
-from pianode.prudp.connection import Connection, RandomBytes, State, count_other_variant
+from pianode.prudp.connection import BufferPool, Connection, RandomBytes, State, count_other_variant
 from pianode.prudp.events import Address, ConnectionId, Event, Settings
 from protocols.errors import AuthenticationError, DecodeError
 from protocols.prudp.codec import PacketCodec
@@ -68,6 +70,9 @@ DROP_REASONS = (
     "beyond_window",
     "hold_full",
     "unexpected_handshake",
+    "replayed",  # unreliable DATA whose id was seen (or is too old to tell), spec §6.2
+    "fragmented_unreliable",  # unreliable DATA with a fragment id other than 0, spec §6.2
+    "repeated_in_datagram",  # a copy of a packet earlier in its datagram, or a second SYN/CONNECT in one (§2.1)
 )
 
 #: At most this many datagrams a second (and as many at once) that our variant cannot read are tried as
@@ -97,6 +102,15 @@ class EndpointCore:
         self._events: deque[Event] = deque()
         self._out: list[tuple[bytes, Address]] = []
         self._stats: Counter[str] = Counter()
+        #: What all connections buffer on receipt (Settings.max_buffered_bytes; see _evict).
+        self._pool = BufferPool(settings.max_buffered_bytes)
+        #: Connections something happened to since datagrams_to_send last ran (their output is collected then).
+        self._touched: dict[ConnectionId, Connection] = {}
+        #: Each connection's next timer, and a heap of them (entries whose time is no longer the connection's are
+        #: stale and skipped): get_timer and handle_timer look at due connections only, not at every one.
+        self._timer_at: dict[ConnectionId, float] = {}
+        self._timers: list[tuple[float, int, ConnectionId]] = []
+        self._timer_order = itertools.count()
         self._identify_budget = float(IDENTIFY_PER_SECOND)  # a token bucket, see _may_identify
         self._identify_at = -math.inf
         #: Host side: the local signature of the last connection closed on an id, and when (see _bind).
@@ -137,7 +151,8 @@ class EndpointCore:
         cid = ConnectionId(address, self._allocate(address, st), remote)
         size = self.settings.variant.connection_signature_bytes
         conn = Connection(
-            self.settings, self.codec, cid, is_client=True, local_signature=self._random(size), random_bytes=self._random
+            self.settings, self.codec, cid, is_client=True, local_signature=self._random(size), random_bytes=self._random,
+            pool=self._pool,
         )
         if conn.local_session == self._last_session.get(cid):
             conn.local_session ^= 0x80  # (the SYN carries session 0: the CONNECT is the first to name it)
@@ -196,7 +211,21 @@ class EndpointCore:
             heard = datagram_variants(data, self.codec.access_key, self.settings.variant)
             count_other_variant(self._stats, heard, "bad_checksum" if isinstance(exc, AuthenticationError) else "malformed")
             return
+        seen: set[tuple[object, ...]] = set()
         for p in packets:
+            # A copy of a packet earlier in the same datagram is no retransmission (that comes in a datagram of its
+            # own), and a client opens a connection with one SYN (one CONNECT) per datagram: acking each copy (spec
+            # §6.1), or answering each SYN (stateless, signed with the access key alone), would let one spoofed
+            # datagram reflect a thousand datagrams toward the address it names.
+            key = (p.type, p.flags, p.source, p.destination, p.session_id, p.substream_id, p.sequence_id,
+                   -1 if p.fragment_id is None else p.fragment_id, p.payload)  # fmt: skip
+            # (the payload too: new-format aggregate acks share their header, spec §6.4)
+            if p.type in (PacketType.SYN, PacketType.CONNECT) and not p.flags & Flag.ACK:
+                key = (p.type,)
+            if key in seen:
+                self._stats["dropped_repeated_in_datagram"] += 1
+                continue
+            seen.add(key)
             self._dispatch(p, address, now)
 
     def _may_identify(self, now: float) -> bool:
@@ -276,6 +305,8 @@ class EndpointCore:
                 return
             conn.receive_packet(p, now)
             self._collect(conn)
+            if self._pool.used > self._pool.limit:
+                self._evict(now)
             return
         if p.destination not in self._listening or p.flags & Flag.ACK:
             self._stats["dropped_no_connection"] += 1
@@ -291,6 +322,18 @@ class EndpointCore:
         else:
             self._stats["dropped_no_connection"] += 1
 
+    def _evict(self, now: float) -> None:
+        """In-order data took the connections' buffers past max_buffered_bytes: end the connection that buffers
+        the most (a peer holding partial messages it never ends) until they fit again.  An early packet never
+        gets here: it is dropped unacked when it does not fit (Connection._on_request)."""
+        while self._pool.used > self._pool.limit:
+            worst = max(self.connections.values(), key=lambda c: c.buffered, default=None)
+            if worst is None or not worst.buffered:
+                return
+            worst.abort(now, "the host's receive buffers are full (max_buffered_bytes) and it buffered the most")
+            self._stats["aborted: buffer bound"] += 1
+            self._collect(worst)
+
     def _accept(self, cid: ConnectionId, p: PrudpPacket, cookie: bytes, now: float) -> None:
         if len(self.connections) >= self.settings.max_connections:
             self._refuse("the host holds max_connections connections")
@@ -301,7 +344,7 @@ class EndpointCore:
             return
         try:
             conn = Connection.accept(self.settings, self.codec, cid, p, cookie, now, random_bytes=self._random,
-                                     avoid_session=self._last_session.get(cid))  # fmt: skip
+                                     avoid_session=self._last_session.get(cid), pool=self._pool)  # fmt: skip
         except DecodeError as exc:
             # one counter per kind of refusal: numbers the peer chose (a length) would make one per value
             self._refuse(re.sub(r"\d+", "N", str(exc)))
@@ -350,6 +393,18 @@ class EndpointCore:
 
     # ------------------------------------------------------------- outputs
     def _collect(self, conn: Connection) -> None:
+        """Take *conn*'s events, and note that something happened to it: its output is collected and its timer
+        rescheduled (only such connections are looked at, so a datagram costs the same whatever the count)."""
+        self._drain(conn)
+        self._touched[conn.id] = conn
+        t = conn.get_timer()
+        if t is None:
+            self._timer_at.pop(conn.id, None)
+        elif self._timer_at.get(conn.id) != t:
+            self._timer_at[conn.id] = t
+            heapq.heappush(self._timers, (t, next(self._timer_order), conn.id))
+
+    def _drain(self, conn: Connection) -> None:
         while conn.events:
             self._events.append(conn.events.popleft())
 
@@ -358,25 +413,43 @@ class EndpointCore:
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
         out, self._out = self._out, []
-        for cid, conn in list(self.connections.items()):
+        touched, self._touched = self._touched, {}
+        for cid, conn in touched.items():
+            if self.connections.get(cid) is not conn:
+                continue  # (superseded or removed meanwhile)
             out.extend((d, cid.address) for d in conn.datagrams_to_send())
-            self._collect(conn)
+            self._drain(conn)
             if conn.state == State.CLOSED and not conn.events:
                 self._stats.update(conn.stats)
                 self._remember_closed(conn, now)
                 del self.connections[cid]
+                self._timer_at.pop(cid, None)
         return out
 
     def get_timer(self) -> float | None:
-        times = [t for c in self.connections.values() if (t := c.get_timer()) is not None]
-        return min(times) if times else None
+        timers = self._timers
+        while timers:
+            t, _, cid = timers[0]
+            if self._timer_at.get(cid) == t and cid in self.connections:
+                return t
+            heapq.heappop(timers)  # stale: the connection rescheduled or went
+        return None
 
     def handle_timer(self, now: float) -> None:
-        for conn in list(self.connections.values()):
+        due: dict[ConnectionId, None] = {}
+        while self._timers and self._timers[0][0] <= now:
+            t, _, cid = heapq.heappop(self._timers)
+            if self._timer_at.get(cid) == t:
+                del self._timer_at[cid]
+                due[cid] = None
+        for cid in due:
+            conn = self.connections.get(cid)
+            if conn is None:
+                continue
             t = conn.get_timer()
             if t is not None and t <= now:
                 conn.handle_timer(now)
-                self._collect(conn)
+            self._collect(conn)
 
     def statistics(self) -> dict[str, int]:
         """Endpoint counters plus the sum of every live connection's counters."""

@@ -216,7 +216,7 @@ class PrudpEndpoint:
                     continue
                 handle._messages.append(event)
             elif isinstance(event, (Disconnected, ConnectionFailed)):
-                if "max_message_size" in event.reason:
+                if "max_message_size" in event.reason or "max_buffered_bytes" in event.reason:
                     self._bound_hit(f"{event.connection}: {event.reason}")
                 handle.closed_reason = event.reason
                 del self._handles[event.connection]

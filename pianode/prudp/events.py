@@ -132,10 +132,17 @@ class Settings:
     #: Payload bytes of early reliable packets one connection holds for reordering; an early packet beyond
     #: it is dropped unacknowledged (``dropped_hold_full``) and comes again (the next in order is always taken).
     max_held_bytes: int = 1 << 20
+    #: Bytes all of a host's connections buffer on receipt together (early packets held, partial messages): an
+    #: early packet beyond it is dropped unacknowledged, and in-order data beyond it ends the connection that
+    #: buffers the most (``aborted: buffer bound``).  Without it, max_connections peers each filling their own
+    #: bounds would make a host hold gigabytes.
+    max_buffered_bytes: int = 128 << 20
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.receive_window < 32768:
             raise ConfigError("receive_window must be between 1 and 32767 (spec §6.3)")
+        if self.max_buffered_bytes < 1:
+            raise ConfigError("max_buffered_bytes must be positive")
         if self.send_window < 1:
             raise ConfigError("send_window must be positive")
         if self.fragment_size is not None and not 0 < self.fragment_size <= 60000:

@@ -371,3 +371,39 @@ def test_the_fuzz_covers_every_decoder() -> None:
     for kind in ("station:0", "mesh:0", "mesh:1", "rtt:1", "keep-alive:0", "reliable:0"):
         assert SEEDS["5.18"].get(kind), kind
     assert len(PRUDP_SEEDS["quazal-v0"]) > 50
+
+
+def _ldn_link_seeds() -> list[bytes]:
+    """One frame of each kind of the simulated LDN link's discovery channel (protocols.ldn_link)."""
+    from protocols.ldn_link import (
+        AdvertFrame,
+        Advertisement,
+        ConnectReply,
+        ConnectRequest,
+        LdnParticipant,
+        LeaveNotice,
+        encode_frame,
+    )
+
+    host = LdnParticipant("169.254.7.1", bytes.fromhex("02007ffe0701"), "host")
+    guest = LdnParticipant("169.254.7.2", bytes.fromhex("02007ffe0702"), "guest")
+    adv = Advertisement(0x0100000000001000, bytes(range(16)), bytes(range(24)), participants=(host, guest))
+    frames = (AdvertFrame(49152, 40000, adv), ConnectRequest(b"t" * 8, "guest"), ConnectReply(b"t" * 8, 0, guest.ip),
+              LeaveNotice(guest.ip))  # fmt: skip
+    return [encode_frame(f) for f in frames]
+
+
+@FUZZ
+@given(data=st.data())
+def test_ldn_link_frames_give_value_or_decode_error(data: st.DataObject) -> None:
+    """The LDN discovery channel is read from anyone on the link (adverts, connect requests and replies, leave
+    notices): any bytes give a frame or a DecodeError, and a frame read encodes again (a name's undecodable bytes
+    are read as replacement characters, so not always to the same bytes)."""
+    from protocols.ldn_link import decode_frame, encode_frame
+
+    raw = data.draw(_bytes_for(_ldn_link_seeds()), label="input")
+    try:
+        frame = decode_frame(raw)
+    except DecodeError:
+        return
+    assert isinstance(decode_frame(encode_frame(frame)), type(frame))

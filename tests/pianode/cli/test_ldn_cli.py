@@ -372,3 +372,20 @@ def test_scan_of_a_beacon_of_no_version_pianode_reads_says_so_in_one_line(versio
     else:
         (record,) = [r for r in _jsonl(scan.stdout) if r["event"] == "network"]
         assert record["system_communication_version"] == 9 and "error" in record
+
+
+def test_every_reason_a_scan_ignores_an_advert_for_has_words() -> None:
+    """``ldn scan``/``join`` say in words why they ignored what they heard, for every reason the scan counts
+    (pianode.ldn.network.scan's docstring lists them), the port-0 adverts too."""
+    import collections
+    import re
+
+    from pianode.cli.ldn import _IGNORED_FRAMES
+    from pianode.ldn import network
+
+    reasons = set(re.findall(r"``([a-z_]+)``", network.scan.__doc__ or ""))
+    assert "bad_port" in reasons
+    assert reasons <= set(_IGNORED_FRAMES)
+    from pianode.cli.ldn import _ignored_text
+
+    assert "port 0" in _ignored_text(collections.Counter(bad_port=2))

@@ -150,3 +150,56 @@ def test_refused_connection_requests_are_reported_with_their_reason() -> None:
     lines = drop_lines(stats, {f"refused: {why}": 1}, "nintendo-v1")
     assert f"refused 2 connection request(s): {why} [refused_connect]" in lines
     assert any(line.startswith("dropped 1 packet(s) that belonged to no connection") for line in lines)
+
+
+@pytest.mark.parametrize("command", [["serve"], ["connect", "127.0.0.1:9"]])
+def test_a_fragment_size_beyond_what_a_packet_holds_is_refused_naming_the_flag(command: list[str]) -> None:
+    """``--fragment-size`` took up to 65000 at parse time while the endpoint takes at most 60000 (a fragment and its
+    header in one u16-sized payload): 60001 got past the flag check and ended with the setting's own words
+    (``fragment_size``), not the flag's.  Now the flag states and checks the real range."""
+    result = _run("prudp", command[0], "--variant", "nintendo-v1", "--fragment-size", "60001", *command[1:])
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "--fragment-size" in result.stderr and "60000" in result.stderr
+
+
+@pytest.mark.parametrize("address", ["255.255.255.255:5000", "224.0.0.1:5000", "239.1.2.3:5000"])
+def test_a_connection_to_a_broadcast_or_multicast_address_is_refused(address: str) -> None:
+    """A PRUDP connection has one peer: to the broadcast address the SYN cannot even be sent (EACCES), to a group it
+    reaches no server.  Before, the client tried for its whole timeout and blamed --variant/--access-key; now the
+    address is refused at once (one line, exit 2)."""
+    result = _run("prudp", "connect", "--variant", "nintendo-v1", address, "--timeout", "10")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "HOST:PORT" in result.stderr and address.split(":")[0] in result.stderr
+
+
+def _pem(tmp_path: object, name: str, curve: str, *, private: bool) -> str:
+    import pathlib
+
+    from Crypto.PublicKey import ECC
+
+    key = ECC.generate(curve=curve)
+    path = pathlib.Path(str(tmp_path)) / name
+    path.write_text((key if private else key.public_key()).export_key(format="PEM"))
+    return str(path)
+
+
+@pytest.mark.parametrize(("curve", "private"), [("P-256", False), ("P-384", True), ("Ed25519", True)])
+def test_a_certificate_key_the_key_exchange_cannot_sign_with_is_refused(tmp_path: object, curve: str,
+                                                                       private: bool) -> None:  # fmt: skip
+    """The Rendez-Vous host signs its key exchange with a P-256 private key (spec §4.3).  A public key, or a key on
+    another curve, was taken: the server started and then refused every CONNECT.  Now the flag is refused at once
+    (one line, exit 2)."""
+    pem = _pem(tmp_path, "cert.pem", curve, private=private)
+    result = _run("prudp", "serve", "--variant", "rendezvous", "--certificate-key", pem, "--duration", "1")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and "--certificate-key" in result.stderr
+
+
+@pytest.mark.parametrize("curve", ["P-384", "Ed25519"])
+def test_a_trusted_key_on_another_curve_is_refused(tmp_path: object, curve: str) -> None:
+    """``--trust`` must be the host's P-256 certificate key (spec §4.3); one on another curve could never verify the
+    host, and the client tried anyway.  Now it is refused at once (one line, exit 2)."""
+    pem = _pem(tmp_path, "trust.pem", curve, private=False)
+    result = _run("prudp", "connect", "--variant", "rendezvous", "--trust", pem, "127.0.0.1:9", "--timeout", "5")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and "--trust" in result.stderr

@@ -72,3 +72,47 @@ def test_a_flood_of_verified_replies_keeps_at_most_max_found_sessions() -> None:
         kept += client.receive(reply, ("127.0.0.2", 30000)) is not None
     assert kept == MAX_FOUND
     assert client.statistics().dropped["too_many_sessions"] == 40
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29", "6.30"])
+def test_a_reply_to_an_earlier_request_does_not_answer_a_later_one(version: str) -> None:
+    """A browser that asks again (a second request from the same client) must not take a reply captured for its
+    first request: spec §6.4 draws the challenge key and the challenge fresh for every request.  Before, the
+    client kept one key and one challenge, so an old reply (an old nonce counter) verified for every later
+    request; now it is dropped as ``bad_challenge``, and the reply to the new request is taken."""
+    host = _host(version)
+    client = BrowseClient(profile_for(version), KEY)
+    first = host.receive(client.request(), ("127.0.0.9", 5000), now=0.0)
+    second = host.receive(client.request(), ("127.0.0.9", 5000), now=1.0)
+    assert client.receive(first[0][0], ("127.0.0.2", 30000)) is None
+    assert client.statistics().dropped == {"bad_challenge": 1}
+    found = client.receive(second[0][0], ("127.0.0.2", 30000))
+    assert found is not None and found.challenge_param is not None
+
+
+async def test_a_reply_that_cannot_be_sent_is_counted_and_the_host_goes_on(
+    autojump_clock: object,
+) -> None:
+    """A browse request forged from source port 0 (a raw socket can write one): the reply cannot be sent (EINVAL).
+    The host went on but counted it as sent; now it counts ``reply_not_sent`` (and not as sent), and still
+    answers the next browser."""
+    import trio
+
+    from pianode.lan.discovery import LanHost, browse
+    from pianode.sim.netsim import SimulatedNetwork
+
+    prof = profile_for("5.18")
+    async with SimulatedNetwork() as net, trio.open_nursery() as nursery:
+        net.install()
+        # (the browse goes straight to the host: its address stands for the broadcast one in the nonce, spec §6.4)
+        host = LanHost(prof, KEY, make_session_info(prof, ip="127.0.0.2"), bind=("127.0.0.2", 30000),
+                       broadcast_ip="127.0.0.2")  # fmt: skip
+        await nursery.start(host.run)
+        (sock,) = net._ports[30000]
+        sock._enqueue(BrowseClient(prof, KEY, broadcast_ip="127.0.0.2").request(), ("127.0.0.66", 0))
+        await trio.sleep(0.1)
+        stats = host.statistics()
+        assert stats.dropped.get("reply_not_sent") == 1 and stats.sent == 0
+        found = await browse(prof, KEY, broadcast=("127.0.0.2", 30000), bind=("127.0.0.9", 0), timeout=0.5)
+        assert len(found) == 1 and host.statistics().sent == 1
+        nursery.cancel_scope.cancel()

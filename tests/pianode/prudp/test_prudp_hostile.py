@@ -321,7 +321,7 @@ def test_a_client_restarting_while_its_old_connection_is_being_removed_still_con
     net, host, client = _echo_pair("nintendo-v1")
     _connect(net, client)
     live = next(iter(host.connections.values()))
-    live.abort(net.now, "aborted")  # closed, still in the table until the host next sends
+    host.abort(live.id, net.now)  # closed, still in the table until the host next sends
     client2 = EndpointCore(_settings("nintendo-v1", host=False))
     cid2 = client2.connect(HOST, net.now)
     (syn,) = [d for d, _ in client2.datagrams_to_send(net.now)]
