@@ -31,11 +31,11 @@ from typing import Any, Protocol
 
 import attrs
 
-from pianode.mesh import departure, legacy, wire
+from pianode.mesh import departure, legacy, stream, wire
 from protocols.pia import session6
 from pianode.mesh.config import NodeConfig
 from pianode.mesh.links import Links
-from pianode.mesh.packet_ids import PacketIdCounter
+from pianode.mesh.packet_ids import NONCE_MASK, PacketIdCounter
 from pianode.mesh.peer import Peer, Pending, PeerState
 from pianode.mesh.replay import receiver_bound_nonce, sender_bound_nonce
 from pianode.mesh.reliable import MessageTooLarge, ReliableWindow, SendBufferFull, WindowFailed
@@ -49,7 +49,6 @@ from protocols.pia.versions import MessageFormat, Proto
 
 __all__ = ["Datagram", "Outbox", "OutboxHost"]
 
-_NONCE_MASK = 0xFFFFFFFFFFFFFFFF  # the header nonce counter is 8 bytes
 MAX_PENDING = 64  # acked station/mesh messages awaiting their ack, per peer
 
 #: A datagram and the address it goes to.
@@ -158,7 +157,7 @@ class Outbox:
     def next_header_nonce(self, receiver_variable_id: int = 0) -> bytes:
         """The next 8-byte header nonce: one counter per node, never reused under the key (6.32+: for
         the station of *receiver_variable_id*, 0 for a group or an unknown one; see :meth:`_hn`)."""
-        self._nonce_counter = (self._nonce_counter + 1) & _NONCE_MASK
+        self._nonce_counter = (self._nonce_counter + 1) & NONCE_MASK
         return self._hn(receiver_variable_id, self._nonce_counter)
 
     def _hn(self, receiver_variable_id: int, counter: int) -> bytes:
@@ -285,6 +284,9 @@ class Outbox:
         another codec or other ids) gets a new one, made from the packet the
         general codec seals.
         """
+        inline = stream.seal_frames(self, peers, data, now)
+        if inline is not None:
+            return inline
         codec = self.codec
         assert codec is not None
         own_vid, own_source = self.variable_id, self.message_source_id
@@ -300,7 +302,7 @@ class Outbox:
             made_for = (codec, peer.index, peer.variable_id, peer.own_conn_id, own_vid, own_source)
             sealer = peer.sealer
             if sealer is not None and sealer[0] == made_for and sealer[1] is not None:
-                counter = (counter + 1) & _NONCE_MASK
+                counter = (counter + 1) & NONCE_MASK
                 seal = sealer[1]
                 # self._hn(peer.variable_id, counter), inline: this loop runs once per station a frame
                 if bind:

@@ -51,29 +51,36 @@ def packet_id_distance(a: int, b: int) -> int:
 
 
 class PacketIdCounter:
-    """Outgoing packet ids of one connection: 1, 2, …, 65535, 1, … (spec §1.4)."""
+    """Outgoing packet ids of one connection: 1, 2, …, 65535, 1, … (spec §1.4).
 
-    __slots__ = ("_next",)
+    ``next_id`` is the id the next packet takes; :func:`pianode.mesh.stream.seal_frames` advances it
+    inline as :meth:`next` does (tests/pianode/mesh/test_stream.py compares the two across the wrap)."""
+
+    __slots__ = ("next_id",)
 
     def __init__(self, start: int = 1) -> None:
-        self._next = 1
+        self.next_id = 1
         self.reset(start)
 
     def peek(self) -> int:
         """The id the next call to :meth:`next` returns."""
-        return self._next
+        return self.next_id
 
     def next(self) -> int:
         """Return the next packet id and advance, skipping 0 on rollover."""
-        value = self._next
-        self._next = 1 if value == 0xFFFF else value + 1
+        value = self.next_id
+        self.next_id = 1 if value == 0xFFFF else value + 1
         return value
 
     def reset(self, start: int = 1) -> None:
         """Start counting again (a new connection id)."""
         if not 1 <= start <= 0xFFFF:
             raise ValueError(f"packet id counter must start in 1..65535, not {start}")
-        self._next = start
+        self.next_id = start
+
+
+#: The 8-byte header nonce counter of :class:`pianode.mesh.outbox.Outbox` wraps here.
+NONCE_MASK = 0xFFFFFFFFFFFFFFFF
 
 
 class Verdict(enum.Enum):

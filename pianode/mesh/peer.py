@@ -21,7 +21,8 @@ opener.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+import operator
+from typing import Any
 
 import attrs
 
@@ -74,17 +75,31 @@ class Pending:
     kind: str = ""
 
 
+def _identity(name: str, doc: str) -> Any:
+    """A property over the slot ``_<name>`` whose setter also forgets the peer's stream paths
+    (:meth:`Peer.forget_streams`): they were made for the old value.  Read as a slot is read
+    (``operator.attrgetter``)."""
+    private = "_" + name
+
+    def set_field(peer: Peer, value: object) -> None:
+        setattr(peer, private, value)
+        peer.inbound = peer.outbound = None
+
+    return property(operator.attrgetter(private), set_field, doc=doc)
+
+
 @attrs.define(eq=False)
 class Peer:
     address: tuple[str, int]
-    own_conn_id: int
+    # (The identity fields are properties, below: setting one forgets the stream paths made for the old value.)
+    _own_conn_id: int = attrs.field(alias="own_conn_id")
     initiator: bool
     created: float
     state: PeerState = PeerState.CONNECTING
-    constant_id: int = 0
-    variable_id: int = 0
-    peer_conn_id: int = 0
-    index: int | None = None
+    _constant_id: int = attrs.field(default=0, alias="constant_id")
+    _variable_id: int = attrs.field(default=0, alias="variable_id")
+    _peer_conn_id: int = attrs.field(default=0, alias="peer_conn_id")
+    _index: int | None = attrs.field(default=None, alias="index")
     announced: bool = False
     got_response: bool = False
     sent_response: bool = False
@@ -124,11 +139,26 @@ class Peer:
     rtt_asked: dict[int, float] = attrs.field(factory=dict)
     #: Time of this peer's live entry in the link registry's timer heap (None: none).
     scheduled: float | None = None
-    #: ``state is CONNECTED``, kept as a plain flag: it is read several times per datagram.
-    connected: bool = False
+    #: ``state is CONNECTED``, kept as a flag of its own (a property, below).
+    _connected: bool = attrs.field(default=False, alias="connected")
     #: ``(what it was made for, seal or None)``: the codec's sealer of this peer's
     #: unreliable packets (see :meth:`pianode.mesh.outbox.Outbox.seal_unreliable`).
     sealer: tuple[tuple[object, ...], StreamSealer | None] | None = None
     #: ``(what it was made for, open or None)``: the codec's opener of this peer's
     #: unreliable packets to us (see :meth:`pianode.mesh.session.MeshSession.receive_datagram`).
     opener: tuple[tuple[object, ...], StreamOpener | None] | None = None
+    #: The stream paths of :mod:`pianode.mesh.stream` (its ``Inbound`` and ``Outbound``): made from the
+    #: opener and sealer above for this peer's identity, and forgotten whenever an identity field is set.
+    inbound: Any = None
+    outbound: Any = None
+
+    def forget_streams(self) -> None:
+        """Drop the stream paths made for this peer's identity (an identity field changed)."""
+        self.inbound = self.outbound = None
+
+    own_conn_id = _identity("own_conn_id", "Our connection id on this link.")
+    constant_id = _identity("constant_id", "The peer's constant id (spec §5.3).")
+    variable_id = _identity("variable_id", "The peer's variable id (spec §5.3).")
+    peer_conn_id = _identity("peer_conn_id", "The peer's connection id on this link.")
+    index = _identity("index", "The peer's station index, once the mesh table names it.")
+    connected = _identity("connected", "``state is CONNECTED``, kept as a flag of its own.")

@@ -45,8 +45,8 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 
-from pianode.mesh import departure, legacy, wire
-from pianode.mesh.config import MAX_DATAGRAM, NodeConfig
+from pianode.mesh import departure, legacy, stream, wire
+from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived, Event
 from pianode.mesh.handshake import StationHandshake
 from pianode.mesh.links import PROVISIONAL_PER_IP, Links
@@ -60,7 +60,6 @@ from protocols.errors import AuthenticationError, DecodeError
 from protocols.pia.header import PacketHeader
 from protocols.pia.message import Message
 from protocols.pia.packet import PacketCodec
-from protocols.pia.packet_fast import StreamOpener
 from protocols.pia.packet_values import LoneMessage, Packet
 from protocols.pia.versions import MessageFormat, Proto
 
@@ -351,8 +350,8 @@ class MeshSession:
     # ------------------------------------------------------------------ input
     def receive_datagrams(self, batch: Sequence[tuple[bytes, tuple[str, int]]], now: float) -> None:
         """:meth:`receive_datagram` for each of *batch* in order (what the driver read in one go);
-        a connected peer's stream of frames takes :func:`_receive_batch`'s shorter way."""
-        _receive_batch(self, batch, now)
+        a connected peer's stream of frames takes :func:`pianode.mesh.stream.receive_batch`'s shorter way."""
+        stream.receive_batch(self, batch, now)
 
     def receive_datagram(self, data: bytes, addr: tuple[str, int], now: float) -> None:
         codec = self.codec
@@ -544,7 +543,7 @@ class MeshSession:
         judged as :meth:`receive_datagram` judges it.  A session that has left
         stops listening: others' group packets are not counted as its drops.
         """
-        if self.membership.closed or _oversized(self, data):
+        if self.membership.closed or stream.oversized(self, data):
             return
         peer = self.peers.get(addr)
         offset = self._group_offset
@@ -715,122 +714,3 @@ def _unreachable(index: int, leaving: bool) -> str:
 def own_address_refusal(host: tuple[str, int]) -> str:
     """Why a node does not join *host*, its own address: one line."""
     return f"{host[0]}:{host[1]} is this node's own address: join the address of the mesh's host"
-
-
-def _receive_batch(session: MeshSession, batch: Sequence[tuple[bytes, tuple[str, int]]], now: float) -> None:
-    """:meth:`MeshSession.receive_datagram` for each of *batch* in order (what the driver read in one go).
-
-    A connected peer's unreliable data through its opener, the bulk of a
-    real-time session, is handled here with what the datagrams share read
-    once (the codec, the handler, the counters added per batch); any other
-    datagram goes through :meth:`MeshSession.receive_datagram`.  (A function beside
-    the class, which is the session's coordinator and stays small.)
-    """
-    peers = session.peers
-    membership = session.membership
-    counters = session.counters
-    offset = session._group_offset
-    delivered = 0
-    opened = _open_in_one_call(session, batch) if session._open_in_batches and len(batch) > 1 else None
-    try:
-        for i, (data, addr) in enumerate(batch):
-            if len(data) > MAX_DATAGRAM and _oversized(session, data):
-                continue
-            codec = session.codec
-            peer = peers.get(addr)
-            stream = None if peer is None or not peer.connected else peer.opener
-            if (
-                stream is None
-                or codec is None
-                or membership.closed
-                or (offset is not None and len(data) > offset and data[offset] != 0)  # a footer: group packet
-                or stream[0] != (codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id)  # type: ignore[union-attr]
-                or stream[1] is None  # the codec has no opener for this shape (e.g. 6.32+: H-G's encrypted footer)
-            ):
-                session.receive_datagram(data, addr, now)
-                continue
-            assert peer is not None and peer.index is not None
-            try:
-                if opened is not None and i in opened and opened[i][0] is stream[1]:
-                    _, nonce, body = opened[i]
-                    # What the opener would have done with this datagram: the body
-                    # came from the same key, nonce and bytes (StreamOpener).
-                    codec.last_nonce = nonce
-                    frame = None if body is None else stream[1].complete(data, body)  # type: ignore[union-attr]
-                else:
-                    frame = stream[1](data)  # type: ignore[misc]
-            except (AuthenticationError, DecodeError):
-                frame = None
-            if type(frame) is not bytes:
-                session.receive_datagram(data, addr, now)  # not the stream's (or bad): judged in full
-                continue
-            # _receive_lone's steps for unreliable data but those the opener's
-            # constant bytes (the peer's identity) and made_for took.
-            if not peer.replay.accept_value(int.from_bytes(codec.last_nonce[-7:], "big")):
-                session._tally.drop(DropReason.REPLAYED)
-                continue
-            if peer.replay.advanced:  # (see Links.fresh)
-                peer.last_heard = now
-            peer.packets_received += 1
-            delivered += 1
-            handler = session.data_handler
-            if handler is not None:
-                handler(peer.index, frame, False)
-            elif len(session._events) < EVENT_QUEUE_LIMIT:
-                session._events.append(DataReceived(peer.index, frame, False))
-            else:
-                session._tally.drop(DropReason.QUEUE_FULL)
-    finally:
-        counters["packets_received"] += delivered
-        counters["unreliable_delivered"] += delivered
-
-
-def _oversized(session: MeshSession, data: bytes) -> bool:
-    """Whether *data* is longer than a node takes (``MAX_DATAGRAM``; the driver reads one byte
-    more, so a longer datagram arrives cut, and would otherwise fail as a bad tag): dropped."""
-    if len(data) <= MAX_DATAGRAM:
-        return False
-    session._tally.drop(DropReason.OVERSIZED)
-    return True
-
-
-def _open_in_one_call(
-    session: MeshSession, batch: Sequence[tuple[bytes, tuple[str, int]]]
-) -> dict[int, tuple[StreamOpener, bytes, bytes | None]] | None:
-    """Open the stream datagrams of *batch* in one AEAD call, ahead of :func:`_receive_batch`'s loop.
-
-    For an AEAD that opens many packets cheaper than one by one (pycryptodome's
-    fast path; see ``StreamOpener``): position in *batch* -> (the opener that
-    prepared it, nonce, plaintext or None for a tag that failed).  Opening is
-    pure, so doing it first changes nothing; the loop still judges each
-    datagram in order, and uses a result only if that opener is still the
-    peer's when the datagram's turn comes.
-    """
-    peers = session.peers
-    codec = session.codec
-    where: list[int] = []
-    by: list[StreamOpener] = []
-    nonces: list[bytes] = []
-    cts: list[bytes] = []
-    tags: list[bytes] = []
-    many = None
-    for i, (data, addr) in enumerate(batch):
-        peer = peers.get(addr)
-        if peer is None or not peer.connected or peer.opener is None:
-            continue
-        made_for, opener = peer.opener
-        if opener is None or opener.open_many is None or made_for != (codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id):
-            continue
-        prepared = opener.prepare(data)
-        if prepared is None:
-            continue
-        many = opener.open_many  # one codec, so one key for all of them
-        where.append(i)
-        by.append(opener)
-        nonces.append(prepared[0])
-        cts.append(prepared[1])
-        tags.append(prepared[2])
-    if many is None or len(where) < 2:
-        return None
-    bodies = many(nonces, cts, tags)
-    return {i: (opener, nonce, body) for i, opener, nonce, body in zip(where, by, nonces, bodies, strict=True)}

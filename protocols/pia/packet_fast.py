@@ -38,6 +38,7 @@ from protocols.errors import AuthenticationError
 from protocols.pia.header import PacketHeader, header_layout
 from protocols.pia.message import Message, decode_messages, lone_delta_layout
 from protocols.pia.nonce import nonce_parts
+from protocols.pia.stream_plan import OpenPlan, SealPlan, open_by_plan, seal_by_plan
 from protocols.pia.packet_values import LoneMessage, Packet, new_named, pack_footer, unpack_footer
 from protocols.pia.versions import HeaderFormat, MessageFormat, VersionProfile
 
@@ -60,7 +61,7 @@ class PacketCodec(Protocol):
     def _decode_general(self, data: bytes, source: str, *, verify: bool = True) -> Packet: ...
     def _split_inner(self, plaintext: bytes, header: PacketHeader) -> tuple[bytes, bytes]: ...
 
-__all__ = ["StreamOpener", "StreamSealer", "fast_decoder", "fast_encoder", "lone_opener", "lone_sealer", "packet_of_lone"]
+__all__ = ["OpenPlan", "SealPlan", "StreamOpener", "StreamSealer", "fast_decoder", "fast_encoder", "lone_opener", "lone_sealer", "packet_of_lone"]
 
 
 class StreamSealer(Protocol):
@@ -76,6 +77,7 @@ class StreamSealer(Protocol):
     prepare: Callable[[int, bytes, bytes], tuple[bytes, bytes] | None]
     assemble: Callable[[int, bytes, int, bytes], bytes]
     seal_many: Callable[[list[bytes], list[bytes]], list[bytes]] | None
+    plan: SealPlan | None
 
     def __call__(self, packet_id: int, header_nonce: bytes, payload: bytes) -> bytes: ...
 
@@ -93,6 +95,7 @@ class StreamOpener(Protocol):
     prepare: Callable[[bytes], tuple[bytes, bytes, bytes] | None]
     complete: Callable[[bytes, bytes], Any]
     open_many: Callable[[list[bytes], list[bytes], list[bytes]], list[bytes | None]] | None
+    plan: OpenPlan | None
 
     def __call__(self, data: bytes) -> Any: ...
 
@@ -420,9 +423,19 @@ def lone_sealer(codec: PacketCodec, header: PacketHeader, message: Message, sour
                 many = None  # (never seen: the steps are sealer's own lines)
         except Exception:
             return None
+    plan = None
+    if is_cd and not is_mg and many is None:
+        fields = (full, flags, tp, dest, src) if is_me else (full, flags, tp, dest)
+        plan = SealPlan(lead, skip, seal, mpack, fields, tuple(t[0] for t in tails), hpack, magic, vb, conn, tag_part)
+        # Trust it only where it gives the sealer's bytes.
+        for packet_id, hn, payload in ((1, bytes(8), b""), (0xFFFF, bytes(range(9, 17)), bytes(range(37)))):
+            if seal_by_plan(plan, packet_id, hn, payload) != sealer(packet_id, hn, payload):
+                plan = None
+                break
     sealer.prepare = prepare  # type: ignore[attr-defined]
     sealer.assemble = assemble  # type: ignore[attr-defined]
     sealer.seal_many = many  # type: ignore[attr-defined]
+    sealer.plan = plan  # type: ignore[attr-defined]
     return sealer  # type: ignore[return-value]
 
 
@@ -552,9 +565,25 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> StreamOpe
                 return None
             if many is not None and in_two_steps(data) != got:
                 many = None  # (never seen: the steps are opener's own lines)
+    plan = None
+    if raw is not None:
+        plan = OpenPlan(prefix, hsize, fs_at, lead, nonce_at, tag_at, decrypt, tag_error, mfirst, mrest, mhsize,
+                        tuple(tails), tuple(tail_lens))
+        # Trust it only where it gives the opener's payloads (and refuses what the opener does not call ours).
+        for packet_id, hn, payload in ((1, bytes(8), b""), (0xFFFF, bytes(range(9, 17)), bytes(range(37)))):
+            head = attrs.evolve(header, packet_id=packet_id, nonce=hn, tag=b"")
+            for message in (attrs.evolve(probe.messages[0], payload=payload), other):
+                data = codec.encode(Packet(head, (message,)), source)
+                got = opener(data)
+                if open_by_plan(plan, data) != (got if type(got) is bytes else None):
+                    plan = None
+                    break
+            if plan is None:
+                break
     opener.prepare = prepare  # type: ignore[attr-defined]
     opener.complete = complete  # type: ignore[attr-defined]
     opener.open_many = many  # type: ignore[attr-defined]
+    opener.plan = plan  # type: ignore[attr-defined]
     return opener  # type: ignore[return-value]
 
 

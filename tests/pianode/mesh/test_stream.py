@@ -1,0 +1,89 @@
+"""A connected peer's stream in and out (pianode.mesh.stream): the same bytes, payloads, counters and
+drops as the outbox's and the session's general steps, and never for a peer's old identity."""
+
+from __future__ import annotations
+
+import pytest
+from mesh_harness import BatchHarness
+
+from pianode.mesh import stream
+
+
+def _formed(version: str = "5.18", backend: str = "cryptography") -> BatchHarness:
+    h = BatchHarness(3, version=version, aead_backend=backend)
+    assert h.form()
+    return h
+
+
+def _frames(h: BatchHarness, count: int) -> list[list[tuple[bytes, tuple[str, int]]]]:
+    """Station 0's frame to every member, *count* times, from packet id 65533 on (across the wrap)."""
+    sender = h.sessions[0]
+    for peer in sender.peers.values():
+        peer.tx_ids.next_id = 0xFFFD
+    out = []
+    for k in range(count):
+        sealed = sender.broadcast_unreliable_now(b"F" + bytes([k]) * (k * 7 % 40), h.now)
+        assert sealed is not None
+        out.append(sealed[1])
+    return out
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.10", "5.23", "5.4"])
+def test_frames_sealed_inline_are_the_outboxs_bytes(version: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    inline, general = _formed(version), _formed(version)
+    got = _frames(inline, 6)
+    used = [p.outbound is not None for p in inline.sessions[0].peers.values()]
+    monkeypatch.setattr(stream, "seal_frames", lambda *a: None)  # the outbox's own loop
+    assert _frames(general, 6) == got
+    assert inline.sessions[0].counters == general.sessions[0].counters
+    # H-C and H-D headers (5.11-5.26) with a one-call seal are sealed inline; the others keep the outbox's loop.
+    assert all(used) if version in ("5.18", "5.23") else not any(used)
+
+
+def test_an_identity_change_forgets_the_stream_paths() -> None:
+    h = _formed()
+    a, b = h.sessions[0], h.sessions[1]
+    got: list[tuple[int, bytes]] = []
+    b.data_handler = lambda index, data, reliable: got.append((index, data))
+    for k in range(3):
+        sealed = a.broadcast_unreliable_now(b"F%d" % k, h.now)
+        assert sealed is not None
+        b.receive_datagrams([(d, a.local_address) for d, dst in sealed[1] if dst == b.local_address], h.now)
+    assert [data for _, data in got] == [b"F0", b"F1", b"F2"]
+    to_b = a.peers[b.local_address]
+    from_a = b.peers[a.local_address]
+    assert to_b.outbound is not None and from_a.inbound is not None
+    for field in ("index", "constant_id", "variable_id", "peer_conn_id", "own_conn_id", "connected"):
+        from_a.inbound = object()
+        to_b.outbound = object()
+        setattr(from_a, field, getattr(from_a, field))
+        setattr(to_b, field, getattr(to_b, field))
+        assert from_a.inbound is None and to_b.outbound is None, field
+    # B now knows A by another constant id: A's frames under the old one are refused, as the general path refuses them.
+    from_a.constant_id ^= 1
+    sealed = a.broadcast_unreliable_now(b"F3", h.now)
+    assert sealed is not None
+    mismatches = b.drops["identity_mismatch"]
+    b.receive_datagrams([(d, a.local_address) for d, dst in sealed[1] if dst == b.local_address], h.now)
+    assert [data for _, data in got] == [b"F0", b"F1", b"F2"]
+    assert b.drops["identity_mismatch"] == mismatches + 1
+
+
+def test_a_tampered_or_replayed_frame_is_dropped_and_counted() -> None:
+    h = _formed()
+    a, b = h.sessions[0], h.sessions[1]
+    got: list[bytes] = []
+    b.data_handler = lambda index, data, reliable: got.append(data)
+    frames = []
+    for k in range(3):
+        sealed = a.broadcast_unreliable_now(b"F%d" % k, h.now)
+        assert sealed is not None
+        frames += [d for d, dst in sealed[1] if dst == b.local_address]
+    b.receive_datagrams([(frames[0], a.local_address), (frames[1], a.local_address)], h.now)
+    assert b.peers[a.local_address].inbound is not None
+    tampered = bytearray(frames[2])
+    tampered[-1] ^= 1
+    bad_tags, replayed = b.drops["bad_tag"], b.drops["replayed"]
+    b.receive_datagrams([(bytes(tampered), a.local_address), (frames[0], a.local_address), (frames[2], a.local_address)], h.now)
+    assert got == [b"F0", b"F1", b"F2"]
+    assert (b.drops["bad_tag"], b.drops["replayed"]) == (bad_tags + 1, replayed + 1)
