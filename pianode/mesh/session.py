@@ -120,7 +120,7 @@ class MeshSession:
         self._plain = legacy.plain_packets(profile, config.network)
         self._codec_key = 0
         self._decode_lone: Callable[[bytes, str], Packet | LoneMessage] | None = None
-        self._open_in_batches = False  # the codec's AEAD opens a batch in one call (_open_in_one_call)
+        self._open_in_batches = False  # the codec's AEAD opens a batch in one call (pianode.mesh.stream._open_together)
         self._events: collections.deque[Event] = collections.deque()
         #: Handlers for sub-protocols the application runs itself (LDN's Local protocol, spec §5.10):
         #: called with (source station index, protocol port, payload) for each message from a member.

@@ -14,8 +14,9 @@ loop over a whole batch runs them without a call per packet.
   connected peer whose :class:`Inbound` is current is opened here and its
   payload delivered; anything else (another shape, a bad tag, another
   message) goes through ``MeshSession.receive_datagram``, which judges it in
-  full.  Without an unchecked one-call open (pycryptodome) the peer's opener
-  does it, a batch opened in one AEAD call (:func:`_receive_batch_in_steps`).
+  full.  Where the AEAD opens many packets in one call cheaper than one by one
+  (pycryptodome's fast path), the batch's stream datagrams are opened first in
+  one call (:func:`_open_together`), and each is then judged in its turn.
 * :func:`seal_frames`: a frame to every member, one loop over their
   :class:`Outbound` records, for ``Outbox.seal_unreliable_each``.
 
@@ -37,7 +38,6 @@ from pianode.mesh.packet_ids import NONCE_MASK
 from pianode.mesh.events import DataReceived
 from pianode.mesh.peer import Peer
 from pianode.mesh.stats import DropReason
-from protocols.errors import AuthenticationError, DecodeError
 from protocols.pia.packet_fast import StreamOpener
 from protocols.pia.stream_plan import OpenPlan, SealPlan
 
@@ -49,16 +49,16 @@ class Inbound:
     and what they were made for."""
 
     __slots__ = ("opener", "codec", "index", "prefix", "header_size", "footer_at", "nonce_lead", "nonce_at", "tag_at",
-                 "decrypt", "tag_error", "message_first", "message_rest", "message_header_size", "tails", "tail_lengths")  # fmt: skip
+                 "decrypt", "tag_error", "open_many", "message_first", "message_rest", "message_header_size", "tails", "tail_lengths")  # fmt: skip
 
     def __init__(self, opener: tuple[tuple[object, ...], StreamOpener | None], codec: object, index: int, plan: OpenPlan) -> None:
         self.opener, self.codec, self.index = opener, codec, index
         (self.prefix, self.header_size, self.footer_at, self.nonce_lead, self.nonce_at, self.tag_at, self.decrypt,
-         self.tag_error, self.message_first, self.message_rest, self.message_header_size, self.tails,
+         self.tag_error, self.open_many, self.message_first, self.message_rest, self.message_header_size, self.tails,
          self.tail_lengths) = plan  # fmt: skip
 
 
-def _inbound(session: Any, peer: Peer, codec: object) -> Inbound | None:
+def _inbound(peer: Peer, codec: object) -> Inbound | None:
     """The peer's :class:`Inbound`, made now if its opener is current and has a plan; else None."""
     stream = peer.opener
     if stream is None or stream[1] is None or not peer.connected or peer.index is None:
@@ -73,35 +73,43 @@ def _inbound(session: Any, peer: Peer, codec: object) -> Inbound | None:
 def receive_batch(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], now: float) -> None:
     """``MeshSession.receive_datagram`` for each of *batch* in order (what the driver read in one go);
     a connected peer's frames are opened and delivered here (see the module)."""
-    if session._open_in_batches:
-        _receive_batch_in_steps(session, batch, now)
-        return
     peers = session.peers
     membership = session.membership
     counters = session.counters
     offset = session._group_offset
     codec = session.codec
     closed = codec is None or membership.closed
+    # An AEAD that opens many packets in one call cheaper than one by one (pycryptodome's fast path):
+    # the stream datagrams are opened first, and each is then judged in its turn (below).
+    opened = _open_together(session, batch, codec) if session._open_in_batches and not closed and len(batch) > 1 else None
     delivered = 0
     try:
-        for data, addr in batch:
+        for i, (data, addr) in enumerate(batch):
             peer = peers.get(addr)
             if peer is None or closed or len(data) > MAX_DATAGRAM or (offset is not None and len(data) > offset and data[offset]):
                 pass  # judged in full below
             else:
                 ib = peer.inbound
                 if ib is None or ib.codec is not codec or ib.opener is not peer.opener:
-                    ib = _inbound(session, peer, codec)
+                    ib = _inbound(peer, codec)
                 if ib is not None:
                     # OpenPlan, inline: the stream's shape, the tag, then the message.
                     hsize = ib.header_size
                     if len(data) >= hsize and data.startswith(ib.prefix) and not (ib.footer_at and data[ib.footer_at]):
                         tag_at = ib.tag_at
                         header_nonce = data[ib.nonce_at : tag_at]
-                        try:
-                            body = ib.decrypt(ib.nonce_lead + header_nonce, data[hsize:] + data[tag_at:hsize], None)
-                        except ib.tag_error:
-                            body = b""  # judged in full below (and dropped there as a bad tag)
+                        if opened is None:
+                            if ib.decrypt is None:
+                                body = b""  # (a batch of one, on an AEAD that opens in batches: below)
+                            else:
+                                try:
+                                    body = ib.decrypt(ib.nonce_lead + header_nonce, data[hsize:] + data[tag_at:hsize], None)
+                                except ib.tag_error:
+                                    body = b""  # judged in full below (and dropped there as a bad tag)
+                        else:
+                            # Opened with the others, by this very Inbound's plan (else judged in full below).
+                            got = opened.get(i)
+                            body = got[1] if got is not None and got[0] is ib and got[1] is not None else b""
                         if body.startswith(ib.message_first) and body.startswith(ib.message_rest, 4):
                             size = body[2] << 8 | body[3]
                             stop = ib.message_header_size + size
@@ -132,66 +140,36 @@ def receive_batch(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], 
         counters["unreliable_delivered"] += delivered
 
 
-def _receive_batch_in_steps(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], now: float) -> None:
-    """:func:`receive_batch` through each peer's opener (an AEAD without an unchecked one-call open:
-    the codec's opener, or pycryptodome's batch open): a connected peer's unreliable data with what the
-    datagrams share read once (the codec, the counters added per batch); any other datagram goes through
-    ``MeshSession.receive_datagram``."""
+def _open_together(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], codec: object) -> dict[int, tuple[Inbound, bytes | None]]:
+    """The stream datagrams of *batch* opened in one AEAD call (``OpenPlan.open_many``): position in
+    *batch* -> (the Inbound whose plan read it, its body or None for a tag that fails).  Opening is
+    pure, so doing it first changes nothing: :func:`receive_batch` still judges each datagram in its
+    turn, and takes the body only if that Inbound is still the peer's then."""
     peers = session.peers
-    membership = session.membership
-    counters = session.counters
     offset = session._group_offset
-    delivered = 0
-    opened = _open_in_one_call(session, batch) if session._open_in_batches and len(batch) > 1 else None
-    try:
-        for i, (data, addr) in enumerate(batch):
-            if len(data) > MAX_DATAGRAM and oversized(session, data):
-                continue
-            codec = session.codec
-            peer = peers.get(addr)
-            stream = None if peer is None or not peer.connected else peer.opener
-            if (
-                stream is None
-                or codec is None
-                or membership.closed
-                or (offset is not None and len(data) > offset and data[offset] != 0)  # a footer: group packet
-                or stream[0] != (codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id)  # type: ignore[union-attr]
-                or stream[1] is None  # the codec has no opener for this shape (e.g. 6.32+: H-G's encrypted footer)
-            ):
-                session.receive_datagram(data, addr, now)
-                continue
-            assert peer is not None and peer.index is not None
-            try:
-                if opened is not None and i in opened and opened[i][0] is stream[1]:
-                    _, nonce, body = opened[i]
-                    # What the opener would have done with this datagram: the body
-                    # came from the same key, nonce and bytes (StreamOpener).
-                    codec.last_nonce = nonce
-                    frame = None if body is None else stream[1].complete(data, body)  # type: ignore[union-attr]
-                else:
-                    frame = stream[1](data)  # type: ignore[misc]
-            except (AuthenticationError, DecodeError):
-                frame = None
-            if type(frame) is not bytes:
-                session.receive_datagram(data, addr, now)  # not the stream's (or bad): judged in full
-                continue
-            # _receive_lone's steps for unreliable data but those the opener's
-            # constant bytes (the peer's identity) and made_for took.
-            if not peer.replay.accept_value(int.from_bytes(codec.last_nonce[-7:], "big")):
-                session._tally.drop(DropReason.REPLAYED)
-                continue
-            if peer.replay.advanced:  # (see Links.fresh)
-                peer.last_heard = now
-            peer.packets_received += 1
-            delivered += 1
-            handler = session.data_handler
-            if handler is not None:
-                handler(peer.index, frame, False)
-            else:
-                session.emit(DataReceived(peer.index, frame, False))
-    finally:
-        counters["packets_received"] += delivered
-        counters["unreliable_delivered"] += delivered
+    where: list[tuple[int, Inbound]] = []
+    nonces: list[bytes] = []
+    cts: list[bytes] = []
+    tags: list[bytes] = []
+    for i, (data, addr) in enumerate(batch):
+        peer = peers.get(addr)
+        if peer is None or len(data) > MAX_DATAGRAM or (offset is not None and len(data) > offset and data[offset]):
+            continue
+        ib = peer.inbound
+        if ib is None or ib.codec is not codec or ib.opener is not peer.opener:
+            ib = _inbound(peer, codec)
+        if ib is None or ib.open_many is None:
+            continue
+        hsize, tag_at = ib.header_size, ib.tag_at
+        if len(data) >= hsize and data.startswith(ib.prefix) and not (ib.footer_at and data[ib.footer_at]):
+            where.append((i, ib))
+            nonces.append(ib.nonce_lead + data[ib.nonce_at : tag_at])
+            cts.append(data[hsize:])
+            tags.append(data[tag_at:hsize])
+    if not where:
+        return {}
+    bodies = where[0][1].open_many(nonces, cts, tags)  # (one codec, so one key for all of them)
+    return {i: (ib, body) for (i, ib), body in zip(where, bodies, strict=True)}
 
 
 def oversized(session: Any, data: bytes) -> bool:
@@ -201,48 +179,6 @@ def oversized(session: Any, data: bytes) -> bool:
         return False
     session._tally.drop(DropReason.OVERSIZED)
     return True
-
-
-def _open_in_one_call(
-    session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]]
-) -> dict[int, tuple[StreamOpener, bytes, bytes | None]] | None:
-    """Open the stream datagrams of *batch* in one AEAD call, ahead of :func:`_receive_batch`'s loop.
-
-    For an AEAD that opens many packets cheaper than one by one (pycryptodome's
-    fast path; see ``StreamOpener``): position in *batch* -> (the opener that
-    prepared it, nonce, plaintext or None for a tag that failed).  Opening is
-    pure, so doing it first changes nothing; the loop still judges each
-    datagram in order, and uses a result only if that opener is still the
-    peer's when the datagram's turn comes.
-    """
-    peers = session.peers
-    codec = session.codec
-    where: list[int] = []
-    by: list[StreamOpener] = []
-    nonces: list[bytes] = []
-    cts: list[bytes] = []
-    tags: list[bytes] = []
-    many = None
-    for i, (data, addr) in enumerate(batch):
-        peer = peers.get(addr)
-        if peer is None or not peer.connected or peer.opener is None:
-            continue
-        made_for, opener = peer.opener
-        if opener is None or opener.open_many is None or made_for != (codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id):
-            continue
-        prepared = opener.prepare(data)
-        if prepared is None:
-            continue
-        many = opener.open_many  # one codec, so one key for all of them
-        where.append(i)
-        by.append(opener)
-        nonces.append(prepared[0])
-        cts.append(prepared[1])
-        tags.append(prepared[2])
-    if many is None or len(where) < 2:
-        return None
-    bodies = many(nonces, cts, tags)
-    return {i: (opener, nonce, body) for i, opener, nonce, body in zip(where, by, nonces, bodies, strict=True)}
 
 
 class Outbound:
@@ -287,24 +223,42 @@ def seal_frames(outbox: Any, peers: Sequence[Peer], data: bytes, now: float) -> 
                 return None
         streams.append(ob)
     plan = streams[0].plan  # (the constants every packet of the codec shares: SealPlan)
+    n = len(data)
+    if n > 0xFFFF:
+        return None  # (the outbox's loop reports it)
     message_pack, header_pack, tag_part = plan.message_pack, plan.header_pack, plan.tag_part
     magic, version_byte = plan.magic, plan.version_byte
-    n = len(data)
     tail = plan.tails[n & 15]
     counter = outbox._nonce_counter
     out = []
     append = out.append
+    if plan.seal is None:
+        # One AEAD call for all of them (pycryptodome's fast path): nonces and plaintexts first.
+        ids_and_nonces = []
+        nonces = []
+        bodies = []
+        for ob in streams:
+            counter = (counter + 1) & NONCE_MASK
+            header_nonce = counter.to_bytes(8, "big")
+            ids_and_nonces.append((ob.peer.tx_ids.next(), header_nonce))
+            fields = ob.message_fields
+            nonces.append(ob.nonce_lead + header_nonce[ob.nonce_skip :])
+            bodies.append(message_pack(fields[0], fields[1], n, *fields[2:]) + data + tail)
+        for ob, (packet_id, header_nonce), sealed in zip(streams, ids_and_nonces, plan.seal_many(nonces, bodies), strict=True):
+            append((header_pack(magic, version_byte, ob.connection_id, packet_id, header_nonce, sealed[tag_part]) + sealed[:-16], ob.address))
+    else:
+        for ob in streams:
+            counter = (counter + 1) & NONCE_MASK
+            header_nonce = counter.to_bytes(8, "big")
+            ids = ob.peer.tx_ids
+            packet_id = ids.next_id
+            ids.next_id = 1 if packet_id == 0xFFFF else packet_id + 1  # PacketIdCounter.next, inline
+            fields = ob.message_fields
+            sealed = ob.seal(
+                ob.nonce_lead + header_nonce[ob.nonce_skip :], message_pack(fields[0], fields[1], n, *fields[2:]) + data + tail, None
+            )
+            append((header_pack(magic, version_byte, ob.connection_id, packet_id, header_nonce, sealed[tag_part]) + sealed[:-16], ob.address))
     for ob in streams:
-        counter = (counter + 1) & NONCE_MASK
-        header_nonce = counter.to_bytes(8, "big")
-        ids = ob.peer.tx_ids
-        packet_id = ids.next_id
-        ids.next_id = 1 if packet_id == 0xFFFF else packet_id + 1  # PacketIdCounter.next, inline
-        fields = ob.message_fields
-        sealed = ob.seal(
-            ob.nonce_lead + header_nonce[ob.nonce_skip :], message_pack(fields[0], fields[1], n, *fields[2:]) + data + tail, None
-        )
-        append((header_pack(magic, version_byte, ob.connection_id, packet_id, header_nonce, sealed[tag_part]) + sealed[:-16], ob.address))
         peer = ob.peer
         peer.packets_sent += 1
         peer.last_sent = now

@@ -424,9 +424,10 @@ def lone_sealer(codec: PacketCodec, header: PacketHeader, message: Message, sour
         except Exception:
             return None
     plan = None
-    if is_cd and not is_mg and many is None:
+    if is_cd and not is_mg:
         fields = (full, flags, tp, dest, src) if is_me else (full, flags, tp, dest)
-        plan = SealPlan(lead, skip, seal, mpack, fields, tuple(t[0] for t in tails), hpack, magic, vb, conn, tag_part)
+        plan = SealPlan(lead, skip, seal if many is None else None, many, mpack, fields, tuple(t[0] for t in tails),
+                        hpack, magic, vb, conn, tag_part)  # fmt: skip
         # Trust it only where it gives the sealer's bytes.
         for packet_id, hn, payload in ((1, bytes(8), b""), (0xFFFF, bytes(range(9, 17)), bytes(range(37)))):
             if seal_by_plan(plan, packet_id, hn, payload) != sealer(packet_id, hn, payload):
@@ -566,9 +567,10 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> StreamOpe
             if many is not None and in_two_steps(data) != got:
                 many = None  # (never seen: the steps are opener's own lines)
     plan = None
-    if raw is not None:
-        plan = OpenPlan(prefix, hsize, fs_at, lead, nonce_at, tag_at, decrypt, tag_error, mfirst, mrest, mhsize,
-                        tuple(tails), tuple(tail_lens))
+    if raw is not None or many is not None:
+        plan = OpenPlan(prefix, hsize, fs_at, lead, nonce_at, tag_at, decrypt if raw is not None else None,
+                        tag_error if raw is not None else AuthenticationError, None if raw is not None else many,
+                        mfirst, mrest, mhsize, tuple(tails), tuple(tail_lens))  # fmt: skip
         # Trust it only where it gives the opener's payloads (and refuses what the opener does not call ours).
         for packet_id, hn, payload in ((1, bytes(8), b""), (0xFFFF, bytes(range(9, 17)), bytes(range(37)))):
             head = attrs.evolve(header, packet_id=packet_id, nonce=hn, tag=b"")

@@ -16,20 +16,23 @@ __all__ = ["OpenPlan", "SealPlan", "open_by_plan", "seal_by_plan"]
 
 class SealPlan(NamedTuple):
     """A stream sealer's packet as fields, for a caller that seals a frame to many peers in one loop
-    (``pianode.mesh.stream``): H-C/H-D headers, messages with a destination (M-C..M-E), the AEAD's
-    one-call seal.  The datagram for packet id ``pid``, header nonce ``hn`` and *payload* of ``n`` bytes::
+    (``pianode.mesh.stream``): H-C/H-D headers, messages with a destination (M-C..M-E).  The datagram for
+    packet id ``pid``, header nonce ``hn`` and *payload* of ``n`` bytes::
 
         sealed = seal(nonce_lead + hn[nonce_skip:],
                       message_pack(full, flags, n, *rest) + payload + tails[n & 15], None)
         datagram = header_pack(magic, version_byte, connection_id, pid, hn, sealed[tag_part]) + sealed[:-16]
 
+    with the AEAD's one-call ``seal``, or (``seal`` None: pycryptodome's fast path) ``seal_many`` of the
+    nonces and plaintexts of many packets at once giving each ``sealed``;
     where ``message_fields`` is ``(full, flags, *rest)``: the message header's fields but its size; which is
     ``sealer(pid, hn, payload)``'s bytes (checked when the sealer is made).
     """
 
     nonce_lead: bytes
     nonce_skip: int
-    seal: Callable[[bytes, bytes, bytes | None], bytes]
+    seal: Callable[[bytes, bytes, bytes | None], bytes] | None
+    seal_many: Callable[[list[bytes], list[bytes]], list[bytes]] | None
     message_pack: Callable[..., bytes]
     message_fields: tuple[int, ...]
     tails: tuple[bytes, ...]
@@ -42,10 +45,13 @@ class SealPlan(NamedTuple):
 
 class OpenPlan(NamedTuple):
     """A stream opener's checks as fields, for a caller that opens a batch in one loop
-    (``pianode.mesh.stream``), where the AEAD has an unchecked full-tag open.  A datagram is the
-    stream's when ``len(d) >= header_size``, ``d.startswith(prefix)``, ``not (footer_at and
-    d[footer_at])``; then ``decrypt(nonce_lead + d[nonce_at:tag_at], d[header_size:] +
-    d[tag_at:header_size], None)`` is its body (or raises ``tag_error``), and the body is the stream's
+    (``pianode.mesh.stream``).  A datagram is the stream's when ``len(d) >= header_size``,
+    ``d.startswith(prefix)``, ``not (footer_at and d[footer_at])``; then ``decrypt(nonce_lead +
+    d[nonce_at:tag_at], d[header_size:] + d[tag_at:header_size], None)`` is its body (or raises
+    ``tag_error``): the AEAD's unchecked full-tag open; or (``decrypt`` None: pycryptodome's fast path)
+    ``open_many(nonces, ciphertexts, tags)`` of many datagrams at once, the ciphertext
+    ``d[header_size:]`` and the tag ``d[tag_at:header_size]``, gives each body or None for a tag that
+    fails.  The body is the stream's
     message when it starts with ``message_first``, has ``message_rest`` at 4, and its length and end fit
     the size in bytes 2-3 (``message_header_size + size + tails``); the payload follows the header.
     ``opener(d)`` gives the same payload (checked when the opener is made)."""
@@ -56,8 +62,9 @@ class OpenPlan(NamedTuple):
     nonce_lead: bytes
     nonce_at: int
     tag_at: int
-    decrypt: Callable[[bytes, bytes, bytes | None], bytes]
+    decrypt: Callable[[bytes, bytes, bytes | None], bytes] | None
     tag_error: type[Exception]
+    open_many: Callable[[list[bytes], list[bytes], list[bytes]], list[bytes | None]] | None
     message_first: bytes
     message_rest: bytes
     message_header_size: int
@@ -70,7 +77,8 @@ def seal_by_plan(plan: SealPlan, packet_id: int, hn: bytes, payload: bytes) -> b
     n = len(payload)
     fields = plan.message_fields
     body = plan.message_pack(fields[0], fields[1], n, *fields[2:]) + payload + plan.tails[n & 15]
-    sealed = plan.seal(plan.nonce_lead + hn[plan.nonce_skip :], body, None)
+    nonce = plan.nonce_lead + hn[plan.nonce_skip :]
+    sealed = plan.seal(nonce, body, None) if plan.seal is not None else plan.seal_many([nonce], [body])[0]
     return plan.header_pack(plan.magic, plan.version_byte, plan.connection_id, packet_id, hn, sealed[plan.tag_part]) + sealed[:-16]
 
 
@@ -80,7 +88,15 @@ def open_by_plan(plan: OpenPlan, data: bytes) -> bytes | None:
     hsize, tag_at = plan.header_size, plan.tag_at
     if len(data) < hsize or not data.startswith(plan.prefix) or (plan.footer_at and data[plan.footer_at]):
         return None
-    body = plan.decrypt(plan.nonce_lead + data[plan.nonce_at : tag_at], data[hsize:] + data[tag_at:hsize], None)
+    nonce = plan.nonce_lead + data[plan.nonce_at : tag_at]
+    if plan.decrypt is not None:
+        body = plan.decrypt(nonce, data[hsize:] + data[tag_at:hsize], None)
+    else:
+        assert plan.open_many is not None
+        opened = plan.open_many([nonce], [data[hsize:]], [data[tag_at:hsize]])[0]
+        if opened is None:
+            raise plan.tag_error("tag mismatch")
+        body = opened
     if not (body.startswith(plan.message_first) and body.startswith(plan.message_rest, 4)):
         return None
     size = body[2] << 8 | body[3]

@@ -5,8 +5,8 @@ stream of frames, replays, tampered and truncated copies, packets of other
 shapes, datagrams from unknown addresses) go to one receiver one by one and to
 its twin as one batch.  What the application gets, the counters and the drops
 must be the same.  On pycryptodome the batch is opened in one AEAD call
-(``_open_in_one_call``) and a frame to every station sealed in one
-(``_seal_staged``): the same bytes and the same outcome as one by one.
+(``pianode.mesh.stream._open_together``) and a frame to every station sealed in one
+(``pianode.mesh.stream.seal_frames``): the same bytes and the same outcome as one by one.
 """
 
 from __future__ import annotations
@@ -152,9 +152,11 @@ def test_on_pycryptodome_a_batch_is_opened_in_one_call(version: str) -> None:
     for peer in receiver.peers.values():
         assert peer.opener is not None and peer.opener[1] is not None
         opener = peer.opener[1]
-        assert opener.open_many is not None
-        many = opener.open_many
-        opener.open_many = lambda nonces, cts, tags, many=many: (calls.append(len(nonces)), many(nonces, cts, tags))[1]
+        assert opener.plan is not None and opener.plan.open_many is not None and opener.plan.decrypt is None
+        many = opener.plan.open_many
+        counting = lambda nonces, cts, tags, many=many: (calls.append(len(nonces)), many(nonces, cts, tags))[1]  # noqa: E731
+        opener.plan = opener.plan._replace(open_many=counting)  # (what pianode.mesh.stream opens with)
+        peer.forget_streams()
     receiver.receive_datagrams(datagrams[2:], h.now)
     assert calls == [10]
     assert got == [data for data in got if data[:1] == b"F"] and len(got) == 12
