@@ -7,7 +7,7 @@ Rounds alternate: the floor, then the node's session, again and again, so that
 load from other processes on the machine falls on both alike.
 
 * The floor is :func:`pianode.bench.floor.bare_frame_floor`, the bench's: a plain loop with no Trio and no
-  Pia state, one non-blocking socket per station, every round each station seals one frame per peer with the
+  Pia state (split over as many processes as the node's, ``--processes``), one non-blocking socket per station, every round each station seals one frame per peer with the
   backend's cheapest AEAD call and sends it, then every socket is drained and each packet opened; its rounds
   run at the session's rate, as the session's ticks do.  CPU time over delivered frames.
 * The node: :class:`pianode.sim.mesh_run.MeshRun` (or ProcessMeshRun) with
@@ -30,9 +30,10 @@ from pianode.mesh.config import NodeConfig
 from pianode.sim.mesh_run import MeshRun
 
 
-def floor(nodes: int, rate: float, seconds: float, backend: str, base: str) -> float:
-    """CPU µs per delivered frame of the bare loop, paced at *rate* as the session (pianode.bench.floor)."""
-    return bare_frame_floor(nodes, backend, seconds, rate=rate, first_address=base)["cpu_us_per_frame"]
+def floor(nodes: int, rate: float, seconds: float, backend: str, base: str, processes: int = 1) -> float:
+    """CPU µs per delivered frame of the bare loop, paced at *rate* as the session, over as many processes
+    (pianode.bench.floor)."""
+    return bare_frame_floor(nodes, backend, seconds, rate=rate, first_address=base, processes=processes)["cpu_us_per_frame"]
 
 
 class _MeasuredRun(MeshRun):
@@ -90,7 +91,7 @@ def main() -> int:
     for stations in [int(x) for x in str(a.nodes).split(",")]:
         floors, nodes_us = [], []
         for k in range(a.rounds):
-            f = floor(stations, a.rate, a.seconds, a.backend, a.base)
+            f = floor(stations, a.rate, a.seconds, a.backend, a.base, a.processes)
             n, frames = node(stations, a.rate, a.seconds, a.version, a.backend, a.processes, a.base)
             floors.append(f)
             nodes_us.append(n)

@@ -25,6 +25,8 @@ to every station (and a socket's batch) at a time, as the node calls it.
 from __future__ import annotations
 
 import ipaddress
+import multiprocessing
+import os
 import socket
 import time
 from typing import Any
@@ -40,11 +42,12 @@ _RCVBUF = 1 << 20
 
 
 def bare_frame_floor(
-    stations: int, backend: str | None, seconds: float, *, rate: float | None = None, first_address: str = "127.0.0.1"
+    stations: int, backend: str | None, seconds: float, *, rate: float | None = None, first_address: str = "127.0.0.1",
+    processes: int = 1,
 ) -> dict[str, Any]:
-    """``{"cpu_us_per_frame", "socket_us_per_frame", "frames", "backend", "rate"}`` of the bare loop (see the
-    module): *stations* sockets on *first_address* and the addresses after it, rounds at *rate* a second
-    (None: flat out)."""
+    """``{"cpu_us_per_frame", "socket_us_per_frame", "frames", "backend", "rate", "processes"}`` of the bare
+    loop (see the module): *stations* sockets on *first_address* and the addresses after it, rounds at *rate*
+    a second (None: flat out), in one process or split over *processes* (see :func:`_split`)."""
     backend = backend or default_backend()
     aead = gcm(_KEY, backend)
     first = ipaddress.IPv4Address(first_address)
@@ -56,25 +59,91 @@ def bare_frame_floor(
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
             s.bind((str(first + i), 0))
             s.setblocking(False)
-        full_us, frames = _loop(socks, aead, True, seconds, rate)
-        socket_us, _ = _loop(socks, aead, False, seconds / 2, rate)
+        addresses = [s.getsockname() for s in socks]
+        if processes > 1:
+            (full_cpu, frames), (socket_cpu, socket_frames) = _split(socks, addresses, backend, seconds, rate, processes)
+        else:
+            full_cpu, frames = _loop(socks, addresses, aead, True, seconds, rate)
+            socket_cpu, socket_frames = _loop(socks, addresses, aead, False, seconds / 2, rate)
     finally:
         for s in socks:
             s.close()
-    return {"cpu_us_per_frame": full_us, "socket_us_per_frame": socket_us, "frames": frames, "backend": backend,
-            "rate": rate}  # fmt: skip
+    return {"cpu_us_per_frame": _per_frame(full_cpu, frames), "socket_us_per_frame": _per_frame(socket_cpu, socket_frames),
+            "frames": frames, "backend": backend, "rate": rate, "processes": processes}  # fmt: skip
 
 
-def _loop(socks: list[socket.socket], aead: Any, crypto: bool, seconds: float, rate: float | None) -> tuple[float, int]:
-    """(CPU µs per delivered frame, frames delivered) of frame rounds for about *seconds*: flat out, or
-    ``round(seconds * rate)`` rounds (at least one), round k at its start + k / *rate*."""
-    addresses = [s.getsockname() for s in socks]
+def _per_frame(cpu_seconds: float, frames: int) -> float:
+    return 1e6 * cpu_seconds / frames if frames else float("nan")
+
+
+def _split(
+    socks: list[socket.socket], addresses: list[Any], backend: str, seconds: float, rate: float | None, processes: int
+) -> list[tuple[float, int]]:
+    """The bare loop over *processes* forked workers, as ``pianode mesh --processes`` splits a session: each
+    takes a contiguous share of the stations, on a core of its own where there are as many cores as
+    workers (``pianode.sim.mesh_procs``), sends its stations' frames to every station and drains its own
+    sockets, rounds at the same instants in every worker.  A frame between workers crosses cores, as the
+    session's do.  ``[(CPU seconds, frames delivered)]`` summed over the workers: with the AEAD, then the
+    sockets alone."""
+    context = multiprocessing.get_context("fork")
+    getter = getattr(os, "sched_getaffinity", None)
+    cores = sorted(getter(0)) if getter is not None else []
+    share = -(-len(socks) // processes)
+    start = time.monotonic() + 0.3  # (CLOCK_MONOTONIC: the same clock in every worker)
+    pipes, workers = [], []
+    try:
+        for k in range(processes):
+            receive, send = context.Pipe(duplex=False)
+            core = cores[k] if len(cores) == processes else None
+            part = socks[k * share : (k + 1) * share]
+            worker = context.Process(target=_split_worker, args=(send, part, addresses, backend, seconds, rate, start, core, k),
+                                     daemon=True)  # fmt: skip
+            worker.start()
+            send.close()
+            pipes.append(receive)
+            workers.append(worker)
+        limit = 30 + 3 * seconds
+        results = [pipe.recv() if pipe.poll(limit) else None for pipe in pipes]
+    finally:
+        for worker in workers:
+            worker.join(5)
+            if worker.is_alive():
+                worker.kill()
+    if any(r is None for r in results):
+        raise RuntimeError("a worker of the split bare loop did not report")
+    return [(sum(r[phase][0] for r in results), sum(r[phase][1] for r in results)) for phase in (0, 1)]
+
+
+def _split_worker(
+    pipe: Any, socks: list[socket.socket], addresses: list[Any], backend: str, seconds: float, rate: float | None,
+    start: float, core: int | None, position: int,
+) -> None:
+    """One worker of :func:`_split`: the loop with the AEAD from *start*, then the sockets alone."""
+    if core is not None:
+        os.sched_setaffinity(0, {core})
+    aead = gcm(_KEY, backend)
+    out = []
+    for crypto, length, at in ((True, seconds, start), (False, seconds / 2, start + seconds + 0.5)):
+        while time.monotonic() < at:
+            time.sleep(min(0.01, max(0.0, at - time.monotonic())))
+        out.append(_loop(socks, addresses, aead, crypto, length, rate, counter=position << 40, drain_after=0.05))
+    pipe.send(out)
+    pipe.close()
+
+
+def _loop(
+    socks: list[socket.socket], addresses: list[Any], aead: Any, crypto: bool, seconds: float, rate: float | None,
+    *, counter: int = 0, drain_after: float = 0.0,
+) -> tuple[float, int]:
+    """(CPU seconds, frames delivered) of frame rounds for about *seconds*: flat out, or
+    ``round(seconds * rate)`` rounds (at least one), round k at its start + k / *rate*; each of *socks*
+    sends to every other of *addresses* and drains itself.  With *drain_after*, the sockets are drained
+    once more that long after the last round (frames from other workers still on their way)."""
     targets = [[(s.sendto, a) for a in addresses if a != s.getsockname()] for s in socks]
     receives = [s.recvfrom for s in socks]
     # An AEAD that seals and opens many packets cheaper than one by one (pycryptodome's fast path, as the
     # node uses it for a frame to every station and for a batch read in one go) does so here too.
     one_round = _batched_round if crypto and getattr(aead, "batched", False) else _round
-    counter = 0
     delivered = 0
     rounds = max(1, round(seconds * rate)) if rate else None
     cpu = time.process_time()
@@ -88,8 +157,10 @@ def _loop(socks: list[socket.socket], aead: Any, crypto: bool, seconds: float, r
         done += 1
         counter, got = one_round(targets, receives, aead, crypto, counter)
         delivered += got
-    used = time.process_time() - cpu
-    return (1e6 * used / delivered if delivered else float("nan")), delivered
+    if drain_after:
+        time.sleep(drain_after)
+        delivered += one_round([[] for _ in socks], receives, aead, crypto, counter)[1]
+    return time.process_time() - cpu, delivered
 
 
 _LEAD = bytes(4)  # the nonce's first 4 bytes (the sender's address in 5.18; constant here)
@@ -129,6 +200,8 @@ def _batched_round(targets: list[Any], receives: list[Any], aead: Any, crypto: b
     lead = _LEAD
     delivered = 0
     for sends in targets:
+        if not sends:
+            continue
         hns = [(counter + 1 + k).to_bytes(8, "big") for k in range(len(sends))]
         counter += len(sends)
         sealed = aead.seal_raw_many([lead + hn for hn in hns], [_PLAINTEXT] * len(sends))

@@ -104,7 +104,15 @@ def bench_session(budget: Budget) -> list[Figure]:
     figures: list[Figure] = []
     for spec in budget.session_runs:
         run = session_run(budget, budget.session_seconds, spec)
-        floor = bare_frame_floor(budget.session_nodes, budget.node_backend, budget.floor_seconds, rate=budget.session_rate)
+        # The floor over the same processes as the session (a frame between them crosses cores in both),
+        # and, for a split session, in one process too (reported beside it).
+        processes = getattr(run, "processes", 1)
+        floor = bare_frame_floor(budget.session_nodes, budget.node_backend, budget.floor_seconds, rate=budget.session_rate,
+                                 processes=processes)  # fmt: skip
+        if processes > 1:
+            floor["one_process"] = bare_frame_floor(
+                budget.session_nodes, budget.node_backend, budget.floor_seconds, rate=budget.session_rate
+            )
         started = time.perf_counter()
         result = trio.run(run.run)
         wall = time.perf_counter() - started
@@ -196,8 +204,8 @@ def _session_figures(
             "≤ 2.00" if targeted else "",
             (ratio is not None and ratio <= 2.0) if targeted else None,
             (f"node {node_us:.1f} µs" if node_us is not None else "node n/a")
-            + f" vs bare loop {floor_us:.1f} µs ({floor['backend']}, unicast, {_pace(floor)}, same run; of which sockets"
-            f" {floor['socket_us_per_frame']:.1f} µs)",
+            + f" vs bare loop {floor_us:.1f} µs ({floor['backend']}, unicast, {_pace(floor)}, {_split_as(floor)}, same run;"
+            f" of which sockets {floor['socket_us_per_frame']:.1f} µs){_one_process(floor, node_us)}",
             {"node_us": node_us, "floor": floor},
         )
     )
@@ -205,6 +213,21 @@ def _session_figures(
 
 
 # ---------------------------------------------------------------------------- driver
+
+
+def _split_as(floor: dict[str, Any]) -> str:
+    """Over how many processes the bare loop ran (as the session)."""
+    n = floor.get("processes", 1)
+    return f"over {n} processes as the session" if n > 1 else "one process"
+
+
+def _one_process(floor: dict[str, Any], node_us: float | None) -> str:
+    """For a split session: the bare loop in one process, and the node against it."""
+    one = floor.get("one_process")
+    if one is None:
+        return ""
+    ratio = f", node {node_us / one['cpu_us_per_frame']:.2f} × that" if node_us is not None and one["cpu_us_per_frame"] else ""
+    return f"; in one process the bare loop is {one['cpu_us_per_frame']:.1f} µs{ratio}"
 
 
 def _pace(floor: dict[str, Any]) -> str:

@@ -192,3 +192,16 @@ def test_the_bare_loop_counts_its_frames_and_what_the_aead_adds(rate: float | No
     assert 0 < floor["socket_us_per_frame"] and 0 < floor["cpu_us_per_frame"]
     if rate is None:
         assert floor["socket_us_per_frame"] < floor["cpu_us_per_frame"]
+
+
+@pytest.mark.parametrize("backend", ["cryptography", "pycryptodome"])
+def test_the_bare_loop_split_over_processes_delivers_every_frame(backend: str) -> None:
+    # As `pianode mesh --processes 2` splits a session: every frame between the workers crosses to the
+    # other process and is counted there; the same rounds, the same frames as in one process.
+    from pianode.bench.floor import bare_frame_floor
+
+    one = bare_frame_floor(8, backend, 0.3, rate=100.0, first_address="127.0.57.1")
+    split = bare_frame_floor(8, backend, 0.3, rate=100.0, first_address="127.0.57.1", processes=2)
+    assert split["processes"] == 2 and one["processes"] == 1
+    assert split["frames"] == one["frames"] == 30 * 8 * 7
+    assert 0 < split["socket_us_per_frame"] and 0 < split["cpu_us_per_frame"]
