@@ -419,11 +419,12 @@ async def serve_lan_when_host(
     After a host migration (README "Host migration") the mesh runs on, and newcomers join through the new
     host (spec §5.4: join requests go to the host); on a LAN they find it only by browsing (§6), so the new
     host answers browse requests from then on: the session found, with its network id, param and settings,
-    naming the new host's address and ids, and the participants of its mesh.  5.x only (a 6.x
-    LanNetworkProperty names no host ids; its migration is not published).
+    naming the new host, and the participants of its mesh.  5.x names the host's address and ids in the
+    LanSessionInfo; 6.x names its address in the LanNetworkProperty's host StationAddress and its name in the
+    system property (6.x publishes no host ids: a joiner learns them from the connection response).
     """
     found = join.info
-    if not isinstance(found, LanSessionInfo) or found.session_key_param is None:
+    if found.session_key_param is None:
         return
     node = join.node
 
@@ -431,11 +432,15 @@ async def serve_lan_when_host(
         while node.station_index is None or node.host_index != node.station_index:
             await trio.sleep(poll_interval)
         ip, port = node.address
-        me = next(s for s in node.stations() if s.is_self)
-        size = found.host.address_size if isinstance(found.host, LanHostAddress) else 18
-        own = make_session_info(node.config.profile, ip=ip, port=port, variable_id=me.variable_id,
-                                host_address_size=size)  # fmt: skip
-        info = attrs.evolve(found, host=own.host)
+        info: LanSessionInfo | LanNetworkProperty
+        if isinstance(found, LanNetworkProperty):
+            info = property6.with_host(found, ip=ip, port=port, name=node.config.name)
+        else:
+            me = next(s for s in node.stations() if s.is_self)
+            size = found.host.address_size if isinstance(found.host, LanHostAddress) else 18
+            own = make_session_info(node.config.profile, ip=ip, port=port, variable_id=me.variable_id,
+                                    host_address_size=size)  # fmt: skip
+            info = attrs.evolve(found, host=own.host)
         lan_host = LanHost(node.config.profile, game_key, info, bind=browse_bind, broadcast_ip=broadcast_ip, tap=tap)
         session = LanSession(node, lan_host, ("", 0), found.session_key_param or b"", node.config.name)
         try:
