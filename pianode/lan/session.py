@@ -8,7 +8,8 @@ Theory of operation (spec §6.6):
   socket, LAN identities of that address (spec §4), the node's variable id,
   and a session key param.  A small task re-reads ``node.stations()`` every
   ``refresh_interval`` seconds and republishes the participant count and the
-  LanStationInfo list, so browsers see players come and go.
+  LanStationInfo list, so browsers see players come and go.  Once the node no longer hosts the mesh (it
+  leaves it), the responder stops answering: no browser is sent to a host that has gone.
 * **Joiner** (:func:`start_lan_join`): browse for opened sessions with a
   free slot (repeated until one answers or the time runs out) → pick the session by network id, or the first
   → session key from the *published* param (``HMAC-SHA256`` rule, spec §3.3;
@@ -181,10 +182,21 @@ class LanSession:
             self.lan_host.responder.session = updated
         return updated
 
+    @property
+    def hosting(self) -> bool:
+        """Whether the node still hosts the session's mesh (not leaving it, not left, not replaced as host)."""
+        mesh = self.node.session
+        if mesh is None or mesh.leaving or mesh.closed:
+            return False
+        return self.node.station_index is not None and self.node.host_index == self.node.station_index
+
     async def _publish(self, interval: float) -> None:
-        while True:
+        # Spec §6.6: browsers join the station a reply names as host.  One that has left the mesh (or is leaving
+        # it) can admit nobody, so it stops answering (within *interval*): the responder ends with the publisher.
+        while self.hosting:
             self.refresh()
             await trio.sleep(interval)
+        self.cancel_scope.cancel()
 
 
 async def start_lan_host(
@@ -444,9 +456,10 @@ async def serve_lan_when_host(
         lan_host = LanHost(node.config.profile, game_key, info, bind=browse_bind, broadcast_ip=broadcast_ip, tap=tap)
         session = LanSession(node, lan_host, ("", 0), found.session_key_param or b"", node.config.name)
         try:
-            async with trio.open_nursery() as inner:
-                session.browse_address = await inner.start(lan_host.run)
-                inner.start_soon(session._publish, refresh_interval)
+            with session.cancel_scope:  # (the publisher cancels it once this node no longer hosts)
+                async with trio.open_nursery() as inner:
+                    session.browse_address = await inner.start(lan_host.run)
+                    inner.start_soon(session._publish, refresh_interval)
         except BaseExceptionGroup as group:  # (not except*: Python 3.10 has no such syntax)
             _, rest = group.split(OSError)  # the browse port is taken here: the mesh carries on, unpublished
             if rest is not None:

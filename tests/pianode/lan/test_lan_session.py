@@ -335,3 +335,26 @@ async def test_after_a_host_migration_the_new_host_answers_browses_and_admits_ne
     assert newcomer.node.host_index == members[0].station_index == 1
     assert newcomer.found.session_key == host.session_key
     assert [v[0] for v in views] == [1, 1]
+
+
+@pytest.mark.parametrize("version", ["5.18", "6.20"])
+async def test_a_host_that_left_its_mesh_no_longer_answers_browses(version: str) -> None:
+    """A host whose node leaves the mesh (``node.leave()``, as ``pianode mesh --network lan --leave`` does) stops
+    publishing the session at once: a browse after the leave finds nothing naming the host that has gone (before,
+    its responder answered on, so a newcomer could pick the departed host and wait for it in vain)."""
+    port, net = free_port(), loopback_block()
+    broadcast = (DEFAULT_BROADCAST, port)
+    profile = profile_for(version)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            host = await start_lan_host(nursery, _config(net + "2", version), KEY, browse_bind=("0.0.0.0", port),
+                                        refresh_interval=0.05)  # fmt: skip
+            member = await start_lan_join(nursery, _config(net + "3", version), KEY, broadcast=broadcast)
+            assert await member.node.wait_connected(1, timeout=10)
+            before = await browse(profile, KEY, broadcast=broadcast, bind=(net + "9", 0), timeout=0.5)
+            await host.node.leave(timeout=2)
+            await trio.sleep(0.2)
+            after = await browse(profile, KEY, broadcast=broadcast, bind=(net + "9", 0), timeout=0.5)
+            nursery.cancel_scope.cancel()
+    assert [f.network_id for f in before] == [host.network_id]
+    assert after == []
