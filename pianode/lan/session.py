@@ -504,7 +504,9 @@ async def form_lan_mesh(
     host's network id, so other sessions answering on the same port are
     ignored.  Joins run concurrently; a join that fails is reported in
     ``failures`` (the others go on).  *session_key_param* fixes the published
-    param (and so the session key) for reproducible runs.
+    param (and so the session key) for reproducible runs.  Should the host
+    leave, the member that becomes host publishes the session from then on
+    (:func:`serve_lan_when_host`), as ``pianode lan join`` does.
 
     Raises:
         ConfigError: fewer than 2 or more than 16 nodes (the LanSessionInfo
@@ -531,6 +533,10 @@ async def form_lan_mesh(
             )  # fmt: skip
         except JoinError as exc:
             failures.append((i, exc))
+            return
+        # Should the host leave (``pianode mesh --leave``), the member that takes over answers browses.
+        await serve_lan_when_host(nursery, joins[i], game_key, browse_bind=("0.0.0.0", port),
+                                  broadcast_ip=broadcast_ip, tap=tap)  # fmt: skip
 
     async with trio.open_nursery() as group:
         for i, config in enumerate(configs[1:], start=1):

@@ -358,3 +358,36 @@ async def test_a_host_that_left_its_mesh_no_longer_answers_browses(version: str)
             nursery.cancel_scope.cancel()
     assert [f.network_id for f in before] == [host.network_id]
     assert after == []
+
+
+@pytest.mark.parametrize("version", ["5.18", "6.20"])
+async def test_a_scripted_lan_mesh_is_found_through_its_new_host_after_the_host_leaves(version: str) -> None:
+    """form_lan_mesh (``pianode mesh --network lan``): when the host leaves (``--leave``), the member that becomes
+    host publishes the session from then on, naming itself, with the same network id and param and the two
+    stations left (before, only the scripted host ever answered, so the session vanished with it)."""
+    port, net = free_port(), loopback_block()
+    broadcast = (DEFAULT_BROADCAST, port)
+    profile = profile_for(version)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            configs = [_config(net + str(2 + i), version) for i in range(3)]
+            mesh = await form_lan_mesh(nursery, configs, KEY, browse_port_number=port)
+            assert not mesh.failures
+            for node in mesh.nodes:
+                assert await node.wait_connected(2, timeout=10)
+            host = mesh.host
+            old = host.node.station_index
+            await host.node.leave(timeout=2)
+            rest = [j.node for j in mesh.joins]
+            while len({n.host_index for n in rest}) != 1 or rest[0].host_index in (None, old):
+                await trio.sleep(0.05)
+            await trio.sleep(0.5)
+            found = await browse(profile, KEY, broadcast=broadcast, bind=(net + "9", 0), timeout=1.0)
+            new_host_address = next(n for n in rest if n.station_index == n.host_index).address
+            nursery.cancel_scope.cancel()
+    assert len(found) == 1
+    info = found[0].info
+    assert info.network_id == host.network_id and info.session_key_param == host.session_key_param
+    assert (info.host_ip, info.host_port) == new_host_address
+    count = info.current_participants if isinstance(info, LanSessionInfo) else info.current_stations
+    assert count == 2
