@@ -403,7 +403,14 @@ async def join_found(nursery: trio.Nursery, config: NodeConfig, found: FoundSess
         # writes a StationLocation's one address from the public slot, and keeps its own in the local one.
         raise LanJoinError(f"the session found names its host at {info.host_ip}:{info.host_port}, not a unicast "
                            "address and port: it cannot be joined")  # fmt: skip
-    node = await _start_node(nursery, attrs.evolve(config, session_key=found.session_key), tap)
+    # The node holds no more stations than the session publishes as its maximum (as its host does, started with
+    # max_stations = max participants): should it become host after a migration, it admits no more than browsers
+    # were told fit.  (2..32: what a mesh holds; a session publishing less is not narrowed below 2.)  The node
+    # then also takes only station indexes below that maximum in the host's tables: hosts give the lowest free
+    # index (spec §5.4: NC; pianode's own hosts too), which stays below the count of stations, so below it.
+    published = info.max_stations if isinstance(info, LanNetworkProperty) else info.max_participants
+    capacity = min(config.max_stations, max(2, published))
+    node = await _start_node(nursery, attrs.evolve(config, session_key=found.session_key, max_stations=capacity), tap)
     if isinstance(info, LanNetworkProperty):
         # 6.x publishes no host ids (spec §6.3): the host's connection response names them.
         index = await node.join((info.host_ip, info.host_port), network_id=info.network_id & 0xFFFFFFFF)
