@@ -90,10 +90,11 @@ def with_stations(prop: LanNetworkProperty, stations: Iterable[object]) -> LanNe
 def with_host(prop: LanNetworkProperty, *, ip: str, port: int, name: str) -> LanNetworkProperty:
     """*prop* as the station at ``ip:port`` named *name* publishes it once it has become the session's host.
 
-    After a host migration the session stays the same (spec §6.3: the network id, the session key param, the
-    settings and the game's data are kept, as 5.x keeps its LanSessionInfo's) and only what names the host
-    changes: the host StationAddress and the system property's host name (u32 size at 0x17, encoding at 0x1B,
-    64 bytes at 0x1C).  A property too short to hold a host name keeps its bytes.
+    The spec documents no LAN migration; pianode's (README "Host migration") keeps the session, so the network
+    id, the session key param, the settings and the game's data are kept, as a 5.x new host keeps its
+    LanSessionInfo's, and only the fields of §6.3 that name the host change: the host StationAddress and the
+    system property's host name (u32 size at 0x17, encoding at 0x1B, 64 bytes at 0x1C).  A property too short
+    to hold a host name keeps its bytes.
     """
     data = prop.property_data
     # (At most 64 bytes, cut at a character boundary.)
