@@ -7,6 +7,7 @@ test that asks where the responder listens by default).
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import trio
 
@@ -168,3 +169,20 @@ async def test_after_a_host_migration_the_new_6x_host_is_found_by_browsing_and_a
     assert newcomer.node.host_index == members[0].station_index
     assert views == [members[0].station_index] * 2
     assert [f.info.current_stations for f in after_join] == [3]  # type: ignore[union-attr]
+
+
+def test_with_host_names_the_new_host_and_keeps_the_rest_of_the_session() -> None:
+    profile = profile_for("6.30")
+    param = bytes(range(32))
+    prop = property6.host_property(profile, ip="192.168.1.5", port=49152, max_stations=8, name="lead",
+                                   session_key_param=param, random32=7, application_data=b"game")  # fmt: skip
+    prop = property6.with_stations(prop, range(3))
+    moved = property6.with_host(prop, ip="192.168.1.9", port=49153, name="é" * 40)  # 80 bytes of UTF-8
+    again = LanNetworkProperty.decode(moved.encode(profile), profile)
+    assert again == moved
+    assert (moved.host_ip, moved.host_port, moved.host_name) == ("192.168.1.9", 49153, "é" * 32)  # cut at 64 bytes
+    assert (moved.network_id, moved.session_key_param, moved.application_data) == (prop.network_id, param, b"game")
+    assert (moved.current_stations, moved.property_data[0x16], moved.max_stations) == (3, 3, 8)
+    assert moved.property_data[:0x17] == prop.property_data[:0x17]
+    short = attrs.evolve(prop, property_data=b"\x00" * 0x20)
+    assert property6.with_host(short, ip="10.0.0.1", port=1, name="x").property_data == short.property_data
