@@ -21,11 +21,11 @@ from collections.abc import Iterable
 import attrs
 
 from protocols.pia.keys import lan6_network_id
-from protocols.pia.lan import LanNetworkProperty
+from protocols.pia.lan import LanNetworkProperty, NameEncoding
 from protocols.pia.lan_criteria import LanSearchNetworkSetting, NetworkSettingFlag
 from protocols.pia.versions import VersionProfile
 
-__all__ = ["host_property", "is_lan6", "search_setting", "with_stations"]
+__all__ = ["host_property", "is_lan6", "search_setting", "with_host", "with_stations"]
 
 
 def is_lan6(profile: VersionProfile) -> bool:
@@ -85,3 +85,21 @@ def with_stations(prop: LanNetworkProperty, stations: Iterable[object]) -> LanNe
     if len(data) > 0x16:
         data = data[:0x16] + bytes((n,)) + data[0x17:]
     return attrs.evolve(prop, current_stations=n, current_players=n, property_data=data)
+
+
+def with_host(prop: LanNetworkProperty, *, ip: str, port: int, name: str) -> LanNetworkProperty:
+    """*prop* as the station at ``ip:port`` named *name* publishes it once it has become the session's host.
+
+    The spec documents no LAN migration; pianode's (README "Host migration") keeps the session, so the network
+    id, the session key param, the settings and the game's data are kept, as a 5.x new host keeps its
+    LanSessionInfo's, and only the fields of §6.3 that name the host change: the host StationAddress and the
+    system property's host name (u32 size at 0x17, encoding at 0x1B, 64 bytes at 0x1C).  A property too short
+    to hold a host name keeps its bytes.
+    """
+    data = prop.property_data
+    # (At most 64 bytes, cut at a character boundary.)
+    encoded = name.encode("utf-8")[:64].decode("utf-8", errors="ignore").encode("utf-8")
+    if len(data) >= 0x5C:
+        size = len(encoded).to_bytes(4, "big")
+        data = data[:0x17] + size + bytes((NameEncoding.UTF8,)) + encoded.ljust(64, b"\0") + data[0x5C:]
+    return attrs.evolve(prop, host_ip=ip, host_port=port, property_data=data)

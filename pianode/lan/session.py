@@ -8,7 +8,8 @@ Theory of operation (spec §6.6):
   socket, LAN identities of that address (spec §4), the node's variable id,
   and a session key param.  A small task re-reads ``node.stations()`` every
   ``refresh_interval`` seconds and republishes the participant count and the
-  LanStationInfo list, so browsers see players come and go.
+  LanStationInfo list, so browsers see players come and go.  Once the node no longer hosts the mesh (it
+  leaves it), the responder stops answering: no browser is sent to a host that has gone.
 * **Joiner** (:func:`start_lan_join`): browse for opened sessions with a
   free slot (repeated until one answers or the time runs out) → pick the session by network id, or the first
   → session key from the *published* param (``HMAC-SHA256`` rule, spec §3.3;
@@ -181,10 +182,21 @@ class LanSession:
             self.lan_host.responder.session = updated
         return updated
 
+    @property
+    def hosting(self) -> bool:
+        """Whether the node still hosts the session's mesh (not leaving it, not left, not replaced as host)."""
+        mesh = self.node.session
+        if mesh is None or mesh.leaving or mesh.closed:
+            return False
+        return self.node.station_index is not None and self.node.host_index == self.node.station_index
+
     async def _publish(self, interval: float) -> None:
-        while True:
+        # Spec §6.6: browsers join the station a reply names as host.  One that has left the mesh (or is leaving
+        # it) can admit nobody, so it stops answering (within *interval*): the responder ends with the publisher.
+        while self.hosting:
             self.refresh()
             await trio.sleep(interval)
+        self.cancel_scope.cancel()
 
 
 async def start_lan_host(
@@ -391,7 +403,14 @@ async def join_found(nursery: trio.Nursery, config: NodeConfig, found: FoundSess
         # writes a StationLocation's one address from the public slot, and keeps its own in the local one.
         raise LanJoinError(f"the session found names its host at {info.host_ip}:{info.host_port}, not a unicast "
                            "address and port: it cannot be joined")  # fmt: skip
-    node = await _start_node(nursery, attrs.evolve(config, session_key=found.session_key), tap)
+    # The node holds no more stations than the session publishes as its maximum (as its host does, started with
+    # max_stations = max participants): should it become host after a migration, it admits no more than browsers
+    # were told fit.  (2..32: what a mesh holds; a session publishing less is not narrowed below 2.)  The node
+    # then also takes only station indexes below that maximum in the host's tables: hosts give the lowest free
+    # index (spec §5.4: NC; pianode's own hosts too), which stays below the count of stations, so below it.
+    published = info.max_stations if isinstance(info, LanNetworkProperty) else info.max_participants
+    capacity = min(config.max_stations, max(2, published))
+    node = await _start_node(nursery, attrs.evolve(config, session_key=found.session_key, max_stations=capacity), tap)
     if isinstance(info, LanNetworkProperty):
         # 6.x publishes no host ids (spec §6.3): the host's connection response names them.
         index = await node.join((info.host_ip, info.host_port), network_id=info.network_id & 0xFFFFFFFF)
@@ -419,11 +438,12 @@ async def serve_lan_when_host(
     After a host migration (README "Host migration") the mesh runs on, and newcomers join through the new
     host (spec §5.4: join requests go to the host); on a LAN they find it only by browsing (§6), so the new
     host answers browse requests from then on: the session found, with its network id, param and settings,
-    naming the new host's address and ids, and the participants of its mesh.  5.x only (a 6.x
-    LanNetworkProperty names no host ids; its migration is not published).
+    naming the new host, and the participants of its mesh.  5.x names the host's address and ids in the
+    LanSessionInfo; 6.x names its address in the LanNetworkProperty's host StationAddress and its name in the
+    system property (6.x publishes no host ids: a joiner learns them from the connection response).
     """
     found = join.info
-    if not isinstance(found, LanSessionInfo) or found.session_key_param is None:
+    if found.session_key_param is None:
         return
     node = join.node
 
@@ -431,17 +451,22 @@ async def serve_lan_when_host(
         while node.station_index is None or node.host_index != node.station_index:
             await trio.sleep(poll_interval)
         ip, port = node.address
-        me = next(s for s in node.stations() if s.is_self)
-        size = found.host.address_size if isinstance(found.host, LanHostAddress) else 18
-        own = make_session_info(node.config.profile, ip=ip, port=port, variable_id=me.variable_id,
-                                host_address_size=size)  # fmt: skip
-        info = attrs.evolve(found, host=own.host)
+        info: LanSessionInfo | LanNetworkProperty
+        if isinstance(found, LanNetworkProperty):
+            info = property6.with_host(found, ip=ip, port=port, name=node.config.name)
+        else:
+            me = next(s for s in node.stations() if s.is_self)
+            size = found.host.address_size if isinstance(found.host, LanHostAddress) else 18
+            own = make_session_info(node.config.profile, ip=ip, port=port, variable_id=me.variable_id,
+                                    host_address_size=size)  # fmt: skip
+            info = attrs.evolve(found, host=own.host)
         lan_host = LanHost(node.config.profile, game_key, info, bind=browse_bind, broadcast_ip=broadcast_ip, tap=tap)
         session = LanSession(node, lan_host, ("", 0), found.session_key_param or b"", node.config.name)
         try:
-            async with trio.open_nursery() as inner:
-                session.browse_address = await inner.start(lan_host.run)
-                inner.start_soon(session._publish, refresh_interval)
+            with session.cancel_scope:  # (the publisher cancels it once this node no longer hosts)
+                async with trio.open_nursery() as inner:
+                    session.browse_address = await inner.start(lan_host.run)
+                    inner.start_soon(session._publish, refresh_interval)
         except BaseExceptionGroup as group:  # (not except*: Python 3.10 has no such syntax)
             _, rest = group.split(OSError)  # the browse port is taken here: the mesh carries on, unpublished
             if rest is not None:
@@ -486,7 +511,9 @@ async def form_lan_mesh(
     host's network id, so other sessions answering on the same port are
     ignored.  Joins run concurrently; a join that fails is reported in
     ``failures`` (the others go on).  *session_key_param* fixes the published
-    param (and so the session key) for reproducible runs.
+    param (and so the session key) for reproducible runs.  Should the host
+    leave, the member that becomes host publishes the session from then on
+    (:func:`serve_lan_when_host`), as ``pianode lan join`` does.
 
     Raises:
         ConfigError: fewer than 2 or more than 16 nodes (the LanSessionInfo
@@ -513,6 +540,10 @@ async def form_lan_mesh(
             )  # fmt: skip
         except JoinError as exc:
             failures.append((i, exc))
+            return
+        # Should the host leave (``pianode mesh --leave``), the member that takes over answers browses.
+        await serve_lan_when_host(nursery, joins[i], game_key, browse_bind=("0.0.0.0", port),
+                                  broadcast_ip=broadcast_ip, tap=tap)  # fmt: skip
 
     async with trio.open_nursery() as group:
         for i, config in enumerate(configs[1:], start=1):

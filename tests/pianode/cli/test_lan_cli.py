@@ -210,3 +210,58 @@ async def test_join_of_a_session_that_names_a_host_it_cannot_reach_is_one_line(h
     (line,) = err.splitlines()
     assert line.startswith("pianode lan join: ") and "internal error" not in line, line
     assert host_ip in line, line
+
+
+@pytest.mark.parametrize("version", ["5.18", "6.20"])
+async def test_after_the_host_leaves_lan_browse_finds_the_session_at_the_new_host(version: str) -> None:
+    """``lan host`` and two ``lan join``; the host stops (it leaves the mesh); the joiner that becomes host
+    publishes the session: ``lan browse`` then finds one session, the same network id and param, naming the new
+    host's address (6.x: and its name in the host name), with the two stations left."""
+    from cli_processes import until
+
+    port, net = free_port(), loopback_block()
+    bc = f"127.255.255.255:{port}"
+    common = ("--game-key", KEY, "--version", version, "--broadcast", bc, "--duration", "60", "--format", "jsonl")
+    host = CliProcess(_lan("host", *common, "--address", net + "2", "--bind", f"0.0.0.0:{port}", "--name", "lead"))
+    joiners = [CliProcess(_lan("join", *common, "--bind", net + str(3 + i), "--name", f"guest{i}")) for i in range(2)]
+
+    def has(p: CliProcess, event: str) -> bool:
+        return any(r["event"] == event for r in p.records())
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(host.run)
+            await until(lambda: bool(host.lines) or host.returncode is not None)
+            for j in joiners:
+                await nursery.start(j.run)
+                await until(lambda: has(j, "joined") or j.returncode is not None)  # noqa: B023
+            await until(lambda: all(sum(r["event"] == "station_joined" for r in j.records()) >= 2 for j in joiners))
+            host.stop()
+            await until(lambda: all(has(j, "host_changed") or j.returncode is not None for j in joiners))
+            await until(lambda: host.returncode is not None)
+            await trio.sleep(0.5)  # (the new host's responder polls every 0.2 s)
+            browse = await trio.run_process(
+                _lan("browse", "--game-key", KEY, "--version", version, "--broadcast", bc, "--bind", net + "9",
+                     "--format", "jsonl", "--timeout", "1"),
+                capture_stdout=True, capture_stderr=True, check=False,
+            )  # fmt: skip
+            for j in joiners:
+                j.stop()
+    why = (browse.stderr, host.stderr, *(j.stderr for j in joiners))
+    assert browse.returncode == 0 and all(p.returncode == 0 for p in (host, *joiners)), why
+    hosting = host.records()[0]
+    changed = [next(r for r in j.records() if r["event"] == "host_changed") for j in joiners]
+    new_index = changed[0]["new_host_index"]
+    assert {c["new_host_index"] for c in changed} == {new_index} and new_index != 0
+    new_host = next(j for j in joiners if j.records()[0]["station_index"] == new_index)
+    sessions = [r for r in map(json.loads, browse.stdout.decode().splitlines()) if r["event"] == "session"]
+    assert len(sessions) == 1, browse.stdout
+    (s,) = sessions
+    assert s["network_id"] == hosting["network_id"] and s["session_key_param"] == hosting["session_key_param"]
+    assert f"{s['host_address']}:{s['host_port']}" == new_host.records()[0]["address"]
+    if version.startswith("6."):
+        assert s["host_name"] == f"guest{joiners.index(new_host)}"
+        assert (s["current_stations"], s["current_players"]) == (2, 2)
+    else:
+        assert s["current_participants"] == 2
+        assert s["host_constant_id"] == lan_constant_id(s["host_address"], s["host_port"])

@@ -7,6 +7,7 @@ test that asks where the responder listens by default).
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import trio
 
@@ -113,3 +114,75 @@ async def test_form_lan_mesh_6x_browses_with_the_6x_request_and_a_wrong_game_key
                 await start_lan_join(nursery, _config(net + "21"), bytes(range(16)), broadcast=(DEFAULT_BROADCAST, port),
                                      network_id=other.network_id, browse_timeout=1.0)  # fmt: skip
             nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("version", ["6.20", "6.30"])
+async def test_after_a_host_migration_the_new_6x_host_is_found_by_browsing_and_admits_newcomers(version: str) -> None:
+    """The host of a 6.x LAN session leaves; the member that becomes host (the lowest index, README "Host
+    migration") republishes the LanNetworkProperty: the same network id and session key param, its own address
+    as the host StationAddress and its own name as host name, and the stations of its mesh.  A newcomer that
+    browses then finds it and joins through it (before, nobody answered a 6.x browse once the host had gone)."""
+    from pianode.lan.session import serve_lan_when_host
+
+    port, net = free_port(), loopback_block()
+    broadcast = (DEFAULT_BROADCAST, port)
+    profile = profile_for(version)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            host = await start_lan_host(nursery, _config(net + "2", version), KEY, max_participants=4, name="lead",
+                                        browse_bind=("0.0.0.0", port), refresh_interval=0.05)  # fmt: skip
+            members = [await start_lan_join(nursery, NodeConfig(version=version, bind=(net + str(3 + i), 0),
+                                                                station_timeout=3.0, name=f"m{i}"),
+                                            KEY, broadcast=broadcast)
+                       for i in range(2)]  # fmt: skip
+            for m in members:
+                await serve_lan_when_host(nursery, m, KEY, browse_bind=("0.0.0.0", port), refresh_interval=0.05)
+                assert await m.node.wait_connected(2, timeout=10)
+            before = host.info
+            assert isinstance(before, LanNetworkProperty)
+            host.cancel_scope.cancel()
+            await host.node.leave(timeout=2)
+            while members[0].node.host_index != members[0].node.station_index:
+                await trio.sleep(0.05)
+            await trio.sleep(0.3)
+            found = await browse(profile, KEY, broadcast=broadcast, bind=(net + "9", 0), timeout=1.0)
+            newcomer = await start_lan_join(nursery, _config(net + "6", version), KEY, broadcast=broadcast,
+                                            browse_timeout=5)  # fmt: skip
+            assert await newcomer.node.wait_connected(2, timeout=10)
+            new_host_address = members[0].node.address
+            await trio.sleep(0.3)
+            after_join = await browse(profile, KEY, broadcast=broadcast, bind=(net + "9", 0), timeout=1.0)
+            views = [m.node.host_index for m in members]
+            nursery.cancel_scope.cancel()
+    assert len(found) == 1, found
+    info = found[0].info
+    assert isinstance(info, LanNetworkProperty)
+    assert info.network_id == before.network_id
+    assert info.session_key_param == before.session_key_param and found[0].session_key == host.session_key
+    assert (info.host_ip, info.host_port) == new_host_address
+    assert info.host_name == "m0"
+    assert (info.current_stations, info.current_players, info.property_data[0x16]) == (2, 2, 2)
+    assert (info.max_stations, info.is_opened) == (before.max_stations, before.is_opened)
+    assert info.application_data == before.application_data
+    assert newcomer.found.network_id == before.network_id
+    assert (newcomer.info.host_ip, newcomer.info.host_port) == new_host_address
+    assert newcomer.node.host_index == members[0].station_index
+    assert views == [members[0].station_index] * 2
+    assert [f.info.current_stations for f in after_join] == [3]  # type: ignore[union-attr]
+
+
+def test_with_host_names_the_new_host_and_keeps_the_rest_of_the_session() -> None:
+    profile = profile_for("6.30")
+    param = bytes(range(32))
+    prop = property6.host_property(profile, ip="192.168.1.5", port=49152, max_stations=8, name="lead",
+                                   session_key_param=param, random32=7, application_data=b"game")  # fmt: skip
+    prop = property6.with_stations(prop, range(3))
+    moved = property6.with_host(prop, ip="192.168.1.9", port=49153, name="é" * 40)  # 80 bytes of UTF-8
+    again = LanNetworkProperty.decode(moved.encode(profile), profile)
+    assert again == moved
+    assert (moved.host_ip, moved.host_port, moved.host_name) == ("192.168.1.9", 49153, "é" * 32)  # cut at 64 bytes
+    assert (moved.network_id, moved.session_key_param, moved.application_data) == (prop.network_id, param, b"game")
+    assert (moved.current_stations, moved.property_data[0x16], moved.max_stations) == (3, 3, 8)
+    assert moved.property_data[:0x17] == prop.property_data[:0x17]
+    short = attrs.evolve(prop, property_data=b"\x00" * 0x20)
+    assert property6.with_host(short, ip="10.0.0.1", port=1, name="x").property_data == short.property_data

@@ -335,3 +335,108 @@ async def test_after_a_host_migration_the_new_host_answers_browses_and_admits_ne
     assert newcomer.node.host_index == members[0].station_index == 1
     assert newcomer.found.session_key == host.session_key
     assert [v[0] for v in views] == [1, 1]
+
+
+@pytest.mark.parametrize("version", ["5.18", "6.20"])
+async def test_a_host_that_left_its_mesh_no_longer_answers_browses(version: str) -> None:
+    """A host whose node leaves the mesh (``node.leave()``, as ``pianode mesh --network lan --leave`` does) stops
+    publishing the session at once: a browse after the leave finds nothing naming the host that has gone (before,
+    its responder answered on, so a newcomer could pick the departed host and wait for it in vain)."""
+    port, net = free_port(), loopback_block()
+    broadcast = (DEFAULT_BROADCAST, port)
+    profile = profile_for(version)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            host = await start_lan_host(nursery, _config(net + "2", version), KEY, browse_bind=("0.0.0.0", port),
+                                        refresh_interval=0.05)  # fmt: skip
+            member = await start_lan_join(nursery, _config(net + "3", version), KEY, broadcast=broadcast)
+            assert await member.node.wait_connected(1, timeout=10)
+            before = await browse(profile, KEY, broadcast=broadcast, bind=(net + "9", 0), timeout=0.5)
+            await host.node.leave(timeout=2)
+            await trio.sleep(0.2)
+            after = await browse(profile, KEY, broadcast=broadcast, bind=(net + "9", 0), timeout=0.5)
+            nursery.cancel_scope.cancel()
+    assert [f.network_id for f in before] == [host.network_id]
+    assert after == []
+
+
+@pytest.mark.parametrize("version", ["5.18", "6.20"])
+async def test_a_scripted_lan_mesh_is_found_through_its_new_host_after_the_host_leaves(version: str) -> None:
+    """form_lan_mesh (``pianode mesh --network lan``): when the host leaves (``--leave``), the member that becomes
+    host publishes the session from then on, naming itself, with the same network id and param and the two
+    stations left (before, only the scripted host ever answered, so the session vanished with it)."""
+    port, net = free_port(), loopback_block()
+    broadcast = (DEFAULT_BROADCAST, port)
+    profile = profile_for(version)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            configs = [_config(net + str(2 + i), version) for i in range(3)]
+            mesh = await form_lan_mesh(nursery, configs, KEY, browse_port_number=port)
+            assert not mesh.failures
+            for node in mesh.nodes:
+                assert await node.wait_connected(2, timeout=10)
+            host = mesh.host
+            old = host.node.station_index
+            await host.node.leave(timeout=2)
+            rest = [j.node for j in mesh.joins]
+            while len({n.host_index for n in rest}) != 1 or rest[0].host_index in (None, old):
+                await trio.sleep(0.05)
+            await trio.sleep(0.5)
+            found = await browse(profile, KEY, broadcast=broadcast, bind=(net + "9", 0), timeout=1.0)
+            new_host_address = next(n for n in rest if n.station_index == n.host_index).address
+            nursery.cancel_scope.cancel()
+    assert len(found) == 1
+    info = found[0].info
+    assert info.network_id == host.network_id and info.session_key_param == host.session_key_param
+    assert (info.host_ip, info.host_port) == new_host_address
+    count = info.current_participants if isinstance(info, LanSessionInfo) else info.current_stations
+    assert count == 2
+
+
+@pytest.mark.parametrize("version", ["5.18", "6.20"])
+async def test_the_new_host_admits_no_more_stations_than_the_session_publishes(version: str) -> None:
+    """A session of at most 3 loses its host; the new host publishes 2 of 3, and two newcomers that found it so
+    both ask to join: one is admitted, the other refused as the first host would refuse it (the mesh is full), so
+    the session never holds more stations than it publishes as its maximum (before, a member taking over admitted
+    up to its own default capacity of 32, and the session grew to 4 of 3)."""
+    from pianode.lan.session import join_found, serve_lan_when_host
+    from pianode.mesh.node import JoinError
+
+    port, net = free_port(), loopback_block()
+    broadcast = (DEFAULT_BROADCAST, port)
+    profile = profile_for(version)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            host = await start_lan_host(nursery, _config(net + "2", version), KEY, max_participants=3,
+                                        browse_bind=("0.0.0.0", port))  # fmt: skip
+            members = [await start_lan_join(nursery, _config(net + str(3 + i), version), KEY, broadcast=broadcast)
+                       for i in range(2)]  # fmt: skip
+            for m in members:
+                await serve_lan_when_host(nursery, m, KEY, browse_bind=("0.0.0.0", port))
+                assert await m.node.wait_connected(2, timeout=5)
+            await host.node.leave(timeout=2)
+            while members[0].node.host_index != members[0].node.station_index:
+                await trio.sleep(0.05)
+            await trio.sleep(0.5)
+            (found,) = await browse(profile, KEY, broadcast=broadcast, bind=(net + "9", 0), timeout=0.5)
+            outcomes: list[str] = []
+
+            async def newcomer(ip: str) -> None:
+                try:
+                    await join_found(nursery, _config(ip, version), found)
+                except JoinError:
+                    outcomes.append("refused")
+                else:
+                    outcomes.append("admitted")
+
+            async with trio.open_nursery() as both:
+                for ip in (net + "7", net + "8"):
+                    both.start_soon(newcomer, ip)
+            await trio.sleep(0.5)
+            new_host = members[0].node
+            stations = [s for s in new_host.stations() if s.is_self or s.state == "connected"]
+            nursery.cancel_scope.cancel()
+    info = found.info
+    assert (info.max_participants if isinstance(info, LanSessionInfo) else info.max_stations) == 3
+    assert sorted(outcomes) == ["admitted", "refused"]
+    assert len(stations) == 3
