@@ -38,6 +38,7 @@ from pianode.mesh.packet_ids import NONCE_MASK
 from pianode.mesh.events import DataReceived
 from pianode.mesh.peer import Peer
 from pianode.mesh.stats import DropReason
+from protocols.errors import AuthenticationError
 from protocols.pia.packet_fast import StreamOpener
 from protocols.pia.stream_plan import OpenPlan, SealPlan
 
@@ -49,13 +50,13 @@ class Inbound:
     and what they were made for."""
 
     __slots__ = ("opener", "codec", "index", "prefix", "header_size", "footer_at", "nonce_lead", "nonce_at", "tag_at",
-                 "decrypt", "tag_error", "open_many", "message_first", "message_rest", "message_header_size", "tails", "tail_lengths",
+                 "open_one", "decrypt", "tag_error", "open_many", "message_first", "message_rest", "message_header_size", "tails", "tail_lengths",
                  "frame_length", "frame_stop", "frame_head", "frame_tail")  # fmt: skip
 
     def __init__(self, opener: tuple[tuple[object, ...], StreamOpener | None], codec: object, index: int, plan: OpenPlan) -> None:
         self.opener, self.codec, self.index = opener, codec, index
-        (self.prefix, self.header_size, self.footer_at, self.nonce_lead, self.nonce_at, self.tag_at, self.decrypt,
-         self.tag_error, self.open_many, self.message_first, self.message_rest, self.message_header_size, self.tails,
+        (self.prefix, self.header_size, self.footer_at, self.nonce_lead, self.nonce_at, self.tag_at, self.open_one,
+         self.decrypt, self.tag_error, self.open_many, self.message_first, self.message_rest, self.message_header_size, self.tails,
          self.tail_lengths) = plan  # fmt: skip
         # The last frame's shape: its body's length, where its payload ends, its message header (size
         # included) and padding; a body of that length, head and end passes the plan's message checks.
@@ -102,18 +103,21 @@ def receive_batch(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], 
                     if len(data) >= hsize and data.startswith(ib.prefix) and not (ib.footer_at and data[ib.footer_at]):
                         tag_at = ib.tag_at
                         header_nonce = data[ib.nonce_at : tag_at]
-                        if opened is None:
-                            if ib.decrypt is None:
-                                body = b""  # (a batch of one, on an AEAD that opens in batches: below)
-                            else:
-                                try:
-                                    body = ib.decrypt(ib.nonce_lead + header_nonce, data[hsize:] + data[tag_at:hsize], None)
-                                except ib.tag_error:
-                                    body = b""  # judged in full below (and dropped there as a bad tag)
+                        # Opened with the others by this very Inbound's plan, or now.  (A tag that fails:
+                        # judged in full below, and dropped there as a bad tag.)
+                        got = None if opened is None else opened.get(i)
+                        if got is not None and got[0] is ib:
+                            body = got[1] or b""
+                        elif ib.decrypt is not None:
+                            try:
+                                body = ib.decrypt(ib.nonce_lead + header_nonce, data[hsize:] + data[tag_at:hsize], None)
+                            except ib.tag_error:
+                                body = b""
                         else:
-                            # Opened with the others, by this very Inbound's plan (else judged in full below).
-                            got = opened.get(i)
-                            body = got[1] if got is not None and got[0] is ib and got[1] is not None else b""
+                            try:
+                                body = ib.open_one(ib.nonce_lead + header_nonce, data[hsize:], data[tag_at:hsize])
+                            except AuthenticationError:
+                                body = b""
                         # The message: the stream's (the constant bytes, the size, the padding), of the last
                         # frame's size as most are (Inbound.frame_*: the same checks, made once per size).
                         if len(body) == ib.frame_length and body.startswith(ib.frame_head) and body.endswith(ib.frame_tail):
