@@ -38,6 +38,7 @@ from pianode.mesh.packet_ids import NONCE_MASK
 from pianode.mesh.events import DataReceived
 from pianode.mesh.peer import Peer
 from pianode.mesh.stats import DropReason
+from protocols.errors import AuthenticationError
 from protocols.pia.packet_fast import StreamOpener
 from protocols.pia.stream_plan import OpenPlan, SealPlan
 
@@ -49,13 +50,17 @@ class Inbound:
     and what they were made for."""
 
     __slots__ = ("opener", "codec", "index", "prefix", "header_size", "footer_at", "nonce_lead", "nonce_at", "tag_at",
-                 "decrypt", "tag_error", "open_many", "message_first", "message_rest", "message_header_size", "tails", "tail_lengths")  # fmt: skip
+                 "open_one", "decrypt", "tag_error", "open_many", "message_first", "message_rest", "message_header_size", "tails", "tail_lengths",
+                 "frame_length", "frame_stop", "frame_head", "frame_tail")  # fmt: skip
 
     def __init__(self, opener: tuple[tuple[object, ...], StreamOpener | None], codec: object, index: int, plan: OpenPlan) -> None:
         self.opener, self.codec, self.index = opener, codec, index
-        (self.prefix, self.header_size, self.footer_at, self.nonce_lead, self.nonce_at, self.tag_at, self.decrypt,
-         self.tag_error, self.open_many, self.message_first, self.message_rest, self.message_header_size, self.tails,
+        (self.prefix, self.header_size, self.footer_at, self.nonce_lead, self.nonce_at, self.tag_at, self.open_one,
+         self.decrypt, self.tag_error, self.open_many, self.message_first, self.message_rest, self.message_header_size, self.tails,
          self.tail_lengths) = plan  # fmt: skip
+        # The last frame's shape: its body's length, where its payload ends, its message header (size
+        # included) and padding; a body of that length, head and end passes the plan's message checks.
+        self.frame_length, self.frame_stop, self.frame_head, self.frame_tail = -1, 0, b"", b""
 
 
 def _inbound(peer: Peer, codec: object) -> Inbound | None:
@@ -98,38 +103,43 @@ def receive_batch(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], 
                     if len(data) >= hsize and data.startswith(ib.prefix) and not (ib.footer_at and data[ib.footer_at]):
                         tag_at = ib.tag_at
                         header_nonce = data[ib.nonce_at : tag_at]
-                        if opened is None:
-                            if ib.decrypt is None:
-                                body = b""  # (a batch of one, on an AEAD that opens in batches: below)
-                            else:
-                                try:
-                                    body = ib.decrypt(ib.nonce_lead + header_nonce, data[hsize:] + data[tag_at:hsize], None)
-                                except ib.tag_error:
-                                    body = b""  # judged in full below (and dropped there as a bad tag)
+                        # Opened with the others by this very Inbound's plan, or now.  (A tag that fails:
+                        # judged in full below, and dropped there as a bad tag.)
+                        got = None if opened is None else opened.get(i)
+                        if got is not None and got[0] is ib:
+                            body = got[1] or b""
+                        elif ib.decrypt is not None:
+                            try:
+                                body = ib.decrypt(ib.nonce_lead + header_nonce, data[hsize:] + data[tag_at:hsize], None)
+                            except ib.tag_error:
+                                body = b""
                         else:
-                            # Opened with the others, by this very Inbound's plan (else judged in full below).
-                            got = opened.get(i)
-                            body = got[1] if got is not None and got[0] is ib and got[1] is not None else b""
-                        if body.startswith(ib.message_first) and body.startswith(ib.message_rest, 4):
-                            size = body[2] << 8 | body[3]
-                            stop = ib.message_header_size + size
-                            k = size & 15
-                            if len(body) == stop + ib.tail_lengths[k] and body.endswith(ib.tails[k]):
-                                # _receive_lone's steps for unreliable data but those the constant bytes took
-                                replay = peer.replay
-                                if not replay.accept_value(int.from_bytes(header_nonce[-7:], "big")):
-                                    session._tally.drop(DropReason.REPLAYED)
-                                    continue
-                                if replay.advanced:  # (see Links.fresh)
-                                    peer.last_heard = now
-                                peer.packets_received += 1
-                                delivered += 1
-                                handler = session.data_handler
-                                if handler is not None:
-                                    handler(ib.index, body[ib.message_header_size : stop], False)
-                                else:
-                                    session.emit(DataReceived(ib.index, body[ib.message_header_size : stop], False))
+                            try:
+                                body = ib.open_one(ib.nonce_lead + header_nonce, data[hsize:], data[tag_at:hsize])
+                            except AuthenticationError:
+                                body = b""
+                        # The message: the stream's (the constant bytes, the size, the padding), of the last
+                        # frame's size as most are (Inbound.frame_*: the same checks, made once per size).
+                        if len(body) == ib.frame_length and body.startswith(ib.frame_head) and body.endswith(ib.frame_tail):
+                            stop = ib.frame_stop
+                        else:
+                            stop = _frame_stop(ib, body)
+                        if stop:
+                            # _receive_lone's steps for unreliable data but those the constant bytes took
+                            replay = peer.replay
+                            if not replay.accept_value(int.from_bytes(header_nonce[-7:], "big")):
+                                session._tally.drop(DropReason.REPLAYED)
                                 continue
+                            if replay.advanced:  # (see Links.fresh)
+                                peer.last_heard = now
+                            peer.packets_received += 1
+                            delivered += 1
+                            handler = session.data_handler
+                            if handler is not None:
+                                handler(ib.index, body[ib.message_header_size : stop], False)
+                            else:
+                                session.emit(DataReceived(ib.index, body[ib.message_header_size : stop], False))
+                            continue
             if len(data) > MAX_DATAGRAM and oversized(session, data):
                 continue
             session.receive_datagram(data, addr, now)
@@ -138,6 +148,21 @@ def receive_batch(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], 
     finally:
         counters["packets_received"] += delivered
         counters["unreliable_delivered"] += delivered
+
+
+def _frame_stop(ib: Inbound, body: bytes) -> int:
+    """Where the payload of the stream's message in *body* ends (OpenPlan's message checks), or 0 when
+    *body* is not the stream's message; a message of the stream's shape becomes the Inbound's frame shape."""
+    if not (body.startswith(ib.message_first) and body.startswith(ib.message_rest, 4)):
+        return 0
+    size = body[2] << 8 | body[3]
+    stop = ib.message_header_size + size
+    k = size & 15
+    if len(body) != stop + ib.tail_lengths[k] or not body.endswith(ib.tails[k]):
+        return 0
+    ib.frame_length, ib.frame_stop = len(body), stop
+    ib.frame_head, ib.frame_tail = body[: ib.message_header_size], body[stop:]
+    return stop
 
 
 def _open_together(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], codec: object) -> dict[int, tuple[Inbound, bytes | None]]:

@@ -209,7 +209,7 @@ class _MeshShare(MeshRun):
         for node in self.local:
             rec = self.receivers[id(node)] = _Receiver()
             node.set_event_handler(functools.partial(self._on_events, node, rec))
-            node.set_data_handler(functools.partial(self._on_data, node, rec))
+            node.set_data_handler(self._data_handler(node, rec))
         return {
             "formed": ok,
             "indexes": [node.station_index for node in self.local],

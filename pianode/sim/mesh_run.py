@@ -344,7 +344,7 @@ class MeshRun:
             for node in nodes:
                 rec = self.receivers[id(node)] = _Receiver()
                 node.set_event_handler(functools.partial(self._on_events, node, rec))
-                node.set_data_handler(functools.partial(self._on_data, node, rec))
+                node.set_data_handler(self._data_handler(node, rec))
             if self.live is not None:
                 nursery.start_soon(self._show_live, nodes)
             try:
@@ -439,19 +439,26 @@ class MeshRun:
         for event in events:
             self._handle(node, rec, event)
 
-    def _on_data(self, node: Node, rec: _Receiver, source_index: int, data: bytes, reliable: bool) -> None:
-        # Application data as the node decodes it (Node.set_data_handler): no
-        # event object per message.  Frames, the bulk of a real-time session,
-        # are counted here; the rest in _handle.
-        if data[:1] == b"F" and len(data) >= _FRAME.size:
-            rec.frames += 1
-            due = _FRAME.unpack_from(data)[3]
-            latency = self._clock() - due
-            rec.latencies.append(latency)
-            if latency > self._late:
-                rec.late_due.append(due)
-            return
-        self._handle(node, rec, DataReceived(source_index, data, reliable))
+    def _data_handler(self, node: Node, rec: _Receiver) -> Callable[[int, bytes, bool], None]:
+        """One station's handler of application data as the node decodes it (Node.set_data_handler): no
+        event object per message.  Frames, the bulk of a real-time session, are counted here, with their
+        latency off the run's clock as they arrive (what it reads per frame bound once); the rest in
+        :meth:`_handle`."""
+        unpack_from, frame_size, clock, late = _FRAME.unpack_from, _FRAME.size, self._clock, self._late
+        latencies, late_due, handle = rec.latencies, rec.late_due, self._handle
+
+        def on_data(source_index: int, data: bytes, reliable: bool) -> None:
+            if data[:1] == b"F" and len(data) >= frame_size:
+                rec.frames += 1
+                due = unpack_from(data)[3]
+                latency = clock() - due
+                latencies.append(latency)
+                if latency > late:
+                    late_due.append(due)
+                return
+            handle(node, rec, DataReceived(source_index, data, reliable))
+
+        return on_data
 
     def _handle(self, node: Node, rec: _Receiver, event: object) -> None:
         if isinstance(event, DataReceived):

@@ -566,22 +566,21 @@ def lone_opener(codec: PacketCodec, lone: LoneMessage, source: str) -> StreamOpe
                 return None
             if many is not None and in_two_steps(data) != got:
                 many = None  # (never seen: the steps are opener's own lines)
-    plan = None
-    if raw is not None or many is not None:
-        plan = OpenPlan(prefix, hsize, fs_at, lead, nonce_at, tag_at, decrypt if raw is not None else None,
-                        tag_error if raw is not None else AuthenticationError, None if raw is not None else many,
-                        mfirst, mrest, mhsize, tuple(tails), tuple(tail_lens))  # fmt: skip
-        # Trust it only where it gives the opener's payloads (and refuses what the opener does not call ours).
-        for packet_id, hn, payload in ((1, bytes(8), b""), (0xFFFF, bytes(range(9, 17)), bytes(range(37)))):
-            head = attrs.evolve(header, packet_id=packet_id, nonce=hn, tag=b"")
-            for message in (attrs.evolve(probe.messages[0], payload=payload), other):
-                data = codec.encode(Packet(head, (message,)), source)
-                got = opener(data)
-                if open_by_plan(plan, data) != (got if type(got) is bytes else None):
-                    plan = None
-                    break
-            if plan is None:
+    plan: OpenPlan | None = OpenPlan(
+        prefix, hsize, fs_at, lead, nonce_at, tag_at, open_, decrypt if raw is not None else None,
+        tag_error if raw is not None else AuthenticationError, many, mfirst, mrest, mhsize, tuple(tails), tuple(tail_lens),
+    )  # fmt: skip
+    # Trust it only where it gives the opener's payloads (and refuses what the opener does not call ours).
+    for packet_id, hn, payload in ((1, bytes(8), b""), (0xFFFF, bytes(range(9, 17)), bytes(range(37)))):
+        head = attrs.evolve(header, packet_id=packet_id, nonce=hn, tag=b"")
+        for message in (attrs.evolve(probe.messages[0], payload=payload), other):
+            data = codec.encode(Packet(head, (message,)), source)
+            got = opener(data)
+            if open_by_plan(plan, data) != (got if type(got) is bytes else None):
+                plan = None
                 break
+        if plan is None:
+            break
     opener.prepare = prepare  # type: ignore[attr-defined]
     opener.complete = complete  # type: ignore[attr-defined]
     opener.open_many = many  # type: ignore[attr-defined]

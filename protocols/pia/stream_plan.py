@@ -46,12 +46,13 @@ class SealPlan(NamedTuple):
 class OpenPlan(NamedTuple):
     """A stream opener's checks as fields, for a caller that opens a batch in one loop
     (``pianode.mesh.stream``).  A datagram is the stream's when ``len(d) >= header_size``,
-    ``d.startswith(prefix)``, ``not (footer_at and d[footer_at])``; then ``decrypt(nonce_lead +
-    d[nonce_at:tag_at], d[header_size:] + d[tag_at:header_size], None)`` is its body (or raises
-    ``tag_error``): the AEAD's unchecked full-tag open; or (``decrypt`` None: pycryptodome's fast path)
-    ``open_many(nonces, ciphertexts, tags)`` of many datagrams at once, the ciphertext
-    ``d[header_size:]`` and the tag ``d[tag_at:header_size]``, gives each body or None for a tag that
-    fails.  The body is the stream's
+    ``d.startswith(prefix)``, ``not (footer_at and d[footer_at])``.  Its nonce is ``nonce_lead +
+    d[nonce_at:tag_at]``, its ciphertext ``d[header_size:]`` and its tag ``d[tag_at:header_size]``; its
+    body is ``open_one(nonce, ciphertext, tag)`` (the AEAD's checked open: raises AuthenticationError for
+    a tag that fails), or the same by ``decrypt(nonce, ciphertext + tag, None)`` where the AEAD has an
+    unchecked full-tag open (raises ``tag_error``), or by ``open_many(nonces, ciphertexts, tags)`` for many
+    datagrams in one call where it opens them cheaper so (pycryptodome's fast path: None for a tag that
+    fails).  The body is the stream's
     message when it starts with ``message_first``, has ``message_rest`` at 4, and its length and end fit
     the size in bytes 2-3 (``message_header_size + size + tails``); the payload follows the header.
     ``opener(d)`` gives the same payload (checked when the opener is made)."""
@@ -62,6 +63,7 @@ class OpenPlan(NamedTuple):
     nonce_lead: bytes
     nonce_at: int
     tag_at: int
+    open_one: Callable[[bytes, bytes, bytes], bytes]
     decrypt: Callable[[bytes, bytes, bytes | None], bytes] | None
     tag_error: type[Exception]
     open_many: Callable[[list[bytes], list[bytes], list[bytes]], list[bytes | None]] | None
@@ -84,7 +86,8 @@ def seal_by_plan(plan: SealPlan, packet_id: int, hn: bytes, payload: bytes) -> b
 
 def open_by_plan(plan: OpenPlan, data: bytes) -> bytes | None:
     """The stream's payload in *data* as :class:`OpenPlan` describes it, or None when *data* is not of
-    the stream's shape (the opener decides those); raises ``plan.tag_error`` for a tag that fails."""
+    the stream's shape (the opener decides those); raises ``plan.tag_error`` (``decrypt``) or
+    AuthenticationError (``open_one``) for a tag that fails."""
     hsize, tag_at = plan.header_size, plan.tag_at
     if len(data) < hsize or not data.startswith(plan.prefix) or (plan.footer_at and data[plan.footer_at]):
         return None
@@ -92,11 +95,7 @@ def open_by_plan(plan: OpenPlan, data: bytes) -> bytes | None:
     if plan.decrypt is not None:
         body = plan.decrypt(nonce, data[hsize:] + data[tag_at:hsize], None)
     else:
-        assert plan.open_many is not None
-        opened = plan.open_many([nonce], [data[hsize:]], [data[tag_at:hsize]])[0]
-        if opened is None:
-            raise plan.tag_error("tag mismatch")
-        body = opened
+        body = plan.open_one(nonce, data[hsize:], data[tag_at:hsize])
     if not (body.startswith(plan.message_first) and body.startswith(plan.message_rest, 4)):
         return None
     size = body[2] << 8 | body[3]

@@ -126,8 +126,10 @@ def test_every_family_receives_a_batch_as_its_datagrams_one_by_one(version: str)
     assert len(frames) == len(set(frames)) == kinds.count(0) + kinds.count(1)
 
 
-def test_a_stream_of_frames_takes_the_batch_path_after_its_first_frame() -> None:
-    h = _formed("5.18")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("version", ["5.18", "5.23", "5.29", "6.20"])  # H-C, H-D, H-E (8-byte tags), H-F
+def test_a_stream_of_frames_takes_the_batch_path_after_its_first_frame(version: str, backend: str) -> None:
+    h = _formed(version, backend)
     datagrams = _stream(h, [0] * 10)
     receiver = h.sessions[1]
     slow: list[bytes] = []

@@ -89,3 +89,28 @@ def test_a_tampered_or_replayed_frame_is_dropped_and_counted() -> None:
     b.receive_datagrams([(bytes(tampered), a.local_address), (frames[0], a.local_address), (frames[2], a.local_address)], h.now)
     assert got == [b"F0", b"F1", b"F2"]
     assert (b.drops["bad_tag"], b.drops["replayed"]) == (bad_tags + 1, replayed + 1)
+
+
+@pytest.mark.parametrize("backend", ["cryptography", "pycryptodome"])
+def test_frames_of_every_size_come_through_the_batch_path(backend: str) -> None:
+    # The receive loop keeps the last frame's shape (Inbound.frame_*); frames that change size, come back
+    # to an earlier size or carry nothing must each give their own payload, as the one-by-one path does.
+    one, twin = _formed("5.18", backend), _formed("5.18", backend)
+    sizes = [10, 10, 30, 10, 0, 62, 62, 1, 15, 16, 17, 300, 17, 10]
+    got: tuple[list[bytes], list[bytes]] = ([], [])
+    batches = []
+    for h, into in zip((one, twin), got):
+        a, b = h.sessions[0], h.sessions[1]
+        b.data_handler = lambda index, data, reliable, into=into: into.append(data)
+        frames = []
+        for k, n in enumerate(sizes):
+            sealed = a.broadcast_unreliable_now(bytes([k]) * n, h.now)
+            assert sealed is not None
+            frames += [(d, a.local_address) for d, dst in sealed[1] if dst == b.local_address]
+        batches.append(frames)
+    assert batches[0] == batches[1]
+    for data, addr in batches[0]:
+        one.sessions[1].receive_datagram(data, addr, one.now)
+    for k in range(0, len(batches[1]), 4):
+        twin.sessions[1].receive_datagrams(batches[1][k : k + 4], twin.now)
+    assert got[0] == got[1] == [bytes([k]) * n for k, n in enumerate(sizes)]
