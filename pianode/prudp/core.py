@@ -174,9 +174,17 @@ class EndpointCore:
 
     def can_send(self, cid: ConnectionId, size: int) -> bool:
         """Whether connection *cid*'s send queue takes *size* more bytes now (True when it is gone:
-        the send then reports why)."""
+        the send then reports why): within its own bound, and within the endpoint's (Settings.max_queued_bytes)
+        unless it has nothing queued."""
         conn = self.connections.get(cid)
-        return conn is None or conn.state == State.CLOSED or conn.can_send(size)
+        if conn is None or conn.state == State.CLOSED:
+            return True
+        if not conn.can_send(size):
+            return False
+        if conn.queued_bytes == 0:
+            return True
+        queued = sum(c.queued_bytes for c in self.connections.values())  # (only when this one has some queued)
+        return queued + size <= self.settings.max_queued_bytes
 
     def stats_note(self, what: str) -> None:
         """Count something the endpoint's driver did to a connection (shown in statistics)."""

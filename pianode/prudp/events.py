@@ -144,6 +144,11 @@ class Settings:
     #: what such a connection took before, at most max_held_bytes and one message's fragments, may still complete
     #: past the bound, once).  Without it, max_connections peers nobody reads would each fill receive_queue_bytes.
     max_unread_bytes: int = 64 << 20
+    #: Bytes all of an endpoint's connections hold queued to send (not yet in their windows), together: past it,
+    #: ``send`` on a connection that has something queued waits (back-pressure, as at send_queue_bytes); one with
+    #: nothing queued may always queue a message.  Without it, max_connections peers that never acknowledge
+    #: would each make an echoing application queue send_queue_bytes.
+    max_queued_bytes: int = 64 << 20
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.receive_window < 32768:
@@ -152,6 +157,8 @@ class Settings:
             raise ConfigError("max_buffered_bytes must be positive")
         if self.max_unread_bytes < 1:
             raise ConfigError("max_unread_bytes must be positive")
+        if self.max_queued_bytes < 1:
+            raise ConfigError("max_queued_bytes must be positive")
         if self.send_window < 1:
             raise ConfigError("send_window must be positive")
         if self.fragment_size is not None and not 0 < self.fragment_size <= 60000:

@@ -117,3 +117,53 @@ async def test_unread_bytes_follow_what_is_read_and_what_is_let_go() -> None:
                 del accepted
                 assert host.unread_bytes == 0
             nursery.cancel_scope.cancel()
+
+
+def _queued(host: PrudpEndpoint) -> int:
+    """Bytes the host's connections hold queued to send (not yet in their windows)."""
+    return sum(conn.queued_bytes for conn in host.core.connections.values())
+
+
+async def test_echoes_to_peers_that_never_take_them_stay_within_the_endpoint_send_bound() -> None:
+    """Peers that send to an echo host and never take the echo (their own unread bound drops it unacknowledged):
+    each connection queues up to send_queue_bytes, but the endpoint as a whole no more than max_queued_bytes
+    (``send`` waits), and a peer that takes its echoes is still served."""
+    from pianode.prudp.echo import serve_echo
+
+    attackers, per_attacker, message = 6, 512 * KIB, 32 * KIB
+    bound = 512 * KIB
+    host = PrudpEndpoint(Settings("nintendo-v1", access_key=KEY, send_queue_bytes=1024 * KIB, max_queued_bytes=bound))
+    peak = 0
+
+    async def attack(client: PrudpEndpoint, addr: tuple[str, int]) -> None:
+        conn = await client.connect(addr)
+        for i in range(per_attacker // message):
+            try:
+                await conn.send(bytes([i]) * message)
+            except trio.ClosedResourceError:
+                return
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            addr = await nursery.start(host.run, ("127.0.0.1", 0))
+            host.listen()
+            nursery.start_soon(serve_echo, host, nursery)
+            for n in range(attackers):
+                # max_unread_bytes=1: after the first echo it drops every DATA packet unacknowledged (never reads)
+                client = PrudpEndpoint(Settings("nintendo-v1", access_key=KEY, max_unread_bytes=1))
+                await nursery.start(client.run, (f"127.0.0.{2 + n % 3}", 0))
+                nursery.start_soon(attack, client, addr)
+            for _ in range(300):
+                await trio.sleep(0.01)
+                peak = max(peak, _queued(host))
+            good = PrudpEndpoint(Settings("nintendo-v1", access_key=KEY))
+            await nursery.start(good.run, ("127.0.0.9", 0))
+            conn = await good.connect(addr)
+            for i in range(10):
+                await conn.send(bytes([i]) * (4 * KIB))
+                assert await conn.receive() == bytes([i]) * (4 * KIB)
+                peak = max(peak, _queued(host))
+            nursery.cancel_scope.cancel()
+    # A connection with nothing queued may always queue a message: one each past the bound at most.
+    assert peak <= bound + attackers * message, f"the host queued {peak // KIB} KiB"
+    assert peak >= bound - message  # (the attackers did reach the bound: the test tested it)
