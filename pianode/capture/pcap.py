@@ -43,10 +43,9 @@ draft-ietf-opsawg-pcapng; link types — tcpdump.org LINKTYPE_* registry.
 from __future__ import annotations
 
 import collections
-import datetime
+import decimal
 import ipaddress
 import json
-import math
 import os
 import struct
 import sys
@@ -71,7 +70,7 @@ from pianode.capture.frames import (  # _frame_to_udp and _Skip: the general pat
 )
 from pianode.capture.compressed import gunzip_if_compressed
 from pianode.capture.fragments import Reassembler
-from pianode.capture.timestamps import PCAP_MAGICS, pcapng_if_options
+from pianode.capture.timestamps import PCAP_MAGICS, pcapng_if_options, record_time
 
 __all__ = [
     "Capture",
@@ -116,7 +115,7 @@ class Datagram:
     ethertype: int | None = None
     #: The destination link-layer address of such a frame.
     dst_mac: str | None = None
-    #: The capture's time exactly, in integer nanoseconds since 1970 (pcap and pcapng; None for text input).
+    #: The capture's time exactly, in integer nanoseconds since 1970 (None without a time; hex lines have none).
     #: ``time`` is the nearest float, which at today's dates is only good to about 240 ns.
     time_ns: int | None = None
 
@@ -564,7 +563,7 @@ def _hex(text: str, line_no: int) -> tuple[bytes, str | None]:
 
 def _json_record(line: str, index: int, line_no: int) -> Datagram:
     try:
-        obj: Any = json.loads(line)
+        obj: Any = json.loads(line, parse_float=decimal.Decimal)  # a time keeps every digit (record_time)
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         reason = " ".join((getattr(exc, "msg", None) or str(exc) or type(exc).__name__).split())
         return Datagram(index=index, data=b"", frame=line_no, error=f"line {line_no}: not JSON ({reason})")
@@ -594,7 +593,7 @@ def _json_record(line: str, index: int, line_no: int) -> Datagram:
             warnings.append(f'"{key}" ignored: {exc}')
             continue
         endpoints[key] = format_endpoint(ip, port)
-    t = _time(obj.get("time"))
+    t, t_ns = record_time(obj.get("time"))
     if t is None and obj.get("time") is not None:
         warnings.append('"time" ignored: not a number or ISO 8601 time')
     name = obj.get("name")
@@ -606,6 +605,7 @@ def _json_record(line: str, index: int, line_no: int) -> Datagram:
         index=index,
         data=data,
         time=t,
+        time_ns=t_ns,
         src=endpoints["src"],
         dst=endpoints["dst"],
         frame=line_no,
@@ -614,34 +614,6 @@ def _json_record(line: str, index: int, line_no: int) -> Datagram:
         src_mac=mac.lower().replace("-", ":") if isinstance(mac, str) else None,
         warning=f"line {line_no}: " + "; ".join(warnings) if warnings else None,
     )
-
-
-def _time(value: object) -> float | None:
-    """Seconds from a number, a numeric string or an ISO 8601 time (UTC when no zone is given)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        try:
-            number = float(value)  # an integer beyond a float's range overflows: no usable time
-        except OverflowError:
-            return None
-        return number if math.isfinite(number) else None
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            number = float(text)
-        except ValueError:
-            pass
-        else:
-            return number if math.isfinite(number) else None
-        try:
-            when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=datetime.timezone.utc)
-            return when.timestamp()
-        except (ValueError, OverflowError, OSError):
-            return None
-    return None
 
 
 def _is_mac(text: str) -> bool:

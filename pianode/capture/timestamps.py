@@ -5,7 +5,8 @@ goes from the file to the output as an integer of nanoseconds.  A pcap record's 
 nanoseconds by the file's magic (:data:`PCAP_MAGICS`); a pcapng interface's unit is 10^-v or 2^-v seconds
 (``if_tsresol``), kept as an exact fraction of nanoseconds (:func:`pcapng_if_options`), and a unit finer than a
 nanosecond is cut to whole nanoseconds, as Wireshark's frame times are.  :func:`time_text` writes nanoseconds as
-the decimal seconds they are, the text tshark's ``frame.time_epoch`` gives less its trailing zeros.
+the decimal seconds they are, the text tshark's ``frame.time_epoch`` gives less its trailing zeros; a JSON Lines
+record's ``"time"`` is read into the same integer (:func:`record_time`, from a decimal number of every digit given).
 
 Formats: pcap — draft-ietf-opsawg-pcap (its magic numbers); pcapng — draft-ietf-opsawg-pcapng (the interface
 description block's ``if_tsresol`` and ``if_tsoffset`` options).
@@ -13,9 +14,12 @@ description block's ``if_tsresol`` and ``if_tsoffset`` options).
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import math
 import struct
 
-__all__ = ["PCAP_MAGICS", "pcapng_if_options", "time_text"]
+__all__ = ["PCAP_MAGICS", "pcapng_if_options", "record_time", "time_text"]
 
 #: A pcap file's magic: (byte order, nanoseconds per unit of a record's second fraction).
 PCAP_MAGICS = {
@@ -56,3 +60,41 @@ def time_text(ns: int) -> str:
         return "-" + time_text(-ns)
     sec, frac = divmod(ns, 1_000_000_000)
     return f"{sec}.{frac:09d}".rstrip("0") if frac else f"{sec}.0"
+
+
+def record_time(value: object) -> tuple[float | None, int | None]:
+    """Seconds (the nearest float, and exact integer nanoseconds) from a number, a numeric string or an ISO 8601
+    time (UTC when no zone is given); numbers come as :class:`~decimal.Decimal` (every digit the line gave)."""
+    if isinstance(value, bool) or value is None:
+        return None, None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = decimal.Decimal(text)
+        except decimal.InvalidOperation:
+            return _iso_time(text)
+    if not isinstance(value, (int, decimal.Decimal)):
+        return None, None
+    try:
+        number = float(value)  # beyond a float's range: no usable time (and no integer of a billion digits)
+    except (OverflowError, ValueError):  # ValueError: a signalling NaN ("sNaN")
+        return None, None
+    if not math.isfinite(number):
+        return None, None
+    if isinstance(value, int):
+        ns = value * 1_000_000_000
+    else:
+        ns = int((value * 1_000_000_000).to_integral_value(decimal.ROUND_FLOOR))
+    return ns / 1_000_000_000, ns  # below a nanosecond: cut, as Wireshark's frame times are
+
+
+def _iso_time(text: str) -> tuple[float | None, int | None]:
+    try:
+        when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        since = when - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return None, None
+    ns = (since.days * 86_400 + since.seconds) * 1_000_000_000 + since.microseconds * 1000
+    return ns / 1_000_000_000, ns

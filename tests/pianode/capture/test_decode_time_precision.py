@@ -138,7 +138,7 @@ def test_microsecond_captures_keep_their_text(recording: tuple[Path, Path, list[
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout.splitlines()[0]
     first = json.loads(text)["frame"]
-    assert f'"time": {repr(micro[first - 1][0] / 10**9)},' in text
+    assert f'"time": {micro[first - 1][0] / 10**9!r},' in text
 
 
 def test_table_times_from_the_first_frame_are_exact() -> None:
@@ -151,3 +151,39 @@ def test_table_times_from_the_first_frame_are_exact() -> None:
         ns = BASE_NS + delta
         r = DecodeResult(index=2, time=ns / 10**9, src=None, dst=None, kind="unknown", size=0, time_ns=ns)
         assert render_row(r, first.time, first.time_ns).split()[1] == want
+
+
+def test_json_lines_times_are_kept_exact(tmp_path: Path) -> None:
+    """A JSON Lines record's "time" (a number or a numeric string, nanoseconds included, or ISO 8601 to the
+    microsecond) reaches the output exactly; an absurd one is still ignored with a warning."""
+    rows = [
+        ({"hex": "00", "time": Decimal("1795790385.123456789")}, 1_795_790_385_123_456_789),
+        ({"hex": "00", "time": "1795790385.000000001"}, 1_795_790_385_000_000_001),
+        ({"hex": "00", "time": 1795790385}, 1_795_790_385_000_000_000),
+        ({"hex": "00", "time": "1795790385.1234567891"}, 1_795_790_385_123_456_789),  # below 1 ns: cut, as tshark
+        ({"hex": "00", "time": "2026-11-27T14:39:11.123456Z"}, 1_795_790_351_123_456_000),
+        ({"hex": "00", "time": Decimal("1e999999999")}, None),
+        ({"hex": "00", "time": "-1e999999999"}, None),
+        ({"hex": "00", "time": "sNaN"}, None),
+    ]
+    path = tmp_path / "times.jsonl"
+    path.write_text("".join(json.dumps({k: (float(v) if k == "time" and isinstance(v, Decimal) else v)
+                                        for k, v in obj.items()}).replace(*_exact(obj)) + "\n" for obj, _ns in rows))
+    with open_capture(path) as cap:
+        got = list(cap)
+    assert [d.time_ns for d in got] == [ns for _obj, ns in rows]
+    assert [d.warning is None for d in got] == [ns is not None for _obj, ns in rows]
+    assert got[0].time == 1_795_790_385_123_456_789 / 10**9
+    out = subprocess.run([sys.executable, "-m", "pianode", "decode", str(path), "--format", "jsonl"],
+                         capture_output=True, text=True, check=True, timeout=60).stdout.splitlines()
+    times = [json.loads(line, parse_float=Decimal)["time"] for line in out]
+    assert times[:5] == [Decimal(ns) / 10**9 for _obj, ns in rows[:5]]
+    assert times[5:] == [None, None, None]
+
+
+def _exact(obj: dict[str, object]) -> tuple[str, str]:
+    """(the float text json.dumps wrote for a Decimal "time", the Decimal's own text): the line keeps every digit."""
+    value = obj["time"]
+    if not isinstance(value, Decimal):
+        return ("", "")
+    return (json.dumps(float(value)), str(value))
