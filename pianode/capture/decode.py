@@ -37,7 +37,6 @@ from __future__ import annotations
 import collections
 import enum
 import json
-import math
 from json import encoder as json_encoder
 from collections.abc import Iterator
 from typing import Any
@@ -347,6 +346,7 @@ class Decoder:
         #: (version, protocol type) -> (its name, its Proto, whether it is pianode's 6.x session management)
         self._protocols: dict[tuple[Any, int], tuple[str | None, Proto | None, bool]] = {}
         self._source_ips: dict[str | None, str] = {}
+        self._learned_macs: collections.deque[str] = collections.deque()  # source IPs whose MAC the wire gave
         self._nex_streams: dict[tuple[str | None, str | None], dict[Any, Any]] = {}
         # Browse requests seen, by requester: (challenge key, challenge plaintext, broadcast address).
         self._lan_requests: dict[str, tuple[bytes, bytes, str]] = {}
@@ -471,6 +471,9 @@ class Decoder:
             # The nonce builder reads the map live (protocols/pia/nonce.py); a MAC
             # from the session file always wins over one seen on the wire.
             macs[source_ip] = bytes.fromhex(d.src_mac.replace(":", ""))
+            self._learned_macs.append(source_ip)
+            if len(self._learned_macs) > _FLOWS_KEPT:  # stay small on a capture of ever new senders (learned again
+                macs.pop(self._learned_macs.popleft(), None)  # when one comes back)
         return source_ip
 
     def _pia_fast_line(self, d: Datagram) -> str | None:
@@ -496,16 +499,9 @@ class Decoder:
         _plain, keyed, _keys = self._codecs_for(profile)
         if keyed is None:
             return None
-        t = d.time
-        if d.time_ns is not None:
-            t_text = time_text(d.time_ns)
-        elif t is None:
-            t_text = "null"
-        else:
-            t = round(t, 9)
-            if not math.isfinite(t):
-                return None
-            t_text = repr(t)
+        t_text = time_text(d.time_ns) if d.time_ns is not None else "null" if d.time is None else repr(round(d.time, 9))
+        if t_text[-1] in "fn":  # inf, nan: no JSON number (the general path writes what json.dumps writes)
+            return None
         try:
             got = keyed.decode_lone(d.data, source_ip)
         except DecodeError:

@@ -62,3 +62,27 @@ def test_a_huge_session_file_is_refused(tmp_path) -> None:  # type: ignore[no-un
     path.write_text('{"version": "5.18", "pad": "' + "x" * MAX_SESSION_FILE + '"}')
     with pytest.raises(ConfigError, match="larger than"):
         load_session(str(path), {})
+
+
+def test_source_macs_learned_from_a_capture_stay_bounded() -> None:
+    """An LDN 5.x capture's sender MACs are learned for its nonces (spec §3.2), but a capture of datagrams from ever
+    new source addresses must not grow that map without bound; a MAC from the session file is never forgotten, and
+    a sender seen again is learned again."""
+    from pianode.capture.decode import _FLOWS_KEPT, Decoder
+    from pianode.capture.pcap import Datagram
+
+    session = {"version": "5.26", "network": "ldn", "session_key": "00" * 16, "network_id": 0x11223344,
+               "macs": {"169.254.0.1": "02:00:00:00:00:01"}}
+    dec = Decoder(load_session(None, session))
+    n = 3 * _FLOWS_KEPT
+    for i in range(n):
+        ip = f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"
+        dec.decode(Datagram(index=i + 1, data=b"\x32\xab\x98\x64" + bytes(40), src=f"{ip}:49152",
+                            dst="169.254.0.255:49152", src_mac=f"02:00:00:{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:{i & 255:02x}"))
+    macs = dec.ctx.macs
+    assert macs is not None
+    assert len(macs) <= _FLOWS_KEPT + 1
+    assert macs["169.254.0.1"] == bytes.fromhex("020000000001")
+    first = "10.0.0.0"
+    dec.decode(Datagram(index=n + 1, data=b"\x32\xab\x98\x64" + bytes(40), src=f"{first}:49152", src_mac="02:00:00:00:00:00"))
+    assert macs[first] == bytes.fromhex("020000000000") and len(macs) <= _FLOWS_KEPT + 1
