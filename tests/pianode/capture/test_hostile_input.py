@@ -86,3 +86,28 @@ def test_source_macs_learned_from_a_capture_stay_bounded() -> None:
     first = "10.0.0.0"
     dec.decode(Datagram(index=n + 1, data=b"\x32\xab\x98\x64" + bytes(40), src=f"{first}:49152", src_mac="02:00:00:00:00:00"))
     assert macs[first] == bytes.fromhex("020000000000") and len(macs) <= _FLOWS_KEPT + 1
+
+
+def test_flows_hold_what_the_ids_can_be_not_every_packet() -> None:
+    """``--flows`` summarises a long capture in memory bounded by the packet ids there can be (16 bits per
+    connection id), not by the packets; and many distinct connection ids in one flow cost no time per id seen."""
+    import tracemalloc
+    from types import SimpleNamespace
+
+    from pianode.capture.flows import FlowTracker
+
+    def packet(i: int, conn: int, pid: int) -> SimpleNamespace:
+        header = {"encrypted": True, "connection_id": conn, "packet_id": pid}
+        return SimpleNamespace(index=i, src="10.0.0.1:1", dst="10.0.0.2:1", kind="pia", frame=i, header=header)
+
+    tracker = FlowTracker()
+    packets = [packet(i, 5, 1 + i % 500) for i in range(300_000)]  # the same 500 ids over and over
+    tracemalloc.start()
+    for p in packets:
+        tracker.add(p)
+    held, _peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert held < 512 * 1024, f"{held} bytes held for 500 distinct ids"
+    (flow,) = tracker.flows()
+    assert flow["nonzero_connection_id_packet_ids"]["5"] == {"count": 300_000, "min": 1, "max": 500, "missing": []}
+    assert flow["connection_ids_in_order"] == [5]
