@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Protocol
 
 import attrs
@@ -21,7 +22,11 @@ class DecodeResult(Protocol):
     frame: int | None
     header: dict[str, Any] | None
 
-__all__ = ["FlowTracker"]
+__all__ = ["MAX_MISSING_LISTED", "FlowTracker"]
+
+#: Missing packet ids listed per connection id; beyond it ``missing_count`` says how many there are.  Two packets
+#: (ids 1 and 65535) would otherwise list 65,533, and a capture may hold a connection id per two packets.
+MAX_MISSING_LISTED = 1000
 
 
 @attrs.define
@@ -103,10 +108,13 @@ class FlowTracker:
             ids = {}
             for conn, seen in f.ids.items():
                 lo, hi = min(seen), max(seen)
+                missing = (p for p in range(lo, hi + 1) if p not in seen)
                 ids[str(conn)] = {
                     "count": f.counts[conn], "min": lo, "max": hi,
-                    "missing": [p for p in range(lo, hi + 1) if p not in seen],
+                    "missing": list(itertools.islice(missing, MAX_MISSING_LISTED)),
                 }
+                if hi - lo + 1 - len(seen) > MAX_MISSING_LISTED:  # (every id seen is within lo..hi)
+                    ids[str(conn)]["missing_count"] = hi - lo + 1 - len(seen)
             out.append({
                 "flow": n, "src": f.src, "dst": f.dst, "packets": f.packets, "encrypted": f.encrypted,
                 "plain": f.plain, "first": f.first, "last": f.last,

@@ -343,7 +343,8 @@ def render_flow(f: dict[str, Any]) -> str:
         f" ({f['encrypted']} encrypted, {f['plain']} plain); connection ids {f['connection_ids_in_order']}"
     ]
     for conn, s in f["nonzero_connection_id_packet_ids"].items():
-        missing = f", missing {s['missing']}" if s["missing"] else ", no gaps"
+        shown = f"{len(s['missing'])} of {s['missing_count']}: " if "missing_count" in s else ""
+        missing = f", missing {shown}{s['missing']}" if s["missing"] else ", no gaps"
         lines.append(f"{'':>4}connection {conn}: packet ids {s['min']}-{s['max']} ({s['count']}){missing}")
     for run in f["runs"]:
         steps = f", other steps {run['other_steps']}" if run["other_steps"] else ""

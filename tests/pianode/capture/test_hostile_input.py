@@ -111,3 +111,31 @@ def test_flows_hold_what_the_ids_can_be_not_every_packet() -> None:
     (flow,) = tracker.flows()
     assert flow["nonzero_connection_id_packet_ids"]["5"] == {"count": 300_000, "min": 1, "max": 500, "missing": []}
     assert flow["connection_ids_in_order"] == [5]
+
+
+def test_flows_list_a_bounded_number_of_missing_ids_and_count_the_rest() -> None:
+    """Two packets of a connection id, ids 1 and 65535, would list 65,533 missing ids: with a connection id per
+    two packets (H-E's 32-bit ids allow it) a small capture would make gigabytes of output.  The list stops at
+    MAX_MISSING_LISTED and ``missing_count`` says how many there are; a short list is as before."""
+    from types import SimpleNamespace
+
+    from pianode.capture.flows import MAX_MISSING_LISTED, FlowTracker
+    from pianode.cli.decode import render_flow
+
+    def packet(i: int, conn: int, pid: int) -> SimpleNamespace:
+        header = {"encrypted": True, "source_variable_id": conn, "packet_id": pid}
+        return SimpleNamespace(index=i, src="10.0.0.1:1", dst="10.0.0.2:1", kind="pia", frame=i, header=header)
+
+    tracker = FlowTracker()
+    for n, conn in enumerate(range(1000, 1200)):
+        tracker.add(packet(2 * n, conn, 1))
+        tracker.add(packet(2 * n + 1, conn, 65535))
+    tracker.add(packet(999_999, 7, 1))
+    tracker.add(packet(1_000_000, 7, 3))
+    (flow,) = tracker.flows()
+    ids = flow["nonzero_connection_id_packet_ids"]
+    assert ids["1000"]["missing"] == list(range(2, 2 + MAX_MISSING_LISTED))
+    assert ids["1000"]["missing_count"] == 65533
+    assert ids["7"] == {"count": 2, "min": 1, "max": 3, "missing": [2]}  # (no missing_count: the list is whole)
+    assert len(json.dumps(flow)) < 200 * (MAX_MISSING_LISTED * 8 + 200)
+    assert f"missing {MAX_MISSING_LISTED} of 65533: [2, 3," in render_flow(flow)
