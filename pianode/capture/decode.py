@@ -37,7 +37,6 @@ from __future__ import annotations
 import collections
 import enum
 import json
-import math
 from json import encoder as json_encoder
 from collections.abc import Iterator
 from typing import Any
@@ -51,6 +50,7 @@ from pianode.capture.lan_detect import lan_kind as _lan_kind
 from pianode.capture.pcap import Datagram, parse_endpoint
 from pianode.capture.prudp_read import read_prudp
 from pianode.capture.session_file import DecodeContext, KeySet
+from pianode.capture.timestamps import time_text
 from pianode.capture.unknown import NO_KEY_NOTE, PLAIN_NO_KEY_NOTE, service_port, why_unknown
 from protocols.errors import ConfigError, DecodeError
 from protocols.ldn_link import MAGIC as LDN_MAGIC
@@ -193,6 +193,8 @@ class DecodeResult:
     error: str | None = None
     #: Something the decoder learned from this datagram (a LAN session key param).
     note: str | None = None
+    #: The capture's time exactly, in integer nanoseconds (pcap and pcapng input); ``time`` is its nearest float.
+    time_ns: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The output object: the issue's fields always, the others when they say something."""
@@ -344,6 +346,7 @@ class Decoder:
         #: (version, protocol type) -> (its name, its Proto, whether it is pianode's 6.x session management)
         self._protocols: dict[tuple[Any, int], tuple[str | None, Proto | None, bool]] = {}
         self._source_ips: dict[str | None, str] = {}
+        self._learned_macs: collections.deque[str] = collections.deque()  # source IPs whose MAC the wire gave
         self._nex_streams: dict[tuple[str | None, str | None], dict[Any, Any]] = {}
         # Browse requests seen, by requester: (challenge key, challenge plaintext, broadcast address).
         self._lan_requests: dict[str, tuple[bytes, bytes, str]] = {}
@@ -376,12 +379,22 @@ class Decoder:
 
     def json_line(self, d: Datagram) -> str:
         """``json.dumps(self.decode(d).to_json())``: the same text, written straight from the codec's
-        values for the common datagram (an authenticated Pia packet that the codec's strict decode reads)."""
+        values for the common datagram (an authenticated Pia packet that the codec's strict decode reads).
+
+        But a capture's time (``d.time_ns``) is written exactly (:func:`time_text`), not as its nearest float:
+        the same text wherever the float is exact to its decimals (a microsecond capture)."""
         if d.error is None and d.warning is None and d.ethertype is None and d.data[:4] == MAGIC:
             line = self._pia_fast_line(d)
             if line is not None:
                 return line
-        return _to_json_text(self.decode(d).to_json())
+        out = self.decode(d).to_json()
+        if d.time_ns is None:
+            return _to_json_text(out)
+        # "index" and "time" come first: the rest is json.dumps' own text after them.
+        index = out.pop("index")
+        del out["time"]
+        return f'{{"index": {index:d}, "time": {time_text(d.time_ns)}, {_to_json_text(out)[1:]}'
+
 
     # -- helpers ----------------------------------------------------------
     def _source_ip(self, src: str | None) -> str:
@@ -398,7 +411,7 @@ class Decoder:
             src, dst = d.src_mac, d.dst_mac
         return DecodeResult(
             index=d.index, time=d.time, src=src, dst=dst, kind=kind, size=len(d.data), frame=d.frame,
-            name=d.name, **kw,
+            name=d.name, time_ns=d.time_ns, **kw,
         )
 
     def _decode(self, d: Datagram) -> DecodeResult:
@@ -458,6 +471,9 @@ class Decoder:
             # The nonce builder reads the map live (protocols/pia/nonce.py); a MAC
             # from the session file always wins over one seen on the wire.
             macs[source_ip] = bytes.fromhex(d.src_mac.replace(":", ""))
+            self._learned_macs.append(source_ip)
+            if len(self._learned_macs) > _FLOWS_KEPT:  # stay small on a capture of ever new senders (learned again
+                macs.pop(self._learned_macs.popleft(), None)  # when one comes back)
         return source_ip
 
     def _pia_fast_line(self, d: Datagram) -> str | None:
@@ -483,11 +499,9 @@ class Decoder:
         _plain, keyed, _keys = self._codecs_for(profile)
         if keyed is None:
             return None
-        t = d.time
-        if t is not None:
-            t = round(t, 9)
-            if not math.isfinite(t):
-                return None
+        t_text = time_text(d.time_ns) if d.time_ns is not None else "null" if d.time is None else repr(round(d.time, 9))
+        if t_text[-1] in "fn":  # inf, nan: no JSON number (the general path writes what json.dumps writes)
+            return None
         try:
             got = keyed.decode_lone(d.data, source_ip)
         except DecodeError:
@@ -512,7 +526,7 @@ class Decoder:
         if error is not None:
             self.errors += 1
         return (
-            f'{{"index": {d.index:d}, "time": {"null" if t is None else repr(t)}, "src": {_text_or_null(d.src)},'
+            f'{{"index": {d.index:d}, "time": {t_text}, "src": {_text_or_null(d.src)},'
             f' "dst": {_text_or_null(d.dst)}, "kind": "pia", "size": {len(d.data):d}'
             f'{"" if d.frame is None else f", {_FRAME_KEY}: {d.frame:d}"}'
             f'{"" if d.name is None else f", {_NAME_KEY}: {_json_text(d.name)}"},'

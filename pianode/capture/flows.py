@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Protocol
 
 import attrs
@@ -21,7 +22,11 @@ class DecodeResult(Protocol):
     frame: int | None
     header: dict[str, Any] | None
 
-__all__ = ["FlowTracker"]
+__all__ = ["MAX_MISSING_LISTED", "FlowTracker"]
+
+#: Missing packet ids listed per connection id; beyond it ``missing_count`` says how many there are.  Two packets
+#: (ids 1 and 65535) would otherwise list 65,533, and a capture may hold a connection id per two packets.
+MAX_MISSING_LISTED = 1000
 
 
 @attrs.define
@@ -44,8 +49,11 @@ class _Flow:
     plain: int = 0
     first: dict[str, Any] | None = None
     last: dict[str, Any] | None = None
-    connection_ids_in_order: list[int] = attrs.Factory(list)
-    ids: dict[int, list[int]] = attrs.Factory(dict)
+    #: (a dict for its order and a lookup that costs the same however many ids the flow had)
+    connection_ids_in_order: dict[int, None] = attrs.Factory(dict)
+    #: Per connection id: the packet ids seen (at most 65,536 however long the capture) and how many packets.
+    ids: dict[int, set[int]] = attrs.Factory(dict)
+    counts: dict[int, int] = attrs.Factory(dict)
     runs: list[_Run] = attrs.Factory(list)
 
 
@@ -79,10 +87,10 @@ class FlowTracker:
         point = {"frame": r.frame if r.frame is not None else r.index, "connection_id": conn, "packet_id": pid}
         flow.first = flow.first or point
         flow.last = point
-        if conn not in flow.connection_ids_in_order:
-            flow.connection_ids_in_order.append(conn)
+        flow.connection_ids_in_order[conn] = None
         if conn != 0 and pid != 0:
-            flow.ids.setdefault(conn, []).append(pid)
+            flow.ids.setdefault(conn, set()).add(pid)
+            flow.counts[conn] = flow.counts.get(conn, 0) + 1
         run = flow.runs[-1] if flow.runs else None
         if run is None or run.connection_id != conn:
             flow.runs.append(_Run(conn, point["frame"], 1, pid, pid))
@@ -98,17 +106,19 @@ class FlowTracker:
         out = []
         for n, f in enumerate(self._flows.values()):
             ids = {}
-            for conn, pids in f.ids.items():
-                lo, hi = min(pids), max(pids)
-                seen = set(pids)
+            for conn, seen in f.ids.items():
+                lo, hi = min(seen), max(seen)
+                missing = (p for p in range(lo, hi + 1) if p not in seen)
                 ids[str(conn)] = {
-                    "count": len(pids), "min": lo, "max": hi,
-                    "missing": [p for p in range(lo, hi + 1) if p not in seen],
+                    "count": f.counts[conn], "min": lo, "max": hi,
+                    "missing": list(itertools.islice(missing, MAX_MISSING_LISTED)),
                 }
+                if hi - lo + 1 - len(seen) > MAX_MISSING_LISTED:  # (every id seen is within lo..hi)
+                    ids[str(conn)]["missing_count"] = hi - lo + 1 - len(seen)
             out.append({
                 "flow": n, "src": f.src, "dst": f.dst, "packets": f.packets, "encrypted": f.encrypted,
                 "plain": f.plain, "first": f.first, "last": f.last,
-                "connection_ids_in_order": f.connection_ids_in_order,
+                "connection_ids_in_order": list(f.connection_ids_in_order),
                 "nonzero_connection_id_packet_ids": ids,
                 "runs": [attrs.asdict(run) for run in f.runs],
             })

@@ -43,10 +43,9 @@ draft-ietf-opsawg-pcapng; link types — tcpdump.org LINKTYPE_* registry.
 from __future__ import annotations
 
 import collections
-import datetime
+import decimal
 import ipaddress
 import json
-import math
 import os
 import struct
 import sys
@@ -71,6 +70,7 @@ from pianode.capture.frames import (  # _frame_to_udp and _Skip: the general pat
 )
 from pianode.capture.compressed import gunzip_if_compressed
 from pianode.capture.fragments import Reassembler
+from pianode.capture.timestamps import PCAP_MAGICS, pcapng_if_options, record_time
 
 __all__ = [
     "Capture",
@@ -115,19 +115,24 @@ class Datagram:
     ethertype: int | None = None
     #: The destination link-layer address of such a frame.
     dst_mac: str | None = None
+    #: The capture's time exactly, in integer nanoseconds since 1970 (None without a time; hex lines have none).
+    #: ``time`` is the nearest float, which at today's dates is only good to about 240 ns.
+    time_ns: int | None = None
 
 
 def _datagram_maker() -> Any:
-    """``make(index, data, time, src, dst, frame, src_mac)``: a :class:`Datagram` with no error, name or
+    """``make(index, data, time, src, dst, frame, src_mac, time_ns)``: a :class:`Datagram` with no error, name or
     warning, its slots set directly (attrs' frozen ``__init__`` goes through ``object.__setattr__`` per field)."""
-    fields = ("index", "data", "time", "src", "dst", "frame", "src_mac")
+    fields = ("index", "data", "time", "src", "dst", "frame", "src_mac", "time_ns")
     setters = [getattr(Datagram, f).__set__ for f in fields]
     blank = [getattr(Datagram, f).__set__ for f in ("error", "name", "warning", "ethertype", "dst_mac")]
     new = object.__new__
-    s_index, s_data, s_time, s_src, s_dst, s_frame, s_mac = setters
+    s_index, s_data, s_time, s_src, s_dst, s_frame, s_mac, s_time_ns = setters
     s_error, s_name, s_warning, s_ethertype, s_dst_mac = blank
 
-    def make(index: int, data: bytes, time: float, src: str, dst: str, frame: int, src_mac: str) -> Datagram:
+    def make(
+        index: int, data: bytes, time: float, src: str, dst: str, frame: int, src_mac: str, time_ns: int
+    ) -> Datagram:
         d = new(Datagram)
         s_index(d, index)
         s_data(d, data)
@@ -141,11 +146,12 @@ def _datagram_maker() -> Any:
         s_mac(d, src_mac)
         s_ethertype(d, None)
         s_dst_mac(d, None)
+        s_time_ns(d, time_ns)
         return d
 
-    if make(1, b"", 0.0, "a", "b", 1, "m") != Datagram(1, b"", 0.0, "a", "b", 1, src_mac="m"):  # pragma: no cover
-        return lambda index, data, time, src, dst, frame, src_mac: Datagram(
-            index=index, data=data, time=time, src=src, dst=dst, frame=frame, src_mac=src_mac
+    if make(1, b"", 0.0, "a", "b", 1, "m", 0) != Datagram(1, b"", 0.0, "a", "b", 1, src_mac="m", time_ns=0):  # pragma: no cover
+        return lambda index, data, time, src, dst, frame, src_mac, time_ns: Datagram(
+            index=index, data=data, time=time, src=src, dst=dst, frame=frame, src_mac=src_mac, time_ns=time_ns
         )
     return make
 
@@ -220,12 +226,6 @@ def _port(text: str, whole: str) -> int:
 # --------------------------------------------------------------------------
 # Readers
 
-_PCAP_MAGICS = {
-    b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
-    b"\xa1\xb2\xc3\xd4": (">", 1e-6),
-    b"\x4d\x3c\xb2\xa1": ("<", 1e-9),
-    b"\xa1\xb2\x3c\x4d": (">", 1e-9),
-}
 _PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
 _UTF8_BOM = b"\xef\xbb\xbf"
 #: How much of a pcap file is read at once.
@@ -331,8 +331,9 @@ class Capture:
         new = _new_datagram
         fragments = Reassembler()  # IP fragments until their datagram is whole (bounded: capture/fragments.py)
         index = 0  # datagrams and link frames yielded
-        for frame_no, link_type, t, data in frames:
+        for frame_no, link_type, t_ns, data in frames:
             stats.frames += 1
+            t = t_ns / 1_000_000_000  # int / int: the float nearest the exact time
             if (
                 link_type == LINKTYPE_ETHERNET
                 and len(data) >= 42
@@ -357,7 +358,7 @@ class Capture:
                     if len(endpoints) > _TEXT_CACHE or len(macs) > _TEXT_CACHE:  # stay small on any capture
                         endpoints.clear()
                         macs.clear()
-                    yield new(index, data[42 : 34 + ulen], t, src, dst, frame_no, mac)
+                    yield new(index, data[42 : 34 + ulen], t, src, dst, frame_no, mac, t_ns)
                     continue
             try:
                 src, dst, sport, dport, payload, error, mac = _frame_to_udp(link_type, data, fragments)
@@ -371,7 +372,7 @@ class Capture:
                 index += 1
                 yield Datagram(
                     index=index, data=payload, time=t, frame=frame_no, src_mac=src_mac, ethertype=ethertype,
-                    dst_mac=dst_mac,
+                    dst_mac=dst_mac, time_ns=t_ns,
                 )
                 continue
             stats.udp += 1
@@ -385,16 +386,18 @@ class Capture:
                 frame=frame_no,
                 error=error,
                 src_mac=mac,
+                time_ns=t_ns,
             )
         stats.incomplete = fragments.incomplete()
 
     # -- pcap ----------------------------------------------------------
-    def _pcap_frames(self) -> Iterator[tuple[int, int, float, bytes]]:
+    def _pcap_frames(self) -> Iterator[tuple[int, int, int, bytes]]:
+        """(frame number, link type, time in integer nanoseconds, frame bytes) per record."""
         s = self._stream
         hdr = s.read(24)
         if len(hdr) < 24:
             raise CaptureError(f"{self.name}: pcap file header is cut short ({len(hdr)} of 24 bytes)")
-        order, unit = _PCAP_MAGICS[hdr[:4]]
+        order, unit = PCAP_MAGICS[hdr[:4]]
         _major, _minor, _zone, _sig, _snap, network = struct.unpack(order + "HHiIII", hdr[4:])
         link_type = network & 0x0FFFFFFF  # upper bits: FCS length flags
         self.stats.link_types.append(link_type)
@@ -424,15 +427,16 @@ class Capture:
                 if end > len(buf):
                     self.stats.problem = f"pcap record {n} is cut short ({len(buf) - 16} of {incl} bytes)"
                     return
-            yield n, link_type, sec + frac * unit, buf[pos + 16 : end]
+            yield n, link_type, sec * 1_000_000_000 + frac * unit, buf[pos + 16 : end]
             pos = end
 
     # -- pcapng --------------------------------------------------------
-    def _pcapng_frames(self) -> Iterator[tuple[int, int, float, bytes]]:
+    def _pcapng_frames(self) -> Iterator[tuple[int, int, int, bytes]]:
+        """(frame number, link type, time in integer nanoseconds, frame bytes) per packet block."""
         s = self._stream
         order = "<"
-        # Per interface: (link type, seconds per timestamp unit, offset in seconds).
-        interfaces: list[tuple[int, float, int]] = []
+        # Per interface: (link type, nanoseconds per timestamp unit as a fraction num/den, offset in nanoseconds).
+        interfaces: list[tuple[int, int, int, int]] = []
         n = 0
         first = True
         while True:
@@ -485,8 +489,8 @@ class Capture:
                     self.stats.problem = "pcapng interface block is too short"
                     return
                 link_type = struct.unpack(order + "H", body[:2])[0]
-                res, offset = _pcapng_if_options(body[8:], order)
-                interfaces.append((link_type, res, offset))
+                num, den, offset = pcapng_if_options(body[8:], order)
+                interfaces.append((link_type, num, den, offset))
                 self.stats.link_types.append(link_type)
                 continue
             if btype in (6, 2):  # Enhanced Packet Block, obsolete Packet Block
@@ -518,8 +522,10 @@ class Capture:
                 self.stats.frames += 1
                 self.stats.skipped["unknown-interface"] += 1
                 continue
-            link_type, res, offset = interfaces[iface]
-            t = ((hi << 32) | lo) * res + offset if btype != 3 else 0.0
+            link_type, num, den, offset = interfaces[iface]
+            # Exact in integers; a unit finer than a nanosecond is cut to whole nanoseconds, as Wireshark
+            # cuts it (its frame times are nanoseconds).
+            t = ((hi << 32) | lo) * num // den + offset if btype != 3 else 0
             yield n, link_type, t, data
 
     # -- text ----------------------------------------------------------
@@ -545,23 +551,6 @@ class Capture:
                 yield Datagram(index=index, data=data, frame=line_no, error=error)
 
 
-def _pcapng_if_options(opts: bytes, order: str) -> tuple[float, int]:
-    """Timestamp resolution (seconds per unit) and offset from IDB options."""
-    res, offset, pos = 1e-6, 0, 0
-    while pos + 4 <= len(opts):
-        code, length = struct.unpack(order + "HH", opts[pos : pos + 4])
-        value = opts[pos + 4 : pos + 4 + length]
-        if code == 0 or len(value) < length:
-            break  # the end of the options, or one cut short by its block: the rest is not read
-        if code == 9 and length >= 1:  # if_tsresol: 10^-v, or 2^-v with the top bit set
-            v = value[0]
-            res = 2.0 ** -(v & 0x7F) if v & 0x80 else 10.0 ** -v
-        elif code == 14 and length == 8:  # if_tsoffset, seconds
-            offset = struct.unpack(order + "q", value)[0]
-        pos += 4 + length + (-length % 4)
-    return res, offset
-
-
 def _hex(text: str, line_no: int) -> tuple[bytes, str | None]:
     cleaned = "".join(text.split()).replace(":", "")
     if cleaned.lower().startswith("0x"):
@@ -574,7 +563,7 @@ def _hex(text: str, line_no: int) -> tuple[bytes, str | None]:
 
 def _json_record(line: str, index: int, line_no: int) -> Datagram:
     try:
-        obj: Any = json.loads(line)
+        obj: Any = json.loads(line, parse_float=decimal.Decimal)  # a time keeps every digit (record_time)
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         reason = " ".join((getattr(exc, "msg", None) or str(exc) or type(exc).__name__).split())
         return Datagram(index=index, data=b"", frame=line_no, error=f"line {line_no}: not JSON ({reason})")
@@ -604,7 +593,7 @@ def _json_record(line: str, index: int, line_no: int) -> Datagram:
             warnings.append(f'"{key}" ignored: {exc}')
             continue
         endpoints[key] = format_endpoint(ip, port)
-    t = _time(obj.get("time"))
+    t, t_ns = record_time(obj.get("time"))
     if t is None and obj.get("time") is not None:
         warnings.append('"time" ignored: not a number or ISO 8601 time')
     name = obj.get("name")
@@ -616,6 +605,7 @@ def _json_record(line: str, index: int, line_no: int) -> Datagram:
         index=index,
         data=data,
         time=t,
+        time_ns=t_ns,
         src=endpoints["src"],
         dst=endpoints["dst"],
         frame=line_no,
@@ -624,34 +614,6 @@ def _json_record(line: str, index: int, line_no: int) -> Datagram:
         src_mac=mac.lower().replace("-", ":") if isinstance(mac, str) else None,
         warning=f"line {line_no}: " + "; ".join(warnings) if warnings else None,
     )
-
-
-def _time(value: object) -> float | None:
-    """Seconds from a number, a numeric string or an ISO 8601 time (UTC when no zone is given)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        try:
-            number = float(value)  # an integer beyond a float's range overflows: no usable time
-        except OverflowError:
-            return None
-        return number if math.isfinite(number) else None
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            number = float(text)
-        except ValueError:
-            pass
-        else:
-            return number if math.isfinite(number) else None
-        try:
-            when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=datetime.timezone.utc)
-            return when.timestamp()
-        except (ValueError, OverflowError, OSError):
-            return None
-    return None
 
 
 def _is_mac(text: str) -> bool:
@@ -697,7 +659,7 @@ def open_capture(source: str | os.PathLike[str] | BinaryIO) -> Capture:
                 closer.close()
             raise CaptureError(f"{name}: {gz.problem}")
     stream = _Stream(raw, head, name)
-    if head in _PCAP_MAGICS:
+    if head in PCAP_MAGICS:
         return Capture(stream, "pcap", name, closer)
     if head == _PCAPNG_SHB:
         return Capture(stream, "pcapng", name, closer)

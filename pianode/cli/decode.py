@@ -307,14 +307,15 @@ def _emit(cap: Capture, decoder: Decoder, ctx: DecodeContext, fmt: str, out: Tex
         out.flush()
         return
     t0: float | None = None
+    t0_ns: int | None = None
     unkeyed = v1 = 0  # PRUDP datagrams whose checksum needed the access key that was not given; v1 datagrams
     for d in cap:
         r = decoder.decode(d)
         if t0 is None and r.time is not None:
-            t0 = r.time
+            t0, t0_ns = r.time, r.time_ns
         unkeyed += r.note == NO_ACCESS_KEY_NOTE
         v1 += r.note == V1_NOTE
-        out.write(render_row(r, t0) + "\n")
+        out.write(render_row(r, t0, t0_ns) + "\n")
     out.write(_summary(cap, decoder, ctx, unkeyed, v1) + "\n")
     out.flush()
 
@@ -342,7 +343,8 @@ def render_flow(f: dict[str, Any]) -> str:
         f" ({f['encrypted']} encrypted, {f['plain']} plain); connection ids {f['connection_ids_in_order']}"
     ]
     for conn, s in f["nonzero_connection_id_packet_ids"].items():
-        missing = f", missing {s['missing']}" if s["missing"] else ", no gaps"
+        shown = f"{len(s['missing'])} of {s['missing_count']}: " if "missing_count" in s else ""
+        missing = f", missing {shown}{s['missing']}" if s["missing"] else ", no gaps"
         lines.append(f"{'':>4}connection {conn}: packet ids {s['min']}-{s['max']} ({s['count']}){missing}")
     for run in f["runs"]:
         steps = f", other steps {run['other_steps']}" if run["other_steps"] else ""
@@ -381,9 +383,15 @@ def _fields(d: dict[str, Any], skip: tuple[str, ...] = ()) -> str:
     return " ".join(parts)
 
 
-def render_row(r: DecodeResult, t0: float | None = None) -> str:
-    """One datagram as readable text: a summary line, then one line per message/packet."""
-    when = "" if r.time is None else f"{r.time - (t0 or 0.0):+.6f}"
+def render_row(r: DecodeResult, t0: float | None = None, t0_ns: int | None = None) -> str:
+    """One datagram as readable text: a summary line, then one line per message/packet.  The time is since
+    *t0* (the first frame's), from the exact nanoseconds where the capture has them (*t0_ns*)."""
+    if r.time is None:
+        when = ""
+    elif r.time_ns is not None and t0_ns is not None:
+        when = f"{(r.time_ns - t0_ns) / 1e9:+.6f}"  # a difference of integers: exact before this one rounding
+    else:
+        when = f"{r.time - (t0 or 0.0):+.6f}"
     route = f"{r.src or '?'} → {r.dst or '?'}" if (r.src or r.dst) else (r.name or "")
     head = f"{r.index:>5} {when:>12} {route}  {r.kind}"
     lines: list[str] = []

@@ -155,6 +155,7 @@ DROP_HINTS = {
                              "whole message)",
     "repeated_in_datagram": "were copies of a packet earlier in the same datagram, or a second SYN or CONNECT in "
                             "one (answered once, not once per copy)",
+    "unread_full": "came while the endpoint held max_unread_bytes its application had not read (sent again later)",
 }
 
 

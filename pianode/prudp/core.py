@@ -39,6 +39,7 @@ import math
 import os
 import re
 from collections import Counter, deque
+from collections.abc import Callable
 
 import attrs
 
@@ -73,6 +74,7 @@ DROP_REASONS = (
     "replayed",  # unreliable DATA whose id was seen (or is too old to tell), spec §6.2
     "fragmented_unreliable",  # unreliable DATA with a fragment id other than 0, spec §6.2
     "repeated_in_datagram",  # a copy of a packet earlier in its datagram, or a second SYN/CONNECT in one (§2.1)
+    "unread_full",  # DATA for a connection with unread data while the endpoint holds max_unread_bytes unread
 )
 
 #: At most this many datagrams a second (and as many at once) that our variant cannot read are tried as
@@ -124,6 +126,9 @@ class EndpointCore:
             retrying, rto = retrying + rto, min(rto * settings.backoff, settings.rto_max)
         #: Epochs a cookie verifies in (this one and the ones before): the whole retransmission of a CONNECT.
         self._cookie_epochs = max(2, math.ceil(retrying / COOKIE_EPOCH) + 1)
+        #: Set by a driver that holds what connections received until the application reads it: whether a
+        #: connection's DATA is to be dropped unacknowledged now (Settings.max_unread_bytes); None takes all.
+        self.unread_full: Callable[[ConnectionId], bool] | None = None
 
     # ---------------------------------------------------------------- verbs
     def listen(self, port: int | None = None, stream_type: int | None = None) -> int:
@@ -169,9 +174,17 @@ class EndpointCore:
 
     def can_send(self, cid: ConnectionId, size: int) -> bool:
         """Whether connection *cid*'s send queue takes *size* more bytes now (True when it is gone:
-        the send then reports why)."""
+        the send then reports why): within its own bound, and within the endpoint's (Settings.max_queued_bytes)
+        unless it has nothing queued."""
         conn = self.connections.get(cid)
-        return conn is None or conn.state == State.CLOSED or conn.can_send(size)
+        if conn is None or conn.state == State.CLOSED:
+            return True
+        if not conn.can_send(size):
+            return False
+        if conn.queued_bytes == 0:
+            return True
+        queued = sum(c.queued_bytes for c in self.connections.values())  # (only when this one has some queued)
+        return queued + size <= self.settings.max_queued_bytes
 
     def stats_note(self, what: str) -> None:
         """Count something the endpoint's driver did to a connection (shown in statistics)."""
@@ -302,6 +315,15 @@ class EndpointCore:
                 self._remember_closed(conn, now)
                 del self.connections[cid]
                 self._accept(cid, p, cookie, now)
+                return
+            if (
+                self.unread_full is not None
+                and p.type == PacketType.DATA
+                and not (p.flags & Flag.ACK or p.flags & Flag.MULTI_ACK and self.settings.variant.framing == Framing.V1)
+                and self.unread_full(cid)
+            ):
+                # Unacknowledged, it comes again once the application reads (the bound holds back, loses nothing).
+                self._stats["dropped_unread_full"] += 1
                 return
             conn.receive_packet(p, now)
             self._collect(conn)

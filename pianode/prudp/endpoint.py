@@ -53,12 +53,17 @@ class PrudpConnection:
         self._endpoint = endpoint
         self.id = cid
         self._messages: deque[MessageReceived] = deque()
+        self._unread = 0  # bytes of _messages (the endpoint's unread_bytes is their sum over handles)
         self._lot = trio.lowlevel.ParkingLot()
         self.connected = False
         self.closed_reason: str | None = None
 
     def _changed(self) -> None:
         self._lot.unpark_all()
+
+    def __del__(self) -> None:
+        # A handle let go of with messages unread (a closed connection nobody drained) holds them no more.
+        self._endpoint.unread_bytes -= self._unread
 
     async def send(self, data: bytes, substream: int = 0) -> None:
         """Queue a message (reliable, ordered); returns once it is handed to the endpoint.
@@ -80,7 +85,7 @@ class PrudpConnection:
     @property
     def unread_bytes(self) -> int:
         """Bytes received and not yet read (Settings.receive_queue_bytes bounds them)."""
-        return sum(len(m.data) for m in self._messages)
+        return self._unread
 
     async def send_unreliable(self, data: bytes) -> None:
         """Send one unreliable DATA packet: not ordered, not retransmitted, never split (spec §6.2)."""
@@ -103,7 +108,10 @@ class PrudpConnection:
             if self.closed_reason is not None:
                 raise trio.EndOfChannel(self.closed_reason)
             await self._lot.park()
-        return self._messages.popleft()
+        message = self._messages.popleft()
+        self._unread -= len(message.data)
+        self._endpoint.unread_bytes -= len(message.data)
+        return message
 
     async def close(self) -> None:
         """Graceful close: waits until the peer acknowledged our DISCONNECT (or retransmission gave up)."""
@@ -128,6 +136,9 @@ class PrudpEndpoint:
 
     def __init__(self, settings: Settings, *, random_bytes: RandomBytes = os.urandom, accept_backlog: int = 64) -> None:
         self.core = EndpointCore(settings, random_bytes=random_bytes)
+        #: Bytes every connection received and the application has not read (Settings.max_unread_bytes).
+        self.unread_bytes = 0
+        self.core.unread_full = self._unread_full
         self._bounds_logged = False
         self._handles: dict[ConnectionId, PrudpConnection] = {}
         self._accept_send, self._accept_recv = trio.open_memory_channel[PrudpConnection](accept_backlog)
@@ -215,12 +226,22 @@ class PrudpEndpoint:
                     self._bound_hit(f"received data nobody read past receive_queue_bytes from {event.connection}")
                     continue
                 handle._messages.append(event)
+                handle._unread += len(event.data)
+                self.unread_bytes += len(event.data)
             elif isinstance(event, (Disconnected, ConnectionFailed)):
                 if "max_message_size" in event.reason or "max_buffered_bytes" in event.reason:
                     self._bound_hit(f"{event.connection}: {event.reason}")
                 handle.closed_reason = event.reason
                 del self._handles[event.connection]
             handle._changed()
+
+    def _unread_full(self, cid: ConnectionId) -> bool:
+        """Whether connection *cid*'s DATA is to wait (the core drops it unacknowledged): the endpoint holds
+        max_unread_bytes unread and this connection's application has something left to read."""
+        if self.unread_bytes < self.core.settings.max_unread_bytes:
+            return False
+        handle = self._handles.get(cid)
+        return handle is not None and handle._unread > 0
 
     def _bound_hit(self, what: str) -> None:
         """A connection ended at one of the memory bounds: said once per endpoint (-v), counted always."""

@@ -137,12 +137,28 @@ class Settings:
     #: buffers the most (``aborted: buffer bound``).  Without it, max_connections peers each filling their own
     #: bounds would make a host hold gigabytes.
     max_buffered_bytes: int = 128 << 20
+    #: Bytes all of an endpoint's connections hold received and not read by the application, together (the Trio
+    #: driver's bound; ``receive_queue_bytes`` bounds each one).  Past it, a DATA packet for a connection whose
+    #: application has something left to read is dropped before it is acknowledged (``dropped_unread_full``), so
+    #: its peer sends it again later; a connection whose application has read everything is always served (so
+    #: what such a connection took before, at most max_held_bytes and one message's fragments, may still complete
+    #: past the bound, once).  Without it, max_connections peers nobody reads would each fill receive_queue_bytes.
+    max_unread_bytes: int = 64 << 20
+    #: Bytes all of an endpoint's connections hold queued to send (not yet in their windows), together: past it,
+    #: ``send`` on a connection that has something queued waits (back-pressure, as at send_queue_bytes); one with
+    #: nothing queued may always queue a message.  Without it, max_connections peers that never acknowledge
+    #: would each make an echoing application queue send_queue_bytes.
+    max_queued_bytes: int = 64 << 20
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.receive_window < 32768:
             raise ConfigError("receive_window must be between 1 and 32767 (spec §6.3)")
         if self.max_buffered_bytes < 1:
             raise ConfigError("max_buffered_bytes must be positive")
+        if self.max_unread_bytes < 1:
+            raise ConfigError("max_unread_bytes must be positive")
+        if self.max_queued_bytes < 1:
+            raise ConfigError("max_queued_bytes must be positive")
         if self.send_window < 1:
             raise ConfigError("send_window must be positive")
         if self.fragment_size is not None and not 0 < self.fragment_size <= 60000:

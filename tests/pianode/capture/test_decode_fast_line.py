@@ -9,6 +9,7 @@ hand to the general one.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,14 @@ def test_the_fast_path_takes_the_data_packets(recordings: dict[str, tuple[list[D
     assert taken > 0.9 * sum(d.data[:4] == bytes.fromhex("32ab9864") for d in datagrams)
 
 
+def _exact_seconds(ns: int) -> str:
+    """Nanoseconds as the decimal seconds they are (the shortest such text; ``.0`` for whole seconds)."""
+    text = format((abs(Decimal(ns)) / 10**9).quantize(Decimal("1e-9")), "f")
+    text = text.rstrip("0").rstrip(".") if "." in text else text
+    text = text if "." in text else f"{text}.0"
+    return f"-{text}" if ns < 0 else text
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_damaged_datagrams_give_the_general_text(
@@ -86,7 +95,7 @@ def test_damaged_datagrams_give_the_general_text(
     datagrams, session = recordings[name]
     d = data.draw(st.sampled_from(datagrams))
     raw = bytearray(d.data)
-    how = data.draw(st.sampled_from(["flip", "cut", "grow", "time", "name"]))
+    how = data.draw(st.sampled_from(["flip", "cut", "grow", "time", "time_ns", "name"]))
     changes: dict[str, Any] = {}
     if how == "flip" and raw:
         at = data.draw(st.integers(0, len(raw) - 1))
@@ -95,14 +104,24 @@ def test_damaged_datagrams_give_the_general_text(
         del raw[data.draw(st.integers(0, len(raw))) :]
     elif how == "grow":
         raw += data.draw(st.binary(min_size=1, max_size=20))
-    elif how == "time":
+    elif how == "time":  # a float time alone, as text input gives it
         changes["time"] = data.draw(st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)))
+        changes["time_ns"] = None
+    elif how == "time_ns":  # a capture's exact time, and its float
+        changes["time_ns"] = data.draw(st.integers(-(2**70), 2**70))
+        changes["time"] = changes["time_ns"] / 10**9
     else:
         changes["name"] = data.draw(st.text(max_size=8))
         changes["frame"] = data.draw(st.one_of(st.none(), st.integers(0, 10**6)))
     damaged = attrs.evolve(d, data=bytes(raw), **changes)
     fast, general = Decoder(load_session(None, session)), Decoder(load_session(None, session))
-    assert fast.json_line(damaged) == json.dumps(general.decode(damaged).to_json())
+    want = json.dumps(general.decode(damaged).to_json())
+    if damaged.time_ns is not None:  # json_line writes the exact time where json.dumps writes its float
+        head = f'{{"index": {damaged.index}, "time": '
+        assert want.startswith(head)
+        rest = want[want.index(', "src": ') :]
+        want = f"{head}{_exact_seconds(damaged.time_ns)}{rest}"
+    assert fast.json_line(damaged) == want
     assert (fast.kinds, fast.auth, fast.errors) == (general.kinds, general.auth, general.errors)
 
 
