@@ -7,6 +7,7 @@ the loopback broadcast address do not meet each other's sessions.
 
 from __future__ import annotations
 
+from typing import Any
 
 import pytest
 import trio
@@ -297,24 +298,34 @@ async def test_a_session_naming_no_unicast_host_address_is_refused_before_any_jo
                                  " it cannot be joined")  # fmt: skip
 
 
+async def _host_and_two_serving_members(
+    nursery: trio.Nursery, net: str, port: int, version: str, *, max_participants: int
+) -> tuple[Any, list[Any]]:
+    """A LAN host at ``net``.2 answering browses on *port*, and two members (``net``.3 and .4) that joined
+    by browsing and would answer browses should they become host; both connected to everyone."""
+    from pianode.lan.session import serve_lan_when_host
+
+    host = await start_lan_host(nursery, _config(net + "2", version), KEY, max_participants=max_participants,
+                                browse_bind=("0.0.0.0", port))  # fmt: skip
+    members = [await start_lan_join(nursery, _config(net + str(3 + i), version), KEY, broadcast=(DEFAULT_BROADCAST, port))
+               for i in range(2)]  # fmt: skip
+    for m in members:
+        await serve_lan_when_host(nursery, m, KEY, browse_bind=("0.0.0.0", port))
+        assert await m.node.wait_connected(2, timeout=5)
+    return host, members
+
+
 @pytest.mark.parametrize("version", ["5.9", "5.10", "5.18", "5.29"])
 async def test_after_a_host_migration_the_new_host_answers_browses_and_admits_newcomers(version: str) -> None:
     """The host leaves; the member that becomes host (the lowest index, README "Host migration") takes over the
     LAN session: it answers browse requests with the same network id and param, naming itself as host, and a
     newcomer that browses then joins through it (before, nobody answered once the host had gone)."""
-    from pianode.lan.session import serve_lan_when_host
 
     port, net = free_port(), loopback_block()
     broadcast = (DEFAULT_BROADCAST, port)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
-            host = await start_lan_host(nursery, _config(net + "2", version), KEY, max_participants=4,
-                                        browse_bind=("0.0.0.0", port))  # fmt: skip
-            members = [await start_lan_join(nursery, _config(net + str(3 + i), version), KEY, broadcast=broadcast)
-                       for i in range(2)]  # fmt: skip
-            for m in members:
-                await serve_lan_when_host(nursery, m, KEY, browse_bind=("0.0.0.0", port))
-                assert await m.node.wait_connected(2, timeout=5)
+            host, members = await _host_and_two_serving_members(nursery, net, port, version, max_participants=4)
             network_id, param = host.network_id, host.session_key_param
             host.cancel_scope.cancel()
             await host.node.leave(timeout=2)
@@ -399,7 +410,7 @@ async def test_the_new_host_admits_no_more_stations_than_the_session_publishes(v
     both ask to join: one is admitted, the other refused as the first host would refuse it (the mesh is full), so
     the session never holds more stations than it publishes as its maximum (before, a member taking over admitted
     up to its own default capacity of 32, and the session grew to 4 of 3)."""
-    from pianode.lan.session import join_found, serve_lan_when_host
+    from pianode.lan.session import join_found
     from pianode.mesh.node import JoinError
 
     port, net = free_port(), loopback_block()
@@ -407,13 +418,7 @@ async def test_the_new_host_admits_no_more_stations_than_the_session_publishes(v
     profile = profile_for(version)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            host = await start_lan_host(nursery, _config(net + "2", version), KEY, max_participants=3,
-                                        browse_bind=("0.0.0.0", port))  # fmt: skip
-            members = [await start_lan_join(nursery, _config(net + str(3 + i), version), KEY, broadcast=broadcast)
-                       for i in range(2)]  # fmt: skip
-            for m in members:
-                await serve_lan_when_host(nursery, m, KEY, browse_bind=("0.0.0.0", port))
-                assert await m.node.wait_connected(2, timeout=5)
+            host, members = await _host_and_two_serving_members(nursery, net, port, version, max_participants=3)
             await host.node.leave(timeout=2)
             while members[0].node.host_index != members[0].node.station_index:
                 await trio.sleep(0.05)

@@ -18,6 +18,16 @@ KIB = 1 << 10
 KEY = "12345678"
 
 
+async def _send_messages(client: PrudpEndpoint, addr: tuple[str, int], count: int, size: int) -> None:
+    """Connect to *addr* and send *count* messages of *size* bytes, until the connection closes."""
+    conn = await client.connect(addr)
+    for i in range(count):
+        try:
+            await conn.send(bytes([i]) * size)
+        except trio.ClosedResourceError:
+            return
+
+
 def _unread(host: PrudpEndpoint) -> int:
     """Bytes the host's connections received and its application did not read, counted from the messages."""
     handles = {id(h): h for h in [*host._handles.values(), *host._accepted]}  # type: ignore[attr-defined]
@@ -47,14 +57,6 @@ async def test_flooding_connections_that_nobody_reads_stay_within_the_endpoint_b
         while True:
             good_read.append(await conn.receive())  # type: ignore[attr-defined]
 
-    async def flood(client: PrudpEndpoint, addr: tuple[str, int]) -> None:
-        conn = await client.connect(addr)
-        for i in range(per_flooder // message):
-            try:
-                await conn.send(bytes([i]) * message)
-            except trio.ClosedResourceError:
-                return
-
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             addr = await nursery.start(host.run, ("127.0.0.1", 0))
@@ -65,7 +67,7 @@ async def test_flooding_connections_that_nobody_reads_stay_within_the_endpoint_b
                 client = PrudpEndpoint(Settings("nintendo-v1", access_key=KEY))
                 await nursery.start(client.run, (f"127.0.0.{2 + n % 4}", 0))
                 clients.append(client)
-                nursery.start_soon(flood, client, addr)
+                nursery.start_soon(_send_messages, client, addr, per_flooder // message, message)
             # Until the flooders reach the bound (a slow machine takes longer), then a while more past it.
             for _ in range(3000):
                 await trio.sleep(0.01)
@@ -140,14 +142,6 @@ async def test_echoes_to_peers_that_never_take_them_stay_within_the_endpoint_sen
     host = PrudpEndpoint(Settings("nintendo-v1", access_key=KEY, send_queue_bytes=1024 * KIB, max_queued_bytes=bound))
     peak = 0
 
-    async def attack(client: PrudpEndpoint, addr: tuple[str, int]) -> None:
-        conn = await client.connect(addr)
-        for i in range(per_attacker // message):
-            try:
-                await conn.send(bytes([i]) * message)
-            except trio.ClosedResourceError:
-                return
-
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             addr = await nursery.start(host.run, ("127.0.0.1", 0))
@@ -157,7 +151,7 @@ async def test_echoes_to_peers_that_never_take_them_stay_within_the_endpoint_sen
                 # max_unread_bytes=1: after the first echo it drops every DATA packet unacknowledged (never reads)
                 client = PrudpEndpoint(Settings("nintendo-v1", access_key=KEY, max_unread_bytes=1))
                 await nursery.start(client.run, (f"127.0.0.{2 + n % 3}", 0))
-                nursery.start_soon(attack, client, addr)
+                nursery.start_soon(_send_messages, client, addr, per_attacker // message, message)
             for _ in range(3000):  # until the attackers reach the bound (a slow machine takes longer) ...
                 await trio.sleep(0.01)
                 peak = max(peak, _queued(host))
