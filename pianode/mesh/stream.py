@@ -40,7 +40,7 @@ from pianode.mesh.peer import Peer
 from pianode.mesh.stats import DropReason
 from protocols.errors import AuthenticationError
 from protocols.pia.packet_fast import StreamOpener
-from protocols.pia.stream_plan import OpenPlan, SealPlan
+from protocols.pia.stream_plan import OpenPlan, SealPlan, payload_end
 
 __all__ = ["Inbound", "Outbound", "oversized", "receive_batch", "seal_frames"]
 
@@ -49,15 +49,17 @@ class Inbound:
     """A connected peer's stream to us, opened inline (see the module): its :class:`OpenPlan`'s fields,
     and what they were made for."""
 
-    __slots__ = ("opener", "codec", "index", "prefix", "header_size", "footer_at", "nonce_lead", "nonce_at", "tag_at",
-                 "open_one", "decrypt", "tag_error", "open_many", "message_first", "message_rest", "message_header_size", "tails", "tail_lengths",
+    __slots__ = ("opener", "codec", "index", "plan", "prefix", "header_size", "footer_at", "nonce_lead", "nonce_at",
+                 "tag_at", "open_one", "decrypt", "tag_error", "open_many", "message_header_size",
                  "frame_length", "frame_stop", "frame_head", "frame_tail")  # fmt: skip
 
     def __init__(self, opener: tuple[tuple[object, ...], StreamOpener | None], codec: object, index: int, plan: OpenPlan) -> None:
-        self.opener, self.codec, self.index = opener, codec, index
-        (self.prefix, self.header_size, self.footer_at, self.nonce_lead, self.nonce_at, self.tag_at, self.open_one,
-         self.decrypt, self.tag_error, self.open_many, self.message_first, self.message_rest, self.message_header_size, self.tails,
-         self.tail_lengths) = plan  # fmt: skip
+        self.opener, self.codec, self.index, self.plan = opener, codec, index, plan
+        # What the receive loop reads per datagram, as slots of one object.
+        self.prefix, self.header_size, self.footer_at = plan.prefix, plan.header_size, plan.footer_at
+        self.nonce_lead, self.nonce_at, self.tag_at = plan.nonce_lead, plan.nonce_at, plan.tag_at
+        self.open_one, self.decrypt, self.tag_error, self.open_many = plan.open_one, plan.decrypt, plan.tag_error, plan.open_many
+        self.message_header_size = plan.message_header_size
         # The last frame's shape: its body's length, where its payload ends, its message header (size
         # included) and padding; a body of that length, head and end passes the plan's message checks.
         self.frame_length, self.frame_stop, self.frame_head, self.frame_tail = -1, 0, b"", b""
@@ -153,12 +155,8 @@ def receive_batch(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], 
 def _frame_stop(ib: Inbound, body: bytes) -> int:
     """Where the payload of the stream's message in *body* ends (OpenPlan's message checks), or 0 when
     *body* is not the stream's message; a message of the stream's shape becomes the Inbound's frame shape."""
-    if not (body.startswith(ib.message_first) and body.startswith(ib.message_rest, 4)):
-        return 0
-    size = body[2] << 8 | body[3]
-    stop = ib.message_header_size + size
-    k = size & 15
-    if len(body) != stop + ib.tail_lengths[k] or not body.endswith(ib.tails[k]):
+    stop = payload_end(ib.plan, body)
+    if not stop:
         return 0
     ib.frame_length, ib.frame_stop = len(body), stop
     ib.frame_head, ib.frame_tail = body[: ib.message_header_size], body[stop:]

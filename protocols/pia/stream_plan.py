@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-__all__ = ["OpenPlan", "SealPlan", "open_by_plan", "seal_by_plan"]
+__all__ = ["OpenPlan", "SealPlan", "open_by_plan", "payload_end", "seal_by_plan"]
 
 
 class SealPlan(NamedTuple):
@@ -96,11 +96,18 @@ def open_by_plan(plan: OpenPlan, data: bytes) -> bytes | None:
         body = plan.decrypt(nonce, data[hsize:] + data[tag_at:hsize], None)
     else:
         body = plan.open_one(nonce, data[hsize:], data[tag_at:hsize])
+    stop = payload_end(plan, body)
+    return body[plan.message_header_size : stop] if stop else None
+
+
+def payload_end(plan: OpenPlan, body: bytes) -> int:
+    """Where the payload of the stream's message in the opened *body* ends (the plan's message checks:
+    constant bytes, size, padding), or 0 when *body* is not the stream's message."""
     if not (body.startswith(plan.message_first) and body.startswith(plan.message_rest, 4)):
-        return None
+        return 0
     size = body[2] << 8 | body[3]
     stop = plan.message_header_size + size
     k = size & 15
     if len(body) != stop + plan.tail_lengths[k] or not body.endswith(plan.tails[k]):
-        return None
-    return body[plan.message_header_size : stop]
+        return 0
+    return stop
