@@ -95,6 +95,22 @@ class Peer:
     _own_conn_id: int = attrs.field(alias="own_conn_id")
     initiator: bool
     created: float
+    # (What the stream paths read for every frame comes first: it shares the object's first lines.)
+    #: ``(what it was made for, seal or None)``: the codec's sealer of this peer's
+    #: unreliable packets (see :meth:`pianode.mesh.outbox.Outbox.seal_unreliable`).
+    sealer: tuple[tuple[object, ...], StreamSealer | None] | None = None
+    #: ``(what it was made for, open or None)``: the codec's opener of this peer's
+    #: unreliable packets to us (see :meth:`pianode.mesh.session.MeshSession.receive_datagram`).
+    opener: tuple[tuple[object, ...], StreamOpener | None] | None = None
+    #: The stream paths of :mod:`pianode.mesh.stream` (its ``Inbound`` and ``Outbound``): made from the
+    #: opener and sealer above for this peer's identity, and forgotten whenever an identity field is set.
+    inbound: Any = None
+    outbound: Any = None
+    replay: NonceReplayFilter = attrs.field(factory=NonceReplayFilter)
+    last_heard: float = 0.0
+    last_sent: float = -1e9
+    packets_sent: int = 0
+    packets_received: int = 0
     state: PeerState = PeerState.CONNECTING
     _constant_id: int = attrs.field(default=0, alias="constant_id")
     _variable_id: int = attrs.field(default=0, alias="variable_id")
@@ -104,19 +120,14 @@ class Peer:
     got_response: bool = False
     sent_response: bool = False
     tx_ids: PacketIdCounter = attrs.field(factory=PacketIdCounter)
-    replay: NonceReplayFilter = attrs.field(factory=NonceReplayFilter)
     outbox: list[Message] = attrs.field(factory=list)
     pending: dict[int, Pending] = attrs.field(factory=dict)
     mesh_window: ReliableWindow | None = None
     data_window: ReliableWindow | None = None
     rtt: RttEstimator = attrs.field(factory=RttEstimator)
     header_timers: HeaderTimers = attrs.field(factory=lambda: HeaderTimers(0.0))
-    last_heard: float = 0.0
-    last_sent: float = -1e9
     next_keepalive: float = 0.0
     next_rtt: float = 0.0
-    packets_sent: int = 0
-    packets_received: int = 0
     #: Join response fragments by (joiner index, update counter, fragment count, fragment index).
     join_fragments: dict[tuple[int, int, int, int], JoinResponse] = attrs.field(factory=dict)
     update_fragments: dict[int, UpdateMesh] = attrs.field(factory=dict)
@@ -141,16 +152,6 @@ class Peer:
     scheduled: float | None = None
     #: ``state is CONNECTED``, kept as a flag of its own (a property, below).
     _connected: bool = attrs.field(default=False, alias="connected")
-    #: ``(what it was made for, seal or None)``: the codec's sealer of this peer's
-    #: unreliable packets (see :meth:`pianode.mesh.outbox.Outbox.seal_unreliable`).
-    sealer: tuple[tuple[object, ...], StreamSealer | None] | None = None
-    #: ``(what it was made for, open or None)``: the codec's opener of this peer's
-    #: unreliable packets to us (see :meth:`pianode.mesh.session.MeshSession.receive_datagram`).
-    opener: tuple[tuple[object, ...], StreamOpener | None] | None = None
-    #: The stream paths of :mod:`pianode.mesh.stream` (its ``Inbound`` and ``Outbound``): made from the
-    #: opener and sealer above for this peer's identity, and forgotten whenever an identity field is set.
-    inbound: Any = None
-    outbound: Any = None
 
     def forget_streams(self) -> None:
         """Drop the stream paths made for this peer's identity (an identity field changed)."""

@@ -49,12 +49,15 @@ class Inbound:
     """A connected peer's stream to us, opened inline (see the module): its :class:`OpenPlan`'s fields,
     and what they were made for."""
 
-    __slots__ = ("opener", "codec", "index", "plan", "prefix", "header_size", "footer_at", "nonce_lead", "nonce_at",
+    __slots__ = ("opener", "codec", "index", "replay", "plan", "prefix", "header_size", "footer_at", "nonce_lead", "nonce_at",
                  "tag_at", "open_one", "decrypt", "tag_error", "open_many", "message_header_size",
                  "frame_length", "frame_stop", "frame_head", "frame_tail")  # fmt: skip
 
-    def __init__(self, opener: tuple[tuple[object, ...], StreamOpener | None], codec: object, index: int, plan: OpenPlan) -> None:
+    def __init__(
+        self, opener: tuple[tuple[object, ...], StreamOpener | None], codec: object, index: int, replay: Any, plan: OpenPlan
+    ) -> None:
         self.opener, self.codec, self.index, self.plan = opener, codec, index, plan
+        self.replay = replay  # (the peer's replay filter, made with the peer and never replaced: Links.new_peer)
         # What the receive loop reads per datagram, as slots of one object.
         self.prefix, self.header_size, self.footer_at = plan.prefix, plan.header_size, plan.footer_at
         self.nonce_lead, self.nonce_at, self.tag_at = plan.nonce_lead, plan.nonce_at, plan.tag_at
@@ -73,7 +76,7 @@ def _inbound(peer: Peer, codec: object) -> Inbound | None:
     plan = getattr(stream[1], "plan", None)
     if plan is None or stream[0] != (codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id):
         return None
-    peer.inbound = Inbound(stream, codec, peer.index, plan)
+    peer.inbound = Inbound(stream, codec, peer.index, peer.replay, plan)
     return peer.inbound
 
 
@@ -92,56 +95,52 @@ def receive_batch(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], 
     delivered = 0
     try:
         for i, (data, addr) in enumerate(batch):
-            peer = peers.get(addr)
-            if peer is None or closed or len(data) > MAX_DATAGRAM or (offset is not None and len(data) > offset and data[offset]):
-                pass  # judged in full below
-            else:
+            peer = None if closed else peers.get(addr)
+            if peer is not None and (offset is None or len(data) <= offset or not data[offset]):
                 ib = peer.inbound
                 if ib is None or ib.codec is not codec or ib.opener is not peer.opener:
                     ib = _inbound(peer, codec)
-                if ib is not None:
-                    # OpenPlan, inline: the stream's shape, the tag, then the message.
-                    hsize = ib.header_size
-                    if len(data) >= hsize and data.startswith(ib.prefix) and not (ib.footer_at and data[ib.footer_at]):
-                        tag_at = ib.tag_at
-                        header_nonce = data[ib.nonce_at : tag_at]
-                        # Opened with the others by this very Inbound's plan, or now.  (A tag that fails:
-                        # judged in full below, and dropped there as a bad tag.)
-                        got = None if opened is None else opened.get(i)
-                        if got is not None and got[0] is ib:
-                            body = got[1] or b""
-                        elif ib.decrypt is not None:
-                            try:
-                                body = ib.decrypt(ib.nonce_lead + header_nonce, data[hsize:] + data[tag_at:hsize], None)
-                            except ib.tag_error:
-                                body = b""
-                        else:
-                            try:
-                                body = ib.open_one(ib.nonce_lead + header_nonce, data[hsize:], data[tag_at:hsize])
-                            except AuthenticationError:
-                                body = b""
-                        # The message: the stream's (the constant bytes, the size, the padding), of the last
-                        # frame's size as most are (Inbound.frame_*: the same checks, made once per size).
-                        if len(body) == ib.frame_length and body.startswith(ib.frame_head) and body.endswith(ib.frame_tail):
-                            stop = ib.frame_stop
-                        else:
-                            stop = _frame_stop(ib, body)
-                        if stop:
-                            # _receive_lone's steps for unreliable data but those the constant bytes took
-                            replay = peer.replay
-                            if not replay.accept_value(int.from_bytes(header_nonce[-7:], "big")):
-                                session._tally.drop(DropReason.REPLAYED)
-                                continue
-                            if replay.advanced:  # (see Links.fresh)
-                                peer.last_heard = now
-                            peer.packets_received += 1
-                            delivered += 1
-                            handler = session.data_handler
-                            if handler is not None:
-                                handler(ib.index, body[ib.message_header_size : stop], False)
-                            else:
-                                session.emit(DataReceived(ib.index, body[ib.message_header_size : stop], False))
+                # OpenPlan, inline: the stream's shape, the tag, then the message.
+                if (ib is not None and ib.header_size <= len(data) <= MAX_DATAGRAM and data.startswith(ib.prefix)
+                        and not (ib.footer_at and data[ib.footer_at])):  # fmt: skip
+                    tag_at = ib.tag_at
+                    header_nonce = data[ib.nonce_at : tag_at]
+                    # Opened with the others by this very Inbound's plan, or now.  (A tag that fails:
+                    # judged in full below, and dropped there as a bad tag.)
+                    if opened is not None and (got := opened.get(i)) is not None and got[0] is ib:
+                        body = got[1] or b""
+                    elif ib.decrypt is not None:
+                        try:
+                            body = ib.decrypt(ib.nonce_lead + header_nonce, data[ib.header_size :] + data[tag_at : ib.header_size], None)
+                        except ib.tag_error:
+                            body = b""
+                    else:
+                        try:
+                            body = ib.open_one(ib.nonce_lead + header_nonce, data[ib.header_size :], data[tag_at : ib.header_size])
+                        except AuthenticationError:
+                            body = b""
+                    # The message: the stream's (the constant bytes, the size, the padding), of the last
+                    # frame's size as most are (Inbound.frame_*: the same checks, made once per size).
+                    if len(body) == ib.frame_length and body.startswith(ib.frame_head) and body.endswith(ib.frame_tail):
+                        stop = ib.frame_stop
+                    else:
+                        stop = _frame_stop(ib, body)
+                    if stop:
+                        # _receive_lone's steps for unreliable data but those the constant bytes took
+                        replay = ib.replay
+                        if not replay.accept_value(int.from_bytes(header_nonce[-7:], "big")):
+                            session._tally.drop(DropReason.REPLAYED)
                             continue
+                        if replay.advanced:  # (see Links.fresh)
+                            peer.last_heard = now
+                        peer.packets_received += 1
+                        delivered += 1
+                        handler = session.data_handler
+                        if handler is not None:
+                            handler(ib.index, body[ib.message_header_size : stop], False)
+                        else:
+                            session.emit(DataReceived(ib.index, body[ib.message_header_size : stop], False))
+                        continue
             if len(data) > MAX_DATAGRAM and oversized(session, data):
                 continue
             session.receive_datagram(data, addr, now)
@@ -208,13 +207,23 @@ class Outbound:
     """Our stream to a connected peer, sealed inline (see the module): the per-peer fields of its sealer's
     :class:`SealPlan`, and what they were made for."""
 
-    __slots__ = ("sealer", "codec", "own", "peer", "address", "nonce_lead", "nonce_skip", "seal", "message_fields",
-                 "connection_id", "plan")  # fmt: skip
+    __slots__ = ("sealer", "codec", "own", "peer", "tx_ids", "address", "nonce_lead", "nonce_skip", "seal", "message_fields",
+                 "connection_id", "plan", "head_size", "head")  # fmt: skip
 
     def __init__(self, sealer: tuple[tuple[object, ...], Any], codec: object, own: tuple[int, int], peer: Peer, plan: SealPlan) -> None:
         self.sealer, self.codec, self.own, self.peer, self.address, self.plan = sealer, codec, own, peer, peer.address, plan
+        self.tx_ids = peer.tx_ids  # (the peer's own counter, never replaced: Peer.tx_ids)
         self.nonce_lead, self.nonce_skip, self.seal = plan.nonce_lead, plan.nonce_skip, plan.seal
         self.message_fields, self.connection_id = plan.message_fields, plan.connection_id
+        # The message header of the last frame's size (SealPlan: the fields but the size, packed once per size).
+        self.head_size, self.head = -1, b""
+
+    def message_head(self, n: int) -> bytes:
+        """The stream's message header for a payload of *n* bytes (``SealPlan.message_pack``)."""
+        if self.head_size != n:
+            fields = self.message_fields
+            self.head, self.head_size = self.plan.message_pack(fields[0], fields[1], n, *fields[2:]), n
+        return self.head
 
 
 def _outbound(peer: Peer, codec: object, own: tuple[int, int]) -> Outbound | None:
@@ -249,9 +258,9 @@ def seal_frames(outbox: Any, peers: Sequence[Peer], data: bytes, now: float) -> 
     n = len(data)
     if n > 0xFFFF:
         return None  # (the outbox's loop reports it)
-    message_pack, header_pack, tag_part = plan.message_pack, plan.header_pack, plan.tag_part
+    header_pack, tag_part = plan.header_pack, plan.tag_part
     magic, version_byte = plan.magic, plan.version_byte
-    tail = plan.tails[n & 15]
+    rest = data + plan.tails[n & 15]  # (the payload and its padding: the same in every packet)
     counter = outbox._nonce_counter
     out = []
     append = out.append
@@ -263,28 +272,26 @@ def seal_frames(outbox: Any, peers: Sequence[Peer], data: bytes, now: float) -> 
         for ob in streams:
             counter = (counter + 1) & NONCE_MASK
             header_nonce = counter.to_bytes(8, "big")
-            ids_and_nonces.append((ob.peer.tx_ids.next(), header_nonce))
-            fields = ob.message_fields
+            ids_and_nonces.append((ob.tx_ids.next(), header_nonce))
             nonces.append(ob.nonce_lead + header_nonce[ob.nonce_skip :])
-            bodies.append(message_pack(fields[0], fields[1], n, *fields[2:]) + data + tail)
+            bodies.append((ob.head if ob.head_size == n else ob.message_head(n)) + rest)
         for ob, (packet_id, header_nonce), sealed in zip(streams, ids_and_nonces, plan.seal_many(nonces, bodies), strict=True):
             append((header_pack(magic, version_byte, ob.connection_id, packet_id, header_nonce, sealed[tag_part]) + sealed[:-16], ob.address))
+            peer = ob.peer
+            peer.packets_sent += 1
+            peer.last_sent = now
     else:
         for ob in streams:
             counter = (counter + 1) & NONCE_MASK
             header_nonce = counter.to_bytes(8, "big")
-            ids = ob.peer.tx_ids
+            ids = ob.tx_ids
             packet_id = ids.next_id
             ids.next_id = 1 if packet_id == 0xFFFF else packet_id + 1  # PacketIdCounter.next, inline
-            fields = ob.message_fields
-            sealed = ob.seal(
-                ob.nonce_lead + header_nonce[ob.nonce_skip :], message_pack(fields[0], fields[1], n, *fields[2:]) + data + tail, None
-            )
+            sealed = ob.seal(ob.nonce_lead + header_nonce[ob.nonce_skip :], (ob.head if ob.head_size == n else ob.message_head(n)) + rest, None)
             append((header_pack(magic, version_byte, ob.connection_id, packet_id, header_nonce, sealed[tag_part]) + sealed[:-16], ob.address))
-    for ob in streams:
-        peer = ob.peer
-        peer.packets_sent += 1
-        peer.last_sent = now
+            peer = ob.peer
+            peer.packets_sent += 1
+            peer.last_sent = now
     outbox._nonce_counter = counter
     outbox._counters["packets_sent"] += len(out)
     return out
