@@ -45,6 +45,24 @@ from protocols.pia.stream_plan import OpenPlan, SealPlan, payload_end
 __all__ = ["Inbound", "Outbound", "oversized", "receive_batch", "seal_frames"]
 
 
+#: Equal constants of many streams (nonce leads, message headers, padding), kept once: see :func:`_shared`.
+_SHARED: dict[bytes, bytes] = {}
+_SHARED_LIMIT = 4096
+
+
+def _shared(value: bytes) -> bytes:
+    """*value*, or an equal bytes object already kept.  The streams of a process's stations often hold
+    equal constants (a sender's nonce lead is the same at every receiver, a receiver's message header the
+    same from every sender, padding the same everywhere); read as one object by every stream it stays
+    in the CPU's cache between frames, where as many copies as streams would not."""
+    kept = _SHARED.get(value)
+    if kept is None:
+        if len(_SHARED) >= _SHARED_LIMIT:
+            _SHARED.clear()
+        kept = _SHARED[value] = value
+    return kept
+
+
 class Inbound:
     """A connected peer's stream to us, opened inline (see the module): its :class:`OpenPlan`'s fields,
     and what they were made for."""
@@ -60,7 +78,7 @@ class Inbound:
         self.replay = replay  # (the peer's replay filter, made with the peer and never replaced: Links.new_peer)
         # What the receive loop reads per datagram, as slots of one object.
         self.prefix, self.header_size, self.footer_at = plan.prefix, plan.header_size, plan.footer_at
-        self.nonce_lead, self.nonce_at, self.tag_at = plan.nonce_lead, plan.nonce_at, plan.tag_at
+        self.nonce_lead, self.nonce_at, self.tag_at = _shared(plan.nonce_lead), plan.nonce_at, plan.tag_at
         self.open_one, self.decrypt, self.tag_error, self.open_many = plan.open_one, plan.decrypt, plan.tag_error, plan.open_many
         self.message_header_size = plan.message_header_size
         # The last frame's shape: its body's length, where its payload ends, its message header (size
@@ -158,7 +176,7 @@ def _frame_stop(ib: Inbound, body: bytes) -> int:
     if not stop:
         return 0
     ib.frame_length, ib.frame_stop = len(body), stop
-    ib.frame_head, ib.frame_tail = body[: ib.message_header_size], body[stop:]
+    ib.frame_head, ib.frame_tail = _shared(body[: ib.message_header_size]), _shared(body[stop:])
     return stop
 
 
@@ -213,7 +231,7 @@ class Outbound:
     def __init__(self, sealer: tuple[tuple[object, ...], Any], codec: object, own: tuple[int, int], peer: Peer, plan: SealPlan) -> None:
         self.sealer, self.codec, self.own, self.peer, self.address, self.plan = sealer, codec, own, peer, peer.address, plan
         self.tx_ids = peer.tx_ids  # (the peer's own counter, never replaced: Peer.tx_ids)
-        self.nonce_lead, self.nonce_skip, self.seal = plan.nonce_lead, plan.nonce_skip, plan.seal
+        self.nonce_lead, self.nonce_skip, self.seal = _shared(plan.nonce_lead), plan.nonce_skip, plan.seal
         self.message_fields, self.connection_id = plan.message_fields, plan.connection_id
         # The message header of the last frame's size (SealPlan: the fields but the size, packed once per size).
         self.head_size, self.head = -1, b""
@@ -222,7 +240,7 @@ class Outbound:
         """The stream's message header for a payload of *n* bytes (``SealPlan.message_pack``)."""
         if self.head_size != n:
             fields = self.message_fields
-            self.head, self.head_size = self.plan.message_pack(fields[0], fields[1], n, *fields[2:]), n
+            self.head, self.head_size = _shared(self.plan.message_pack(fields[0], fields[1], n, *fields[2:])), n
         return self.head
 
 
