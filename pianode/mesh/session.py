@@ -366,11 +366,9 @@ class MeshSession:
             self._receive_group(peer, data, addr, now)
             return
         opener = None
-        frame = b""
         if peer is not None and peer.opener is not None and peer.connected:
-            # The peer's stream of unreliable data to us (a game's frames): the
-            # codec's opener compares the constant bytes instead of reading the
-            # fields; what it finds the stream's is delivered below, inline.
+            # The peer's stream of unreliable data to us (a game's frames): the codec's opener compares
+            # the constant bytes instead of reading the fields (receive_decoded delivers its payload).
             made_for, opener = peer.opener
             if made_for != (codec, peer.index, peer.peer_conn_id, peer.variable_id, peer.constant_id):
                 opener = None
@@ -379,24 +377,14 @@ class MeshSession:
                 # A packet with a footer from an unknown address (dropped below
                 # unless it is a connection request): decoded through the same cache.
                 assert self._nonce_builder is not None
-                packet = wire.shared_decode(
+                got: bytes | LoneMessage | Packet = wire.shared_decode(
                     codec, self._codec_key, data, addr[0], self._nonce_builder, self._unreliable_id
                 ).packet
             else:
-                got = None if opener is None else opener(data)
+                got = None if opener is None else opener(data)  # type: ignore[assignment]
                 if got is None:
                     assert self._decode_lone is not None
                     got = self._decode_lone(data, addr[0])
-                if type(got) is bytes:
-                    frame, packet = got, None  # the peer's unreliable data: below
-                elif type(got) is not LoneMessage:
-                    assert isinstance(got, Packet)
-                    packet = got
-                elif peer is not None and peer.connected and got.packet_id:
-                    self._receive_lone(peer, got, now)
-                    return
-                else:
-                    packet = codec.packet_of(got)
         except AuthenticationError:
             self._tally.drop(DropReason.BAD_TAG)
             return
@@ -406,9 +394,15 @@ class MeshSession:
             else:
                 self._tally.drop(DropReason.MALFORMED)
             return
-        if packet is None:
-            # The opener's: _receive_lone's steps for unreliable data but those its
-            # constant bytes (the peer's identity) and made_for took.
+        self.receive_decoded(peer, got, data, addr, now)
+
+    def receive_decoded(self, peer: Peer | None, got: bytes | LoneMessage | Packet, data: bytes, addr: tuple[str, int], now: float) -> None:
+        """:meth:`receive_datagram` for *data* once decoded (``codec.last_nonce`` set): what the peer's opener
+        gave (its stream's payload, or another message) or ``codec.decode_lone`` or the group decode did."""
+        codec = self.codec
+        assert codec is not None
+        if type(got) is bytes:
+            # The opener's: _receive_lone's steps for unreliable data but those its constant bytes took.
             assert peer is not None and peer.index is not None
             if not peer.replay.accept_value(int.from_bytes(codec.last_nonce[-7:], "big")):
                 self._tally.drop(DropReason.REPLAYED)
@@ -420,13 +414,19 @@ class MeshSession:
             counters["unreliable_delivered"] += 1  # deliver, inline
             handler = self.data_handler
             if handler is not None:
-                handler(peer.index, frame, False)
+                handler(peer.index, got, False)
             elif len(self._events) < EVENT_QUEUE_LIMIT:
-                self._events.append(DataReceived(peer.index, frame, False))
+                self._events.append(DataReceived(peer.index, got, False))
             else:
                 self._tally.drop(DropReason.QUEUE_FULL)
             return
-        self._receive_packet(codec, peer, packet, addr, now, data)
+        if type(got) is LoneMessage:
+            if peer is not None and peer.connected and got.packet_id:
+                self._receive_lone(peer, got, now)
+                return
+            got = codec.packet_of(got)
+        assert isinstance(got, Packet)
+        self._receive_packet(codec, peer, got, addr, now, data)
 
     def _receive_packet(
         self, codec: PacketCodec, peer: Peer | None, packet: Packet, addr: tuple[str, int], now: float,

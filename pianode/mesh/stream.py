@@ -38,7 +38,7 @@ from pianode.mesh.packet_ids import NONCE_MASK
 from pianode.mesh.events import DataReceived
 from pianode.mesh.peer import Peer
 from pianode.mesh.stats import DropReason
-from protocols.errors import AuthenticationError
+from protocols.errors import AuthenticationError, DecodeError
 from protocols.pia.packet_fast import StreamOpener
 from protocols.pia.stream_plan import OpenPlan, SealPlan, payload_end
 
@@ -67,7 +67,7 @@ class Inbound:
     """A connected peer's stream to us, opened inline (see the module): its :class:`OpenPlan`'s fields,
     and what they were made for."""
 
-    __slots__ = ("opener", "codec", "index", "replay", "plan", "prefix", "header_size", "footer_at", "nonce_lead", "nonce_at",
+    __slots__ = ("opener", "codec", "index", "replay", "complete", "plan", "prefix", "header_size", "footer_at", "nonce_lead", "nonce_at",
                  "tag_at", "open_one", "decrypt", "tag_error", "open_many", "message_header_size",
                  "frame_length", "frame_stop", "frame_head", "frame_tail")  # fmt: skip
 
@@ -76,6 +76,9 @@ class Inbound:
     ) -> None:
         self.opener, self.codec, self.index, self.plan = opener, codec, index, plan
         self.replay = replay  # (the peer's replay filter, made with the peer and never replaced: Links.new_peer)
+        #: ``complete(datagram, body)``: what the opener gives for an opened body that is not the stream's
+        #: message (a reliable segment, an ack, an RTT message: ``codec.decode_lone``'s value); None: not known.
+        self.complete = getattr(opener[1], "complete", None)
         # What the receive loop reads per datagram, as slots of one object.
         self.prefix, self.header_size, self.footer_at = plan.prefix, plan.header_size, plan.footer_at
         self.nonce_lead, self.nonce_at, self.tag_at = _shared(plan.nonce_lead), plan.nonce_at, plan.tag_at
@@ -158,6 +161,19 @@ def receive_batch(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], 
                             handler(ib.index, body[ib.message_header_size : stop], False)
                         else:
                             session.emit(DataReceived(ib.index, body[ib.message_header_size : stop], False))
+                        continue
+                    if body and ib.complete is not None:
+                        # Another message of the peer's, authentic (a reliable segment, an ack, an RTT message):
+                        # read from the body as the opener reads it, not opened a second time.
+                        codec.last_nonce = ib.nonce_lead + header_nonce
+                        try:
+                            got = ib.complete(data, body)
+                        except DecodeError:
+                            session._tally.drop(DropReason.MALFORMED)
+                            continue
+                        session.receive_decoded(peer, got, data, addr, now)
+                        codec = session.codec  # (what it did may have changed them)
+                        closed = codec is None or membership.closed
                         continue
             if len(data) > MAX_DATAGRAM and oversized(session, data):
                 continue

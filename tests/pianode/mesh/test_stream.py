@@ -114,3 +114,40 @@ def test_frames_of_every_size_come_through_the_batch_path(backend: str) -> None:
     for k in range(0, len(batches[1]), 4):
         twin.sessions[1].receive_datagrams(batches[1][k : k + 4], twin.now)
     assert got[0] == got[1] == [bytes([k]) * n for k, n in enumerate(sizes)]
+
+
+@pytest.mark.parametrize("backend", ["cryptography", "pycryptodome"])
+def test_another_message_of_a_connected_peer_is_opened_once(backend: str) -> None:
+    # A reliable segment, an ack or an RTT message from a peer whose frames take the batch path shares the
+    # stream's header: the loop opens it, finds another message, and hands the opened body on (the opener's
+    # own reading of it), rather than the general path opening the datagram a second time.
+    h = _formed("5.18", backend)
+    a, b = h.sessions[0], h.sessions[1]
+    got: list[tuple[int, bytes, bool]] = []
+    b.data_handler = lambda index, data, reliable: got.append((index, data, reliable))
+    for frame in (b"F0", b"F1"):  # (the first makes the opener, the second the Inbound)
+        sealed = a.broadcast_unreliable_now(frame, h.now)
+        assert sealed is not None
+        b.receive_datagrams([(d, a.local_address) for d, dst in sealed[1] if dst == b.local_address], h.now)
+    peer = b.peers[a.local_address]
+    assert peer.inbound is not None and peer.opener is not None
+    made_for, opener = peer.opener
+    opened: list[bytes] = []
+
+    def counting(data: bytes) -> object:
+        opened.append(data)
+        return opener(data)
+
+    counting.plan, counting.complete = opener.plan, opener.complete  # type: ignore[attr-defined]
+    peer.opener = (made_for, counting)
+    assert a.index is not None and b.index is not None
+    a.send(b.index, b"R1", reliable=True, now=h.now)
+    b.receive_datagrams([(d, a.local_address) for d, dst in a.datagrams_to_send(h.now) if dst == b.local_address], h.now)
+    assert got == [(a.index, b"F0", False), (a.index, b"F1", False), (a.index, b"R1", True)]
+    assert opened == []  # opened once, in the loop
+    # B's ack goes back to A the same way, and A's window empties.
+    sealed = b.broadcast_unreliable_now(b"F2", h.now)
+    a.receive_datagrams([(d, b.local_address) for d, dst in (sealed[1] if sealed else []) if dst == a.local_address], h.now)
+    a.receive_datagrams([(d, b.local_address) for d, dst in b.datagrams_to_send(h.now) if dst == a.local_address], h.now)
+    window = a.peers[b.local_address].data_window
+    assert window is not None and window.idle()
