@@ -55,11 +55,6 @@ MAX_PENDING = 64  # acked station/mesh messages awaiting their ack, per peer
 Datagram = tuple[bytes, tuple[str, int]]
 
 
-#: The message shapes a peer's sealers are kept for (``Peer.message_sealers``): a reliable segment, an ack, an RTT
-#: request and response, a keep-alive, a few station and mesh messages; more are made again.
-MESSAGE_SHAPES = 8
-
-
 class OutboxHost(Protocol):
     """What the outbox needs from the session that holds it."""
 
@@ -419,32 +414,9 @@ class Outbox:
         return self._sent(peer, self._packet_unsent(peer, messages, now)[0], now)
 
     def _packet_unsent(self, peer: Peer, messages: tuple[Message, ...], now: float) -> Datagram:
-        """Seal *messages* into the next packet to *peer* (not counted yet).
-
-        One message to a connected peer (a reliable segment, an ack, an RTT message) goes through the
-        peer's sealer of that message's shape (``PacketCodec.lone_sealer``, checked against the codec's
-        own encoding when it is made, from the first such packet): the same bytes as :meth:`PacketCodec.encode`
-        of the header and message, without building either.
-        """
-        codec = self.codec
-        assert codec is not None
-        if len(messages) == 1 and peer.connected and peer.index is not None and not self._legacy:
-            m = messages[0]
-            shape = (m.protocol_type, m.protocol_port, m.flags, m.destination, m.source_constant_id, m.source_station_index,
-                     m.reserved, m.extra, m.presence)  # fmt: skip
-            made_for = (codec, peer.index, peer.variable_id, peer.own_conn_id, self.variable_id, self.message_source_id)
-            sealers = peer.message_sealers
-            known = sealers.get(shape)
-            if known is not None and known[0] == made_for:
-                if known[1] is not None:
-                    return known[1](peer.tx_ids.next(), self.next_header_nonce(peer.variable_id), m.payload), peer.address
-            else:
-                header = self._header(peer, now)
-                if len(sealers) >= MESSAGE_SHAPES:
-                    sealers.clear()
-                sealers[shape] = (made_for, codec.lone_sealer(header, m, self._source_ip))
-                return codec.encode(Packet(header, messages), self._source_ip), peer.address
-        return codec.encode(Packet(self._header(peer, now), messages), self._source_ip), peer.address
+        """Seal *messages* into the next packet to *peer* (not counted yet)."""
+        assert self.codec is not None
+        return self.codec.encode(Packet(self._header(peer, now), messages), self._source_ip), peer.address
 
     def _sent(self, peer: Peer, data: bytes, now: float) -> Datagram:
         """Count *data*, the next packet to *peer*, as sent."""

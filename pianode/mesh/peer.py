@@ -106,9 +106,6 @@ class Peer:
     #: opener and sealer above for this peer's identity, and forgotten whenever an identity field is set.
     inbound: Any = None
     outbound: Any = None
-    #: ``{message shape: (what it was made for, seal or None)}``: the codec's sealers of this peer's packets of
-    #: one other message (a reliable segment, an ack, an RTT message: ``Outbox._packet_unsent``).
-    message_sealers: dict[tuple[object, ...], tuple[tuple[object, ...], StreamSealer | None]] = attrs.field(factory=dict)
     replay: NonceReplayFilter = attrs.field(factory=NonceReplayFilter)
     last_heard: float = 0.0
     last_sent: float = -1e9

@@ -151,39 +151,3 @@ def test_another_message_of_a_connected_peer_is_opened_once(backend: str) -> Non
     a.receive_datagrams([(d, b.local_address) for d, dst in b.datagrams_to_send(h.now) if dst == a.local_address], h.now)
     window = a.peers[b.local_address].data_window
     assert window is not None and window.idle()
-
-
-@pytest.mark.parametrize("backend", ["cryptography", "pycryptodome"])
-@pytest.mark.parametrize("version", ["5.18", "5.23", "5.29", "6.20"])
-def test_packets_of_one_message_sealed_by_shape_are_the_codecs_bytes(
-    version: str, backend: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Reliable segments and their acks to a connected peer go through the peer's sealer of their message's
-    # shape (Outbox._packet_unsent, Peer.message_sealers); a twin whose codec makes no sealers encodes each
-    # packet in full.  Both must send the same bytes, and the receiver must get every message.
-    def exchange(h: BatchHarness) -> list[bytes]:
-        a, b = h.sessions[0], h.sessions[1]
-        got: list[bytes] = []
-        b.data_handler = lambda index, data, reliable: got.append(data)
-        assert b.index is not None
-        sent = []
-        for k in range(5):
-            a.send(b.index, b"R%d" % k + bytes(k * 37), reliable=True, now=h.now)
-            to_b = [d for d, dst in a.datagrams_to_send(h.now) if dst == b.local_address]
-            b.receive_datagrams([(d, a.local_address) for d in to_b], h.now)
-            to_a = [d for d, dst in b.datagrams_to_send(h.now) if dst == a.local_address]
-            a.receive_datagrams([(d, b.local_address) for d in to_a], h.now)
-            sent += to_b + to_a
-        assert got == [b"R%d" % k + bytes(k * 37) for k in range(5)]
-        return sent
-
-    by_shape = _formed(version, backend)
-    got = exchange(by_shape)
-    sealers = by_shape.sessions[0].peers[by_shape.sessions[1].local_address].message_sealers
-    assert any(seal is not None for _, seal in sealers.values())
-    full = _formed(version, backend)
-    monkeypatch.setattr(type(full.sessions[0].codec), "lone_sealer", lambda *a: None)
-    for session in full.sessions:
-        for peer in session.peers.values():
-            peer.message_sealers.clear()  # (any made while the mesh formed)
-    assert exchange(full) == got
