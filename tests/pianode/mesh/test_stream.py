@@ -151,3 +151,59 @@ def test_another_message_of_a_connected_peer_is_opened_once(backend: str) -> Non
     a.receive_datagrams([(d, b.local_address) for d, dst in b.datagrams_to_send(h.now) if dst == a.local_address], h.now)
     window = a.peers[b.local_address].data_window
     assert window is not None and window.idle()
+
+
+@pytest.mark.parametrize("backend", ["cryptography", "pycryptodome"])
+def test_a_members_authentic_but_malformed_message_is_dropped_as_the_general_path_drops_it(backend: str) -> None:
+    # A member holds the key: it can seal a body of the stream's header that is no message at all (a size past
+    # the body's end).  The batch loop opens it, finds no frame, and hands the body on; that must be the general
+    # path's verdict (dropped, counted as malformed), and the peer's next frame must still arrive.
+    from protocols.crypto.aead import gcm
+
+    one, twin = _formed("5.18", backend), _formed("5.18", backend)
+    forged: list[tuple[bytes, bytes]] = []
+    for h in (one, twin):
+        a, b = h.sessions[0], h.sessions[1]
+        frames = []
+        for k in range(3):
+            sealed = a.broadcast_unreliable_now(b"F%d" % k, h.now)
+            assert sealed is not None
+            frames += [d for d, dst in sealed[1] if dst == b.local_address]
+        b.receive_datagrams([(frames[0], a.local_address)], h.now)
+        b.receive_datagrams([(frames[1], a.local_address)], h.now)
+        ib = b.peers[a.local_address].inbound
+        assert ib is not None
+        data = frames[2]
+        nonce = ib.nonce_lead + data[ib.nonce_at : ib.tag_at]
+        aead = gcm(bytes(range(16)), backend)
+        body = bytearray(aead.open(nonce, data[ib.header_size :], data[ib.tag_at : ib.header_size]))
+        body[2:4] = (0xFFF0).to_bytes(2, "big")  # the message's size, far past the body
+        sealed_body, tag = aead.seal(nonce, bytes(body))
+        forged.append((data[: ib.tag_at] + tag + sealed_body, frames[2]))
+    assert forged[0] == forged[1]
+    bad, next_frame = forged[0]
+    b_one, b_twin = one.sessions[1], twin.sessions[1]
+    got: tuple[list[bytes], list[bytes]] = ([], [])
+    for receiver, into in zip((b_one, b_twin), got):
+        receiver.data_handler = lambda index, data, reliable, into=into: into.append(data)
+    a_address = one.sessions[0].local_address
+    malformed = b_one.drops["malformed"], b_twin.drops["malformed"]
+    inbound = b_twin.peers[a_address].inbound
+    handed: list[bytes] = []
+    complete = inbound.complete
+
+    def handing(data: bytes, body: bytes) -> object:
+        handed.append(data)
+        return complete(data, body)
+
+    inbound.complete = handing
+    b_one.receive_datagram(bad, a_address, one.now)
+    b_twin.receive_datagrams([(bad, a_address)], twin.now)
+    assert handed == [bad]  # the loop opened it and handed the body on
+    assert (b_one.drops["malformed"], b_twin.drops["malformed"]) == (malformed[0] + 1, malformed[1] + 1)
+    assert got == ([], [])
+    # (The forged packet's nonce was the third frame's: that frame is now a replay, as in the general path.)
+    b_one.receive_datagram(next_frame, a_address, one.now)
+    b_twin.receive_datagrams([(next_frame, a_address)], twin.now)
+    assert got[0] == got[1]
+    assert dict(b_one.drops) == dict(b_twin.drops) and dict(b_one.counters) == dict(b_twin.counters)
