@@ -253,10 +253,10 @@ class Outbound:
         self.head_size, self.head = -1, b""
 
     def message_head(self, n: int) -> bytes:
-        """The stream's message header for a payload of *n* bytes (``SealPlan.message_pack``)."""
-        if self.head_size != n:
-            fields = self.message_fields
-            self.head, self.head_size = _shared(self.plan.message_pack(fields[0], fields[1], n, *fields[2:])), n
+        """The stream's message header for a payload of *n* bytes (``SealPlan.message_pack``), packed now and
+        kept as the frame size's (the loop takes ``head`` itself while ``head_size`` is *n*)."""
+        fields = self.message_fields
+        self.head, self.head_size = _shared(self.plan.message_pack(fields[0], fields[1], n, *fields[2:])), n
         return self.head
 
 
