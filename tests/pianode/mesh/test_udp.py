@@ -1,0 +1,138 @@
+"""The UDP endpoint's batch receive on real loopback sockets: what ``recvmmsg`` reads (pianode.mesh.mmsg)
+is what ``recvfrom`` reads, datagram for datagram, sender for sender."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import pytest
+import trio
+
+from pianode.mesh import mmsg
+from pianode.mesh.config import MAX_DATAGRAM
+from pianode.mesh.udp import RECEIVE_SIZE, UdpEndpoint, open_udp_endpoint
+
+SIZES = [0, 1, 110, 1500, MAX_DATAGRAM, MAX_DATAGRAM + 1, MAX_DATAGRAM + 700, 9000]
+
+
+def _senders(count: int) -> list[socket.socket]:
+    out = []
+    for i in range(count):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((f"127.0.77.{10 + i}", 0))
+        out.append(s)
+    return out
+
+
+def _send_mix(senders: list[socket.socket], target: tuple[str, int]) -> list[tuple[bytes, tuple[str, int]]]:
+    """Datagrams of every size from every sender, in an order that interleaves them; what recvfrom would
+    give for each (the data cut to RECEIVE_SIZE, the sender's address)."""
+    expected = []
+    for k, size in enumerate(SIZES * 3):
+        s = senders[k % len(senders)]
+        data = bytes((k + j) & 0xFF for j in range(size))
+        s.sendto(data, target)
+        expected.append((data[:RECEIVE_SIZE], s.getsockname()))
+    return expected
+
+
+async def _drain(endpoint: UdpEndpoint, limit: int = 64) -> list[tuple[bytes, tuple[str, int]]]:
+    """Every datagram that arrives until the socket stays quiet for 0.2 s, read *limit* at a time."""
+    got: list[tuple[bytes, tuple[str, int]]] = []
+    for _ in range(1000):
+        batch = endpoint.receive_batch(limit)
+        assert len(batch) <= limit
+        got.extend(batch)
+        if not batch:
+            with trio.move_on_after(0.2) as quiet:
+                await endpoint.wait_readable()
+            if quiet.cancelled_caught:
+                break
+    return got
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="recvmmsg is Linux's")
+def test_the_batch_receiver_is_in_use_on_linux() -> None:
+    # The fast path must not fall back silently where it is to be had.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        assert mmsg.batch_receiver(s, 8, RECEIVE_SIZE) is not None
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["recvmmsg", "recvfrom"])
+async def test_a_batch_holds_every_datagram_whole_or_cut_as_recvfrom_cuts_it_with_its_sender(
+    batched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not batched:
+        monkeypatch.setenv("PIANODE_RECVMMSG", "0")
+    endpoint = await open_udp_endpoint(("127.0.77.1", 0))
+    senders = _senders(3)
+    try:
+        assert (endpoint._batch is not None) == (batched and sys.platform.startswith("linux"))
+        assert endpoint.receive_batch(64) == []  # empty: nothing, no error
+        expected = _send_mix(senders, endpoint.address)
+        got = await _drain(endpoint)
+        assert got == expected
+        assert all(type(d) is bytes and type(a) is tuple and type(a[0]) is str and type(a[1]) is int for d, a in got)
+        assert endpoint.receive_batch(64) == [] and endpoint.receive_errors == 0
+    finally:
+        for s in senders:
+            s.close()
+        endpoint.close()
+
+
+@pytest.mark.parametrize("limit", [1, 5, 64])
+async def test_a_batch_stops_at_its_limit_and_the_rest_waits_for_the_next(limit: int) -> None:
+    endpoint = await open_udp_endpoint(("127.0.77.2", 0))
+    senders = _senders(2)
+    try:
+        expected = []
+        for k in range(150):
+            data = k.to_bytes(2, "big") * 20
+            senders[k % 2].sendto(data, endpoint.address)
+            expected.append((data, senders[k % 2].getsockname()))
+        await trio.sleep(0.05)
+        first = endpoint.receive_batch(limit)
+        assert first == expected[:limit]
+        assert first + await _drain(endpoint, limit) == expected
+    finally:
+        for s in senders:
+            s.close()
+        endpoint.close()
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["recvmmsg", "recvfrom"])
+async def test_an_error_the_socket_reports_is_counted_and_reading_goes_on(batched: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A datagram to a closed port from a connected socket queues ECONNREFUSED on it (an ICMP port
+    # unreachable); the receive that meets it counts it, and datagrams are still read after it.
+    if not batched:
+        monkeypatch.setenv("PIANODE_RECVMMSG", "0")
+    endpoint = await open_udp_endpoint(("127.0.77.3", 0))
+    closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    closed.bind(("127.0.77.4", 0))
+    nobody = closed.getsockname()
+    closed.close()
+    sender = _senders(1)[0]
+    try:
+        assert endpoint._raw is not None
+        endpoint._raw.connect(nobody)
+        endpoint._raw.send(b"to nobody")
+        await trio.sleep(0.05)
+        endpoint._raw.connect(sender.getsockname())  # (a connected socket hears its peer only)
+        sender.sendto(b"after", endpoint.address)
+        got = await _drain(endpoint)
+        assert got == [(b"after", sender.getsockname())] and endpoint.receive_errors == 1
+    finally:
+        sender.close()
+        endpoint.close()
+
+
+def test_the_table_of_senders_is_bounded() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        receiver = mmsg.batch_receiver(s, 4, RECEIVE_SIZE)
+        if receiver is None:
+            pytest.skip("no recvmmsg on this platform")
+        for port in range(mmsg._ADDRESS_TABLE_LIMIT + 10):
+            key = port.to_bytes(2, "big") + bytes([127, 0, 0, 1])
+            assert receiver._sender(key) == ("127.0.0.1", port)
+            assert len(receiver._senders) <= mmsg._ADDRESS_TABLE_LIMIT
