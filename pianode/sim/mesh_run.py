@@ -10,6 +10,7 @@ reports: every reliable message exactly once and in order per sender.
 
 from __future__ import annotations
 
+import array
 import collections
 import contextlib
 import functools
@@ -90,12 +91,18 @@ class _Receiver:
     duplicates: int = 0
     out_of_order: int = 0
     unreliable: int = 0
-    frames: int = 0
-    latencies: list[float] = attrs.field(factory=list)
+    #: Each frame's latency as it arrived, in one flat array (8 bytes a frame, no object kept per frame:
+    #: a session of 32 stations at 60 Hz hears 59,520 frames a second).
+    latencies: array.array = attrs.field(factory=lambda: array.array("d"))
     #: Scheduled times of the frames that arrived late (for the timeline of late frames).
     late_due: list[float] = attrs.field(factory=list)
     #: Warm-up messages heard (one from each station before the frame clock starts).
     warm_ups: int = 0
+
+    @property
+    def frames(self) -> int:
+        """Frames heard (each has its latency)."""
+        return len(self.latencies)
 
 
 @attrs.define
@@ -448,8 +455,7 @@ class MeshRun:
         latencies, late_due, handle = rec.latencies, rec.late_due, self._handle
 
         def on_data(source_index: int, data: bytes, reliable: bool) -> None:
-            if data[:1] == b"F" and len(data) >= frame_size:
-                rec.frames += 1
+            if len(data) >= frame_size and data[0] == 0x46:  # b"F"
                 due = unpack_from(data)[3]
                 latency = clock() - due
                 latencies.append(latency)
