@@ -51,7 +51,7 @@ class Budget:
     session_processes: int | None = None
     #: The scheduling class the sessions' station processes ask for, as ``pianode mesh --scheduling``.
     session_scheduling: str = "auto"
-    #: Seconds of the bare-Python frame loop measured before each session (pianode.bench.floor).
+    #: Seconds of the bare-Python frame loop measured before each session, and again after it (pianode.bench.floor).
     floor_seconds: float = 2.0
     session_rate: float = 60.0
     session_seconds: float = 30.0

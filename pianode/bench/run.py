@@ -35,8 +35,9 @@ run, interleaved with it, and reported as the median over repeats:
    --rate``) and 5.29 with one unicast copy per station.  Targets: ≥ 99 % of
    frames within 50 ms, every reliable message delivered, no station dropped.
    Each run's CPU per delivered frame is divided by that of a bare-Python
-   loop over the same sockets and AEAD measured just before it
-   (``pianode.bench.floor``); target ≤ 2× on 5.18 unicast.
+   loop over the same sockets and AEAD measured just before it and again just
+   after it, the mean of the two (``pianode.bench.floor``: the machine's speed
+   drifts within minutes); target ≤ 2× on 5.18 unicast.
 
 Wall time here is measured with ``time.perf_counter`` (what a benchmark is
 for); the nodes themselves still read time only from Trio.  Every loop is
@@ -144,7 +145,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduling", choices=("auto", "normal"), default=None,
                    help="session: the station processes' scheduling class, as pianode mesh --scheduling (default auto)")
     p.add_argument("--floor-seconds", type=float, default=None,
-                   help="session: seconds of the bare-Python frame loop before each run (default 2)")
+                   help="session: seconds of the bare-Python frame loop before each run, and again after it (default 2)")
     p.add_argument("--profile", metavar="DIR", default=None, help="also profile the receive path and the session (cProfile, DIR/*.pstats)")
 
 

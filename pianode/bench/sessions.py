@@ -96,28 +96,52 @@ def run_shape(run: str) -> tuple[str, str]:
 
 def bench_session(budget: Budget) -> list[Figure]:
     """Each real-time session run, with its CPU per delivered frame against the bare-Python floor measured
-    just before it (:func:`pianode.bench.floor.bare_frame_floor`, unicast, the same sockets and AEAD)."""
+    just before and just after it (:func:`pianode.bench.floor.bare_frame_floor`, unicast, the same sockets
+    and AEAD)."""
     import trio
-
-    from pianode.bench.floor import bare_frame_floor
 
     figures: list[Figure] = []
     for spec in budget.session_runs:
         run = session_run(budget, budget.session_seconds, spec)
         # The floor over the same processes as the session (a frame between them crosses cores in both),
-        # and, for a split session, in one process too (reported beside it).
+        # and, for a split session, in one process too (reported beside it).  Measured just before the
+        # session and again just after it: this machine's speed drifts by ±10-20 % within minutes
+        # (the same code, measured minutes apart), so one measurement on one side of a 30 s session
+        # can be off by that much; the mean of the two brackets the session.
         processes = getattr(run, "processes", 1)
-        floor = bare_frame_floor(budget.session_nodes, budget.node_backend, budget.floor_seconds, rate=budget.session_rate,
-                                 processes=processes)  # fmt: skip
-        if processes > 1:
-            floor["one_process"] = bare_frame_floor(
-                budget.session_nodes, budget.node_backend, budget.floor_seconds, rate=budget.session_rate
-            )
+        before = _floors(budget, processes)
         started = time.perf_counter()
         result = trio.run(run.run)
         wall = time.perf_counter() - started
+        after = _floors(budget, processes)
+        floor = _bracket(before, after)
         figures.extend(_session_figures(budget, run_shape(spec), result, wall, floor, getattr(run, "processes", 1)))
     return figures
+
+
+def _floors(budget: Budget, processes: int) -> dict[str, Any]:
+    """The bare loop's figures over *processes* (and, when split, in one process too, as ``one_process``)."""
+    from pianode.bench.floor import bare_frame_floor
+
+    floor = bare_frame_floor(budget.session_nodes, budget.node_backend, budget.floor_seconds, rate=budget.session_rate,
+                             processes=processes)  # fmt: skip
+    if processes > 1:
+        floor["one_process"] = bare_frame_floor(budget.session_nodes, budget.node_backend, budget.floor_seconds,
+                                                rate=budget.session_rate)  # fmt: skip
+    return floor
+
+
+def _bracket(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The floor of a session from the measurements before and after it: each per-frame figure their mean,
+    frames their sum; the two measurements kept (``before``, ``after``) for the report."""
+    floor = dict(before)
+    for key in ("cpu_us_per_frame", "socket_us_per_frame"):
+        floor[key] = (before[key] + after[key]) / 2
+    floor["frames"] = before["frames"] + after["frames"]
+    floor["before"], floor["after"] = before["cpu_us_per_frame"], after["cpu_us_per_frame"]
+    if "one_process" in before:
+        floor["one_process"] = _bracket(before["one_process"], after["one_process"])
+    return floor
 
 
 def _session_figures(
@@ -204,7 +228,8 @@ def _session_figures(
             "≤ 2.00" if targeted else "",
             (ratio is not None and ratio <= 2.0) if targeted else None,
             (f"node {node_us:.1f} µs" if node_us is not None else "node n/a")
-            + f" vs bare loop {floor_us:.1f} µs ({floor['backend']}, unicast, {_pace(floor)}, {_split_as(floor)}, same run;"
+            + f" vs bare loop {floor_us:.1f} µs ({floor['backend']}, unicast, {_pace(floor)}, {_split_as(floor)}, same run:"
+            f" {_bracketed(floor)};"
             f" of which sockets {floor['socket_us_per_frame']:.1f} µs){_one_process(floor, node_us)}",
             {"node_us": node_us, "floor": floor},
         )
@@ -213,6 +238,13 @@ def _session_figures(
 
 
 # ---------------------------------------------------------------------------- driver
+
+
+def _bracketed(floor: dict[str, Any]) -> str:
+    """When the bare loop was measured: just before the session and just after it, each figure."""
+    if "before" not in floor:
+        return "measured once"
+    return f"the mean of {floor['before']:.1f} µs just before the session and {floor['after']:.1f} µs just after"
 
 
 def _split_as(floor: dict[str, Any]) -> str:

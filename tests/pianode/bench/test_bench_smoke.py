@@ -106,6 +106,9 @@ def test_every_section_reports_through_the_cli(tmp_path: pathlib.Path, capsys: p
         floor = cpu["detail"]["floor"]
         assert 0 < floor["socket_us_per_frame"] and 0 < floor["cpu_us_per_frame"]
         assert floor["rate"] == 10.0 and "at 10 Hz as the session" in cpu["note"]  # paced as the session
+        # Measured before the session and after it: the reference is their mean, both shown.
+        assert floor["cpu_us_per_frame"] == pytest.approx((floor["before"] + floor["after"]) / 2)
+        assert f"the mean of {floor['before']:.1f} µs just before the session and {floor['after']:.1f} µs just after" in cpu["note"]
         assert (cpu["target"], isinstance(cpu["passed"], bool)) == (("≤ 2.00", True) if targeted else ("", False))
 
     # The table shows each figure with its verdict.
@@ -172,6 +175,8 @@ def test_the_session_runs_as_pianode_mesh_does_over_its_processes(tmp_path: path
     assert 1.0 <= pace["value"] < 3.0  # 5 frames at 10 Hz: the clock ran at least its schedule
     # CPU per frame: that of both station processes while their frames went out (MeshRunResult.cpu_time).
     assert cpu["detail"]["node_us"] > 0 and cpu["target"] == "≤ 2.00"
+    one = cpu["detail"]["floor"]["one_process"]  # (the split session's floor in one process: bracketed too)
+    assert one["cpu_us_per_frame"] == pytest.approx((one["before"] + one["after"]) / 2)
 
 
 @pytest.mark.parametrize(("rate", "backend"), [(100.0, "cryptography"), (None, "cryptography"), (100.0, "pycryptodome")])
