@@ -380,7 +380,7 @@ class Links:
         peer.connected_at = now
         self.membership_changed()
         peer.next_keepalive = now + self.config.keepalive_interval
-        peer.next_rtt = self.rtt_slot(now)
+        peer.next_rtt = self.rtt_slot(now, now)
         self._tally.counters["connections"] += 1
         return True
 
@@ -586,17 +586,28 @@ class Links:
             # probes a second from this node in all: RTT traffic stays bounded
             # however many stations the mesh has.
             peer.next_rtt = self.rtt_slot(
-                now + max(self.config.rtt_interval, len(self.peers) / self.config.rtt_probe_rate)
+                now + max(self.config.rtt_interval, len(self.peers) / self.config.rtt_probe_rate), now
             )
 
-    def rtt_slot(self, wanted: float) -> float:
-        """The time of a peer's next RTT probe: *wanted*, or later so that this
-        node's probes leave at least 1 / rtt_probe_rate apart.  Without the
+    def rtt_slot(self, wanted: float, now: float) -> float:
+        """The time of a peer's next RTT probe: about *wanted* (not before *now*), or later so that
+        this node's probes leave at least 1 / rtt_probe_rate apart.  Without the
         spacing the probes of peers that connected together stay in step: a
         32-station mesh would send 31 x 32 probes (and as many answers) in one
-        burst every few seconds, which stalls a real-time session."""
-        slot = max(wanted, self._next_rtt_slot)
-        self._next_rtt_slot = slot + 1.0 / self.config.rtt_probe_rate
+        burst every few seconds, which stalls a real-time session.
+
+        The slots lie on one grid, the multiples of the spacing on the clock, the same for every
+        node: the nodes of a process (one clock) probe at the same instants, so their probes, the
+        answers and the samples take one wake-up of the process.  Each at an instant of its own,
+        the probes of a 32-station session at 60 Hz (8 a second from each node) woke its process
+        about 250 times a second between its 60 ticks, and cost about an eighth of its CPU
+        (measured: 11.4 against 10.0 µs a delivered frame with no probes at all).  *wanted* goes to
+        the nearest instant of the grid (a probe taken a little after its instant asks for the next
+        one an interval after that instant, not a spacing later)."""
+        spacing = 1.0 / self.config.rtt_probe_rate
+        slot = max(math.ceil(wanted / spacing - 0.5), math.ceil(now / spacing)) * spacing
+        slot = max(slot, self._next_rtt_slot)
+        self._next_rtt_slot = slot + spacing
         return slot
 
     def ask_rtt(self, peer: Peer, port: int, now: float) -> None:

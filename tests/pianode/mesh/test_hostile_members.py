@@ -40,9 +40,14 @@ def test_rtt_answers_to_no_request_do_not_skew_the_rtt(version: str, network: st
     samples, smoothed, minimum = estimate.samples, estimate.smoothed, estimate.minimum
     assert samples and smoothed is not None and smoothed < 0.1 and minimum is not None
     before = host.drops["unexpected"]
-    for i in range(8):
+    asked = host.links.peers[rogue.local_address].rtt_asked
+    now_ticks = host.rtt_ticks(h.now)
+    # (Times of no request waiting: the host's probes leave on a grid of instants, and h.now is one of
+    # them, so "just now" may be the time of a real request, whose answer is a real sample.)
+    just_now = [t for t in range(now_ticks, now_ticks - 50, -1) if t not in asked][:8]
+    for i, t in enumerate(just_now):
         _send_rtt(rogue, host, response=True, ticks=i)  # "asked" 0-7 us after the host started
-        _send_rtt(rogue, host, response=True, ticks=host.rtt_ticks(h.now) - i)  # "asked" just now
+        _send_rtt(rogue, host, response=True, ticks=t)  # "asked" just now
     h._send_all()
     h.run_for(0.05)
     assert estimate.smoothed is not None and estimate.smoothed < 0.1 and estimate.minimum == minimum

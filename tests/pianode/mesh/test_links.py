@@ -93,6 +93,29 @@ def test_rtt_probes_of_peers_that_connected_together_are_spaced() -> None:
     assert [b - a for a, b in zip(slots, slots[1:])] == pytest.approx([0.25] * 4)
 
 
+@pytest.mark.parametrize("rate", [8.0, 3.0])
+def test_the_rtt_probes_of_every_node_fall_on_common_instants(rate: float) -> None:
+    """Nodes in one process (one clock) probe at the same instants, multiples of 1 / rtt_probe_rate, so
+    that their probes, the answers and the samples are one wake-up of the process, not one each: a
+    32-station session at 60 Hz otherwise woke its process about 250 times a second between frames
+    for RTT probes alone.  Each node's probes still leave at least 1 / rate apart."""
+    spacing = 1.0 / rate
+    slots = set()
+    for node, start in enumerate((0.0, 0.013, 0.377, 1.91)):
+        links = build(membership=False, rtt_probe_rate=rate).links
+        peers = [links.new_peer((f"127.0.0.{10 + i}", 40000), initiator=True, now=start) for i in range(5)]
+        times = []
+        for k, peer in enumerate(peers):
+            links.set_connected(peer, start + 0.001 * k)
+            times.append(peer.next_rtt)
+        for t in times:
+            assert t >= start and round(t / spacing) == pytest.approx(t / spacing, abs=1e-6), (node, t)
+        assert min(b - a for a, b in zip(sorted(times), sorted(times)[1:])) >= spacing - 1e-9
+        slots.update(round(t / spacing) for t in times)
+    # Four nodes with five peers each: twenty probes on shared instants, not twenty instants of their own.
+    assert len(slots) <= 14
+
+
 def test_an_rtt_request_is_answered_and_a_response_sampled() -> None:
     p = build(membership=False)
     links = p.links
