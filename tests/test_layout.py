@@ -15,6 +15,7 @@ FLOORS = {
     "pianode.mesh": 2,
     "pianode.mesh.node": 3,
     "pianode.mesh.udp": 3,
+    "pianode.mesh.mmsg": 3,
     "pianode.mesh.group_listener": 3,
     "pianode.prudp": 3,
     "pianode.capture": 3,
