@@ -115,7 +115,7 @@ def bench_session(budget: Budget) -> list[Figure]:
         wall = time.perf_counter() - started
         after = _floors(budget, processes)
         floor = _bracket(before, after)
-        figures.extend(_session_figures(budget, run_shape(spec), result, wall, floor, getattr(run, "processes", 1)))
+        figures.extend(_session_figures(budget, run_shape(spec), result, wall, floor, processes))
     return figures
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import socket
 import struct
@@ -67,7 +68,9 @@ class _MMsgHdr(ctypes.Structure):
     _fields_ = [("msg_hdr", _MsgHdr), ("msg_len", ctypes.c_uint)]
 
 
+@functools.cache
 def _load_recvmmsg() -> Any:
+    """The C library's ``recvmmsg`` with its argument types set (looked up once), or None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -78,10 +81,6 @@ def _load_recvmmsg() -> Any:
     fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
     fn.restype = ctypes.c_int
     return fn
-
-
-_recvmmsg: Any = None
-_loaded = False
 
 
 class BatchReceiver:
@@ -157,13 +156,9 @@ class BatchReceiver:
 def batch_receiver(sock: socket.socket, slots: int, size: int) -> BatchReceiver | None:
     """A :class:`BatchReceiver` for *sock* (an IPv4 datagram socket), or None where ``recvmmsg`` is not
     to be had (then read with ``recvfrom``).  ``PIANODE_RECVMMSG=0`` turns it off."""
-    global _recvmmsg, _loaded
     if os.environ.get("PIANODE_RECVMMSG", "1") == "0":
         return None
     if sock.family != socket.AF_INET or sock.type != socket.SOCK_DGRAM:
         return None
-    if not _loaded:
-        _recvmmsg, _loaded = _load_recvmmsg(), True
-    if _recvmmsg is None:
-        return None
-    return BatchReceiver(sock.fileno(), slots, size, _recvmmsg)
+    call = _load_recvmmsg()
+    return None if call is None else BatchReceiver(sock.fileno(), slots, size, call)
