@@ -14,6 +14,9 @@ up to a batch into buffers made once, in one call; what is left per datagram is 
   datagram longer than the slot arrives cut to it, as ``recvfrom(size)`` cuts it); its sender is read
   from the slot's ``sockaddr_in`` and given as the ``(host, port)`` tuple ``recvfrom`` gives, one tuple
   per sender kept in a bounded table (a station hears from the same few addresses all the time).
+  Lengths, senders and (for a batch of one length, as a session's frames are) the datagrams themselves
+  are read by one ``struct`` call each, made once per batch size (and length), rather than by Python
+  steps per datagram.
 * Errors: an empty socket gives no datagram (no exception, unlike ``recvfrom``), and any other error
   raises ``OSError`` with its errno (an ICMP error queued on the socket is reported once, by the call that
   meets it first; datagrams read before it in the same call are returned first).
@@ -31,12 +34,14 @@ import os
 import socket
 import struct
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["BatchReceiver", "batch_receiver"]
 
 _MSG_DONTWAIT = 0x40  # <bits/socket.h>, Linux
 _ADDRESS_TABLE_LIMIT = 4096
+_LAYOUT_TABLE_LIMIT = 256
 
 
 class _IoVec(ctypes.Structure):
@@ -108,16 +113,17 @@ class BatchReceiver:
         # The kernel writes each header's name length and flags back: restored from this copy before a call.
         self._template = bytes(self._headers)
         self._headers_at = ctypes.addressof(self._headers)
-        self._names_at = names
-        self._name_size = name_size
         record, length_at = ctypes.sizeof(_MMsgHdr), _MMsgHdr.msg_len.offset
         #: The lengths of the first n datagrams: msg_len of the first n headers, by n.
         self._lengths = [struct.Struct("=" + f"{length_at}xI{record - length_at - 4}x" * n) for n in range(slots + 1)]
         port_at, address_at = _SockaddrIn.sin_port.offset, _SockaddrIn.sin_addr.offset
-        self._sender_at = port_at
-        self._sender_end = address_at + 4
         assert address_at == port_at + 2  # (sockaddr_in: the port, then the address)
+        #: The senders of the first n datagrams, each as the 6 bytes of its port and address, by n.
+        key_end = address_at + 4
+        self._keys = [struct.Struct("=" + f"{port_at}x{key_end - port_at}s{name_size - key_end}x" * n) for n in range(slots + 1)]
         self._senders: dict[bytes, tuple[str, int]] = {}
+        #: The first n slots' datagrams when each holds `length` bytes, by (length, n): see receive.
+        self._same: dict[tuple[int, int], struct.Struct] = {}
 
     def receive(self, limit: int) -> list[tuple[bytes, tuple[str, int]]]:
         """Up to *limit* (at most the slots) waiting datagrams as ``(data, (host, port))``, none when none
@@ -129,20 +135,28 @@ class BatchReceiver:
             if n == 0 or code in (0, errno.EAGAIN, errno.EWOULDBLOCK):
                 return []
             raise OSError(code, os.strerror(code))
-        names = ctypes.string_at(self._names_at, n * self._name_size)
-        view, size, senders = self._view, self._size, self._senders
-        step, first, end = self._name_size, self._sender_at, self._sender_end
-        out = []
-        append = out.append
-        at = 0
-        for i, length in enumerate(self._lengths[n].unpack_from(self._headers)):
-            key = names[i * step + first : i * step + end]
-            sender = senders.get(key)
-            if sender is None:
-                sender = self._sender(key)
-            append((view[at : at + length].tobytes(), sender))
-            at += size
-        return out
+        # Copied out with a call per batch, not Python steps per datagram: a batch of one length (a
+        # session's frames are) by one struct of n fields, the others slot by slot; the senders' keys by one.
+        lengths = self._lengths[n].unpack_from(self._headers)
+        length = lengths[0]
+        if min(lengths) == length == max(lengths):
+            layout = self._same.get((length, n)) or self._same_layout(length, n)
+            datagrams: Sequence[bytes] = layout.unpack_from(self._data)
+        else:
+            view, size = self._view, self._size
+            datagrams = [view[i * size : i * size + length].tobytes() for i, length in enumerate(lengths)]
+        keys = self._keys[n].unpack_from(self._names)
+        senders = list(map(self._senders.get, keys))
+        if None in senders:
+            senders = [self._sender(key) if sender is None else sender for sender, key in zip(senders, keys)]
+        return list(zip(datagrams, senders))
+
+    def _same_layout(self, length: int, n: int) -> struct.Struct:
+        """The struct that reads n slots of *length* bytes each (kept: a session's frames have few sizes)."""
+        if len(self._same) >= _LAYOUT_TABLE_LIMIT:
+            self._same.clear()
+        layout = self._same[(length, n)] = struct.Struct("=" + f"{length}s{self._size - length}x" * n)
+        return layout
 
     def _sender(self, key: bytes) -> tuple[str, int]:
         """The ``(host, port)`` tuple of a sockaddr_in's port and address bytes, kept for the next time."""

@@ -81,6 +81,41 @@ async def test_a_batch_holds_every_datagram_whole_or_cut_as_recvfrom_cuts_it_wit
         endpoint.close()
 
 
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_batch_of_one_length_holds_every_datagram_with_its_sender(size: int) -> None:
+    # A batch whose datagrams all have one length (a session's frames) is copied out by one call
+    # (pianode.mesh.mmsg): the same datagrams and senders as recvfrom gives, cut where it cuts; and
+    # batches of other lengths and counts after it on the same endpoint as well.
+    endpoint = await open_udp_endpoint(("127.0.77.5", 0))
+    senders = _senders(3)
+    try:
+        for count in (1, 2, 31, 64, 7):
+            expected = []
+            for k in range(count):
+                s = senders[k % 3]
+                data = bytes((k * 7 + j + size) & 0xFF for j in range(size))
+                s.sendto(data, endpoint.address)
+                expected.append((data[:RECEIVE_SIZE], s.getsockname()))
+            assert await _drain(endpoint) == expected
+        if endpoint._batch is not None:
+            assert len(endpoint._batch._same) <= mmsg._LAYOUT_TABLE_LIMIT
+    finally:
+        for s in senders:
+            s.close()
+        endpoint.close()
+
+
+def test_the_table_of_one_length_layouts_is_bounded() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        receiver = mmsg.batch_receiver(s, 4, RECEIVE_SIZE)
+        if receiver is None:
+            pytest.skip("no recvmmsg on this platform")
+        for length in range(mmsg._LAYOUT_TABLE_LIMIT + 10):
+            layout = receiver._same_layout(length, 2)
+            assert layout.size == 2 * RECEIVE_SIZE  # (two whole slots, of which it reads length bytes each)
+            assert len(receiver._same) <= mmsg._LAYOUT_TABLE_LIMIT
+
+
 @pytest.mark.parametrize("limit", [1, 5, 64])
 async def test_a_batch_stops_at_its_limit_and_the_rest_waits_for_the_next(limit: int) -> None:
     endpoint = await open_udp_endpoint(("127.0.77.2", 0))
