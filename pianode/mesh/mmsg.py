@@ -14,9 +14,9 @@ up to a batch into buffers made once, in one call; what is left per datagram is 
   datagram longer than the slot arrives cut to it, as ``recvfrom(size)`` cuts it); its sender is read
   from the slot's ``sockaddr_in`` and given as the ``(host, port)`` tuple ``recvfrom`` gives, one tuple
   per sender kept in a bounded table (a station hears from the same few addresses all the time).
-  Lengths, senders and (for a batch of one length, as a session's frames are) the datagrams themselves
-  are read by one ``struct`` call each, made once per batch size (and length), rather than by Python
-  steps per datagram.
+  Lengths, senders and the datagrams themselves are read by one ``struct`` call each, made once per
+  batch size (and longest length: a session's frames have one), rather than by Python steps per
+  datagram; a datagram shorter than the batch's longest is then cut to its length.
 * Errors: an empty socket gives no datagram (no exception, unlike ``recvfrom``), and any other error
   raises ``OSError`` with its errno (an ICMP error queued on the socket is reported once, by the call that
   meets it first; datagrams read before it in the same call are returned first).
@@ -97,7 +97,6 @@ class BatchReceiver:
         self._size = size
         self._call = recvmmsg
         self._data = ctypes.create_string_buffer(slots * size)
-        self._view = memoryview(self._data).cast("B")
         self._names = (_SockaddrIn * slots)()
         self._iovecs = (_IoVec * slots)()
         self._headers = (_MMsgHdr * slots)()
@@ -122,7 +121,7 @@ class BatchReceiver:
         key_end = address_at + 4
         self._keys = [struct.Struct("=" + f"{port_at}x{key_end - port_at}s{name_size - key_end}x" * n) for n in range(slots + 1)]
         self._senders: dict[bytes, tuple[str, int]] = {}
-        #: The first n slots' datagrams when each holds `length` bytes, by (length, n): see receive.
+        #: The first `length` bytes of the first n slots, by (length, n): see receive.
         self._same: dict[tuple[int, int], struct.Struct] = {}
 
     def receive(self, limit: int) -> list[tuple[bytes, tuple[str, int]]]:
@@ -135,16 +134,14 @@ class BatchReceiver:
             if n == 0 or code in (0, errno.EAGAIN, errno.EWOULDBLOCK):
                 return []
             raise OSError(code, os.strerror(code))
-        # Copied out with a call per batch, not Python steps per datagram: a batch of one length (a
-        # session's frames are) by one struct of n fields, the others slot by slot; the senders' keys by one.
+        # Copied out with a call per batch, not Python steps per datagram: n fields of the longest
+        # datagram's length (a session's frames have one; the others are then cut), the senders' keys.
         lengths = self._lengths[n].unpack_from(self._headers)
-        length = lengths[0]
-        if min(lengths) == length == max(lengths):
-            layout = self._same.get((length, n)) or self._same_layout(length, n)
-            datagrams: Sequence[bytes] = layout.unpack_from(self._data)
-        else:
-            view, size = self._view, self._size
-            datagrams = [view[i * size : i * size + length].tobytes() for i, length in enumerate(lengths)]
+        top = max(lengths)
+        layout = self._same.get((top, n)) or self._same_layout(top, n)
+        datagrams: Sequence[bytes] = layout.unpack_from(self._data)
+        if min(lengths) != top:
+            datagrams = [d if len(d) == length else d[:length] for d, length in zip(datagrams, lengths)]
         keys = self._keys[n].unpack_from(self._names)
         senders = list(map(self._senders.get, keys))
         if None in senders:
@@ -152,7 +149,7 @@ class BatchReceiver:
         return list(zip(datagrams, senders))
 
     def _same_layout(self, length: int, n: int) -> struct.Struct:
-        """The struct that reads n slots of *length* bytes each (kept: a session's frames have few sizes)."""
+        """The struct that reads the first *length* bytes of n slots (kept: a session's frames have few sizes)."""
         if len(self._same) >= _LAYOUT_TABLE_LIMIT:
             self._same.clear()
         layout = self._same[(length, n)] = struct.Struct("=" + f"{length}s{self._size - length}x" * n)

@@ -83,9 +83,9 @@ async def test_a_batch_holds_every_datagram_whole_or_cut_as_recvfrom_cuts_it_wit
 
 @pytest.mark.parametrize("size", SIZES)
 async def test_a_batch_of_one_length_holds_every_datagram_with_its_sender(size: int) -> None:
-    # A batch whose datagrams all have one length (a session's frames) is copied out by one call
-    # (pianode.mesh.mmsg): the same datagrams and senders as recvfrom gives, cut where it cuts; and
-    # batches of other lengths and counts after it on the same endpoint as well.
+    # A batch is copied out by one call at its longest datagram's length, the shorter then cut
+    # (pianode.mesh.mmsg); where all have one length (a session's frames) none is: the same datagrams
+    # and senders as recvfrom gives, cut where it cuts; and batches of other counts after it as well.
     endpoint = await open_udp_endpoint(("127.0.77.5", 0))
     senders = _senders(3)
     try:
