@@ -16,7 +16,8 @@ up to a batch into buffers made once, in one call; what is left per datagram is 
   per sender kept in a bounded table (a station hears from the same few addresses all the time).
   Lengths, senders and the datagrams themselves are read by one ``struct`` call each, made once per
   batch size (and longest length: a session's frames have one), rather than by Python steps per
-  datagram; a datagram shorter than the batch's longest is then cut to its length.
+  datagram; a datagram shorter than the batch's longest is then cut to its length (a batch with a
+  datagram longer than ``_CUT_LIMIT`` and shorter ones is read slot by slot instead).
 * Errors: an empty socket gives no datagram (no exception, unlike ``recvfrom``), and any other error
   raises ``OSError`` with its errno (an ICMP error queued on the socket is reported once, by the call that
   meets it first; datagrams read before it in the same call are returned first).
@@ -42,6 +43,8 @@ __all__ = ["BatchReceiver", "batch_receiver"]
 _MSG_DONTWAIT = 0x40  # <bits/socket.h>, Linux
 _ADDRESS_TABLE_LIMIT = 4096
 _LAYOUT_TABLE_LIMIT = 256
+#: A batch of mixed lengths whose longest is at most this is read at that length and the others cut.
+_CUT_LIMIT = 512
 
 
 class _IoVec(ctypes.Structure):
@@ -97,6 +100,7 @@ class BatchReceiver:
         self._size = size
         self._call = recvmmsg
         self._data = ctypes.create_string_buffer(slots * size)
+        self._view = memoryview(self._data).cast("B")
         self._names = (_SockaddrIn * slots)()
         self._iovecs = (_IoVec * slots)()
         self._headers = (_MMsgHdr * slots)()
@@ -122,7 +126,7 @@ class BatchReceiver:
         self._keys = [struct.Struct("=" + f"{port_at}x{key_end - port_at}s{name_size - key_end}x" * n) for n in range(slots + 1)]
         self._senders: dict[bytes, tuple[str, int]] = {}
         #: The first `length` bytes of the first n slots, by (length, n): see receive.
-        self._same: dict[tuple[int, int], struct.Struct] = {}
+        self._layouts: dict[tuple[int, int], struct.Struct] = {}
 
     def receive(self, limit: int) -> list[tuple[bytes, tuple[str, int]]]:
         """Up to *limit* (at most the slots) waiting datagrams as ``(data, (host, port))``, none when none
@@ -135,24 +139,30 @@ class BatchReceiver:
                 return []
             raise OSError(code, os.strerror(code))
         # Copied out with a call per batch, not Python steps per datagram: n fields of the longest
-        # datagram's length (a session's frames have one; the others are then cut), the senders' keys.
+        # datagram's length, the shorter then cut (a session's frames have one length, and what comes
+        # between them is short); a batch with a long datagram and shorter ones slot by slot, so that
+        # the short ones are not copied at the long one's length.
         lengths = self._lengths[n].unpack_from(self._headers)
         top = max(lengths)
-        layout = self._same.get((top, n)) or self._same_layout(top, n)
-        datagrams: Sequence[bytes] = layout.unpack_from(self._data)
-        if min(lengths) != top:
-            datagrams = [d if len(d) == length else d[:length] for d, length in zip(datagrams, lengths)]
+        datagrams: Sequence[bytes]
+        if top <= _CUT_LIMIT or min(lengths) == top:
+            datagrams = (self._layouts.get((top, n)) or self._layout(top, n)).unpack_from(self._data)
+            if min(lengths) != top:
+                datagrams = [d if len(d) == length else d[:length] for d, length in zip(datagrams, lengths)]
+        else:
+            view, size = self._view, self._size
+            datagrams = [view[i * size : i * size + length].tobytes() for i, length in enumerate(lengths)]
         keys = self._keys[n].unpack_from(self._names)
         senders = list(map(self._senders.get, keys))
         if None in senders:
             senders = [self._sender(key) if sender is None else sender for sender, key in zip(senders, keys)]
         return list(zip(datagrams, senders))
 
-    def _same_layout(self, length: int, n: int) -> struct.Struct:
+    def _layout(self, length: int, n: int) -> struct.Struct:
         """The struct that reads the first *length* bytes of n slots (kept: a session's frames have few sizes)."""
-        if len(self._same) >= _LAYOUT_TABLE_LIMIT:
-            self._same.clear()
-        layout = self._same[(length, n)] = struct.Struct("=" + f"{length}s{self._size - length}x" * n)
+        if len(self._layouts) >= _LAYOUT_TABLE_LIMIT:
+            self._layouts.clear()
+        layout = self._layouts[(length, n)] = struct.Struct("=" + f"{length}s{self._size - length}x" * n)
         return layout
 
     def _sender(self, key: bytes) -> tuple[str, int]:

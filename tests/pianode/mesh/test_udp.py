@@ -98,7 +98,27 @@ async def test_a_batch_of_one_length_holds_every_datagram_with_its_sender(size: 
                 expected.append((data[:RECEIVE_SIZE], s.getsockname()))
             assert await _drain(endpoint) == expected
         if endpoint._batch is not None:
-            assert len(endpoint._batch._same) <= mmsg._LAYOUT_TABLE_LIMIT
+            assert len(endpoint._batch._layouts) <= mmsg._LAYOUT_TABLE_LIMIT
+    finally:
+        for s in senders:
+            s.close()
+        endpoint.close()
+
+
+async def test_a_batch_of_short_datagrams_of_mixed_lengths_holds_each_whole_with_its_sender() -> None:
+    # Read at the longest one's length and the others cut (pianode.mesh.mmsg), up to the cut limit and
+    # just over it (read slot by slot): every datagram whole, in order, with its sender.
+    endpoint = await open_udp_endpoint(("127.0.77.6", 0))
+    senders = _senders(3)
+    try:
+        for top in (mmsg._CUT_LIMIT, mmsg._CUT_LIMIT + 1):
+            expected = []
+            for k, size in enumerate([0, 1, 37, 110, top, 3, 256, 511, 2] * 3):
+                s = senders[k % 3]
+                data = bytes((k * 5 + j) & 0xFF for j in range(size))
+                s.sendto(data, endpoint.address)
+                expected.append((data, s.getsockname()))
+            assert await _drain(endpoint) == expected
     finally:
         for s in senders:
             s.close()
@@ -111,9 +131,9 @@ def test_the_table_of_one_length_layouts_is_bounded() -> None:
         if receiver is None:
             pytest.skip("no recvmmsg on this platform")
         for length in range(mmsg._LAYOUT_TABLE_LIMIT + 10):
-            layout = receiver._same_layout(length, 2)
+            layout = receiver._layout(length, 2)
             assert layout.size == 2 * RECEIVE_SIZE  # (two whole slots, of which it reads length bytes each)
-            assert len(receiver._same) <= mmsg._LAYOUT_TABLE_LIMIT
+            assert len(receiver._layouts) <= mmsg._LAYOUT_TABLE_LIMIT
 
 
 @pytest.mark.parametrize("limit", [1, 5, 64])
