@@ -125,17 +125,6 @@ async def test_a_batch_of_short_datagrams_of_mixed_lengths_holds_each_whole_with
         endpoint.close()
 
 
-def test_the_table_of_one_length_layouts_is_bounded() -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        receiver = mmsg.batch_receiver(s, 4, RECEIVE_SIZE)
-        if receiver is None:
-            pytest.skip("no recvmmsg on this platform")
-        for length in range(mmsg._LAYOUT_TABLE_LIMIT + 10):
-            layout = receiver._layout(length, 2)
-            assert layout.size == 2 * RECEIVE_SIZE  # (two whole slots, of which it reads length bytes each)
-            assert len(receiver._layouts) <= mmsg._LAYOUT_TABLE_LIMIT
-
-
 @pytest.mark.parametrize("limit", [1, 5, 64])
 async def test_a_batch_stops_at_its_limit_and_the_rest_waits_for_the_next(limit: int) -> None:
     endpoint = await open_udp_endpoint(("127.0.77.2", 0))
@@ -182,7 +171,7 @@ async def test_an_error_the_socket_reports_is_counted_and_reading_goes_on(batche
         endpoint.close()
 
 
-def test_the_table_of_senders_is_bounded() -> None:
+def test_the_tables_of_senders_and_layouts_are_bounded() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         receiver = mmsg.batch_receiver(s, 4, RECEIVE_SIZE)
         if receiver is None:
@@ -191,3 +180,6 @@ def test_the_table_of_senders_is_bounded() -> None:
             key = port.to_bytes(2, "big") + bytes([127, 0, 0, 1])
             assert receiver._sender(key) == ("127.0.0.1", port)
             assert len(receiver._senders) <= mmsg._ADDRESS_TABLE_LIMIT
+        for length in range(mmsg._LAYOUT_TABLE_LIMIT + 10):
+            assert receiver._layout(length, 2).size == 2 * RECEIVE_SIZE  # (two whole slots; it reads length bytes of each)
+            assert len(receiver._layouts) <= mmsg._LAYOUT_TABLE_LIMIT
