@@ -400,6 +400,11 @@ class Outbox:
 
     def _flush(self, peer: Peer, now: float) -> list[Datagram]:
         messages, peer.outbox = peer.outbox, []
+        if len(messages) == 1:
+            # A packet of one message (an ack, a segment, an RTT message), by the peer's stream plan.
+            sealed = stream.seal_lone(self, peer, messages[0], now)
+            if sealed is not None:
+                return [self._sent(peer, sealed, now)]
         # One message is one packet whatever its size; only several need bundling.
         bundles = (messages,) if len(messages) == 1 else wire.bundle(self.profile, messages, self.config.mtu)
         return [self._packet(peer, tuple(bundle), now) for bundle in bundles]

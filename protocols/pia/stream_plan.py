@@ -74,10 +74,13 @@ class OpenPlan(NamedTuple):
     tail_lengths: tuple[int, ...]
 
 
-def seal_by_plan(plan: SealPlan, packet_id: int, hn: bytes, payload: bytes) -> bytes:
-    """The datagram as :class:`SealPlan` describes it (what ``pianode.mesh.stream`` computes inline)."""
+def seal_by_plan(plan: SealPlan, packet_id: int, hn: bytes, payload: bytes, *, type_port: int | None = None) -> bytes:
+    """The datagram as :class:`SealPlan` describes it (what ``pianode.mesh.stream`` computes inline);
+    *type_port*: another message's protocol type and port (``type << 24 | port``) in place of the stream's."""
     n = len(payload)
     fields = plan.message_fields
+    if type_port is not None:
+        fields = (fields[0], fields[1], type_port, *fields[3:])
     body = plan.message_pack(fields[0], fields[1], n, *fields[2:]) + payload + plan.tails[n & 15]
     nonce = plan.nonce_lead + hn[plan.nonce_skip :]
     sealed = plan.seal(nonce, body, None) if plan.seal is not None else plan.seal_many([nonce], [body])[0]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from mesh_harness import BatchHarness
 
-from pianode.mesh import stream
+from pianode.mesh import stream, wire
+from protocols.pia.versions import Proto
 
 
 def _formed(version: str = "5.18", backend: str = "cryptography") -> BatchHarness:
@@ -207,3 +208,83 @@ def test_a_members_authentic_but_malformed_message_is_dropped_as_the_general_pat
     b_twin.receive_datagrams([(next_frame, a_address)], twin.now)
     assert got[0] == got[1]
     assert dict(b_one.drops) == dict(b_twin.drops) and dict(b_one.counters) == dict(b_twin.counters)
+
+
+def _session_traffic(h: BatchHarness) -> list[tuple[bytes, tuple[str, int], tuple[str, int]]]:
+    """Every datagram of a few seconds of a session: frames from every station (so the stream paths are
+    made), reliable messages both ways and their acks, RTT probes and answers, in the order sent."""
+    sent: list[tuple[bytes, tuple[str, int], tuple[str, int]]] = []
+    route = h._route
+
+    def recording(data: bytes, src: tuple[str, int], dst: tuple[str, int]) -> None:
+        sent.append((data, src, dst))
+        route(data, src, dst)
+
+    h._route = recording  # type: ignore[method-assign]
+    for k in range(6):
+        for s in h.sessions:
+            sealed = s.broadcast_unreliable_now(b"F" + bytes([k]) * (k * 13 % 50), h.now)
+            for data, dst in sealed[1] if sealed else []:
+                recording(data, s.local_address, dst)
+            for other in h.sessions:
+                if other is not s and other.index is not None and k % 2 == 0:
+                    s.send(other.index, bytes([k]) * (k * 37 % 200), reliable=True, now=h.now)
+        h.run_until(lambda: False, timeout=0.7)
+    return sent
+
+
+@pytest.mark.parametrize("backend", ["cryptography", "pycryptodome"])
+@pytest.mark.parametrize("version", ["5.18", "5.23", "5.10", "5.4"])
+def test_packets_of_one_other_message_sealed_by_the_stream_plan_are_the_codecs_bytes(
+    version: str, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A packet of one message that is not a frame (a segment, an ack, an RTT message) to a peer with a
+    # stream plan is sealed by the plan (pianode.mesh.stream.seal_lone): the same datagrams, in the same
+    # order, with the same ids and nonces, as the codec seals without it, through a whole exchange.
+    by_plan = 0
+    seal_lone = stream.seal_lone
+
+    def counting(*args: object) -> bytes | None:
+        nonlocal by_plan
+        data = seal_lone(*args)  # type: ignore[arg-type]
+        by_plan += data is not None
+        return data
+
+    monkeypatch.setattr(stream, "seal_lone", counting)
+    fast = _formed(version, backend)
+    got = _session_traffic(fast)
+    used = by_plan
+    monkeypatch.setattr(stream, "seal_lone", lambda *a: None)  # the codec's packets only
+    general = _formed(version, backend)
+    want = _session_traffic(general)
+    assert len(got) == len(want) > 100
+    assert got == want
+    assert [s.counters for s in fast.sessions] == [s.counters for s in general.sessions]
+    # H-C and H-D headers (5.11-5.26) have stream plans; the others keep the codec's packets.
+    assert used > 50 if version in ("5.18", "5.23") else used == 0
+
+
+def test_a_message_of_a_shape_the_plan_does_not_seal_as_the_codec_stays_the_codecs() -> None:
+    # The plan is trusted with a shape of message only once it sealed one as the codec does; a shape it
+    # seals otherwise (here: as if the plan packed another destination) goes to the codec from then on.
+    h = _formed("5.18")
+    a, b = h.sessions[0], h.sessions[1]
+    for frame in (b"F0", b"F1"):  # (the first makes the sealer, the second the Outbound)
+        assert a.broadcast_unreliable_now(frame, h.now) is not None
+    peer = a.peers[b.local_address]
+    ob = peer.outbound
+    assert ob is not None and b.index is not None
+    message = a.outbox.message(peer, Proto.RTT, a.links._rtt_port, wire.encode_rtt(a.profile, False, 1234))
+    fields = ob.plan.message_fields
+    ob.plan = ob.plan._replace(message_fields=(fields[0], fields[1], fields[2], fields[3] ^ 0x2, *fields[4:]))
+    ids, counter = peer.tx_ids.next_id, a.outbox._nonce_counter
+    first = stream.seal_lone(a.outbox, peer, message, h.now)  # the codec's, and the shape not trusted
+    assert first is not None and list(ob.lone.values()) == [False]
+    assert (peer.tx_ids.next_id, a.outbox._nonce_counter) == (ids + 1, counter + 1)  # one packet's worth
+    assert stream.seal_lone(a.outbox, peer, message, h.now) is None  # from then on: the codec's
+    assert (peer.tx_ids.next_id, a.outbox._nonce_counter) == (ids + 1, counter + 1)  # (nothing taken)
+    second, _ = a.outbox._packet_unsent(peer, (message,), h.now)
+    # Both are the codec's packets, which B takes as A's RTT requests.
+    before = b.counters["rtt_requests_received"]
+    b.receive_datagrams([(first, a.local_address), (second, a.local_address)], h.now)
+    assert b.counters["rtt_requests_received"] == before + 2
