@@ -33,6 +33,7 @@ delivery are the same calls the general path makes.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -367,7 +368,10 @@ def seal_lone(outbox: Any, peer: Peer, message: Message, now: float) -> bytes | 
     counter = (outbox._nonce_counter + 1) & NONCE_MASK
     hn, ids = counter.to_bytes(8, "big"), ob.tx_ids
     packet_id = ids.next_id
-    data = seal_by_plan(ob.plan, packet_id, hn, message.payload, type_port=message.protocol_type << 24 | message.protocol_port)
+    try:
+        data = seal_by_plan(ob.plan, packet_id, hn, message.payload, type_port=message.protocol_type << 24 | message.protocol_port)
+    except struct.error:  # a field out of the plan's range: the codec reports it as it does
+        return None
     if trusted is None:
         # (the codec takes the same nonce and packet id: Outbox.next_header_nonce, wire.make_header)
         general = outbox._packet_unsent(peer, (message,), now)[0]

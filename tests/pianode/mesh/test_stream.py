@@ -7,6 +7,7 @@ import pytest
 from mesh_harness import BatchHarness
 
 from pianode.mesh import stream, wire
+from protocols.errors import EncodeError
 from protocols.pia.versions import Proto
 
 
@@ -288,3 +289,20 @@ def test_a_message_of_a_shape_the_plan_does_not_seal_as_the_codec_stays_the_code
     before = b.counters["rtt_requests_received"]
     b.receive_datagrams([(first, a.local_address), (second, a.local_address)], h.now)
     assert b.counters["rtt_requests_received"] == before + 2
+
+
+def test_a_message_the_codec_refuses_is_refused_as_the_codec_refuses_it() -> None:
+    # A port past its width packs into the plan's type-and-port field without complaint (it would spill into
+    # the type); a shape is the plan's only once the codec sealed it, so the codec's refusal comes first,
+    # as without the plan, and the shape is never the plan's.
+    h = _formed("5.18")
+    a, b = h.sessions[0], h.sessions[1]
+    for frame in (b"F0", b"F1"):
+        assert a.broadcast_unreliable_now(frame, h.now) is not None
+    peer = a.peers[b.local_address]
+    assert peer.outbound is not None
+    message = a.outbox.message(peer, Proto.RTT, 1 << 24, b"")
+    for _ in range(2):
+        with pytest.raises(EncodeError, match="do not fit"):
+            stream.seal_lone(a.outbox, peer, message, h.now)
+    assert peer.outbound.lone == {}
