@@ -143,11 +143,11 @@ class BatchReceiver:
         # between them is short); a batch with a long datagram and shorter ones slot by slot, so that
         # the short ones are not copied at the long one's length.
         lengths = self._lengths[n].unpack_from(self._headers)
-        top = max(lengths)
+        top, shortest = max(lengths), min(lengths)
         datagrams: Sequence[bytes]
-        if top <= _CUT_LIMIT or min(lengths) == top:
+        if top <= _CUT_LIMIT or shortest == top:
             datagrams = (self._layouts.get((top, n)) or self._layout(top, n)).unpack_from(self._data)
-            if min(lengths) != top:
+            if shortest != top:
                 datagrams = [d if len(d) == length else d[:length] for d, length in zip(datagrams, lengths)]
         else:
             view, size = self._view, self._size

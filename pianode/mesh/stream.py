@@ -281,6 +281,15 @@ def _outbound(peer: Peer, codec: object, own: tuple[int, int]) -> Outbound | Non
     return peer.outbound
 
 
+def _current_outbound(peer: Peer, codec: object, own: tuple[int, int]) -> Outbound | None:
+    """The peer's :class:`Outbound` if it was made for *codec*, the peer's sealer and our ids *own*, else
+    one made now (:func:`_outbound`; None where none can be)."""
+    ob = peer.outbound
+    if ob is None or ob.codec is not codec or ob.sealer is not peer.sealer or ob.own != own:
+        return _outbound(peer, codec, own)
+    return ob
+
+
 def seal_frames(outbox: Any, peers: Sequence[Peer], data: bytes, now: float) -> list[tuple[bytes, tuple[str, int]]] | None:
     """``Outbox.seal_unreliable_each(peers, data, now)`` in one loop over the peers' :class:`Outbound`
     records; None (nothing done) unless every peer has one (the outbox's loop then makes their sealers),
@@ -291,7 +300,7 @@ def seal_frames(outbox: Any, peers: Sequence[Peer], data: bytes, now: float) -> 
     own = (outbox.variable_id, outbox.message_source_id)
     streams = []
     for peer in peers:
-        ob = peer.outbound
+        ob = peer.outbound  # (_current_outbound, inline: once per peer a frame)
         if ob is None or ob.codec is not codec or ob.sealer is not peer.sealer or ob.own != own:
             ob = _outbound(peer, codec, own)
             if ob is None:
@@ -353,23 +362,19 @@ def seal_lone(outbox: Any, peer: Peer, message: Message, now: float) -> bytes | 
     if (outbox._bind_receiver or outbox._bind_sender or outbox.tap is not None or len(message.payload) > 0xFFFF
             or not peer.connected or peer.index is None):  # (else the codec's header has packet id 0: wire.make_header)
         return None
-    codec = outbox.codec
-    own = (outbox.variable_id, outbox.message_source_id)
-    ob = peer.outbound
-    if ob is None or ob.codec is not codec or ob.sealer is not peer.sealer or ob.own != own:
-        ob = _outbound(peer, codec, own)
-        if ob is None:
-            return None
+    ob = _current_outbound(peer, outbox.codec, (outbox.variable_id, outbox.message_source_id))
+    if ob is None:
+        return None
     shape = (message.protocol_type, message.protocol_port, message.flags, message.destination, message.source_constant_id,
              message.source_station_index, message.reserved, message.extra, message.presence)  # fmt: skip
     trusted = ob.lone.get(shape)
     if trusted is False:
         return None
-    counter = (outbox._nonce_counter + 1) & NONCE_MASK
-    hn, ids = counter.to_bytes(8, "big"), ob.tx_ids
-    packet_id = ids.next_id
+    # The nonce and packet id the packet takes (Outbox.next_header_nonce, with no binding here; PacketIdCounter),
+    # taken below once it is sealed.
+    hn = ((outbox._nonce_counter + 1) & NONCE_MASK).to_bytes(8, "big")
     try:
-        data = seal_by_plan(ob.plan, packet_id, hn, message.payload, type_port=message.protocol_type << 24 | message.protocol_port)
+        data = seal_by_plan(ob.plan, ob.tx_ids.peek(), hn, message.payload, type_port=message.protocol_type << 24 | message.protocol_port)
     except struct.error:  # a field out of the plan's range: the codec reports it as it does
         return None
     if trusted is None:
@@ -379,6 +384,6 @@ def seal_lone(outbox: Any, peer: Peer, message: Message, now: float) -> bytes | 
             ob.lone.clear()
         ob.lone[shape] = general == data
         return general
-    outbox._nonce_counter = counter
-    ids.next_id = 1 if packet_id == 0xFFFF else packet_id + 1  # PacketIdCounter.next, inline
+    outbox.next_header_nonce()
+    ob.tx_ids.next()
     return data
