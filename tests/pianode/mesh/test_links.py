@@ -76,10 +76,14 @@ def test_a_keepalive_fills_silence_only() -> None:
     links.set_connected(peer, 0.0)
     peer.next_rtt = 1e9  # (RTT probes are another test's)
     peer.last_sent = interval - 0.1  # something went to the peer just now
-    links.on_timer(peer, interval)
+    assert links.on_timer(peer, interval) is False  # nothing was due: the peer is back on the heap
     assert ("enqueue", A, Proto.KEEP_ALIVE, 0) not in p.host.calls
-    assert peer.next_keepalive == pytest.approx(2 * interval - 0.1)
-    links.on_timer(peer, 2 * interval)
+    # Due when the silence reaches an interval, and not before.
+    assert links.deadline(peer) == pytest.approx(2 * interval - 0.1)
+    assert links.next_deadline() == pytest.approx(2 * interval - 0.1)
+    assert links.due(2 * interval - 0.11) == []
+    (due,) = links.due(2 * interval)
+    assert links.on_timer(due, 2 * interval) is True
     assert p.host.calls.count(("enqueue", A, Proto.KEEP_ALIVE, 0)) == 1
 
 

@@ -353,6 +353,44 @@ def test_keepalives_only_fill_silence(version: str) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
+def test_a_deadline_that_passed_with_nothing_due_costs_the_peer_no_drain(version: str) -> None:
+    """A peer's deadline on the heap is not moved later as things change: an ack that empties its window
+    leaves the retransmission time there, and frames sent at once (no queue, no reschedule) move the
+    keep-alive on.  When such a time comes, nothing is due for the peer: the session then has no output
+    for it (it once drained the peer's queues for nothing, about 2,000 times a second in a 32-station
+    session at 60 Hz) and its next timer is the peer's real deadline."""
+    h = BatchHarness(2, version=version, rtt_interval=3600.0)
+    a, b = form(h)
+    h.run_to(h.now + 2.0)  # (past the first RTT probes)
+    peer = a.links.by_index(b.index)
+    assert peer is not None and peer.data_window is not None
+    # 1. A reliable message, acknowledged long before its retransmission time.
+    a.send(b.index, b"r", reliable=True, now=h.now)
+    assert h.run_until(lambda: peer.data_window.idle(), 0.1)
+    stale, real = peer.scheduled, a.links.deadline(peer)
+    assert stale is not None and real is not None and stale < real
+    a.handle_timer(stale)
+    assert not a.has_output() and a.datagrams_to_send(stale) == []
+    assert a.links.next_deadline() == pytest.approx(real)
+    # 2. Frames sealed at once every 100 ms past the keep-alive time: no keep-alive, and nothing to drain.
+    h.run_to(stale)
+    keepalive = max(peer.next_keepalive, peer.last_sent + a.config.keepalive_interval)
+    heard = b.counters["keepalives_received"]
+    sent = 0
+    while h.now < keepalive + 0.5:
+        datagram = a.send_unreliable_now(b.index, b"frame", h.now)
+        assert datagram is not None
+        h.deliver(datagram[0], a.local_address, datagram[1])
+        sent += 1
+        if (due := a.get_timer()) is not None and due <= h.now + 0.1:
+            a.handle_timer(due)
+            assert not a.has_output() and a.datagrams_to_send(due) == []
+        h.now += 0.1
+    assert sent >= 10 and b.counters["keepalives_received"] == heard
+    assert a.links.deadline(peer) == pytest.approx(h.now - 0.1 + a.config.keepalive_interval)  # the last frame's
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_newcomer_joins_through_the_new_host(version: str) -> None:
     h = BatchHarness(5, version=version)
     group = form(h, [0, 1, 2, 3])
