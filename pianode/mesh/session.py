@@ -649,12 +649,10 @@ class MeshSession:
                 self._tally.drop(DropReason.UNEXPECTED)
             elif proto is Proto.MESH:
                 if port == 1:
-                    mesh_window = peer.mesh_window
-                    assert mesh_window is not None
-                    for segment in mesh_window.receive_message(payload, now):
+                    assert peer.mesh_window is not None
+                    self._touched[peer] = None  # an ack is due
+                    for segment in peer.mesh_window.receive_message(payload, now):
                         self.membership.on_message(peer, wire.decode_mesh(self.membership.profile, segment), now)
-                    if not mesh_window.idle():
-                        self._touched[peer] = None  # (see below)
                 else:
                     self.membership.on_message(peer, wire.decode_mesh(self.membership.profile, payload), now)
             elif proto is Proto.KEEP_ALIVE:
@@ -665,15 +663,18 @@ class MeshSession:
                 window = peer.data_window
                 assert window is not None
                 oversized = window.oversized
-                for segment in window.receive_message(payload, now):
-                    self.deliver(peer, segment, reliable=True)
+                try:
+                    for segment in window.receive_message(payload, now):
+                        self.deliver(peer, segment, reliable=True)
+                finally:
+                    if not window.idle():
+                        # An ack is due, or data the ack made room for, or segments still out: drained (and
+                        # the peer's deadline moved) with the next send.  An ack that leaves the window idle
+                        # owes nothing; its stale retransmission time costs one look when it comes
+                        # (Links.on_timer).
+                        self._touched[peer] = None
                 if window.oversized != oversized:
                     self._oversized(peer, window.oversized - oversized)
-                if not window.idle():
-                    # An ack is due, or data the ack made room for, or segments still out: drained (and
-                    # the peer's deadline moved) with the next send.  An ack that leaves the window idle
-                    # owes nothing: its stale retransmission time costs one look when it comes (Links.on_timer).
-                    self._touched[peer] = None
             elif proto in self.protocol_handlers and peer.index is not None:
                 self.protocol_handlers[proto](peer.index, port, payload)
             else:
