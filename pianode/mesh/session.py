@@ -660,27 +660,32 @@ class MeshSession:
             elif proto is Proto.RTT:
                 self.links.on_rtt(peer, payload, now)
             elif proto is Proto.RELIABLE:
-                window = peer.data_window
-                assert window is not None
-                oversized = window.oversized
-                try:
-                    for segment in window.receive_message(payload, now):
-                        self.deliver(peer, segment, reliable=True)
-                finally:
-                    if not window.idle():
-                        # An ack is due, or data the ack made room for, or segments still out: drained (and
-                        # the peer's deadline moved) with the next send.  An ack that leaves the window idle
-                        # owes nothing; its stale retransmission time costs one look when it comes
-                        # (Links.on_timer).
-                        self._touched[peer] = None
-                if window.oversized != oversized:
-                    self._oversized(peer, window.oversized - oversized)
+                _reliable_data(self, peer, payload, now)
             elif proto in self.protocol_handlers and peer.index is not None:
                 self.protocol_handlers[proto](peer.index, port, payload)
             else:
                 self._tally.drop(DropReason.UNEXPECTED)
         except DecodeError:
             self._tally.drop(DropReason.MALFORMED)
+
+
+def _reliable_data(session: MeshSession, peer: Peer, payload: bytes, now: float) -> None:
+    """A message of the Reliable protocol from connected *peer*: what its data window makes whole is
+    delivered, and the peer is touched unless the window is left idle.  A window that is not idle owes an
+    ack, holds data the ack made room for, or has segments out: drained (and the peer's deadline moved)
+    with the next send.  An ack that leaves it idle owes nothing; its retransmission time, left on the
+    heap, costs one look when it comes (Links.on_timer)."""
+    window = peer.data_window
+    assert window is not None
+    oversized = window.oversized
+    try:
+        for segment in window.receive_message(payload, now):
+            session.deliver(peer, segment, reliable=True)
+    finally:
+        if not window.idle():
+            session._touched[peer] = None
+    if window.oversized != oversized:
+        session._oversized(peer, window.oversized - oversized)
 
 
 def _unacknowledgeable(session: MeshSession, peer: Peer, proto: Proto | None, port: int, payload: bytes) -> bool:
