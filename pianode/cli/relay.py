@@ -132,6 +132,8 @@ def run_ca_issue(args: argparse.Namespace) -> int:
         raise CliError(f"{args.dir}: no CA there ({exc.filename} missing; make one with pianode relay ca init {args.dir})") from None
     except FileExistsError as exc:
         raise CliError(f"--{role} {name}: {exc.filename} {exc.strerror}") from None
+    except relay.certificates.CaUnusable as exc:  # names the CA file: not the fault of --client/--server NAME
+        raise CliError(str(exc)) from None
     except ValueError as exc:
         raise CliError(f"--{role} {name}: {exc}") from None
     except OSError as exc:

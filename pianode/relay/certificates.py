@@ -38,7 +38,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import DNSName, PolicyBuilder, Store, VerificationError
 
 __all__ = [
-    "CA_CERT", "CA_KEY", "CertificateRefused", "Credentials", "check_peer", "init_ca", "issue", "load_credentials",
+    "CA_CERT", "CA_KEY", "CaUnusable", "CertificateRefused", "Credentials", "check_peer", "init_ca", "issue",
+    "load_credentials",
 ]  # fmt: skip
 
 CA_CERT = "ca.pem"
@@ -50,6 +51,10 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")
 
 class CertificateRefused(Exception):
     """The peer's certificate does not admit it; ``str()`` is the one-line reason."""
+
+
+class CaUnusable(ValueError):
+    """The CA in the directory ``issue`` was given cannot issue; ``str()`` names the file and the reason on one line."""
 
 
 @attrs.frozen
@@ -84,8 +89,13 @@ def init_ca(directory: str | os.PathLike[str], *, name: str = "pianode relay CA"
     if d.exists() and not d.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "is a file, not a folder", str(d))
     d.mkdir(parents=True, exist_ok=True)
-    if os.path.lexists(d / CA_KEY) or os.path.lexists(d / CA_CERT):  # a dangling symlink is there too
-        raise FileExistsError(f"{d} already holds a CA ({CA_CERT}/{CA_KEY}); remove them first to make a new one")
+    present = [n for n in (CA_CERT, CA_KEY) if os.path.lexists(d / n)]  # a dangling symlink is there too
+    if len(present) == 2:
+        raise FileExistsError(f"{d} already holds a CA ({CA_CERT} and {CA_KEY}); remove them first to make a new one")
+    if present:
+        (there,) = present
+        missing = CA_KEY if there == CA_CERT else CA_CERT
+        raise FileExistsError(f"{d} already holds {there} (no {missing} beside it); remove it first to make a new CA")
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = _now()
@@ -109,6 +119,92 @@ def init_ca(directory: str | os.PathLike[str], *, name: str = "pianode relay CA"
     return d / CA_CERT
 
 
+def _read_pem_file(path: str | os.PathLike[str], what: str) -> bytes:
+    """The bytes of a certificate or key file; ValueError ``"{what} {path}: why"`` when it is no file of ours."""
+    # Opened without blocking and checked before reading: a FIFO waited for a writer for good, a
+    # device (/dev/zero) was read until memory ran out, a huge file was read whole.
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ValueError(f"{what} {path}: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        why = "Is a directory" if stat.S_ISDIR(mode) else "not a regular file (a PEM file is)"
+        raise ValueError(f"{what} {path}: {why}")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(MAX_PEM_FILE + 1)
+        except OSError as exc:
+            raise ValueError(f"{what} {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_PEM_FILE:
+        raise ValueError(f"{what} {path}: larger than {MAX_PEM_FILE // 1024} KiB, not one of the relay's PEM files")
+    return data
+
+
+def _parse_certificate(data: bytes, what: str, path: str | os.PathLike[str]) -> x509.Certificate:
+    try:
+        return x509.load_pem_x509_certificate(data)
+    except ValueError as exc:
+        raise ValueError(f"{what} {path}: not a PEM certificate ({exc})") from None
+
+
+def _parse_ecdsa_key(data: bytes, what: str, path: str | os.PathLike[str], remedy: str) -> ec.EllipticCurvePrivateKey:
+    try:
+        private = serialization.load_pem_private_key(data, None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{what} {path}: not an unencrypted PEM private key ({exc})") from None
+    if not isinstance(private, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{what} {path}: not an ECDSA key ({remedy})")
+    return private
+
+
+def _check_key_belongs(
+    private: ec.EllipticCurvePrivateKey, cert: x509.Certificate,
+    key_what: str, key_path: str | os.PathLike[str], cert_what: str, cert_path: str | os.PathLike[str],
+) -> None:
+    """ValueError unless *private* is the key of *cert*'s public key."""
+    # Compared as encoded public keys: a certificate of another key type (Ed25519) has no public_numbers.
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    try:
+        cert_key = cert.public_key().public_bytes(*spki)
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise ValueError(f"{cert_what} {cert_path}: its public key cannot be read ({exc})") from None
+    if private.public_key().public_bytes(*spki) != cert_key:
+        raise ValueError(f"{key_what} {key_path} does not belong to {cert_what} {cert_path}")
+
+
+def _load_ca(d: pathlib.Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """The CA certificate and key in *d*, checked to be a CA and its key.
+
+    Raises:
+        FileNotFoundError: a CA file is not there (the directory holds no CA).
+        CaUnusable: a CA file is there but cannot issue; the message names the file.
+    """
+    cert_path, key_path = d / CA_CERT, d / CA_KEY
+    for path in (cert_path, key_path):
+        if not os.path.lexists(path):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+    cert_what, key_what = "CA certificate", "CA key"
+    remake = "make a CA with pianode relay ca init"
+    try:
+        ca_cert = _parse_certificate(_read_pem_file(cert_path, cert_what), cert_what, cert_path)
+        try:
+            constraints = ca_cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+        except x509.ExtensionNotFound:
+            constraints = None
+        except ValueError as exc:  # an extension that does not parse
+            raise ValueError(f"{cert_what} {cert_path}: its extensions cannot be read ({exc})") from None
+        if constraints is None or not constraints.ca:
+            raise ValueError(f"{cert_what} {cert_path}: not a CA certificate (its basic constraints do not say "
+                             f"CA:TRUE: a hub's or a site's certificate?); {remake}")  # fmt: skip
+        ca_key = _parse_ecdsa_key(_read_pem_file(key_path, key_what), key_what, key_path, remake)
+        _check_key_belongs(ca_key, ca_cert, key_what, key_path, cert_what, cert_path)
+    except ValueError as exc:
+        raise CaUnusable(str(exc)) from None
+    return ca_cert, ca_key
+
+
 def issue(
     directory: str | os.PathLike[str], name: str, *, role: str, days: int = 825,
     not_before: datetime.datetime | None = None,
@@ -125,10 +221,7 @@ def issue(
         if os.path.lexists(taken):  # a dangling symlink too: the key would be written where it points
             # A site or hub may be running with it: an issued key is never replaced behind its back.
             raise FileExistsError(errno.EEXIST, "already issued: remove it first, or pick another name", str(taken))
-    ca_cert = x509.load_pem_x509_certificate((d / CA_CERT).read_bytes())
-    ca_key = serialization.load_pem_private_key((d / CA_KEY).read_bytes(), None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ValueError(f"{d / CA_KEY} is not an ECDSA key")
+    ca_cert, ca_key = _load_ca(d)
     key = ec.generate_private_key(ec.SECP256R1())
     start = not_before or (_now() - datetime.timedelta(minutes=5))
     usage = ExtendedKeyUsageOID.SERVER_AUTH if role == "server" else ExtendedKeyUsageOID.CLIENT_AUTH
@@ -156,50 +249,13 @@ def issue(
 
 def load_credentials(ca: str | os.PathLike[str], cert: str | os.PathLike[str], key: str | os.PathLike[str]) -> Credentials:
     """Read the three PEM files; ValueError with the file's name when one is not what it should be."""
-    def read(path: str | os.PathLike[str], what: str) -> bytes:
-        # Opened without blocking and checked before reading: a FIFO waited for a writer for good, a
-        # device (/dev/zero) was read until memory ran out, a huge file was read whole.
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        except OSError as exc:
-            raise ValueError(f"{what} {path}: {exc.strerror or exc}") from None
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(fd)
-            why = "Is a directory" if stat.S_ISDIR(mode) else "not a regular file (a PEM file is)"
-            raise ValueError(f"{what} {path}: {why}")
-        with os.fdopen(fd, "rb") as f:
-            try:
-                data = f.read(MAX_PEM_FILE + 1)
-            except OSError as exc:
-                raise ValueError(f"{what} {path}: {exc.strerror or exc}") from None
-        if len(data) > MAX_PEM_FILE:
-            raise ValueError(f"{what} {path}: larger than {MAX_PEM_FILE // 1024} KiB, not one of the relay's PEM files")
-        return data
-
-    ca_bytes, cert_bytes, key_bytes = read(ca, "CA certificate"), read(cert, "certificate"), read(key, "key")
-    try:
-        ca_cert = x509.load_pem_x509_certificate(ca_bytes)
-    except ValueError as exc:
-        raise ValueError(f"CA certificate {ca}: not a PEM certificate ({exc})") from None
-    try:
-        own = x509.load_pem_x509_certificate(cert_bytes)
-    except ValueError as exc:
-        raise ValueError(f"certificate {cert}: not a PEM certificate ({exc})") from None
-    try:
-        private = serialization.load_pem_private_key(key_bytes, None)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"key {key}: not an unencrypted PEM private key ({exc})") from None
-    if not isinstance(private, ec.EllipticCurvePrivateKey):
-        raise ValueError(f"key {key}: not an ECDSA key (issue one with pianode relay ca issue)")
-    # Compared as encoded public keys: a certificate of another key type (Ed25519) has no public_numbers.
-    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    try:
-        own_key = own.public_key().public_bytes(*spki)
-    except (ValueError, UnsupportedAlgorithm) as exc:
-        raise ValueError(f"certificate {cert}: its public key cannot be read ({exc})") from None
-    if private.public_key().public_bytes(*spki) != own_key:
-        raise ValueError(f"key {key} does not belong to certificate {cert}")
+    ca_bytes = _read_pem_file(ca, "CA certificate")
+    cert_bytes = _read_pem_file(cert, "certificate")
+    key_bytes = _read_pem_file(key, "key")
+    ca_cert = _parse_certificate(ca_bytes, "CA certificate", ca)
+    own = _parse_certificate(cert_bytes, "certificate", cert)
+    private = _parse_ecdsa_key(key_bytes, "key", key, "issue one with pianode relay ca issue")
+    _check_key_belongs(private, own, "key", key, "certificate", cert)
     return Credentials(ca_cert, own, private)
 
 

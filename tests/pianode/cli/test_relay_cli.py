@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -285,3 +286,93 @@ def test_a_certificate_file_that_is_no_file_of_ours_is_one_line_and_exit_2(
     assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
     why = "not a regular file" if kind == "fifo" else "larger than"
     assert f"{which}: " in done.stderr and str(wrong) in done.stderr and why in done.stderr, done.stderr
+
+
+def _bounded_run(*argv: str) -> subprocess.CompletedProcess[str]:
+    """Run pianode with at most 20 s and 2 GiB of address space: a command reading a FIFO or a device
+    whole fails the test instead of hanging it or exhausting the machine's memory."""
+    import resource
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 1024**3, 2 * 1024**3))
+
+    return subprocess.run([*PIANODE, *argv], capture_output=True, text=True, timeout=20, preexec_fn=limit_memory)
+
+
+def _assert_refused_naming(done: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stdout == "", done.stdout
+    for needle in needles:
+        assert needle in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("which", "label"), [("ca.pem", "CA certificate"), ("ca.key", "CA key")])
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory", "garbage", "empty", "large"])
+def test_a_ca_file_that_is_no_file_of_ours_is_named_one_line_and_exit_2(
+    tmp_path: pathlib.Path, which: str, label: str, kind: str
+) -> None:
+    """`ca issue` read DIR/ca.pem and DIR/ca.key whole: a FIFO waited for a writer for good, a symlink
+    to /dev/zero was read until memory ran out, and a bad file was blamed on '--client site-a'."""
+    from pianode.relay.certificates import init_ca
+
+    d = tmp_path / "pki"
+    init_ca(d)
+    wrong = d / which
+    wrong.unlink()
+    not_pem = "not a PEM certificate" if which == "ca.pem" else "not an unencrypted PEM private key"
+    why = {"fifo": "not a regular file", "device": "not a regular file", "directory": "Is a directory",
+           "garbage": not_pem, "empty": not_pem, "large": "larger than"}[kind]  # fmt: skip
+    if kind == "fifo":
+        os.mkfifo(wrong)
+    elif kind == "device":
+        wrong.symlink_to("/dev/zero")
+    elif kind == "directory":
+        wrong.mkdir()
+    elif kind == "garbage":
+        wrong.write_bytes(b"no PEM here\n")
+    elif kind == "empty":
+        wrong.write_bytes(b"")
+    else:
+        wrong.write_bytes(b"-----BEGIN CERTIFICATE-----\n" + b"A" * (2 * 1024 * 1024))
+    done = _bounded_run("relay", "ca", "issue", str(d), "--client", "site-a")
+    _assert_refused_naming(done, f"{label} {wrong}: {why}")
+    assert "--client" not in done.stderr, done.stderr
+    assert not (d / "site-a.pem").exists() and not (d / "site-a.key").exists()
+
+
+def test_a_ca_key_of_another_certificate_cannot_issue(pki: Pki, tmp_path: pathlib.Path) -> None:
+    """With the hub's key as ca.key, `ca issue` said 'issued a client-only certificate' (exit 0) and
+    the certificate did not verify under the CA."""
+    d = tmp_path / "pki"
+    d.mkdir()
+    ca_pem, _, hub_key = pki.files("hub")
+    shutil.copy(ca_pem, d / "ca.pem")
+    shutil.copy(hub_key, d / "ca.key")
+    done = _bounded_run("relay", "ca", "issue", str(d), "--client", "site-a")
+    _assert_refused_naming(done, f"CA key {d / 'ca.key'}", f"does not belong to CA certificate {d / 'ca.pem'}")
+    assert sorted(p.name for p in d.iterdir()) == ["ca.key", "ca.pem"]
+
+
+def test_a_certificate_that_is_not_a_ca_cannot_issue(pki: Pki, tmp_path: pathlib.Path) -> None:
+    """With the hub's server certificate and key as ca.pem and ca.key, `ca issue` issued a certificate
+    under a certificate whose basic constraints say CA:FALSE (exit 0)."""
+    d = tmp_path / "pki"
+    d.mkdir()
+    _, hub_pem, hub_key = pki.files("hub")
+    shutil.copy(hub_pem, d / "ca.pem")
+    shutil.copy(hub_key, d / "ca.key")
+    done = _bounded_run("relay", "ca", "issue", str(d), "--client", "site-a")
+    _assert_refused_naming(done, f"CA certificate {d / 'ca.pem'}: not a CA certificate")
+    assert sorted(p.name for p in d.iterdir()) == ["ca.key", "ca.pem"]
+
+
+@pytest.mark.parametrize(("present", "absent"), [("ca.pem", "ca.key"), ("ca.key", "ca.pem")])
+def test_ca_init_beside_half_a_ca_names_the_file_there(tmp_path: pathlib.Path, present: str, absent: str) -> None:
+    """With only ca.pem in DIR, `ca init` said DIR 'already holds a CA (ca.pem/ca.key)'."""
+    d = tmp_path / "pki"
+    d.mkdir()
+    (d / present).write_bytes(b"kept\n")
+    done = run("relay", "ca", "init", str(d))
+    _assert_refused_naming(done, f"{d} already holds {present} (no {absent} beside it)")
+    assert (d / present).read_bytes() == b"kept\n" and not (d / absent).exists()
