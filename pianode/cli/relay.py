@@ -129,6 +129,10 @@ def run_ca_issue(args: argparse.Namespace) -> int:
     try:
         pem, key = relay.certificates.issue(args.dir, name, role=role, days=args.days)
     except FileNotFoundError as exc:
+        there = [n for n in ("ca.pem", "ca.key") if os.path.lexists(os.path.join(args.dir, n))]
+        if there:  # half a CA: ca init refuses to overwrite what is there
+            raise CliError(f"{args.dir}: {exc.filename} missing beside {there[0]}: put it back, or remove {there[0]}"
+                           f" and make a new CA with pianode relay ca init {args.dir}") from None
         raise CliError(f"{args.dir}: no CA there ({exc.filename} missing; make one with pianode relay ca init {args.dir})") from None
     except FileExistsError as exc:
         raise CliError(f"--{role} {name}: {exc.filename} {exc.strerror}") from None

@@ -376,3 +376,14 @@ def test_ca_init_beside_half_a_ca_names_the_file_there(tmp_path: pathlib.Path, p
     done = run("relay", "ca", "init", str(d))
     _assert_refused_naming(done, f"{d} already holds {present} (no {absent} beside it)")
     assert (d / present).read_bytes() == b"kept\n" and not (d / absent).exists()
+
+
+@pytest.mark.parametrize(("present", "absent"), [("ca.pem", "ca.key"), ("ca.key", "ca.pem")])
+def test_ca_issue_beside_half_a_ca_does_not_advise_ca_init_alone(tmp_path: pathlib.Path, present: str, absent: str) -> None:
+    """With only one CA file in DIR, `ca issue` advised `ca init DIR`, which refuses while that file is there."""
+    d = tmp_path / "pki"
+    d.mkdir()
+    (d / present).write_bytes(b"kept\n")
+    done = run("relay", "ca", "issue", str(d), "--client", "site-a")
+    _assert_refused_naming(done, f"{d / absent} missing beside {present}: put it back, or remove {present}")
+    assert (d / present).read_bytes() == b"kept\n" and not (d / absent).exists()
