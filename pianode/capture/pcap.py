@@ -290,6 +290,9 @@ class Capture:
         self.name = name
         self.stats = CaptureStats(format=fmt)
         self._closer = closer
+        #: Why the input holds nothing to read, when it holds nothing: no bytes at all, or text with no datagram
+        #: line; None otherwise (a pcap or pcapng with no packet records is a capture, if an empty one).
+        self.empty_input: str | None = None
 
     def __enter__(self) -> Capture:
         return self
@@ -482,6 +485,11 @@ class Capture:
             if len(body) < body_len - consumed or len(trailer) < 4:
                 self.stats.problem = "pcapng block is cut short"
                 return
+            trailing = struct.unpack(order + "I", trailer)[0]
+            if trailing != blen:  # a block gives its length at both ends: a mismatch is corruption
+                self.stats.problem = (f"pcapng block ends with length {trailing} where it began with {blen}: file is"
+                                      " corrupt from here on")
+                return
             if btype_raw == _PCAPNG_SHB:
                 continue
             if btype == 1:  # Interface Description Block
@@ -501,6 +509,10 @@ class Capture:
                     iface, hi, lo, caplen, origlen = struct.unpack(order + "IIIII", body[:20])
                 else:
                     iface, _drops, hi, lo, caplen, origlen = struct.unpack(order + "HHIIII", body[:20])
+                if caplen > len(body) - 20:  # the packet data lies inside its block, or the block is corrupt
+                    self.stats.problem = (f"pcapng packet block claims {caplen} captured bytes but holds"
+                                          f" {len(body) - 20}: file is corrupt from here on")
+                    return
                 data = body[20 : 20 + caplen]
             elif btype == 3:  # Simple Packet Block: interface 0, no timestamp
                 if len(body) < 4:
@@ -697,7 +709,12 @@ def open_capture(source: str | os.PathLike[str] | BinaryIO) -> Capture:
                            " document over several lines, such as a session file, is not a capture)")
     if not first or first.startswith(b"{") or _looks_hex(first):
         fmt = "jsonl" if first.startswith(b"{") else "hex"
-        return Capture(stream, fmt, name, closer)
+        cap = Capture(stream, fmt, name, closer)
+        if not head:
+            cap.empty_input = "the input is empty once decompressed" if gz is not None else "the input is empty (0 bytes)"
+        elif not first:
+            cap.empty_input = "no datagram lines in it (only blank lines and comments)"
+        return cap
     if closer:
         closer.close()
     raise CaptureError(f"{name}: not a pcap, pcapng, JSON Lines or hex-lines file")

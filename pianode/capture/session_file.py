@@ -115,17 +115,22 @@ def _hex_bytes(text: object, what: str, size: int | None = None) -> bytes:
     return data
 
 
+_DIGITS = frozenset("0123456789")
+
+
 def _int(value: object, what: str, bits: int = 32) -> int:
+    """A JSON integer, or text of decimal digits or of hex digits after ``0x``: one rule, so that a string
+    never means decimal in one value and hex in another ("10" is ten, "abc" is refused, "0xabc" is hex)."""
     if isinstance(value, bool):
         raise ConfigError(f"{what} must be an integer")
     if isinstance(value, str):
         text = value.strip()
-        try:
-            value = int(text, 16) if text.lower().startswith("0x") else int(text, 10)
-        except ValueError:
-            if not text or not set(text) <= _HEX:
-                raise ConfigError(f"{what} must be an integer (decimal or 0x hex), got {text!r}") from None
-            value = int(text, 16)  # "a1b2c3d4": hex digits that cannot be decimal
+        if text[:2].lower() == "0x" and text[2:] and set(text[2:]) <= _HEX:
+            value = int(text[2:], 16)
+        elif text and set(text) <= _DIGITS:
+            value = int(text, 10)
+        else:
+            raise ConfigError(f"{what} must be an integer (decimal digits, or hex digits after 0x), got {value!r}")
     if not isinstance(value, int):
         raise ConfigError(f"{what} must be an integer")
     if not 0 <= value < 1 << bits:
@@ -190,7 +195,8 @@ def _session_param(value: object) -> bytes | int:
         return _int(value, "session_param")
     except ConfigError:
         raise ConfigError(
-            "session_param is 64 hex digits (LAN session key param) or an integer (LDN 5.9+)"
+            "session_param is 64 hex digits (LAN session key param) or an integer (LDN 5.9+: decimal digits,"
+            f" or hex digits after 0x), got {value!r}"
         ) from None
 
 
@@ -436,7 +442,11 @@ def _short_session_key(raw: Mapping[str, Any], profile: VersionProfile | None) -
 def _build(raw: Mapping[str, Any]) -> DecodeContext:
     kw: dict[str, Any] = {}
     warnings = [f"ignored unknown setting {k!r}" for k in raw if k not in SETTINGS]
-    kw["allow_nearest"] = bool(raw.get("allow_nearest", False))
+    nearest = raw.get("allow_nearest")
+    nearest = False if nearest is None else nearest  # (null is no setting, as for every other field)
+    if not isinstance(nearest, bool):  # "no" or 5 would otherwise read as true
+        raise ConfigError(f"allow_nearest must be true or false (a JSON boolean), got {nearest!r}")
+    kw["allow_nearest"] = nearest
     if raw.get("version") is not None:
         version = raw["version"]
         if not isinstance(version, (str, int)) or isinstance(version, bool):

@@ -8,7 +8,8 @@ piped), one record per datagram from :mod:`pianode.capture.decode`.
 
 Exit status 0 when the whole input could be read, whatever individual
 datagrams hold; 2 with a one-line message when the capture or the session
-settings cannot be used at all, or (after every readable datagram) when the
+settings cannot be used at all (an input with no bytes, or text with no datagram
+line, included; a pcap or pcapng with no packet records is an empty capture), or (after every readable datagram) when the
 capture is cut short or corrupt, as tshark does.
 """
 
@@ -136,6 +137,8 @@ def _flag_of_error(message: str, args: argparse.Namespace) -> str:
         return f"--prudp-variant: {message}"
     if message.startswith("prudp.variant ") and args.access_key is not None and args.prudp_variant is None:
         return "--access-key needs --prudp-variant NAME: which PRUDP variant the capture holds (e.g. nintendo-v1)"
+    if message.startswith("prudp.access_key ") and args.access_key is not None:
+        return "--access-key" + message[len("prudp.access_key"):]
     return message
 
 
@@ -167,6 +170,9 @@ def run(args: argparse.Namespace) -> int:
         cap = open_capture(args.capture)
     except CaptureError as exc:
         raise CliError(str(exc)) from None
+    if cap.empty_input is not None:  # no bytes, or text without a datagram line: not a capture, bad input
+        cap.close()
+        raise CliError(f"{cap.name}: nothing to decode: {cap.empty_input}")
     fmt = args.format or ("table" if sys.stdout.isatty() else "jsonl")
     decoder = Decoder(ctx, backend=args.backend)
     exported = None
@@ -189,20 +195,23 @@ def run(args: argparse.Namespace) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     unused = _unused_hmac_key(args, decoder)
-    if unused is not None:
-        _say(f"pianode decode: {unused}")
     if cap.stats.problem is not None:
-        # One line: where the capture broke, what was written of it before, and where the settings came from.
-        extra = "".join(f"; {part}" for part in (exported, note) if part is not None)
+        # One line: where the capture broke, what was written of it before, what went unused and where the
+        # settings came from.
+        extra = "".join(f"; {part}" for part in (exported, unused, note) if part is not None)
         _say(f"pianode decode: {cap.name}: {cap.stats.problem}{extra}")
         return 2
     if exported is not None:
-        _say(exported if note is None else f"{exported}; {note}")
-    elif note is not None and (args.session is None or not args.quiet):  # (a file left out is said even with -q)
-        _say(f"pianode decode: {note}")
-    elif fmt == "jsonl" and not args.quiet and not cap.stats.udp and not cap.stats.link:
-        # JSON Lines has no summary line: an empty result is said here, not left silent.
-        _say(f"pianode decode: {cap.name}: {_nothing_read(cap)}")
+        _say("; ".join(part for part in (exported, unused, note) if part is not None))
+        return 0
+    parts = [unused, note if args.session is None or not args.quiet else None]  # (a file left out is said even with -q)
+    if fmt == "jsonl" and not args.quiet and not cap.stats.udp and not cap.stats.link:
+        # JSON Lines has no summary line: an empty result is said here, not left silent (-q: only the
+        # result, which is empty; an input with nothing in it at all was refused above, -q or not).
+        parts.insert(0, f"{cap.name}: {_nothing_read(cap)}")
+    said = [part for part in parts if part is not None]
+    if said:
+        _say("pianode decode: " + "; ".join(said))
     return 0
 
 
@@ -238,7 +247,7 @@ def _check_export(args: argparse.Namespace) -> None:
 
 
 def _nothing_read(cap: Capture) -> str:
-    """Why a capture gave no datagram, in words: empty, no frames, or every frame without UDP."""
+    """Why a capture gave no datagram, in words: no packet records, or every frame without UDP."""
     stats = cap.stats
     if stats.skipped:
         n = sum(stats.skipped.values())
@@ -246,12 +255,8 @@ def _nothing_read(cap: Capture) -> str:
         return f"no UDP datagrams ({n} frame{'s' if n != 1 else ''} without UDP skipped: {why})"
     if stats.frames:
         return f"no UDP datagrams in its {stats.frames} records"
-    empty = cap.name != "-" and os.path.isfile(cap.name) and os.path.getsize(cap.name) == 0
-    if empty:
-        return "no UDP datagrams (the file is empty)"
-    if stats.format in ("pcap", "pcapng"):
-        return f"no UDP datagrams (a {stats.format} file with no packet records)"
-    return "no UDP datagrams (no datagram lines in it)"
+    # (An input with no bytes or no datagram line was refused before reading: Capture.empty_input.)
+    return f"no UDP datagrams (a {stats.format} file with no packet records)"
 
 
 def _recording_session(args: argparse.Namespace) -> tuple[str | None, str | None]:

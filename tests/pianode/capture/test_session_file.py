@@ -59,8 +59,10 @@ def test_ldn_key_from_session_param_or_application_data_matches_d6() -> None:
     assert load_session(None, {**base, "session_param": "0x12345678", "network_id": "287454020"}).keys_for(
         profile_for("5.18")
     ).session_key.hex() == d6  # type: ignore[union-attr]
-    # Hex digits that cannot be decimal are read as hex.
-    assert load_session(None, {**base, "session_param": "1234567a", "network_id": 1}).session_param == 0x1234567A
+    # Hex needs its 0x: bare hex digits would read as decimal or hex depending on the digits.
+    assert load_session(None, {**base, "session_param": "0x1234567a", "network_id": 1}).session_param == 0x1234567A
+    with pytest.raises(ConfigError, match=r"session_param .* got '1234567a'"):
+        load_session(None, {**base, "session_param": "1234567a", "network_id": 1})
     assert load_session(None, {**base, "session_param": "0x12345678", "network_id": "287454020"}).keys_for(
         profile_for("5.18")
     ).session_key.hex() == d6  # type: ignore[union-attr]
@@ -201,3 +203,26 @@ def test_an_ssid_alone_names_a_6x_ldn_session_and_warns_of_no_macs() -> None:
     assert load_session(None, session).warnings == ()
     five = load_session(None, {**session, "application_data": "00" * 32})
     assert five.warnings == ("no macs: LDN 5.x nonces will use the source MAC addresses found in the capture",)
+
+
+@pytest.mark.parametrize("value", ["no", "false", "0", 5, 1, [0], {"on": False}])
+def test_allow_nearest_is_a_json_boolean(value: object) -> None:
+    """A value that is not true or false would otherwise enable the nearest-version fallback (or hide a typo)."""
+    with pytest.raises(ConfigError, match=r"^allow_nearest must be true or false \(a JSON boolean\), got ") as info:
+        load_session(None, {"version": "5.99", "allow_nearest": value})
+    assert "\n" not in str(info.value)
+    assert load_session(None, {"version": "5.99", "allow_nearest": True}).allow_nearest is True
+    assert load_session(None, {"allow_nearest": None}).allow_nearest is False
+
+
+@pytest.mark.parametrize("setting", ["network_id", "gathering_id"])
+def test_integers_are_decimal_or_0x_hex_and_nothing_else(setting: str) -> None:
+    """One rule for every spelling: "10" is ten, "0x10" sixteen, and "abc" (hex without its 0x) is refused."""
+    read = {text: getattr(load_session(None, {setting: text}), setting)
+            for text in ("10", " 10 ", "0x10", "0XaB", 4096)}  # fmt: skip
+    assert read == {"10": 10, " 10 ": 10, "0x10": 16, "0XaB": 0xAB, 4096: 4096}
+    for text in ("abc", "a1b2c3d4", "12ab", "0x", "0xg1", "1_000", "-1", "+5", "", "١٠"):
+        with pytest.raises(ConfigError, match=rf"^{setting} must be an integer \(decimal digits, or hex digits after"
+                                              rf" 0x\), got ") as info:
+            load_session(None, {setting: text})
+        assert "\n" not in str(info.value)
