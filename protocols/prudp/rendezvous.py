@@ -63,14 +63,31 @@ def public_bytes(key: EccKey) -> bytes:
     return int(point.x).to_bytes(32, "big") + int(point.y).to_bytes(32, "big")
 
 
+#: The prime of P-256's field: a coordinate is a number below it.
+_FIELD_PRIME = 0xFFFFFFFF00000001000000000000000000000000FFFFFFFFFFFFFFFFFFFFFFFF
+
+
 def load_public_key(data: bytes) -> EccKey:
-    """Parse a 64-byte wire public key; points off the curve raise :class:`BadValue`."""
+    """Parse a 64-byte wire public key (a peer's, from the network, or a trusted one).
+
+    Raises :class:`BadValue` for a point off the curve, for the point at infinity (which PyCryptodome builds from
+    ``(0, 0)``: as a peer's ECDH key it leaves no secret) and for a coordinate of the field prime or more (which
+    PyCryptodome reduces: a second spelling of a key, and ``(p, 0)`` is infinity again).
+    """
     if len(data) != 64:
         raise BadValue(f"public key must be 64 bytes, got {len(data)}")
+    x, y = int.from_bytes(data[:32], "big"), int.from_bytes(data[32:], "big")
+    if x >= _FIELD_PRIME or y >= _FIELD_PRIME:
+        raise BadValue("public key is not a point on P-256: a coordinate is not below the field prime")
+    if x == 0 and y == 0:
+        raise BadValue("public key is the point at infinity (all zero), not a point on P-256")
     try:
-        return ECC.construct(curve="P-256", point_x=int.from_bytes(data[:32], "big"), point_y=int.from_bytes(data[32:], "big"))
+        key = ECC.construct(curve="P-256", point_x=x, point_y=y)
     except ValueError:
         raise BadValue("public key is not a point on P-256") from None
+    if key.pointQ.is_point_at_infinity():  # (0, 0) above is its only spelling today; refuse any other as well
+        raise BadValue("public key is the point at infinity, not a point on P-256")
+    return key
 
 
 def ecdh(private: EccKey, peer_public: EccKey) -> bytes:
@@ -146,7 +163,7 @@ def host_accept(client_public: bytes, certificate: EccKey, host_key: EccKey | No
     """Host side: answer a client key; return the CONNECT+ACK payload value and the AES key.
 
     Raises:
-        BadValue: the client's key is malformed or not on the curve.
+        BadValue: the client's key is malformed, not on the curve or the point at infinity.
     """
     peer = load_public_key(client_public)
     mine = host_key if host_key is not None else generate_key()
@@ -162,10 +179,11 @@ def client_finish(client_key: EccKey, hello: HostHello, certificate: EccKey) -> 
     Raises:
         AuthenticationError: wrong certificate or signature ("host key signature ...") or
             wrong tag ("key-exchange tag ...").
-        BadValue: the host key is malformed.
+        BadValue: the host key is malformed, off the curve or the point at infinity.
     """
+    host = load_public_key(hello.host_public)  # the key itself first: even signed, infinity is no key
     verify_host_key(certificate, hello.host_public, hello.signature)
-    x = ecdh(client_key, load_public_key(hello.host_public))
+    x = ecdh(client_key, host)
     expected = tag_for(x, public_bytes(client_key), hello.host_public)
     if not hmac.compare_digest(expected, hello.tag):
         raise AuthenticationError("key-exchange tag does not match: the host did not derive the same ECDH result")
