@@ -90,6 +90,8 @@ def run_shape(run: str) -> tuple[str, str]:
 
     version, fanout = parse_session_run(run)
     if profile_for(version).footer == "none":
+        if fanout == "broadcast":  # (never measured as unicast and reported as the broadcast asked for)
+            raise ValueError(f"session run {run!r}: broadcast needs a version with group packets (5.27+)")
         return version, "unicast"
     return version, fanout or "broadcast"
 

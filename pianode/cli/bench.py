@@ -37,9 +37,11 @@ _LISTS: dict[str, tuple[float, float]] = {"sizes": (0, 4096), "formation_sizes":
 
 def _list_of(flag: str, item: Any) -> Any:
     def parse(text: str) -> tuple[Any, ...]:
-        items = [x.strip() for x in text.split(",") if x.strip()]
-        if not items:
+        items = [x.strip() for x in text.split(",")]
+        if not any(items):
             raise argparse.ArgumentTypeError(f"{flag} needs a comma list, got {text!r}")
+        if not all(items):  # "codec,,rtt": a slip, never a list meant as written
+            raise argparse.ArgumentTypeError(f"{flag} has an empty item in {text!r}: one value between each two commas")
         return tuple(item(x) for x in items)
 
     return parse

@@ -14,6 +14,7 @@ import ipaddress
 import math
 import os
 import pathlib
+import re
 import signal
 import socket
 import stat
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from protocols.text import printable
+from protocols.text import one_line, printable
 
 if TYPE_CHECKING:  # imported where used: `pianode --help` and `pianode decode` need neither
     import trio
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # imported where used: `pianode --help` and `pianode decode` 
 
 __all__ = [
     "CliError", "CliFailure", "Stop", "add_fault_arguments", "add_network_arguments", "check_local_address", "network_for",
-    "check_input_file", "check_name", "check_not_standard_output", "check_text", "check_output_dir", "check_output_path", "check_record_path", "relay_reads", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
+    "check_destination", "check_input_file", "check_name", "check_not_standard_output", "check_text", "check_output_dir", "check_output_path", "check_record_path", "relay_reads", "check_udp_free", "hex_key", "probe_udp", "render_table", "deprecated_alias", "fault_injector_from_args", "number_arg",
     "parse_bind", "parse_hostport", "parse_remote", "port_arg", "check_number", "version_arg",
 ]  # fmt: skip
 
@@ -49,7 +50,9 @@ class CliFailure(Exception):
 
 
 def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+    if isinstance(x, int):  # exact, however large (never as a float: 99999999999999999999999, not 1e+23)
+        return str(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 def describe_range(lo: float | None, hi: float | None, *, lo_open: bool = False, integer: bool = False) -> str:
@@ -63,34 +66,63 @@ def describe_range(lo: float | None, hi: float | None, *, lo_open: bool = False,
     return f"{kind} {' and '.join(parts)}".rstrip()
 
 
+#: The forms a number is written in on the command line: ASCII digits only (no other script's digits, no
+#: ``_`` between them, no spaces around), a sign allowed so that ``-1`` is refused for its range, not its form.
+_DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_HEX_INTEGER = re.compile(r"[+-]?0[xX][0-9a-fA-F]+", re.ASCII)
+_DECIMAL_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def _read_number(text: str, *, integer: bool, allow_hex: bool) -> float | None:
+    """*text* read as the number it writes in one of the forms above, or None when it is in none of them.
+    An integer is decimal, leading zeros and all (``04`` is 4); ``0x`` hex only with *allow_hex*.  An integer
+    of thousands of digits (more than int() reads) is past every range: an infinity of its sign."""
+    if not integer:
+        return float(text) if _DECIMAL_NUMBER.fullmatch(text) else None
+    if _DECIMAL_INTEGER.fullmatch(text):
+        if len(text.lstrip("+-").lstrip("0")) > 4000:
+            return -math.inf if text.startswith("-") else math.inf
+        return int(text, 10)
+    if allow_hex and _HEX_INTEGER.fullmatch(text):
+        return int(text, 16)
+    return None
+
+
 def check_number(
     flag: str, text: Any, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
-    integer: bool = False,
+    integer: bool = False, allow_hex: bool = False,
 ) -> Any:
-    """*text* (a string or a number) as an int or float in the range, or a CliError naming *flag*."""
+    """*text* (a string or a number) as an int or float in the range, or a CliError naming *flag*.  A string
+    is read in decimal (an integer's leading zeros are fine: ``04`` is 4); with *allow_hex*, an integer may
+    also be written ``0x`` and hex digits (only where the flag's help or output shows it so)."""
     want = describe_range(lo, hi, lo_open=lo_open, integer=integer)
-    try:
-        if isinstance(text, str):
-            value: float = int(text, 0) if integer else float(text)
-        else:
-            value = text
-    except ValueError:
-        raise CliError(f"{flag} must be {want}, got {text!r}") from None
-    if not math.isfinite(value) or (lo is not None and (value <= lo if lo_open else value < lo)) or (
-        hi is not None and value > hi
-    ):
-        raise CliError(f"{flag} must be {want}, got {_fmt(value) if math.isfinite(value) else text}")
+    if isinstance(text, str):
+        value = _read_number(text, integer=integer, allow_hex=allow_hex)
+        if value is None:
+            form = ("in decimal digits" + (" or as 0x and hex digits" if allow_hex else "") + " (such as 4)"
+                    if integer else "as a decimal number (such as 1.5)")  # fmt: skip
+            raise CliError(f"{flag} must be {want}, written {form}; got {text!r}")
+        shown = one_line(text, 40)  # what the user wrote (never a float made of it)
+    else:
+        value = text
+        shown = _fmt(value) if isinstance(value, int) or math.isfinite(value) else str(value)
+    # (an int is compared as it is: exact at any size, where math.isfinite would overflow)
+    if (isinstance(value, float) and not math.isfinite(value)) or (
+        lo is not None and (value <= lo if lo_open else value < lo)
+    ) or (hi is not None and value > hi):
+        raise CliError(f"{flag} must be {want}, got {shown}")
     return value
 
 
 def number_arg(
-    flag: str, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, integer: bool = False
+    flag: str, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, integer: bool = False,
+    allow_hex: bool = False,
 ) -> Callable[[str], Any]:
     """An argparse ``type=``: the value checked at parse time (one line, exit 2, naming *flag*)."""
 
     def convert(text: str) -> Any:
         try:
-            return check_number(flag, text, lo, hi, lo_open=lo_open, integer=integer)
+            return check_number(flag, text, lo, hi, lo_open=lo_open, integer=integer, allow_hex=allow_hex)
         except CliError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -103,10 +135,11 @@ def port_arg(flag: str, *, allow_zero: bool = True) -> Callable[[str], int]:
 
 
 def version_arg(text: str) -> str:
-    """``--version``: a Pia version such as 5.18 (checked against the table later); never empty."""
-    if not text.strip():
+    """``--version``: a Pia version such as 5.18 (checked against the table later, spaces and all: a version
+    is written with nothing around it); never empty."""
+    if not text:
         raise argparse.ArgumentTypeError("--version must be a Pia version such as 5.18, got an empty string")
-    return text.strip()
+    return text
 
 
 # ---------------------------------------------------------------------- addresses
@@ -148,7 +181,30 @@ def parse_remote(text: str, flag: str, default_port: int | None = None) -> tuple
     except (socket.gaierror, UnicodeError) as exc:
         why = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
         raise CliError(f"{flag} {text}: cannot resolve {host!r} ({why})") from None
-    return str(infos[0][4][0]), port
+    ip = str(infos[0][4][0])
+    check_destination(f"{flag} {text}" + ("" if host == ip else f" ({ip})"), ipaddress.IPv4Address(ip))
+    return ip, port
+
+
+#: Addresses that name no single host: the limited broadcast, and 127.0.0.0/8's network and broadcast addresses.
+_NOT_A_HOST = {
+    ipaddress.IPv4Address("255.255.255.255"): "the broadcast address",
+    ipaddress.IPv4Address("127.255.255.255"): "the broadcast address of 127.0.0.0/8",
+    ipaddress.IPv4Address("127.0.0.0"): "the network address of 127.0.0.0/8",
+}
+
+
+def check_destination(where: str, ip: ipaddress.IPv4Address, *, broadcast: bool = False) -> None:
+    """*ip* as where datagrams go, else one line starting with *where* (the flag, and the value when it
+    helps).  Never 0.0.0.0: it means any address of a local socket, never a host.  Unless *broadcast* (an
+    option that sends to a broadcast address on purpose), not an address of :data:`_NOT_A_HOST` either.
+    Every other address is taken: a host elsewhere on a LAN may well be the one meant."""
+    if ip.is_unspecified:
+        example = "a broadcast address such as 127.255.255.255" if broadcast else "the other end's, such as 127.0.0.1"
+        raise CliError(f"{where}: 0.0.0.0 is no address to send to (it means any address of a local socket); "
+                       f"give {example}")
+    if not broadcast and ip in _NOT_A_HOST:
+        raise CliError(f"{where}: {ip} is {_NOT_A_HOST[ip]}, not one host's address")
 
 
 def parse_bind(text: str, flag: str = "--bind", default_port: int = 0, *, allow_any: bool = False) -> tuple[str, int]:
@@ -306,8 +362,8 @@ def check_input_file(flag: str, path: str | None) -> None:
     """A file to read: it must exist, be a file and be readable now."""
     if path is None:
         return
-    if not path:
-        raise CliError(f"{flag} needs a file name")
+    if not path:  # (a caller that made it a pathlib.Path first would have "." here: pass the text as given)
+        raise CliError(f"{flag} is empty: it needs a file name")
     p = pathlib.Path(path)
     if p.is_dir():
         raise CliError(f"{flag} {path}: is a directory, not a file")
@@ -374,10 +430,15 @@ def check_text(flag: str, text: str | None) -> None:
 
 
 def check_name(flag: str, text: str | None) -> None:
-    """A player name: 1..16 characters, at most 32 bytes of UTF-8 (:data:`NAME_MAX_CHARACTERS`)."""
+    """A player name: 1..16 characters, at most 32 bytes of UTF-8 (:data:`NAME_MAX_CHARACTERS`), every one
+    printable (it is shown by every browser of the session, as a relay room name is: the same rule)."""
     if text is None:
         return
     check_text(flag, text)
+    if not text.isprintable():
+        bad = next(c for c in text if not c.isprintable())
+        raise CliError(f"{flag} must be printable characters (it is shown to other players), got '{printable(text)}'"
+                       f" (character {text.index(bad) + 1} is U+{ord(bad):04X}, which is not)")
     size = len(text.encode("utf-8", "surrogateescape"))
     if not 1 <= len(text) <= NAME_MAX_CHARACTERS or size > NAME_MAX_BYTES:
         raise CliError(f"--name must be 1..{NAME_MAX_CHARACTERS} characters ({NAME_MAX_BYTES} bytes of UTF-8 at most), "

@@ -151,7 +151,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     j = lan_sub.add_parser("join", help="browse, take the session key from the session found, join its mesh")
     common(j)
     j.add_argument("--network-id", dest="session", default=None, metavar="ID",
-                   help="network id to join (default: the first found)")
+                   help="network id to join, decimal or 0x hex (default: the first found)")
     j.add_argument("--session", dest="session", action=deprecated_alias("--network-id"), help=argparse.SUPPRESS)
     j.add_argument("--duration", default=None, metavar="S",
                    help="stop S seconds after starting, browse included: a browse it ends fails as --timeout's "
@@ -169,7 +169,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _number(text: str, what: str, *, lo: float = 0, hi: float = 2**32 - 1, integer: bool = True,
             lo_open: bool = False) -> Any:  # fmt: skip
-    return check_number(f"--{what}", text, lo, hi, integer=integer, lo_open=lo_open)
+    # A network id is shown as 0x and eight hex digits (lan host, lan browse, the join diagnostics): it is
+    # taken back in that form too; every other number is decimal (check_number).
+    return check_number(f"--{what}", text, lo, hi, integer=integer, lo_open=lo_open, allow_hex=what == "network-id")
 
 
 def _sizes(args: argparse.Namespace, config: NodeConfig) -> list[int]:
@@ -222,9 +224,12 @@ def _broadcast(args: argparse.Namespace, profile: VersionProfile) -> tuple[str, 
     text = DEFAULT_BROADCAST if args.broadcast is None else args.broadcast
     host, port = parse_hostport(text, browse_port(profile), flag="--broadcast")
     try:
-        ipaddress.IPv4Address(host)
+        ip = ipaddress.IPv4Address(host)
     except ValueError:
         raise CliError(f"--broadcast must be an IPv4 address such as 127.255.255.255, got {host!r}") from None
+    from pianode.cli.common import check_destination
+
+    check_destination(f"--broadcast {text}", ip, broadcast=True)
     return host, port
 
 
@@ -278,10 +283,24 @@ def _host_sockets(args: argparse.Namespace, profile: VersionProfile) -> tuple[st
     if listen_text is not None:
         listen = parse_hostport(listen_text, browse_port(profile), flag="--listen")
         check_local_address(listen[0], "--listen", allow_any=True)
-        check_udp_free("--listen", *listen, shared=True)
+        check_udp_free("--listen", *listen, shared=True, any_port=False)  # (browsers send to a known port)
     else:
         listen = ("0.0.0.0", browse_port(profile))
     return ip, port, listen
+
+
+def _check_message_flags(args: argparse.Namespace) -> None:
+    """The numbered messages' flags: none that contradicts another, none that shapes messages never sent."""
+    if args.unreliable and args.alternate_unreliable:
+        raise CliError("--unreliable sends every numbered message unreliably and --alternate-unreliable every "
+                       "second one: give one of them")  # fmt: skip
+    if args.send_every is None or _number(args.send_every, "interval", hi=3600, integer=False) != 0:
+        return
+    given = [flag for flag, on in (("--unreliable", args.unreliable),
+                                   ("--alternate-unreliable", args.alternate_unreliable),
+                                   ("--sizes", args.sizes is not None)) if on]  # fmt: skip
+    if given:
+        raise CliError(f"{given[0]} shapes the numbered messages, and --interval 0 sends none")
 
 
 #: Seconds between the numbered messages of a node's data exchange when --interval is not given.
@@ -299,6 +318,7 @@ def run_host(args: argparse.Namespace) -> int:
                                        ("--mtu", args.mtu is not None)) if on]  # fmt: skip
         if given:
             raise CliError(f"{given[0]} is for a host that runs a node; --discovery-only answers browse requests only")
+    _check_message_flags(args)
     if args.discovery_only or not _node_speaks(profile):
         if args.relay is not None:
             raise CliError("--relay needs a host that runs a node (Pia 5.7-5.45, not --discovery-only)")
@@ -469,6 +489,7 @@ async def _diagnose_join(profile: VersionProfile, key: bytes, network_id: int | 
 
 def run_join(args: argparse.Namespace) -> int:
     profile = _profile(args)
+    _check_message_flags(args)
     refusal = _node_refusal(profile)
     if refusal is not None:
         raise CliError(f"joining needs a version the node runs: {refusal}")

@@ -35,6 +35,7 @@ import collections
 import contextlib
 import ipaddress
 import json
+import socket
 import struct
 import sys
 from typing import Any
@@ -73,6 +74,7 @@ from pianode.ldn.network import (
 from pianode.mesh.node import JoinError, Node
 from protocols.errors import ConfigError, DecodeError
 from protocols.pia.keys import parse_game_key
+from protocols.pia.ldn import ldn_family  # the versions with LDN application data
 from protocols.pia.ldn import (
     LdnApplicationData,
     LdnSystemProperty,
@@ -86,6 +88,8 @@ __all__ = ["add_parser"]
 
 _DATA = struct.Struct(">4sBI")  # b"LDNX", source station index, sequence
 _TAG = b"LDNX"
+#: --messages when not given (a given one needs --stations, whose exchange it counts).
+_MESSAGES = 10
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -112,8 +116,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="stop after S seconds (> 0 and ≤ 86400; default: until Ctrl-C)")
         q.add_argument("--stations", type=number_arg("--stations", 2, 8, integer=True), default=None, metavar="N",
                        help="exchange numbered messages once the mesh has N stations (2..8), then leave")
-        q.add_argument("--messages", type=number_arg("--messages", 0, 100000, integer=True), default=10, metavar="M",
-                       help="reliable messages per station (0..100000, default 10)")
+        q.add_argument("--messages", type=number_arg("--messages", 0, 100000, integer=True), default=None, metavar="M",
+                       help=f"with --stations: reliable messages per station (0..100000, default {_MESSAGES})")
         q.add_argument("--session-key", default=None, metavar="HEX",
                        help="Pia 5.7/5.8 only: the game-supplied session key")
         q.add_argument("--backend", choices=("cryptography", "pycryptodome"), default=None, help="AEAD backend")
@@ -195,10 +199,15 @@ def _session_key(text: str | None) -> bytes | None:
 
 
 def _ipv4(flag: str, text: str) -> str:
+    """--broadcast: an IPv4 address to send the advertisements to (a broadcast address is the point)."""
     try:
-        return str(ipaddress.IPv4Address(text))
+        ip = ipaddress.IPv4Address(text)
     except ValueError:
         raise CliError(f"{flag} must be an IPv4 address, got {text!r}") from None
+    from pianode.cli.common import check_destination
+
+    check_destination(f"{flag} {text}", ip, broadcast=True)
+    return str(ip)
 
 
 def _ldn_address(text: str | None, *, host: bool) -> str | None:
@@ -213,16 +222,53 @@ def _ldn_address(text: str | None, *, host: bool) -> str | None:
     return text
 
 
+def _check_ldn_bindable(text: str | None, *, host: bool) -> None:
+    """--address (a real link: the sockets bind the LDN address itself) must be an address of this machine now,
+    not found out after a scan, or in a message advising another kind of address."""
+    if text is None:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind((text, 0))
+        except OSError as exc:
+            what = "169.254.X.1 (the host's address)" if host else "169.254.X.Y"
+            raise CliError(f"--address {text}: not an address of this machine ({exc.strerror or exc}): --address "
+                           f"binds the LDN address itself, so give a {what} that a local interface of the link "
+                           "has, or leave --address out to simulate the network on loopback") from None
+
+
 def _check_station_args(args: argparse.Namespace) -> None:
+    """The checks host and join share, made before anything is bound, scanned or advertised."""
     check_record_path("--record", args.record, reads=relay_reads(args))
     check_name("--name", args.name)
-    profile = _profile(args)
-    if _session_key(args.session_key) is not None and not (5, 7) <= profile.version < (5, 9):
+    profile = _ldn_profile(args)
+    given = _session_key(args.session_key) is not None
+    supplied = (5, 7) <= profile.version < (5, 9)
+    if given and not supplied:
         # Spec §3.3, §7.3: from 5.9 the key derives from the game key and the advertisement (before 5.7
         # the packets are signed with the game key): a key given here would be ignored.
         raise CliError(f"--session-key is for Pia 5.7/5.8 LDN, whose game supplies the key; Pia {profile.name} "
                        "derives it from --game-key and the network's advertisement")  # fmt: skip
+    if supplied and not given:
+        # (pianode.ldn.network.derive_session: no rule derives it, so a join could only fail once it heard a network)
+        raise CliError(f"Pia {profile.name} LDN needs --session-key: its game supplies the session key, which "
+                       "nothing derives from --game-key or the advertisement")  # fmt: skip
+    if args.stations is None and args.messages is not None:
+        # Without --stations there is no exchange: the run only hosts or joins, and sends nothing.
+        raise CliError("--messages counts the messages of the exchange --stations N starts: give --stations too")
+    if args.messages is None:
+        args.messages = _MESSAGES
     _local_id(args.local_id)
+
+
+def _ldn_profile(args: argparse.Namespace) -> Any:
+    """--version as a version with LDN application data (spec §7.2), or the line saying why not."""
+    profile = _profile(args)
+    try:
+        ldn_family(profile)
+    except ConfigError as exc:
+        raise CliError(f"--version {profile.name}: {exc}") from None
+    return profile
 
 
 def _profile(args: argparse.Namespace) -> Any:
@@ -356,6 +402,11 @@ def run_host(args: argparse.Namespace) -> int:
     _check_station_args(args)
     if args.stations is not None and args.stations > args.max:
         raise CliError(f"--stations {args.stations} cannot exceed --max {args.max}")
+    address = _ldn_address(args.address, host=True)
+    if address is not None and args.subnet is not None and int(address.split(".")[2]) != args.subnet:
+        # The network is 169.254.X.0/24 of the host's address: --address picks X too.
+        raise CliError(f"--subnet {args.subnet} selects 169.254.{args.subnet}.0/24, but --address {address} is in "
+                       f"169.254.{address.split('.')[2]}.0/24: give one of them (--address alone picks its subnet)")
     game_key = _game_key(args.game_key)
     config = LdnHostConfig(
         node=_node_config(args),
@@ -369,11 +420,12 @@ def run_host(args: argparse.Namespace) -> int:
         game_mode=args.game_mode,
         subnet=args.subnet,
         session_key=_session_key(args.session_key),
-        address=_ldn_address(args.address, host=True),
+        address=address,
     )
     relay = relay_plan(args)
     if relay is not None and args.address is not None:
         raise CliError("--address is for a real link; through --relay the sockets use the site's virtual address")
+    _check_ldn_bindable(address, host=True)
     stop = Stop()
     status = run_trio(relay, _host, args, config, stop)
     stop.exit_if_interrupted()
@@ -464,7 +516,7 @@ def _ignored_text(ignored: collections.Counter[str]) -> str:
 
 
 def run_scan(args: argparse.Namespace) -> int:
-    profile = _profile(args)
+    profile = _ldn_profile(args)  # (a version without LDN could read no advertisement it heard)
     game_key = _game_key(args.game_key) if args.game_key is not None else None
     local_id = _local_id(args.local_id)
     relay = relay_plan(args)
@@ -606,6 +658,7 @@ def run_join(args: argparse.Namespace) -> int:
     relay = relay_plan(args)
     if relay is not None and args.address is not None:
         raise CliError("--address is for a real link; through --relay the sockets use the site's virtual address")
+    _check_ldn_bindable(args.address, host=False)
     stop = Stop()
 
     async def main() -> int:

@@ -358,6 +358,12 @@ def _main(argv: list[str]) -> int:
         parser.print_help(sys.stderr)
         return 2
     command = _command_name(args)
+    if args.quiet and verbose:
+        # -q prints only the result, -v logs more than the default: one of the two would be ignored.
+        print(f"{command}: -q (print only the result) and -v (log more) contradict each other: give one of them",
+              file=sys.stderr)  # fmt: skip
+        DEPRECATIONS.clear()
+        return 2
     # Ctrl-C (SIGINT) always ends a command the documented way, even when started with SIGINT ignored
     # (a shell's background job): the command leaves, prints "interrupted" and exits 130; SIGTERM the
     # same way, "terminated" and 143, where the command does not take it as its end (pianode.cli.interrupt).

@@ -89,9 +89,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--session-key", metavar="HEX", help="16-byte session key (required to join; random when creating)")
     add_network_arguments(p)
     p.set_defaults(network=None)  # lan, or nex for Pia 3.x/4.x, which have no LAN mode (pianode.mesh.legacy)
-    p.add_argument("--network-id", type=number_arg("--network-id", 0, 0xFFFFFFFF, integer=True), default=None,
-                   help="network id: LDN's network id, NEX's gathering id, NPLN's network id (default derived from the host;"
-                        " a creator's is printed in the joiners' command)")
+    p.add_argument("--network-id", type=number_arg("--network-id", 0, 0xFFFFFFFF, integer=True, allow_hex=True), default=None,
+                   help="network id, decimal or 0x hex: LDN's network id, NEX's gathering id, NPLN's network id (default derived"
+                        " from the host; a creator's is printed in the joiners' command)")
     p.add_argument("--duration", type=number_arg("--duration", 0, 86400 * 365, lo_open=True), default=None,
                    metavar="S", help="seconds to run (default: until Ctrl-C)")
     p.add_argument("--interval", type=number_arg("--interval", 0, 3600), default=1.0, metavar="S",
@@ -123,7 +123,10 @@ def run(args: argparse.Namespace) -> int:
                        "mesh's host")  # fmt: skip
     if relay is None:
         check_udp_free("--bind", host, port)
-    if args.join and not args.session_key:
+    if args.session_key == "":
+        raise CliError("--session-key is empty: give the 16-byte key as 32 hex digits"
+                       + (" (the creator prints it)" if args.join else ", or leave it out for a random one"))
+    if args.join and args.session_key is None:
         raise CliError("--join needs --session-key (the creator prints it)")
     key = hex_key("--session-key", args.session_key)
     if args.create and key is None:

@@ -19,6 +19,7 @@ import logging
 import math
 import pathlib
 import socket
+import stat
 import statistics
 
 import trio
@@ -70,7 +71,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     serve.add_argument("--host", action=deprecated_alias("--bind IP"), default=None, help=argparse.SUPPRESS)
     serve.add_argument("--port", type=port_arg("--port"), action=deprecated_alias("--bind IP:PORT"), default=None,
                        help=argparse.SUPPRESS)
-    serve.add_argument("--certificate-key", type=pathlib.Path, help="Rendez-Vous: PEM private key that signs our key exchange")
+    serve.add_argument("--certificate-key", help="Rendez-Vous: PEM private key that signs our key exchange")
     serve.add_argument("--duration", type=number_arg("--duration", 0, 86400 * 365, lo_open=True), default=None,
                        metavar="S", help="stop after S seconds (default: until Ctrl-C)")
     serve.set_defaults(handler=_serve)
@@ -117,19 +118,60 @@ def _load_certificate(path: pathlib.Path | None) -> object:
     return key
 
 
+#: What a path that is not a regular file is, for the line that refuses it.
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _trust_path_problem(text: str) -> str | None:
+    """Why --trust *text*, which did not read as a key in hex, names no key file; None if it does not look like a
+    path at all (then the hex is what was wrong).  A path holds a '/' or '.' (hex never does) or names something."""
+    path = pathlib.Path(text)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if "/" in text or "." in text:
+            return f"--trust {text}: no such file (give the server's public key as hex or a file holding it)"
+        return None
+    except OSError as exc:
+        if "/" in text or "." in text:
+            return f"--trust {text}: {exc.strerror or exc}"
+        return None
+    what = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    return f"--trust {text}: is {what}, not a key file (give the server's public key as hex or a file holding it)"
+
+
 def _load_trust(text: str | None) -> object:
     from Crypto.PublicKey import ECC
 
     if text is None:
         raise CliError("the rendezvous variant needs --trust (the host's certificate public key)")
+    if not text.strip():  # (pathlib.Path("") is ".", a directory: say what was given)
+        raise CliError("--trust is empty: give the server's public key as hex or a file holding it")
     path = pathlib.Path(text)
+    if path.is_file():
+        try:
+            key = ECC.import_key(path.read_text()).public_key()
+        except OSError as exc:
+            raise CliError(f"--trust {text}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise CliError(f"--trust {text}: not a P-256 public key: {exc}") from None
+        if key.curve != "NIST P-256":  # the host's certificate key is P-256 (spec §4.3): another could verify nothing
+            raise CliError(f"--trust: not a P-256 public key: a {key.curve} key")
+        try:  # a PEM key can spell the point at infinity too (04 and zeros): the same checks as a key in hex
+            load_public_key(public_bytes(key))
+        except DecodeError as exc:
+            raise CliError(f"--trust {text}: not a P-256 public key: {exc}") from None
+        return key
     try:
-        key = ECC.import_key(path.read_text()).public_key() if path.is_file() else load_public_key(bytes.fromhex(text))
+        return load_public_key(bytes.fromhex(text))
     except (ValueError, DecodeError) as exc:
-        raise CliError(f"--trust: not a P-256 public key: {exc}") from None
-    if key.curve != "NIST P-256":  # the host's certificate key is P-256 (spec §4.3): another could verify nothing
-        raise CliError(f"--trust: not a P-256 public key: a {key.curve} key")
-    return key
+        raise CliError(_trust_path_problem(text) or f"--trust: not a P-256 public key: {exc}") from None
 
 
 #: What each drop reason of the endpoint (pianode.prudp.core.DROP_REASONS) means for the person running it
@@ -200,8 +242,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.certificate_key is not None:
         if args.variant != "rendezvous":
             raise CliError(f"--certificate-key is for --variant rendezvous, not {args.variant}")
-        check_input_file("--certificate-key", str(args.certificate_key))
-    cert = _load_certificate(args.certificate_key) if args.variant == "rendezvous" else None
+        check_input_file("--certificate-key", args.certificate_key)  # the text as given: "" is empty, not "."
+    key_path = pathlib.Path(args.certificate_key) if args.certificate_key is not None else None
+    cert = _load_certificate(key_path) if args.variant == "rendezvous" else None
     settings = _settings(args, cert)
     stop = Stop(math.inf)
 

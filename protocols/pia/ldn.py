@@ -46,6 +46,7 @@ __all__ = [
     "LdnSystemProperty",
     "decode_application_data",
     "read_any_application_data",
+    "ldn_family",
     "versions_with_ldn_system_version",
 ]
 
@@ -55,7 +56,9 @@ SYSTEM_PROPERTY_SIZE = 0x5C  # 6.x (spec §7.2)
 _PAD_SIZES = {20: 3 + 8, 24: 2 + 8, 16: 2}
 
 
-def _family(profile: VersionProfile) -> int:
+def ldn_family(profile: VersionProfile) -> int:
+    """5 or 6: which layout of LDN application data *profile* uses; ConfigError (one line) for a version
+    with none documented."""
     v = profile.version
     if (5, 2) <= v <= (5, 45):
         return 5
@@ -99,7 +102,7 @@ class LdnApplicationData:
         game_data: bytes = b"",
     ) -> LdnApplicationData:
         """Application data of *profile*'s layout, with its LDN system communication version."""
-        if _family(profile) != 5:
+        if ldn_family(profile) != 5:
             raise ConfigError(f"Pia {profile.name} uses LdnSystemProperty")
         size = default_header_size(profile)
         if (size == 20) != (session_param is None):
@@ -119,7 +122,7 @@ class LdnApplicationData:
         return ldn_session_key(game_key, self.session_param)
 
     def encode(self, profile: VersionProfile | None = None) -> bytes:
-        if profile is not None and _family(profile) != 5:
+        if profile is not None and ldn_family(profile) != 5:
             raise ConfigError(f"Pia {profile.name} uses LdnSystemProperty")
         if self.header_size not in _PAD_SIZES:
             raise EncodeError(f"header size must be 20, 24 or 16, not {self.header_size}")
@@ -147,7 +150,7 @@ class LdnApplicationData:
 
     @classmethod
     def decode(cls, data: bytes, profile: VersionProfile) -> LdnApplicationData:
-        if _family(profile) != 5:
+        if ldn_family(profile) != 5:
             raise ConfigError(f"Pia {profile.name} uses LdnSystemProperty")
         if len(data) > APPLICATION_DATA_SIZE:
             raise BadValue(f"application data of {len(data)} bytes exceeds {APPLICATION_DATA_SIZE}")
@@ -208,7 +211,7 @@ class LdnSystemProperty:
         return ldn6_session_key(game_key, ssid)
 
     def encode(self, profile: VersionProfile | None = None) -> bytes:
-        if profile is not None and _family(profile) != 6:
+        if profile is not None and ldn_family(profile) != 6:
             raise ConfigError(f"Pia {profile.name} uses the 5.x LDN header")
         if len(self.user_password) != 16 or len(self.player_name_raw) != 64:
             raise EncodeError("user password is 16 bytes and player name 64 bytes")
@@ -232,7 +235,7 @@ class LdnSystemProperty:
 
     @classmethod
     def decode(cls, data: bytes, profile: VersionProfile | None = None) -> LdnSystemProperty:
-        if profile is not None and _family(profile) != 6:
+        if profile is not None and ldn_family(profile) != 6:
             raise ConfigError(f"Pia {profile.name} uses the 5.x LDN header")
         if len(data) > APPLICATION_DATA_SIZE:
             raise BadValue(f"application data of {len(data)} bytes exceeds {APPLICATION_DATA_SIZE}")
@@ -253,7 +256,7 @@ class LdnSystemProperty:
 
 def decode_application_data(data: bytes, profile: VersionProfile) -> LdnApplicationData | LdnSystemProperty:
     """Decode the Pia part of an LDN advertisement's application data for *profile*."""
-    if _family(profile) == 5:
+    if ldn_family(profile) == 5:
         return LdnApplicationData.decode(data, profile)
     return LdnSystemProperty.decode(data, profile)
 

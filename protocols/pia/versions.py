@@ -437,19 +437,22 @@ def _build(v: Version) -> VersionProfile:
 
 _PROFILES: dict[Version, VersionProfile] = {v: _build(v) for v in DOCUMENTED_VERSIONS}
 
-_VERSION_RE = re.compile(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?\s*$")
+#: "5.18" or "5.18.98", as written: ASCII digits only (another script's digits are no version), nothing around.
+_VERSION_RE = re.compile(r"([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", re.ASCII)
+#: NintendoClients' packed form, "51898": ASCII digits only as well.
+_PACKED_VERSION_RE = re.compile(r"[0-9]+", re.ASCII)
 
 
 def parse_version(text: str | int | tuple[int, int]) -> Version:
     """Parse ``"5.18"``, ``"5.18.98"``, ``(5, 18)`` or NintendoClients' ``51898``."""
     if isinstance(text, tuple):
         return (int(text[0]), int(text[1]))
-    if isinstance(text, int) or (isinstance(text, str) and text.strip().isdigit()):
+    if isinstance(text, int) or (isinstance(text, str) and _PACKED_VERSION_RE.fullmatch(text)):
         n = int(text)
         if n >= 10000:
             return (n // 10000, (n // 100) % 100)
         raise ConfigError(f"cannot read {text!r} as a Pia version (write it as 5.18)")
-    m = _VERSION_RE.match(text)
+    m = _VERSION_RE.fullmatch(text)
     if not m:
         raise ConfigError(f"cannot read {text!r} as a Pia version (write it as 5.18)")
     return (int(m.group(1)), int(m.group(2)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import subprocess
 import sys
@@ -13,8 +14,9 @@ import pytest
 from protocols.prudp.rendezvous import generate_key, public_bytes
 
 
-def _run(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pianode", *argv], capture_output=True, text=True, timeout=timeout)
+def _run(*argv: str, timeout: float = 60, cwd: object = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pianode", *argv], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd)  # fmt: skip
 
 
 class Server:
@@ -203,3 +205,94 @@ def test_a_trusted_key_on_another_curve_is_refused(tmp_path: object, curve: str)
     result = _run("prudp", "connect", "--variant", "rendezvous", "--trust", pem, "127.0.0.1:9", "--timeout", "5")
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stderr.count("\n") == 1 and "--trust" in result.stderr
+
+
+def _connect_trusting(trust: str, *, cwd: object = None) -> subprocess.CompletedProcess[str]:
+    """A client that trusts *trust*, pointed at the discard port: a good key would only time out there (exit 1)."""
+    return _run("prudp", "connect", "--variant", "rendezvous", "127.0.0.1:9", "--trust", trust, "--timeout", "5",
+                cwd=cwd)  # fmt: skip
+
+
+#: The field prime of P-256, and a point of the curve whose X (5) plus the prime still fits 32 bytes.
+_P256_PRIME = 0xFFFFFFFF00000001000000000000000000000000FFFFFFFFFFFFFFFFFFFFFFFF
+_SMALL_POINT = (5, 0x459243B9AA581806FE913BCE99817ADE11CA503C64D9A3C533415C083248FBCC)
+
+
+@pytest.mark.parametrize(
+    ("key", "words"),
+    [
+        ("00" * 64, "point at infinity"),
+        ((_SMALL_POINT[0] + _P256_PRIME).to_bytes(32, "big").hex() + _SMALL_POINT[1].to_bytes(32, "big").hex(),
+         "field prime"),
+    ],
+    ids=["zeros", "unreduced"],
+)
+def test_a_trusted_key_that_is_no_real_point_is_refused_as_bad_input(key: str, words: str) -> None:
+    """64 zero bytes are the point at infinity to PyCryptodome, and X + p another spelling of the point X: both got
+    past the check, and the client went on to fail at run time (exit 1, "host key signature does not verify") while an
+    off-curve key was refused at once.  Now both are refused as what they are (one line, exit 2)."""
+    result = _connect_trusting(key)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and "--trust" in result.stderr and words in result.stderr
+
+
+def test_a_trusted_pem_key_at_infinity_is_refused(tmp_path: object) -> None:
+    """A PEM public key can spell the point at infinity too (04 and 64 zero bytes); PyCryptodome imports it."""
+    import pathlib
+
+    from Crypto.Util.asn1 import DerBitString, DerObjectId, DerSequence
+
+    algorithm = DerSequence([DerObjectId("1.2.840.10045.2.1").encode(), DerObjectId("1.2.840.10045.3.1.7").encode()])
+    der = DerSequence([algorithm.encode(), DerBitString(b"\x04" + bytes(64)).encode()]).encode()
+    body = base64.encodebytes(der).decode()
+    path = pathlib.Path(str(tmp_path)) / "infinity.pem"
+    path.write_text(f"-----BEGIN PUBLIC KEY-----\n{body}-----END PUBLIC KEY-----\n")
+    result = _connect_trusting(str(path))
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and "--trust" in result.stderr and "point at infinity" in result.stderr
+
+
+def test_a_trusted_path_that_is_not_a_key_file_is_named_as_such(tmp_path: object) -> None:
+    """Anything but a regular file was read as hex, so a directory, a missing file or /dev/null all got "not a P-256
+    public key: non-hexadecimal number found in fromhex() arg".  Now the line says what the path is."""
+    import pathlib
+
+    folder = pathlib.Path(str(tmp_path)) / "keys"
+    folder.mkdir()
+    cases = [
+        (str(folder), f"--trust {folder}: is a directory, not a key file"),
+        (str(folder / "missing.pem"), f"--trust {folder / 'missing.pem'}: no such file"),
+        ("/dev/null", "--trust /dev/null: is a character device, not a key file"),
+    ]
+    for trust, line in cases:
+        result = _connect_trusting(trust)
+        assert result.returncode == 2, (trust, result.stdout, result.stderr)
+        assert result.stderr.count("\n") == 1 and line in result.stderr, result.stderr
+        assert "fromhex" not in result.stderr
+    relative = _connect_trusting("keys", cwd=tmp_path)  # no slash, but it names the directory there
+    assert relative.returncode == 2 and "--trust keys: is a directory, not a key file" in relative.stderr
+    named = _connect_trusting("server.pem", cwd=tmp_path)  # no slash, but a name hex never is
+    assert named.returncode == 2 and "--trust server.pem: no such file" in named.stderr
+
+
+@pytest.mark.parametrize("empty", ["", " "])
+def test_an_empty_trusted_key_is_called_empty(empty: str) -> None:
+    """The empty text must not become the path "." (a directory) in the line that refuses it."""
+    result = _connect_trusting(empty)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "--trust is empty" in result.stderr
+
+
+def test_a_trusted_key_in_hex_that_is_no_path_still_reads_as_hex() -> None:
+    """Text with no slash that names nothing is the key in hex: a bad one is refused as hex, not as a missing file."""
+    result = _connect_trusting("zz")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "--trust: not a P-256 public key" in result.stderr and "no such file" not in result.stderr
+
+
+def test_an_empty_certificate_key_is_called_empty() -> None:
+    """``--certificate-key ''`` became the path ".", so the line said "--certificate-key .: is a directory"."""
+    result = _run("prudp", "serve", "--variant", "rendezvous", "--certificate-key", "", "--duration", "1")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and "--certificate-key" in result.stderr and "empty" in result.stderr
+    assert "--certificate-key ." not in result.stderr
