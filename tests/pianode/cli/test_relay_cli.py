@@ -341,29 +341,21 @@ def test_a_ca_file_that_is_no_file_of_ours_is_named_one_line_and_exit_2(
     assert not (d / "site-a.pem").exists() and not (d / "site-a.key").exists()
 
 
-def test_a_ca_key_of_another_certificate_cannot_issue(pki: Pki, tmp_path: pathlib.Path) -> None:
-    """With the hub's key as ca.key, `ca issue` said 'issued a client-only certificate' (exit 0) and
-    the certificate did not verify under the CA."""
+@pytest.mark.parametrize("case", ["a ca.key of another certificate", "a ca.pem that is not a CA"])
+def test_a_ca_that_cannot_issue_is_refused(pki: Pki, tmp_path: pathlib.Path, case: str) -> None:
+    """With the hub's key as ca.key, `ca issue` said 'issued a client-only certificate' (exit 0) and the
+    certificate did not verify under the CA; with the hub's server certificate and key as ca.pem and ca.key,
+    it issued a certificate under one whose basic constraints say CA:FALSE (exit 0)."""
     d = tmp_path / "pki"
     d.mkdir()
-    ca_pem, _, hub_key = pki.files("hub")
-    shutil.copy(ca_pem, d / "ca.pem")
+    ca_pem, hub_pem, hub_key = pki.files("hub")
+    shutil.copy(ca_pem if case == "a ca.key of another certificate" else hub_pem, d / "ca.pem")
     shutil.copy(hub_key, d / "ca.key")
     done = _bounded_run("relay", "ca", "issue", str(d), "--client", "site-a")
-    _assert_refused_naming(done, f"CA key {d / 'ca.key'}", f"does not belong to CA certificate {d / 'ca.pem'}")
-    assert sorted(p.name for p in d.iterdir()) == ["ca.key", "ca.pem"]
-
-
-def test_a_certificate_that_is_not_a_ca_cannot_issue(pki: Pki, tmp_path: pathlib.Path) -> None:
-    """With the hub's server certificate and key as ca.pem and ca.key, `ca issue` issued a certificate
-    under a certificate whose basic constraints say CA:FALSE (exit 0)."""
-    d = tmp_path / "pki"
-    d.mkdir()
-    _, hub_pem, hub_key = pki.files("hub")
-    shutil.copy(hub_pem, d / "ca.pem")
-    shutil.copy(hub_key, d / "ca.key")
-    done = _bounded_run("relay", "ca", "issue", str(d), "--client", "site-a")
-    _assert_refused_naming(done, f"CA certificate {d / 'ca.pem'}: not a CA certificate")
+    if case == "a ca.key of another certificate":
+        _assert_refused_naming(done, f"CA key {d / 'ca.key'}", f"does not belong to CA certificate {d / 'ca.pem'}")
+    else:
+        _assert_refused_naming(done, f"CA certificate {d / 'ca.pem'}: not a CA certificate")
     assert sorted(p.name for p in d.iterdir()) == ["ca.key", "ca.pem"]
 
 
