@@ -45,6 +45,7 @@ from pianode.cli.common import (
     CliError,
     CliFailure,
     Stop,
+    check_destination,
     check_local_address,
     check_name,
     check_number,
@@ -227,8 +228,6 @@ def _broadcast(args: argparse.Namespace, profile: VersionProfile) -> tuple[str, 
         ip = ipaddress.IPv4Address(host)
     except ValueError:
         raise CliError(f"--broadcast must be an IPv4 address such as 127.255.255.255, got {host!r}") from None
-    from pianode.cli.common import check_destination
-
     check_destination(f"--broadcast {text}", ip, broadcast=True)
     return host, port
 

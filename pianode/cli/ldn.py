@@ -48,6 +48,7 @@ from pianode.cli.common import (
     CliError,
     CliFailure,
     Stop,
+    check_destination,
     check_name,
     check_record_path,
     relay_reads,
@@ -74,11 +75,11 @@ from pianode.ldn.network import (
 from pianode.mesh.node import JoinError, Node
 from protocols.errors import ConfigError, DecodeError
 from protocols.pia.keys import parse_game_key
-from protocols.pia.ldn import ldn_family  # the versions with LDN application data
 from protocols.pia.ldn import (
     LdnApplicationData,
     LdnSystemProperty,
     decode_application_data,
+    ldn_family,
     read_any_application_data,
     versions_with_ldn_system_version,
 )
@@ -204,8 +205,6 @@ def _ipv4(flag: str, text: str) -> str:
         ip = ipaddress.IPv4Address(text)
     except ValueError:
         raise CliError(f"{flag} must be an IPv4 address, got {text!r}") from None
-    from pianode.cli.common import check_destination
-
     check_destination(f"{flag} {text}", ip, broadcast=True)
     return str(ip)
 
