@@ -35,6 +35,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -91,42 +92,79 @@ def _load_recvmmsg() -> Any:
     return fn
 
 
+class _Buffers:
+    """What a :class:`BatchReceiver` reads into and with: the slots, sender addresses, ``iovec`` and
+    ``mmsghdr`` arrays for *slots* datagrams of *size* bytes, and the ``struct`` layouts and the sender
+    table made from them.
+
+    One per thread and (slots, size), shared by every receiver of the thread (:func:`_buffers`): a call
+    fills them and copies every datagram and sender out before it returns, and a thread makes one call
+    at a time, so what one receiver left in them is never read by another.  Thirty-two stations in one
+    process used to keep 32 copies (128 KiB each at 64 slots of 2,049 bytes) and made the kernel write
+    each tick's datagrams into lines that had left the CPU's cache since the station's last tick; now
+    each tick's calls reuse the same few lines.
+    """
+
+    def __init__(self, slots: int, size: int) -> None:
+        self.data = ctypes.create_string_buffer(slots * size)
+        self.view = memoryview(self.data).cast("B")
+        self.names = (_SockaddrIn * slots)()
+        iovecs = self.iovecs = (_IoVec * slots)()
+        self.headers = (_MMsgHdr * slots)()
+        data, names, name_size = ctypes.addressof(self.data), ctypes.addressof(self.names), ctypes.sizeof(_SockaddrIn)
+        for i in range(slots):
+            iovecs[i].iov_base = data + i * size
+            iovecs[i].iov_len = size
+            header = self.headers[i].msg_hdr
+            header.msg_name = names + i * name_size
+            header.msg_namelen = name_size
+            header.msg_iov = ctypes.pointer(iovecs[i])
+            header.msg_iovlen = 1
+        # The kernel writes each header's name length and flags back: restored from this copy before a call.
+        self.template = bytes(self.headers)
+        self.headers_at = ctypes.addressof(self.headers)
+        record, length_at = ctypes.sizeof(_MMsgHdr), _MMsgHdr.msg_len.offset
+        #: The lengths of the first n datagrams: msg_len of the first n headers, by n.
+        self.lengths = [struct.Struct("=" + f"{length_at}xI{record - length_at - 4}x" * n) for n in range(slots + 1)]
+        port_at, address_at = _SockaddrIn.sin_port.offset, _SockaddrIn.sin_addr.offset
+        assert address_at == port_at + 2  # (sockaddr_in: the port, then the address)
+        #: The senders of the first n datagrams, each as the 6 bytes of its port and address, by n.
+        key_end = address_at + 4
+        self.keys = [struct.Struct("=" + f"{port_at}x{key_end - port_at}s{name_size - key_end}x" * n) for n in range(slots + 1)]
+        self.senders: dict[bytes, tuple[str, int]] = {}
+        #: The first `length` bytes of the first n slots, by (length, n): see BatchReceiver.receive.
+        self.layouts: dict[tuple[int, int], struct.Struct] = {}
+
+
+_THREAD = threading.local()
+
+
+def _buffers(slots: int, size: int) -> _Buffers:
+    """This thread's :class:`_Buffers` for *slots* datagrams of *size* bytes, made on first use."""
+    kept = getattr(_THREAD, "buffers", None)
+    if kept is None:
+        kept = _THREAD.buffers = {}
+    found = kept.get((slots, size))
+    if found is None:
+        found = kept[(slots, size)] = _Buffers(slots, size)
+    return found
+
+
 class BatchReceiver:
-    """``recvfrom`` for up to *slots* datagrams of at most *size* bytes at a time, on descriptor *fd*."""
+    """``recvfrom`` for up to *slots* datagrams of at most *size* bytes at a time, on descriptor *fd*; used
+    in the thread that made it (its buffers are that thread's: ``_Buffers``), as a Trio run's endpoints are."""
 
     def __init__(self, fd: int, slots: int, size: int, recvmmsg: Any) -> None:
         self._fd = fd
         self._slots = slots
         self._size = size
         self._call = recvmmsg
-        self._data = ctypes.create_string_buffer(slots * size)
-        self._view = memoryview(self._data).cast("B")
-        self._names = (_SockaddrIn * slots)()
-        self._iovecs = (_IoVec * slots)()
-        self._headers = (_MMsgHdr * slots)()
-        data, names, name_size = ctypes.addressof(self._data), ctypes.addressof(self._names), ctypes.sizeof(_SockaddrIn)
-        for i in range(slots):
-            self._iovecs[i].iov_base = data + i * size
-            self._iovecs[i].iov_len = size
-            header = self._headers[i].msg_hdr
-            header.msg_name = names + i * name_size
-            header.msg_namelen = name_size
-            header.msg_iov = ctypes.pointer(self._iovecs[i])
-            header.msg_iovlen = 1
-        # The kernel writes each header's name length and flags back: restored from this copy before a call.
-        self._template = bytes(self._headers)
-        self._headers_at = ctypes.addressof(self._headers)
-        record, length_at = ctypes.sizeof(_MMsgHdr), _MMsgHdr.msg_len.offset
-        #: The lengths of the first n datagrams: msg_len of the first n headers, by n.
-        self._lengths = [struct.Struct("=" + f"{length_at}xI{record - length_at - 4}x" * n) for n in range(slots + 1)]
-        port_at, address_at = _SockaddrIn.sin_port.offset, _SockaddrIn.sin_addr.offset
-        assert address_at == port_at + 2  # (sockaddr_in: the port, then the address)
-        #: The senders of the first n datagrams, each as the 6 bytes of its port and address, by n.
-        key_end = address_at + 4
-        self._keys = [struct.Struct("=" + f"{port_at}x{key_end - port_at}s{name_size - key_end}x" * n) for n in range(slots + 1)]
-        self._senders: dict[bytes, tuple[str, int]] = {}
-        #: The first `length` bytes of the first n slots, by (length, n): see receive.
-        self._layouts: dict[tuple[int, int], struct.Struct] = {}
+        # The buffers and tables: this thread's for (slots, size), shared by every receiver it makes (see
+        # _Buffers), each bound here as an attribute of the receiver so that a call reads them directly.
+        b = _buffers(slots, size)
+        self._data, self._view, self._names, self._headers = b.data, b.view, b.names, b.headers
+        self._template, self._headers_at = b.template, b.headers_at
+        self._lengths, self._keys, self._senders, self._layouts = b.lengths, b.keys, b.senders, b.layouts
 
     def receive(self, limit: int) -> list[tuple[bytes, tuple[str, int]]]:
         """Up to *limit* (at most the slots) waiting datagrams as ``(data, (host, port))``, none when none

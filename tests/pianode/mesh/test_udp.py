@@ -183,3 +183,50 @@ def test_the_tables_of_senders_and_layouts_are_bounded() -> None:
         for length in range(mmsg._LAYOUT_TABLE_LIMIT + 10):
             assert receiver._layout(length, 2).size == 2 * RECEIVE_SIZE  # (two whole slots; it reads length bytes of each)
             assert len(receiver._layouts) <= mmsg._LAYOUT_TABLE_LIMIT
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="recvmmsg is Linux's")
+def test_receivers_of_one_thread_share_buffers_and_each_reads_only_its_own_socket() -> None:
+    # A thread's receivers fill the same buffers (mmsg._Buffers): what one returned must stay whole after
+    # the next call of another, and each must name its own socket's senders.
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+    senders = _senders(3)
+    try:
+        for i, s in enumerate(sockets):
+            s.bind((f"127.0.77.{i + 1}", 0))
+            s.setblocking(False)
+        receivers = [mmsg.batch_receiver(s, 8, RECEIVE_SIZE) for s in sockets]
+        assert receivers[0] is not None and receivers[1] is not None
+        assert receivers[0]._data is receivers[1]._data  # one set of buffers for the thread
+        got: list[list[tuple[bytes, tuple[str, int]]]] = [[], []]
+        expected: list[list[tuple[bytes, tuple[str, int]]]] = [[], []]
+        for round_ in range(6):
+            for i, s in enumerate(sockets):
+                for k, sender in enumerate(senders):
+                    data = bytes([i, round_, k]) * (20 + 300 * i + k)
+                    sender.sendto(data, s.getsockname())
+                    expected[i].append((data, sender.getsockname()))
+            for i in (round_ % 2, 1 - round_ % 2):  # alternating which reads first
+                for _ in range(100):
+                    batch = receivers[i].receive(2)
+                    got[i].extend(batch)
+                    if len(got[i]) == len(expected[i]):
+                        break
+        assert got == expected
+    finally:
+        for s in sockets + senders:
+            s.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="recvmmsg is Linux's")
+def test_a_receiver_made_in_another_thread_has_buffers_of_its_own() -> None:
+    import threading
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
+        here = mmsg.batch_receiver(a, 8, RECEIVE_SIZE)
+        there: list[object] = []
+        thread = threading.Thread(target=lambda: there.append(mmsg.batch_receiver(b, 8, RECEIVE_SIZE)))
+        thread.start()
+        thread.join(10)
+        assert here is not None and there and there[0] is not None
+        assert there[0]._data is not here._data  # type: ignore[attr-defined]
