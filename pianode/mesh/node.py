@@ -452,6 +452,36 @@ class Node:
             stats["send_errors"] = self._endpoint.send_errors
         return stats
 
+    def receive_nowait(self) -> int:
+        """What the driver does when its socket turns readable, done now in the calling task, without
+        blocking: read what waits (a batch at a time, up to ``4 * BATCH``), let the session judge it, run its
+        timers if due, and send what it queued as far as the kernel takes it (the rest is the driver's).
+
+        For a loop that runs many stations in one task, as a frame clock does: after sending every
+        station's frame it reads every station's socket, and the drivers, asleep in their waits, are not
+        woken for what it read (Trio's wait is one-shot and level-triggered: an empty socket has nothing
+        to report).  A wake-up costs the scheduler, the wait's re-arming and the driver's own steps,
+        about as much as handling a few dozen datagrams.  Does nothing unless the driver is asleep in
+        its wait (it reads for itself otherwise).  Returns how many datagrams it read.
+        """
+        session, endpoint = self.session, self._endpoint
+        if session is None or endpoint is None or not self._waiting:
+            return 0
+        now = trio.current_time()
+        read = 0
+        for _ in range(4):
+            batch = endpoint.receive_batch(BATCH)
+            if batch:
+                session.receive_datagrams(batch, now)
+                read += len(batch)
+            if len(batch) < BATCH:
+                break
+        timer = session.get_timer()
+        if timer is not None and timer <= now:
+            session.handle_timer(now)
+        self._flush_nowait(now)
+        return read
+
     @property
     def station_index(self) -> int | None:
         return self._require_session().index

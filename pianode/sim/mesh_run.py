@@ -642,6 +642,10 @@ class MeshRun:
                     node.broadcast_nowait(_RELIABLE.pack(b"R", src, sequence[k]), reliable=True)
                     sequence[k] += 1
                     self.result.reliable_expected += peers
+            # Every station's socket read here, as the stations' drivers would read them once woken:
+            # one task for all of them, no wake-up each (Node.receive_nowait).
+            for node, _, _, _ in stations:
+                node.receive_nowait()
 
     async def _migrate(self, nodes: list[Node]) -> None:
         host = next(n for n in nodes if n.station_index == n.host_index)

@@ -245,3 +245,31 @@ async def test_a_datagram_longer_than_a_node_takes_is_dropped_as_oversized() -> 
             await wait_until(lambda: sum(host.statistics()["drops"].values()) >= 4, 5)  # type: ignore[attr-defined]
         assert host.statistics()["drops"] == {"oversized": 3, "bad_tag": 1}
         await exchange(mesh, [host, guest], 3)
+
+
+async def test_receive_nowait_reads_and_answers_for_a_sleeping_driver_in_the_calling_task() -> None:
+    # A frame clock that runs many stations reads their sockets itself (Node.receive_nowait): in one
+    # task, with no checkpoint between the sends and the read, what was sent is delivered, in order, and
+    # the reliable message is acknowledged (the ack goes out from the same call).
+    key = bytes(range(16))
+    async with open_node(NodeConfig(version="5.18", bind=("127.0.0.63", 0), session_key=key)) as host, open_node(
+        NodeConfig(version="5.18", bind=("127.0.0.64", 0), session_key=key)
+    ) as guest:
+        await host.create_mesh()
+        await guest.join(host.address)
+        assert await guest.wait_connected(1) and await host.wait_connected(1)
+        got: list[tuple[int, bytes, bool]] = []
+        host.set_data_handler(lambda index, data, reliable: got.append((index, data, reliable)))
+        await trio.sleep(0.1)  # (both drivers asleep in their waits)
+        assert host.receive_nowait() == 0  # nothing waits
+        frames = [b"frame %d" % k for k in range(5)]
+        for frame in frames:
+            guest.broadcast_nowait(frame, reliable=False)
+        guest.broadcast_nowait(b"reliable", reliable=True)
+        assert host.receive_nowait() == 6  # no checkpoint since the sends: the host's driver never ran
+        assert got == [(1, frame, False) for frame in frames] + [(1, b"reliable", True)]
+        window = guest.session.peers[host.address].data_window  # type: ignore[union-attr]
+        with trio.fail_after(5):
+            while not window.idle():  # the host's ack, sent by receive_nowait, reached the guest
+                await trio.sleep(0.01)
+        assert window.statistics().acked == 1
