@@ -179,16 +179,23 @@ async def test_loss_duplication_and_reordering_in_the_socket_layer(version: str)
             assert sum(x.statistics()["drops"].get("replayed", 0) for x in nodes) > 0  # type: ignore[attr-defined]
 
 
-async def test_event_handler_takes_batches_instead_of_the_channel() -> None:
-    from pianode.mesh.events import DataReceived as Data
-
+@asynccontextmanager
+async def _host_and_guest(first: int) -> AsyncIterator[tuple[Node, Node]]:
+    """A 5.18 host on 127.0.0.<first> and a guest on the next address, connected."""
     key = bytes(range(16))
-    async with open_node(NodeConfig(version="5.18", bind=("127.0.0.61", 0), session_key=key)) as host, open_node(
-        NodeConfig(version="5.18", bind=("127.0.0.62", 0), session_key=key)
+    async with open_node(NodeConfig(version="5.18", bind=(f"127.0.0.{first}", 0), session_key=key)) as host, open_node(
+        NodeConfig(version="5.18", bind=(f"127.0.0.{first + 1}", 0), session_key=key)
     ) as guest:
         await host.create_mesh()
         await guest.join(host.address)
         assert await guest.wait_connected(1) and await host.wait_connected(1)
+        yield host, guest
+
+
+async def test_event_handler_takes_batches_instead_of_the_channel() -> None:
+    from pianode.mesh.events import DataReceived as Data
+
+    async with _host_and_guest(61) as (host, guest):
         batches: list[list[object]] = []
         host.set_event_handler(lambda events: batches.append(list(events)))
         for k in range(5):
@@ -251,13 +258,7 @@ async def test_receive_nowait_reads_and_answers_for_a_sleeping_driver_in_the_cal
     # A frame clock that runs many stations reads their sockets itself (Node.receive_nowait): in one
     # task, with no checkpoint between the sends and the read, what was sent is delivered, in order, and
     # the reliable message is acknowledged (the ack goes out from the same call).
-    key = bytes(range(16))
-    async with open_node(NodeConfig(version="5.18", bind=("127.0.0.63", 0), session_key=key)) as host, open_node(
-        NodeConfig(version="5.18", bind=("127.0.0.64", 0), session_key=key)
-    ) as guest:
-        await host.create_mesh()
-        await guest.join(host.address)
-        assert await guest.wait_connected(1) and await host.wait_connected(1)
+    async with _host_and_guest(63) as (host, guest):
         got: list[tuple[int, bytes, bool]] = []
         host.set_data_handler(lambda index, data, reliable: got.append((index, data, reliable)))
         await trio.sleep(0.1)  # (both drivers asleep in their waits)
