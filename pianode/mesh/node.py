@@ -40,6 +40,8 @@ __all__ = ["JoinError", "Node", "open_node"]
 
 #: Datagrams read from the socket per pass of the driver.
 BATCH = 64
+#: Full batches read in a row before the reader lets other tasks run.
+BATCHES_PER_TURN = 4
 
 
 class JoinError(Exception):
@@ -154,31 +156,26 @@ class Node:
         refused, a checkpoint after a long run of full batches or after a
         wake-up) is done outside it, and then a new scope is entered.
         """
-        processed = 0
+        full = 0
         while True:
             with trio.CancelScope() as scope:
                 self._scope = scope
                 while True:
-                    batch = endpoint.receive_batch(BATCH)
-                    now = trio.current_time()
-                    session.receive_datagrams(batch, now)
-                    timer = session.get_timer()
-                    if timer is not None and timer <= now:
-                        session.handle_timer(now)
+                    read, now = self._take_in(endpoint, session)
                     if self._unsent:
                         break  # refused earlier: they go first, below
                     self._unsent = self._hand_over(endpoint, session, now)
                     if self._unsent:
                         break
-                    if len(batch) == BATCH:
+                    if read == BATCH:
                         # The batch stopped at its limit, not at an empty socket: more
                         # are waiting, and asking the socket again costs one system
                         # call, less than a pass through the scheduler.  (After a short
                         # batch the wait below returns at once if more came meanwhile.)
-                        processed += len(batch)
-                        if processed < 4 * BATCH:
+                        full += 1
+                        if full < BATCHES_PER_TURN:
                             continue
-                        processed = 0
+                        full = 0
                         break  # let other tasks run
                     if self._woken or session.has_output():
                         break  # a user call queued output while we were busy
@@ -197,6 +194,20 @@ class Node:
                     await endpoint.send(data, addr)
             else:
                 await trio.lowlevel.checkpoint()
+
+    @staticmethod
+    def _take_in(endpoint: UdpEndpoint, session: MeshSession) -> tuple[int, float]:
+        """One step of reading, the driver's and :meth:`receive_nowait`'s: a batch from the socket
+        (up to ``BATCH``), judged by the session at the time it was read, then the session's timers
+        if they are due.  Returns how many datagrams were read, and that time."""
+        batch = endpoint.receive_batch(BATCH)
+        now = trio.current_time()
+        if batch:
+            session.receive_datagrams(batch, now)
+        timer = session.get_timer()
+        if timer is not None and timer <= now:
+            session.handle_timer(now)
+        return len(batch), now
 
     async def _send_sealed(self, out: list[tuple[bytes, tuple[str, int]]], now: float) -> None:
         """Send datagrams the session sealed at once.  They moved no timer, so
@@ -454,7 +465,7 @@ class Node:
 
     def receive_nowait(self) -> int:
         """What the driver does when its socket turns readable, done now in the calling task, without
-        blocking: read what waits (a batch at a time, up to ``4 * BATCH``), let the session judge it, run its
+        blocking: read what waits (up to ``BATCHES_PER_TURN`` batches), let the session judge it, run its
         timers if due, and send what it queued as far as the kernel takes it (the rest is the driver's).
 
         For a loop that runs many stations in one task, as a frame clock does: after sending every
@@ -467,20 +478,14 @@ class Node:
         session, endpoint = self.session, self._endpoint
         if session is None or endpoint is None or not self._waiting:
             return 0
-        now = trio.current_time()
-        read = 0
-        for _ in range(4):
-            batch = endpoint.receive_batch(BATCH)
-            if batch:
-                session.receive_datagrams(batch, now)
-                read += len(batch)
-            if len(batch) < BATCH:
+        total = 0
+        for _ in range(BATCHES_PER_TURN):
+            read, now = self._take_in(endpoint, session)
+            total += read
+            if read < BATCH:
                 break
-        timer = session.get_timer()
-        if timer is not None and timer <= now:
-            session.handle_timer(now)
         self._flush_nowait(now)
-        return read
+        return total
 
     @property
     def station_index(self) -> int | None:
