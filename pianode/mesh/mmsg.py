@@ -1,4 +1,4 @@
-"""Many datagrams in one system call: Linux ``recvmmsg(2)`` for :class:`pianode.mesh.udp.UdpEndpoint`.
+"""Many datagrams in one system call: Linux ``recvmmsg(2)`` and ``sendmmsg(2)`` for :class:`pianode.mesh.udp.UdpEndpoint`.
 
 Theory of operation: draining a socket with ``recvfrom`` costs a system call and a Python method call per
 datagram, and one more that fails when the socket is empty.  In a 32-station session at 60 Hz a station
@@ -22,8 +22,18 @@ up to a batch into buffers made once, in one call; what is left per datagram is 
   raises ``OSError`` with its errno (an ICMP error queued on the socket is reported once, by the call that
   meets it first; datagrams read before it in the same call are returned first).
 
+Sending is the mirror image (:class:`BatchSender`): a station sends a frame to every other station at
+once, a datagram each, so one ``sendmmsg`` replaces a ``sendto`` per peer.  The datagrams are copied
+one after another into one buffer and each sender's ``sockaddr_in`` (made once per address) into
+another; the ``iovec`` of each points at its datagram (made once per length when all have one, as a
+frame to every station has).  The kernel delivers each as ``sendto`` would, in order; a call that stops
+early (a full buffer, an error) is continued from where it stopped, so an error is met by the call
+that starts with its datagram and reported as ``sendto`` reports it.  A batch with an address that is
+not a numeric IPv4 one (a name, ``<broadcast>``) is left to ``sendto``.
+
 Only for IPv4 datagram sockets on Linux; elsewhere (no ``recvmmsg`` in the C library, another family)
-:func:`batch_receiver` returns None and the endpoint reads with ``recvfrom``.
+:func:`batch_receiver` and :func:`batch_sender` return None and the endpoint reads with ``recvfrom`` and
+sends with ``sendto``.  ``PIANODE_RECVMMSG=0`` and ``PIANODE_SENDMMSG=0`` turn them off.
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["BatchReceiver", "batch_receiver"]
+__all__ = ["BatchReceiver", "BatchSender", "batch_receiver", "batch_sender"]
 
 _MSG_DONTWAIT = 0x40  # <bits/socket.h>, Linux
 _ADDRESS_TABLE_LIMIT = 4096
@@ -78,16 +88,16 @@ class _MMsgHdr(ctypes.Structure):
 
 
 @functools.cache
-def _load_recvmmsg() -> Any:
-    """The C library's ``recvmmsg`` with its argument types set (looked up once), or None."""
+def _load_libc(name: str) -> Any:
+    """The C library's ``recvmmsg`` or ``sendmmsg`` with its argument types set (looked up once), or None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.recvmmsg
+        fn = getattr(libc, name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
+    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int] + ([ctypes.c_void_p] if name == "recvmmsg" else [])
     fn.restype = ctypes.c_int
     return fn
 
@@ -219,5 +229,151 @@ def batch_receiver(sock: socket.socket, slots: int, size: int) -> BatchReceiver 
         return None
     if sock.family != socket.AF_INET or sock.type != socket.SOCK_DGRAM:
         return None
-    call = _load_recvmmsg()
+    call = _load_libc("recvmmsg")
     return None if call is None else BatchReceiver(sock.fileno(), slots, size, call)
+
+
+class _SendBuffers:
+    """What a :class:`BatchSender` fills and hands to ``sendmmsg``: room for *slots* datagrams of *size*
+    bytes one after another, a ``sockaddr_in`` per datagram, an ``iovec`` per datagram and the ``mmsghdr``
+    array tying them together (header i names address i and iovec i, made once); one per thread and (slots,
+    size), shared by its senders as :class:`_Buffers` is by its receivers (a call sends everything it
+    was given before it returns)."""
+
+    def __init__(self, slots: int, size: int) -> None:
+        self.size = slots * size
+        self.data = ctypes.create_string_buffer(self.size)
+        self.data_at = ctypes.addressof(self.data)
+        self.names = (_SockaddrIn * slots)()
+        self.names_at = ctypes.addressof(self.names)
+        self.iovecs = (_IoVec * slots)()
+        self.iovecs_at = ctypes.addressof(self.iovecs)
+        self.headers = (_MMsgHdr * slots)()
+        self.headers_at = ctypes.addressof(self.headers)
+        name_size = ctypes.sizeof(_SockaddrIn)
+        for i in range(slots):
+            header = self.headers[i].msg_hdr
+            header.msg_name = self.names_at + i * name_size
+            header.msg_namelen = name_size
+            header.msg_iov = ctypes.pointer(self.iovecs[i])
+            header.msg_iovlen = 1
+        #: The iovecs of datagrams of one length laid one after another, by length (bytes of every slot).
+        self.even: dict[int, bytes] = {}
+        #: The length the iovecs hold now (-1: another layout); written only when it changes.
+        self.even_now = -1
+        #: Packs the iovecs of the first n datagrams of any lengths, by n.
+        self.uneven = [struct.Struct("PN" * n) for n in range(slots + 1)]  # (native: a pointer and a size_t)
+        #: ``sockaddr_in`` bytes by ``(host, port)``; None for an address that is not numeric IPv4.
+        self.names_by_address: dict[tuple[str, int], bytes | None] = {}
+        assert self.uneven[1].size == ctypes.sizeof(_IoVec)
+
+
+def _send_buffers(slots: int, size: int) -> _SendBuffers:
+    """This thread's :class:`_SendBuffers` for *slots* datagrams of *size* bytes, made on first use."""
+    kept = getattr(_THREAD, "send_buffers", None)
+    if kept is None:
+        kept = _THREAD.send_buffers = {}
+    found = kept.get((slots, size))
+    if found is None:
+        found = kept[(slots, size)] = _SendBuffers(slots, size)
+    return found
+
+
+class BatchSender:
+    """``sendto`` for many datagrams at a time on descriptor *fd* (up to *slots* a call, at most *size*
+    bytes on average); used in the thread that made it, as :class:`BatchReceiver` is."""
+
+    def __init__(self, fd: int, slots: int, size: int, sendmmsg: Any) -> None:
+        self._fd = fd
+        self._slots = slots
+        self._call = sendmmsg
+        self._b = _send_buffers(slots, size)
+
+    def send(self, out: Sequence[tuple[bytes, tuple[str, int]]], start: int) -> int | None:
+        """Send ``out[start:]`` from its first datagram on, as many as one call takes (the slots, and the
+        datagrams that fit in the buffer); returns how many went, in order: fewer when the kernel takes no
+        more now (0: none), or None when they are not for this way (an address that is not numeric IPv4,
+        a first datagram longer than the buffer): then send them with ``sendto``.  Raises ``OSError``
+        for an error of the first datagram, as ``sendto`` would (it is not sent)."""
+        b = self._b
+        chunk = out[start : start + self._slots]
+        datagrams = [data for data, _ in chunk]
+        lengths = list(map(len, datagrams))
+        shortest, longest = min(lengths), max(lengths)
+        if longest * len(chunk) > b.size:
+            # (they do not all fit: as many as do, one or more)
+            total, n = 0, 0
+            for length in lengths:
+                if total + length > b.size:
+                    break
+                total, n = total + length, n + 1
+            if n == 0:
+                return None
+            chunk, datagrams, lengths = chunk[:n], datagrams[:n], lengths[:n]
+            shortest, longest = min(lengths), max(lengths)
+        table = b.names_by_address
+        names = [table.get(addr) or _address_bytes(table, addr) for _, addr in chunk]
+        if None in names:
+            return None
+        n = len(chunk)
+        joined = b"".join(datagrams)
+        ctypes.memmove(b.data_at, joined, len(joined))
+        joined_names = b"".join(names)  # type: ignore[arg-type]
+        ctypes.memmove(b.names_at, joined_names, len(joined_names))
+        if shortest == longest:
+            if b.even_now != longest:
+                layout = b.even.get(longest) or _even_iovecs(b, longest)
+                ctypes.memmove(b.iovecs_at, layout, len(layout))
+                b.even_now = longest
+        else:
+            at, fields = b.data_at, []
+            for length in lengths:
+                fields += (at, length)
+                at += length
+            b.uneven[n].pack_into(b.iovecs, 0, *fields)
+            b.even_now = -1
+        sent = self._call(self._fd, b.headers_at, n, _MSG_DONTWAIT)
+        if sent >= 0:
+            return sent
+        code = ctypes.get_errno()
+        if code in (errno.EAGAIN, errno.EWOULDBLOCK):
+            return 0
+        raise OSError(code, os.strerror(code))
+
+
+def _even_iovecs(b: _SendBuffers, length: int) -> bytes:
+    """The iovecs of every slot for datagrams of *length* bytes one after another, kept by length."""
+    if len(b.even) >= _LAYOUT_TABLE_LIMIT:
+        b.even.clear()
+    slots = len(b.uneven) - 1
+    fit = max(1, min(slots, b.size // max(1, length)))
+    fields: list[int] = []
+    for i in range(fit):
+        fields += (b.data_at + i * length, length)
+    layout = b.even[length] = b.uneven[fit].pack(*fields)
+    return layout
+
+
+def _address_bytes(table: dict[tuple[str, int], bytes | None], addr: tuple[str, int]) -> bytes | None:
+    """The ``sockaddr_in`` bytes of *addr* (a numeric IPv4 address and a port), or None; kept in *table*."""
+    try:
+        host, port = addr
+        packed = socket.inet_pton(socket.AF_INET, host)
+        name = bytes(_SockaddrIn(socket.AF_INET, socket.htons(port), (ctypes.c_uint8 * 4)(*packed)))
+    except (OSError, TypeError, ValueError, OverflowError):
+        name = None
+    if len(table) >= _ADDRESS_TABLE_LIMIT:
+        table.clear()
+    table[addr] = name
+    return name
+
+
+def batch_sender(sock: socket.socket, slots: int, size: int) -> BatchSender | None:
+    """A :class:`BatchSender` for *sock* (an IPv4 datagram socket), or None where ``sendmmsg`` is not
+    to be had (then send with ``sendto``).  ``PIANODE_SENDMMSG=0`` turns it off."""
+    if os.environ.get("PIANODE_SENDMMSG", "1") == "0":
+        return None
+    if sock.family != socket.AF_INET or sock.type != socket.SOCK_DGRAM:
+        return None
+    call = _load_libc("sendmmsg")
+    return None if call is None else BatchSender(sock.fileno(), slots, size, call)

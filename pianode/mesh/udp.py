@@ -26,7 +26,7 @@ from typing import Any
 import trio
 
 from pianode.mesh.config import MAX_DATAGRAM
-from pianode.mesh.mmsg import batch_receiver
+from pianode.mesh.mmsg import batch_receiver, batch_sender
 
 __all__ = ["MAX_DATAGRAM", "RECEIVE_SIZE", "UdpEndpoint", "open_udp_endpoint"]
 
@@ -46,12 +46,14 @@ class UdpEndpoint:
         self._simulated = hasattr(sock, "recv_nowait")
         self._raw: stdlib_socket.socket | None = None
         self._batch = None
+        self._batch_send = None
         if not self._simulated:
             raw = stdlib_socket.socket(fileno=sock.fileno())
             raw.setblocking(False)
             self._raw = raw
             # Many datagrams a system call where the platform offers it (pianode.mesh.mmsg).
             self._batch = batch_receiver(raw, self.BATCH_LIMIT, RECEIVE_SIZE)
+            self._batch_send = batch_sender(raw, self.BATCH_LIMIT, RECEIVE_SIZE)
         self.send_errors = 0
         self.receive_errors = 0
 
@@ -138,8 +140,9 @@ class UdpEndpoint:
     def send_all_nowait(self, out: list[tuple[bytes, tuple[str, int]]]) -> int:
         """Send *out* in order as far as the kernel takes it now; returns how many went.
 
-        :meth:`send_nowait` for a batch (a frame to every station): one loop
-        around the socket call, without a method call per datagram.
+        :meth:`send_nowait` for a batch (a frame to every station): on Linux one
+        ``sendmmsg`` for many datagrams (:mod:`pianode.mesh.mmsg`), else one loop
+        around ``sendto``, without a method call per datagram.
         """
         raw = self._raw
         if raw is None:
@@ -147,8 +150,24 @@ class UdpEndpoint:
                 if not self.send_nowait(data, addr):
                     return i
             return len(out)
-        sendto = raw.sendto
         sent = 0
+        batch = self._batch_send
+        if batch is not None:
+            while len(out) - sent > 1:
+                try:
+                    went = batch.send(out, sent)
+                except OSError:
+                    self.send_errors += 1  # the datagram it met is lost (as below); go on with the rest
+                    sent += 1
+                    continue
+                if went is None:
+                    break  # not for sendmmsg (an address that is a name): sendto below
+                if not went:
+                    return sent
+                sent += went
+            if sent == len(out):
+                return sent
+        sendto = raw.sendto
         while True:
             try:
                 for data, addr in out[sent:] if sent else out:
@@ -162,7 +181,7 @@ class UdpEndpoint:
                 sent += 1
 
     def close(self) -> None:
-        self._batch = None
+        self._batch = self._batch_send = None
         if self._raw is not None:
             self._raw.detach()  # the trio socket owns the descriptor
             self._raw = None

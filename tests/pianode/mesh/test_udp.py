@@ -230,3 +230,159 @@ def test_a_receiver_made_in_another_thread_has_buffers_of_its_own() -> None:
         thread.join(10)
         assert here is not None and there and there[0] is not None
         assert there[0]._data is not here._data  # type: ignore[attr-defined]
+
+
+# ---- sending many datagrams at a time: sendmmsg (pianode.mesh.mmsg.BatchSender) or sendto --------------------
+
+
+def _listeners(count: int) -> list[socket.socket]:
+    out = []
+    for i in range(count):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 21)
+        s.bind((f"127.0.78.{1 + i}", 0))
+        s.setblocking(False)
+        out.append(s)
+    return out
+
+
+def _heard(listener: socket.socket, count: int) -> list[tuple[bytes, tuple[str, int]]]:
+    got = []
+    for _ in range(count):
+        try:
+            got.append(listener.recvfrom(70000))
+        except BlockingIOError:
+            break
+    return got
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sendmmsg is Linux's")
+def test_the_batch_sender_is_in_use_on_linux() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        assert mmsg.batch_sender(s, 8, RECEIVE_SIZE) is not None
+
+
+_MIXED = [0, 1, 104, 37, 1500, 104, 2048, 2049, 9] * 3
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["sendmmsg", "sendto"])
+@pytest.mark.parametrize("shape", ["one length", "mixed lengths", "lengths in turn", "more than a call", "large", "names"])
+async def test_a_batch_sent_at_once_arrives_whole_in_order_from_the_endpoint(
+    batched: bool, shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What send_all_nowait sends is what sendto, one by one, sends: each datagram whole, to its address,
+    # in order, from the endpoint's address; batches of one length (a frame to every station), of many
+    # lengths, of one length and then another or many in turn (the iovecs laid out again), more
+    # datagrams than a call takes (64) and more bytes than its buffer, and an address that is a name
+    # (left to sendto) after datagrams a first call sent.
+    if not batched:
+        monkeypatch.setenv("PIANODE_SENDMMSG", "0")
+    endpoint = await open_udp_endpoint(("127.0.78.100", 0))
+    listeners = _listeners(3)
+    try:
+        assert (endpoint._batch_send is not None) == (batched and sys.platform.startswith("linux"))
+        targets = [s.getsockname() for s in listeners]
+        batches = {"one length": [[104] * 31], "mixed lengths": [_MIXED],
+                   "lengths in turn": [[104] * 31, _MIXED, [104] * 31, [80] * 31, [80] * 5, _MIXED[:4], [104] * 2],
+                   "more than a call": [[60 + k % 5 for k in range(150)], [70] * 130], "large": [[9000] * 20 + [65000, 3]],
+                   "names": [[50] * 70]}[shape]  # fmt: skip
+        sent = []
+        for lengths in batches:
+            out = []
+            for k, length in enumerate(lengths):
+                target = targets[k % 3]
+                if shape == "names" and k == 66:
+                    target = ("localhost", target[1])  # (127.0.0.1, where nobody listens)
+                out.append((bytes((len(sent) + k * 3 + j) & 0xFF for j in range(length)), target))
+            assert endpoint.send_all_nowait(out) == len(out) and endpoint.send_errors == 0
+            sent += out
+        await trio.sleep(0.05)
+        for i, listener in enumerate(listeners):
+            want = [(data, endpoint.address) for data, addr in sent if addr == targets[i]]
+            assert _heard(listener, len(sent) + 1) == want
+    finally:
+        for s in listeners:
+            s.close()
+        endpoint.close()
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["sendmmsg", "sendto"])
+async def test_a_datagram_the_kernel_refuses_is_counted_and_the_rest_go(batched: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A datagram to port 0 (EINVAL) or longer than UDP takes (EMSGSIZE) in the middle of a batch: it is
+    # lost and counted, as sendto loses it, and the datagrams after it are sent.
+    if not batched:
+        monkeypatch.setenv("PIANODE_SENDMMSG", "0")
+    endpoint = await open_udp_endpoint(("127.0.78.101", 0))
+    listeners = _listeners(1)
+    try:
+        target = listeners[0].getsockname()
+        out = [(b"a" * 40, target), (b"b" * 40, target), (b"bad port", (target[0], 0)), (b"c" * 40, target),
+               (b"x" * 66000, target), (b"d" * 40, target), (b"e" * 40, target)]  # fmt: skip
+        assert endpoint.send_all_nowait(out) == len(out)
+        assert endpoint.send_errors == 2
+        await trio.sleep(0.05)
+        assert [d for d, _ in _heard(listeners[0], 10)] == [b"a" * 40, b"b" * 40, b"c" * 40, b"d" * 40, b"e" * 40]
+    finally:
+        listeners[0].close()
+        endpoint.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sendmmsg is Linux's")
+def test_a_batch_sender_sends_what_fits_its_buffer_and_leaves_the_rest() -> None:
+    # A sender of 4 slots of 100 bytes (a 400-byte buffer): a call takes as many datagrams as fit, at
+    # least one; a first datagram longer than the whole buffer is left to sendto (None).
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.78.102", 0))
+        listener = _listeners(1)[0]
+        try:
+            sender = mmsg.batch_sender(s, 4, 100)
+            assert sender is not None
+            target = listener.getsockname()
+            assert sender.send([(b"1" * 60, target)] * 6, 0) == 4  # (the slots)
+            assert sender.send([(b"2" * 150, target)] * 4, 1) == 2  # (300 bytes fit, 450 do not)
+            assert sender.send([(b"3" * 401, target), (b"4", target)], 0) is None
+            assert sender.send([(b"5", ("localhost", target[1]))], 0) is None
+            assert [d for d, _ in _heard(listener, 10)] == [b"1" * 60] * 4 + [b"2" * 150] * 2
+        finally:
+            listener.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sendmmsg is Linux's")
+async def test_a_batch_stops_where_the_kernel_takes_no_more_and_returns_how_many_went() -> None:
+    # The kernel's "would block" after some datagrams of a call (EAGAIN): send_all_nowait returns how
+    # many went, in order, and counts no error; the rest are the caller's to send later.
+    import ctypes
+    import errno
+
+    endpoint = await open_udp_endpoint(("127.0.78.103", 0))
+    try:
+        assert endpoint._batch_send is not None
+        calls: list[int] = []
+
+        def kernel(fd: int, headers: int, n: int, flags: int) -> int:
+            calls.append(n)
+            if len(calls) == 1:
+                return 3  # (three went, then the socket's buffer was full)
+            ctypes.set_errno(errno.EAGAIN)
+            return -1
+
+        endpoint._batch_send._call = kernel
+        out = [(bytes([k]) * 20, ("127.0.78.104", 9)) for k in range(10)]
+        assert endpoint.send_all_nowait(out) == 3
+        assert calls == [10, 7] and endpoint.send_errors == 0
+    finally:
+        endpoint.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sendmmsg is Linux's")
+def test_senders_share_their_threads_buffers_and_another_thread_has_its_own() -> None:
+    import threading
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
+        here, again = mmsg.batch_sender(a, 8, RECEIVE_SIZE), mmsg.batch_sender(b, 8, RECEIVE_SIZE)
+        there: list[object] = []
+        thread = threading.Thread(target=lambda: there.append(mmsg.batch_sender(b, 8, RECEIVE_SIZE)))
+        thread.start()
+        thread.join(10)
+        assert here is not None and again is not None and there and there[0] is not None
+        assert here._b is again._b and there[0]._b is not here._b  # type: ignore[attr-defined]
