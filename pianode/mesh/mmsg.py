@@ -24,8 +24,8 @@ up to a batch into buffers made once, in one call; what is left per datagram is 
 
 Sending is the mirror image (:class:`BatchSender`): a station sends a frame to every other station at
 once, a datagram each, so one ``sendmmsg`` replaces a ``sendto`` per peer.  The datagrams are copied
-one after another into one buffer and each sender's ``sockaddr_in`` (made once per address) into
-another; the ``iovec`` of each points at its datagram (made once per length when all have one, as a
+one after another into one buffer and each one's destination as a ``sockaddr_in`` (made once per
+address) into another; the ``iovec`` of each points at its datagram (made once per length when all have one, as a
 frame to every station has).  The kernel delivers each as ``sendto`` would, in order; a call that stops
 early (a full buffer, an error) is continued from where it stopped, so an error is met by the call
 that starts with its datagram and reported as ``sendto`` reports it.  A batch with an address that is

@@ -6,7 +6,8 @@ Instead the endpoint reads with non-blocking receives until the socket would
 block, then waits for readability once (perf-limits §5.6, §7); on Linux one
 ``recvmmsg`` reads up to a batch (:mod:`pianode.mesh.mmsg`: a system call per
 batch, not per datagram, and no failing call at the end).  Sends are
-non-blocking too and only wait when the kernel buffer is full.
+non-blocking too and only wait when the kernel buffer is full; a batch of them
+(a frame to every station) goes in one ``sendmmsg`` on Linux (the same module).
 
 Two implementations share the interface:
 
