@@ -149,14 +149,16 @@ class _Buffers:
 _THREAD = threading.local()
 
 
-def _buffers(slots: int, size: int) -> _Buffers:
-    """This thread's :class:`_Buffers` for *slots* datagrams of *size* bytes, made on first use."""
+def _buffers(slots: int, size: int, kind: type[Any] | None = None) -> Any:
+    """This thread's buffers of *kind* (:class:`_Buffers`, the default, or :class:`_SendBuffers`) for *slots*
+    datagrams of *size* bytes, made on first use."""
+    kind = kind or _Buffers
     kept = getattr(_THREAD, "buffers", None)
     if kept is None:
         kept = _THREAD.buffers = {}
-    found = kept.get((slots, size))
+    found = kept.get((kind, slots, size))
     if found is None:
-        found = kept[(slots, size)] = _Buffers(slots, size)
+        found = kept[(kind, slots, size)] = kind(slots, size)
     return found
 
 
@@ -171,7 +173,7 @@ class BatchReceiver:
         self._call = recvmmsg
         # The buffers and tables: this thread's for (slots, size), shared by every receiver it makes (see
         # _Buffers), each bound here as an attribute of the receiver so that a call reads them directly.
-        b = _buffers(slots, size)
+        b: _Buffers = _buffers(slots, size)
         self._data, self._view, self._names, self._headers = b.data, b.view, b.names, b.headers
         self._template, self._headers_at = b.template, b.headers_at
         self._lengths, self._keys, self._senders, self._layouts = b.lengths, b.keys, b.senders, b.layouts
@@ -225,12 +227,18 @@ class BatchReceiver:
 def batch_receiver(sock: socket.socket, slots: int, size: int) -> BatchReceiver | None:
     """A :class:`BatchReceiver` for *sock* (an IPv4 datagram socket), or None where ``recvmmsg`` is not
     to be had (then read with ``recvfrom``).  ``PIANODE_RECVMMSG=0`` turns it off."""
-    if os.environ.get("PIANODE_RECVMMSG", "1") == "0":
+    call = _call_for(sock, "recvmmsg")
+    return None if call is None else BatchReceiver(sock.fileno(), slots, size, call)
+
+
+def _call_for(sock: socket.socket, name: str) -> Any:
+    """The C library's *name* (``recvmmsg``, ``sendmmsg``) for *sock*, or None: not an IPv4 datagram
+    socket, not to be had here, or turned off by ``PIANODE_<NAME>=0``."""
+    if os.environ.get(f"PIANODE_{name.upper()}", "1") == "0":
         return None
     if sock.family != socket.AF_INET or sock.type != socket.SOCK_DGRAM:
         return None
-    call = _load_libc("recvmmsg")
-    return None if call is None else BatchReceiver(sock.fileno(), slots, size, call)
+    return _load_libc(name)
 
 
 class _SendBuffers:
@@ -268,17 +276,6 @@ class _SendBuffers:
         assert self.uneven[1].size == ctypes.sizeof(_IoVec)
 
 
-def _send_buffers(slots: int, size: int) -> _SendBuffers:
-    """This thread's :class:`_SendBuffers` for *slots* datagrams of *size* bytes, made on first use."""
-    kept = getattr(_THREAD, "send_buffers", None)
-    if kept is None:
-        kept = _THREAD.send_buffers = {}
-    found = kept.get((slots, size))
-    if found is None:
-        found = kept[(slots, size)] = _SendBuffers(slots, size)
-    return found
-
-
 class BatchSender:
     """``sendto`` for many datagrams at a time on descriptor *fd* (up to *slots* a call, at most *size*
     bytes on average); used in the thread that made it, as :class:`BatchReceiver` is."""
@@ -287,7 +284,7 @@ class BatchSender:
         self._fd = fd
         self._slots = slots
         self._call = sendmmsg
-        self._b = _send_buffers(slots, size)
+        self._b: _SendBuffers = _buffers(slots, size, _SendBuffers)
 
     def send(self, out: Sequence[tuple[bytes, tuple[str, int]]], start: int) -> int | None:
         """Send ``out[start:]`` from its first datagram on, as many as one call takes (the slots, and the
@@ -371,9 +368,5 @@ def _address_bytes(table: dict[tuple[str, int], bytes | None], addr: tuple[str, 
 def batch_sender(sock: socket.socket, slots: int, size: int) -> BatchSender | None:
     """A :class:`BatchSender` for *sock* (an IPv4 datagram socket), or None where ``sendmmsg`` is not
     to be had (then send with ``sendto``).  ``PIANODE_SENDMMSG=0`` turns it off."""
-    if os.environ.get("PIANODE_SENDMMSG", "1") == "0":
-        return None
-    if sock.family != socket.AF_INET or sock.type != socket.SOCK_DGRAM:
-        return None
-    call = _load_libc("sendmmsg")
+    call = _call_for(sock, "sendmmsg")
     return None if call is None else BatchSender(sock.fileno(), slots, size, call)

@@ -37,6 +37,13 @@ def _send_mix(senders: list[socket.socket], target: tuple[str, int]) -> list[tup
     return expected
 
 
+async def _endpoint(host: str, call: str, batched: bool, monkeypatch: pytest.MonkeyPatch) -> UdpEndpoint:
+    """An endpoint on *host* with *call* (RECVMMSG, SENDMMSG) in use, or turned off (``PIANODE_<call>=0``)."""
+    if not batched:
+        monkeypatch.setenv(f"PIANODE_{call}", "0")
+    return await open_udp_endpoint((host, 0))
+
+
 async def _drain(endpoint: UdpEndpoint, limit: int = 64) -> list[tuple[bytes, tuple[str, int]]]:
     """Every datagram that arrives until the socket stays quiet for 0.2 s, read *limit* at a time."""
     got: list[tuple[bytes, tuple[str, int]]] = []
@@ -63,9 +70,7 @@ def test_the_batch_receiver_is_in_use_on_linux() -> None:
 async def test_a_batch_holds_every_datagram_whole_or_cut_as_recvfrom_cuts_it_with_its_sender(
     batched: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not batched:
-        monkeypatch.setenv("PIANODE_RECVMMSG", "0")
-    endpoint = await open_udp_endpoint(("127.0.77.1", 0))
+    endpoint = await _endpoint("127.0.77.1", "RECVMMSG", batched, monkeypatch)
     senders = _senders(3)
     try:
         assert (endpoint._batch is not None) == (batched and sys.platform.startswith("linux"))
@@ -149,9 +154,7 @@ async def test_a_batch_stops_at_its_limit_and_the_rest_waits_for_the_next(limit:
 async def test_an_error_the_socket_reports_is_counted_and_reading_goes_on(batched: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     # A datagram to a closed port from a connected socket queues ECONNREFUSED on it (an ICMP port
     # unreachable); the receive that meets it counts it, and datagrams are still read after it.
-    if not batched:
-        monkeypatch.setenv("PIANODE_RECVMMSG", "0")
-    endpoint = await open_udp_endpoint(("127.0.77.3", 0))
+    endpoint = await _endpoint("127.0.77.3", "RECVMMSG", batched, monkeypatch)
     closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     closed.bind(("127.0.77.4", 0))
     nobody = closed.getsockname()
@@ -275,9 +278,7 @@ async def test_a_batch_sent_at_once_arrives_whole_in_order_from_the_endpoint(
     # lengths, of one length and then another or many in turn (the iovecs laid out again), more
     # datagrams than a call takes (64) and more bytes than its buffer, and an address that is a name
     # (left to sendto) after datagrams a first call sent.
-    if not batched:
-        monkeypatch.setenv("PIANODE_SENDMMSG", "0")
-    endpoint = await open_udp_endpoint(("127.0.78.100", 0))
+    endpoint = await _endpoint("127.0.78.100", "SENDMMSG", batched, monkeypatch)
     listeners = _listeners(3)
     try:
         assert (endpoint._batch_send is not None) == (batched and sys.platform.startswith("linux"))
@@ -310,9 +311,7 @@ async def test_a_batch_sent_at_once_arrives_whole_in_order_from_the_endpoint(
 async def test_a_datagram_the_kernel_refuses_is_counted_and_the_rest_go(batched: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     # A datagram to port 0 (EINVAL) or longer than UDP takes (EMSGSIZE) in the middle of a batch: it is
     # lost and counted, as sendto loses it, and the datagrams after it are sent.
-    if not batched:
-        monkeypatch.setenv("PIANODE_SENDMMSG", "0")
-    endpoint = await open_udp_endpoint(("127.0.78.101", 0))
+    endpoint = await _endpoint("127.0.78.101", "SENDMMSG", batched, monkeypatch)
     listeners = _listeners(1)
     try:
         target = listeners[0].getsockname()
