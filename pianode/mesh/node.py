@@ -62,6 +62,8 @@ class Node:
         self._event_handler: Callable[[Sequence[Event]], None] | None = None
         self._data_handler: Callable[[int, bytes, bool], None] | None = None
         self._woken = False
+        #: The caller reads the socket (:meth:`set_polled`): the driver sleeps off it.
+        self._polled = False
         #: Datagrams the kernel refused in a non-blocking flush; the driver sends them first.
         self._unsent: list[tuple[bytes, tuple[str, int]]] = []
         self._state_changed = trio.Event()
@@ -183,11 +185,16 @@ class Node:
                     if timer is not None and timer < scope.deadline:
                         scope.deadline = timer
                     self._waiting = True
-                    await endpoint.wait_readable()
+                    if self._polled:
+                        await trio.sleep_forever()  # (until the deadline or a wake-up: set_polled)
+                    else:
+                        await endpoint.wait_readable()
                     self._waiting = False
             # Cancelled by _wake or at the deadline, or left on purpose: work that yields.
             self._waiting = False
             self._woken = False
+            if self._polled and not self._unsent:
+                endpoint.forget_readiness()  # (nothing waits on it now; a wait puts it back)
             if self._unsent:
                 unsent, self._unsent = self._unsent, []
                 for data, addr in unsent:
@@ -484,8 +491,33 @@ class Node:
             total += read
             if read < BATCH:
                 break
+        else:
+            if self._polled:
+                self._wake()  # more wait than one call reads: the driver reads the rest now, not next tick
         self._flush_nowait(now)
         return total
+
+    def set_polled(self, polled: bool) -> None:
+        """Whether the caller reads this node's socket itself, with :meth:`receive_nowait` at least once a
+        tick, as a game's frame loop polls Pia once a frame.
+
+        While polled, the driver sleeps off the socket: until the session's next timer or a wake-up (a
+        user call's work, datagrams the kernel refused, a socket left with more than one call reads),
+        reading it only then, and the socket is out of Trio's readiness polling.  Datagrams that arrive
+        between two calls wait for the next one: the caller's tick bounds the delay they add.  A frame
+        clock that reads every station after sending every frame saves the drivers' wake-ups for what
+        arrives after its read, and the kernel's call to the poller for every datagram each socket
+        receives and sends.  Off again, the driver is woken, reads what waits and waits on the socket.
+        """
+        if polled == self._polled:
+            return
+        self._polled = polled
+        self._wake()
+
+    @property
+    def polled(self) -> bool:
+        """Whether the caller reads the socket (:meth:`set_polled`)."""
+        return self._polled
 
     @property
     def station_index(self) -> int | None:

@@ -46,6 +46,8 @@ class UdpEndpoint:
         self._sock = sock
         self._simulated = hasattr(sock, "recv_nowait")
         self._raw: stdlib_socket.socket | None = None
+        #: The socket may be in Trio's readiness polling (it waited since :meth:`forget_readiness`).
+        self._polled_by_trio = False
         self._batch = None
         self._batch_send = None
         if not self._simulated:
@@ -95,9 +97,20 @@ class UdpEndpoint:
 
     async def wait_readable(self) -> None:
         if self._raw is not None:
+            self._polled_by_trio = True
             await trio.lowlevel.wait_readable(self._raw)
         else:
             await self._sock.wait_readable()
+
+    def forget_readiness(self) -> None:
+        """Take the socket out of Trio's readiness polling until the next wait (which puts it back); only
+        while no task waits on it.  A socket that stays registered has the kernel call the poller for
+        every datagram it receives and every send it completes, waiter or not: the sockets of a frame
+        clock that reads them itself (``Node.set_polled``) need not pay that.  (Trio's ``notify_closing``
+        is what drops a registration; with no waiter it wakes no one.)"""
+        if self._raw is not None and self._polled_by_trio:
+            self._polled_by_trio = False
+            trio.lowlevel.notify_closing(self._raw)
 
     async def send(self, data: bytes, addr: tuple[str, int]) -> None:
         if self._raw is None:
@@ -111,6 +124,7 @@ class UdpEndpoint:
                 self._raw.sendto(data, addr)
                 return
             except BlockingIOError:
+                self._polled_by_trio = True
                 await trio.lowlevel.wait_writable(self._raw)
             except OSError as exc:
                 if exc.errno in (errno.ENOBUFS, errno.EAGAIN):

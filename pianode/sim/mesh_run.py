@@ -596,10 +596,15 @@ class MeshRun:
         # The real-time class while the frames go out, where the OS grants it (pianode.sim.scheduling).
         priority = RealtimeClass(self.scheduling)
         priority.enter(trio.current_time(), cpu_start)
+        # The clock reads every station's socket each tick (_ticks): the drivers sleep off them meanwhile.
+        for node, _, _, _ in stations:
+            node.set_polled(True)
         try:
             await self._ticks(stations, sequence, frames, every, start + first, period, stamp_shift, priority)
             self.result.clock_pace = (trio.current_time() - start) / (first + (frames - 1) * period)
         finally:
+            for node, _, _, _ in stations:
+                node.set_polled(False)
             priority.leave()
             self.result.scheduling = [priority.as_dict()]
         # Reliable messages sent after the session (the host's leave) go on from each sender's sequence.

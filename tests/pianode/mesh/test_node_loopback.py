@@ -11,6 +11,7 @@ the file runs in a few seconds of real time; every wait is bounded.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 from contextlib import asynccontextmanager
 
 import pytest
@@ -180,11 +181,11 @@ async def test_loss_duplication_and_reordering_in_the_socket_layer(version: str)
 
 
 @asynccontextmanager
-async def _host_and_guest(first: int) -> AsyncIterator[tuple[Node, Node]]:
-    """A 5.18 host on 127.0.0.<first> and a guest on the next address, connected."""
+async def _host_and_guest(first: int, **config: Any) -> AsyncIterator[tuple[Node, Node]]:
+    """A 5.18 host on 127.0.0.<first> and a guest on the next address, connected (*config*: both nodes')."""
     key = bytes(range(16))
-    async with open_node(NodeConfig(version="5.18", bind=(f"127.0.0.{first}", 0), session_key=key)) as host, open_node(
-        NodeConfig(version="5.18", bind=(f"127.0.0.{first + 1}", 0), session_key=key)
+    async with open_node(NodeConfig(version="5.18", bind=(f"127.0.0.{first}", 0), session_key=key, **config)) as host, open_node(
+        NodeConfig(version="5.18", bind=(f"127.0.0.{first + 1}", 0), session_key=key, **config)
     ) as guest:
         await host.create_mesh()
         await guest.join(host.address)
@@ -274,3 +275,62 @@ async def test_receive_nowait_reads_and_answers_for_a_sleeping_driver_in_the_cal
             while not window.idle():  # the host's ack, sent by receive_nowait, reached the guest
                 await trio.sleep(0.01)
         assert window.statistics().acked == 1
+
+
+def _in_readiness_polling(fd: int) -> bool:
+    """Whether descriptor *fd* is in one of this process's epoll sets (Linux: the set's fdinfo lists
+    each descriptor it watches as ``tfd:``)."""
+    import os
+
+    for entry in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{entry}") != "anon_inode:[eventpoll]":
+                continue
+            with open(f"/proc/self/fdinfo/{entry}") as info:
+                if any(line.split()[:2] == ["tfd:", str(fd)] for line in info):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+async def test_a_polled_node_leaves_its_socket_to_its_caller_and_still_runs_its_timers() -> None:
+    # A frame clock that reads its stations itself each tick (Node.set_polled): the driver leaves the
+    # socket alone (out of Trio's readiness polling), what arrives waits for receive_nowait, the
+    # session's timers still run, and off again the driver reads what waits and watches the socket.
+    quiet = {"keepalive_interval": 3.0, "rtt_interval": 1.0, "rtt_probe_rate": 1.0}  # (a timer a second)
+    async with _host_and_guest(65, **quiet) as (host, guest):
+        got: list[bytes] = []
+        host.set_data_handler(lambda index, data, reliable: got.append(data))
+        fd = host._endpoint._raw.fileno()  # type: ignore[union-attr]
+        await trio.sleep(0.05)
+        assert _in_readiness_polling(fd) and not host.polled
+        host.set_polled(True)
+        await trio.sleep(0.05)
+        assert host.polled and not _in_readiness_polling(fd)
+        # Right after one of the host's timers ran (its keep-alive or RTT probe reached the guest), the
+        # next is most of a second away (rtt_probe_rate 1): the host reads nothing meanwhile.
+        heard = guest.session.peers[host.address].packets_received  # type: ignore[union-attr]
+        with trio.fail_after(5):
+            while guest.session.peers[host.address].packets_received == heard:  # type: ignore[union-attr]
+                await trio.sleep(0.005)
+        guest.broadcast_nowait(b"one", reliable=False)
+        await trio.sleep(0.2)  # (the driver would have read it long since)
+        assert got == []
+        assert host.receive_nowait() >= 1 and got == [b"one"]  # (with what else the guest sent meanwhile)
+        # Timers: with nothing to send, the host's keep-alives and RTT probes still reach the guest.
+        heard = guest.session.peers[host.address].packets_received  # type: ignore[union-attr]
+        with trio.fail_after(5):
+            while guest.session.peers[host.address].packets_received == heard:  # type: ignore[union-attr]
+                await trio.sleep(0.05)
+        guest.broadcast_nowait(b"two", reliable=False)
+        await trio.sleep(0.1)
+        host.set_polled(False)
+        with trio.fail_after(5):
+            while got != [b"one", b"two"]:  # read by the driver, woken for it
+                await trio.sleep(0.01)
+        guest.broadcast_nowait(b"three", reliable=False)
+        with trio.fail_after(5):
+            while got != [b"one", b"two", b"three"]:  # and the driver waits on the socket again
+                await trio.sleep(0.01)
+        assert _in_readiness_polling(fd) and not host.polled

@@ -385,3 +385,31 @@ def test_senders_share_their_threads_buffers_and_another_thread_has_its_own() ->
         thread.join(10)
         assert here is not None and again is not None and there and there[0] is not None
         assert here._b is again._b and there[0]._b is not here._b  # type: ignore[attr-defined]
+
+
+async def test_an_endpoint_forgotten_by_the_readiness_poller_is_watched_again_by_its_next_wait() -> None:
+    # UdpEndpoint.forget_readiness takes the socket out of Trio's epoll set (what Node.set_polled does
+    # while a frame clock reads the socket itself); the next wait puts it back and still wakes.
+    from tests.pianode.mesh.test_node_loopback import _in_readiness_polling
+
+    endpoint = await open_udp_endpoint(("127.0.0.1", 0))
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        fd = endpoint._raw.fileno()  # type: ignore[union-attr]
+        endpoint.forget_readiness()  # never waited: nothing to take out
+        assert not _in_readiness_polling(fd)
+        sender.sendto(b"a", endpoint.address)
+        with trio.fail_after(5):
+            await endpoint.wait_readable()
+        assert _in_readiness_polling(fd)
+        assert [d for d, _ in endpoint.receive_batch(8)] == [b"a"]
+        endpoint.forget_readiness()
+        assert not _in_readiness_polling(fd)
+        sender.sendto(b"b", endpoint.address)
+        with trio.fail_after(5):
+            await endpoint.wait_readable()
+        assert [d for d, _ in endpoint.receive_batch(8)] == [b"b"]
+        assert _in_readiness_polling(fd)
+    finally:
+        sender.close()
+        endpoint.close()

@@ -101,3 +101,23 @@ async def test_host_migration_after_a_realtime_session_numbers_on_from_the_sessi
     assert sorted(result.host_changes) == ["station 1: 0 -> 1", "station 2: 0 -> 1"]
     # One a second per station during the session, then messages // 2 from each of the two left.
     assert result.reliable_delivered == result.reliable_expected == nodes * (nodes - 1) + 2 * 1 * 2
+
+
+async def test_the_frame_clock_reads_the_stations_itself_while_it_runs() -> None:
+    """The frame clock reads every station's socket each tick (Node.receive_nowait), and the stations'
+    drivers leave their sockets to it (Node.set_polled) while it runs, and only then."""
+    nodes, rate, duration = 3, 30, 0.5
+    seen: list[bool] = []
+
+    class Watched(MeshRun):
+        async def _ticks(self, stations, *args, **kwargs):  # type: ignore[no-untyped-def]
+            seen.extend(node.polled for node, _, _, _ in stations)
+            await super()._ticks(stations, *args, **kwargs)
+
+    run = Watched(NodeConfig(version="5.18", seed=6), nodes=nodes, base_address=loopback_block() + "60",
+                  rate=rate, duration=duration, group_fanout="unicast")
+    result = await run.run()
+    assert not result.problems, result.problems
+    assert seen == [True] * nodes
+    assert result.frames_expected == result.frames_delivered == nodes * (nodes - 1) * int(duration * rate)
+    assert not any(node.polled for node in run.all_nodes)
