@@ -9,6 +9,8 @@ test can look at exactly what has arrived by now on the virtual clock.
 
 from __future__ import annotations
 
+import os
+
 import trio
 from trio import socket as tsocket
 
@@ -36,3 +38,19 @@ def drain_datagrams(sock: tsocket.SocketType) -> list[tuple[bytes, tuple[str, in
             got.append(sock.recv_nowait())  # type: ignore[attr-defined]
         except trio.WouldBlock:
             return got
+
+
+def in_readiness_polling(fd: int) -> bool:
+    """Whether descriptor *fd* is in one of this process's epoll sets (Linux: the set's fdinfo lists
+    each descriptor it watches as ``tfd:``)."""
+    for entry in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{entry}") != "anon_inode:[eventpoll]":
+                continue
+            with open(f"/proc/self/fdinfo/{entry}") as info:
+                if any(line.split()[:2] == ["tfd:", str(fd)] for line in info):
+                    return True
+        except OSError:
+            continue
+    return False
+

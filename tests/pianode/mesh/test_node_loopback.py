@@ -11,8 +11,8 @@ the file runs in a few seconds of real time; every wait is bounded.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 import trio
@@ -23,6 +23,7 @@ from pianode.sim.faults import FaultInjectingSocketFactory, LinkFaults
 from pianode.mesh.node import JoinError, Node, open_node
 
 from node_fixtures import NodeMesh, check_exchange, form_mesh, n_connected, wait_until
+from udp_sockets import in_readiness_polling
 
 KEY = bytes.fromhex("0f1e2d3c4b5a69788796a5b4c3d2e1f0")
 FAST = {"keepalive_interval": 0.2, "rtt_interval": 0.2, "station_timeout": 1.0, "resend_interval": 0.1}
@@ -277,23 +278,6 @@ async def test_receive_nowait_reads_and_answers_for_a_sleeping_driver_in_the_cal
         assert window.statistics().acked == 1
 
 
-def _in_readiness_polling(fd: int) -> bool:
-    """Whether descriptor *fd* is in one of this process's epoll sets (Linux: the set's fdinfo lists
-    each descriptor it watches as ``tfd:``)."""
-    import os
-
-    for entry in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{entry}") != "anon_inode:[eventpoll]":
-                continue
-            with open(f"/proc/self/fdinfo/{entry}") as info:
-                if any(line.split()[:2] == ["tfd:", str(fd)] for line in info):
-                    return True
-        except OSError:
-            continue
-    return False
-
-
 async def test_a_polled_node_leaves_its_socket_to_its_caller_and_still_runs_its_timers() -> None:
     # A frame clock that reads its stations itself each tick (Node.set_polled): the driver leaves the
     # socket alone (out of Trio's readiness polling), what arrives waits for receive_nowait, the
@@ -304,10 +288,10 @@ async def test_a_polled_node_leaves_its_socket_to_its_caller_and_still_runs_its_
         host.set_data_handler(lambda index, data, reliable: got.append(data))
         fd = host._endpoint._raw.fileno()  # type: ignore[union-attr]
         await trio.sleep(0.05)
-        assert _in_readiness_polling(fd) and not host.polled
+        assert in_readiness_polling(fd) and not host.polled
         host.set_polled(True)
         await trio.sleep(0.05)
-        assert host.polled and not _in_readiness_polling(fd)
+        assert host.polled and not in_readiness_polling(fd)
         # Right after one of the host's timers ran (its keep-alive or RTT probe reached the guest), the
         # next is most of a second away (rtt_probe_rate 1): the host reads nothing meanwhile.
         heard = guest.session.peers[host.address].packets_received  # type: ignore[union-attr]
@@ -333,4 +317,4 @@ async def test_a_polled_node_leaves_its_socket_to_its_caller_and_still_runs_its_
         with trio.fail_after(5):
             while got != [b"one", b"two", b"three"]:  # and the driver waits on the socket again
                 await trio.sleep(0.01)
-        assert _in_readiness_polling(fd) and not host.polled
+        assert in_readiness_polling(fd) and not host.polled

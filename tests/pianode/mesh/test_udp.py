@@ -12,6 +12,7 @@ import trio
 from pianode.mesh import mmsg
 from pianode.mesh.config import MAX_DATAGRAM
 from pianode.mesh.udp import RECEIVE_SIZE, UdpEndpoint, open_udp_endpoint
+from udp_sockets import in_readiness_polling
 
 SIZES = [0, 1, 110, 1500, MAX_DATAGRAM, MAX_DATAGRAM + 1, MAX_DATAGRAM + 700, 9000]
 
@@ -390,26 +391,24 @@ def test_senders_share_their_threads_buffers_and_another_thread_has_its_own() ->
 async def test_an_endpoint_forgotten_by_the_readiness_poller_is_watched_again_by_its_next_wait() -> None:
     # UdpEndpoint.forget_readiness takes the socket out of Trio's epoll set (what Node.set_polled does
     # while a frame clock reads the socket itself); the next wait puts it back and still wakes.
-    from tests.pianode.mesh.test_node_loopback import _in_readiness_polling
-
     endpoint = await open_udp_endpoint(("127.0.0.1", 0))
     sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         fd = endpoint._raw.fileno()  # type: ignore[union-attr]
         endpoint.forget_readiness()  # never waited: nothing to take out
-        assert not _in_readiness_polling(fd)
+        assert not in_readiness_polling(fd)
         sender.sendto(b"a", endpoint.address)
         with trio.fail_after(5):
             await endpoint.wait_readable()
-        assert _in_readiness_polling(fd)
+        assert in_readiness_polling(fd)
         assert [d for d, _ in endpoint.receive_batch(8)] == [b"a"]
         endpoint.forget_readiness()
-        assert not _in_readiness_polling(fd)
+        assert not in_readiness_polling(fd)
         sender.sendto(b"b", endpoint.address)
         with trio.fail_after(5):
             await endpoint.wait_readable()
         assert [d for d, _ in endpoint.receive_batch(8)] == [b"b"]
-        assert _in_readiness_polling(fd)
+        assert in_readiness_polling(fd)
     finally:
         sender.close()
         endpoint.close()
