@@ -19,6 +19,7 @@ comes only from Trio, so a whole mesh runs under ``trio.testing.MockClock``.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -64,6 +65,9 @@ class Node:
         self._woken = False
         #: The caller reads the socket (:meth:`set_polled`): the driver sleeps off it.
         self._polled = False
+        #: How long after a timer is due the driver wakes for it: two of the polling caller's ticks (it
+        #: runs the timers due when it reads), else 0.
+        self._slack = 0.0
         #: Datagrams the kernel refused in a non-blocking flush; the driver sends them first.
         self._unsent: list[tuple[bytes, tuple[str, int]]] = []
         self._state_changed = trio.Event()
@@ -182,8 +186,8 @@ class Node:
                     if self._woken or session.has_output():
                         break  # a user call queued output while we were busy
                     timer = session.get_timer()
-                    if timer is not None and timer < scope.deadline:
-                        scope.deadline = timer
+                    if timer is not None and timer + self._slack < scope.deadline:
+                        scope.deadline = timer + self._slack
                     self._waiting = True
                     if self._polled:
                         await trio.sleep_forever()  # (until the deadline or a wake-up: set_polled)
@@ -238,8 +242,15 @@ class Node:
             self._wake()
 
     def _sooner(self, timer: float | None) -> None:
-        """Move the sleeping driver's deadline to *timer* if that is earlier."""
-        if timer is not None and self._waiting and timer < self._scope.deadline:
+        """Move the sleeping driver's deadline to *timer* if that is earlier; while polled, to the slack
+        after *timer* whether earlier or later (the caller ran the timers due: :meth:`set_polled`)."""
+        if not self._waiting:
+            return
+        if self._polled:
+            deadline = math.inf if timer is None else timer + self._slack
+            if deadline != self._scope.deadline:
+                self._scope.deadline = deadline
+        elif timer is not None and timer < self._scope.deadline:
             self._scope.deadline = timer
 
     def _hand_over(
@@ -497,21 +508,26 @@ class Node:
         self._flush_nowait(now)
         return total
 
-    def set_polled(self, polled: bool) -> None:
-        """Whether the caller reads this node's socket itself, with :meth:`receive_nowait` at least once a
-        tick, as a game's frame loop polls Pia once a frame.
+    def set_polled(self, polled: bool, tick: float = 0.0) -> None:
+        """Whether the caller reads this node's socket itself, with :meth:`receive_nowait` at least once
+        every *tick* seconds, as a game's frame loop polls Pia once a frame.
 
-        While polled, the driver sleeps off the socket: until the session's next timer or a wake-up (a
-        user call's work, datagrams the kernel refused, a socket left with more than one call reads),
-        reading it only then, and the socket is out of Trio's readiness polling.  Datagrams that arrive
-        between two calls wait for the next one: the caller's tick bounds the delay they add.  A frame
-        clock that reads every station after sending every frame saves the drivers' wake-ups for what
-        arrives after its read, and the kernel's call to the poller for every datagram each socket
-        receives and sends.  Off again, the driver is woken, reads what waits and waits on the socket.
+        While polled, the driver sleeps off the socket, and the socket is out of Trio's readiness
+        polling.  The driver wakes for a user call's work, datagrams the kernel refused, a socket left
+        with more than one call reads, and for the session's timers two ticks after they are due: the
+        caller's read runs them first as long as it keeps its tick, and the driver if it does not.
+        Datagrams that arrive between two reads wait for the next one, timers for the next read: the
+        tick bounds the delay.  A frame clock that reads every station after sending every frame saves
+        the drivers' wake-ups (for what arrives after its read, and for the timers), and the kernel's
+        call to the poller for every datagram each socket receives and sends.  Off again, the driver is
+        woken, reads what waits, keeps its timers on time and waits on the socket.
         """
-        if polled == self._polled:
+        if polled == self._polled and (tick if polled else 0.0) == self._slack:
             return
+        if tick < 0:
+            raise ValueError(f"tick must not be negative, got {tick}")
         self._polled = polled
+        self._slack = 2 * tick if polled else 0.0
         self._wake()
 
     @property

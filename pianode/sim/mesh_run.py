@@ -596,9 +596,10 @@ class MeshRun:
         # The real-time class while the frames go out, where the OS grants it (pianode.sim.scheduling).
         priority = RealtimeClass(self.scheduling)
         priority.enter(trio.current_time(), cpu_start)
-        # The clock reads every station's socket each tick (_ticks): the drivers sleep off them meanwhile.
+        # The clock reads every station's socket each tick and runs its due timers (_ticks): the drivers
+        # sleep off them meanwhile.
         for node, _, _, _ in stations:
-            node.set_polled(True)
+            node.set_polled(True, period)
         try:
             await self._ticks(stations, sequence, frames, every, start + first, period, stamp_shift, priority)
             self.result.clock_pace = (trio.current_time() - start) / (first + (frames - 1) * period)

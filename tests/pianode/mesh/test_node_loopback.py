@@ -318,3 +318,39 @@ async def test_a_polled_node_leaves_its_socket_to_its_caller_and_still_runs_its_
             while got != [b"one", b"two", b"three"]:  # and the driver waits on the socket again
                 await trio.sleep(0.01)
         assert in_readiness_polling(fd) and not host.polled
+
+
+async def test_a_polled_nodes_timers_run_in_its_callers_reads_and_its_driver_sleeps_while_it_keeps_its_tick() -> None:
+    # Node.set_polled(True, tick): the caller's receive_nowait runs the session's due timers (its RTT
+    # probes and keep-alives still reach the guest), and the driver, whose wake-up for a timer is two
+    # ticks after it is due, never wakes while the caller reads every tick; it does once the caller stops.
+    quiet = {"keepalive_interval": 3.0, "rtt_interval": 0.3, "rtt_probe_rate": 4.0}
+    async with _host_and_guest(67, **quiet) as (host, guest):
+        endpoint = host._endpoint
+        assert endpoint is not None
+        readers: list[object] = []
+        read = endpoint.receive_batch
+
+        def watched(limit: int) -> list[tuple[bytes, tuple[str, int]]]:
+            readers.append(trio.lowlevel.current_task())
+            return read(limit)
+
+        endpoint.receive_batch = watched  # type: ignore[method-assign]
+        tick = 0.02
+        host.set_polled(True, tick)
+        await trio.sleep(0.05)  # (the driver's wake-up for set_polled)
+        readers.clear()
+        me = trio.lowlevel.current_task()
+        heard = guest.session.peers[host.address].packets_received  # type: ignore[union-attr]
+        for _ in range(75):  # 1.5 s of ticks
+            host.receive_nowait()
+            await trio.sleep(tick)
+        assert guest.session.peers[host.address].packets_received > heard  # the host's timers ran
+        assert readers and set(readers) == {me}  # in the caller's reads only
+        readers.clear()
+        with trio.fail_after(5):
+            while not readers:  # the caller stopped: the driver wakes for the next timer
+                await trio.sleep(0.05)
+        assert me not in readers
+        with pytest.raises(ValueError):
+            host.set_polled(True, -1.0)
