@@ -302,6 +302,19 @@ async def test_a_polled_node_leaves_its_socket_to_its_caller_and_still_runs_its_
         await trio.sleep(0.2)  # (the driver would have read it long since)
         assert got == []
         assert host.receive_nowait() >= 1 and got == [b"one"]  # (with what else the guest sent meanwhile)
+        # More than one call reads: the rest is read by the driver, woken for it, not left for the next call.
+        from pianode.mesh.node import BATCH, BATCHES_PER_TURN
+
+        burst = [b"burst %d" % k for k in range(BATCH * BATCHES_PER_TURN + 40)]
+        for frame in burst:
+            guest.broadcast_nowait(frame, reliable=False)
+        await trio.sleep(0.1)
+        assert host.receive_nowait() == BATCH * BATCHES_PER_TURN
+        with trio.fail_after(0.3):  # (at once: the host's next timer is most of a second away)
+            while len(got) < 1 + len(burst):
+                await trio.sleep(0.01)
+        assert got == [b"one", *burst]
+        del got[1:]
         # Timers: with nothing to send, the host's keep-alives and RTT probes still reach the guest.
         heard = guest.session.peers[host.address].packets_received  # type: ignore[union-attr]
         with trio.fail_after(5):
