@@ -522,12 +522,13 @@ class Node:
         call to the poller for every datagram each socket receives and sends.  Off again, the driver is
         woken, reads what waits, keeps its timers on time and waits on the socket.
         """
-        if polled == self._polled and (tick if polled else 0.0) == self._slack:
-            return
         if tick < 0:
             raise ValueError(f"tick must not be negative, got {tick}")
+        slack = 2 * tick if polled else 0.0
+        if polled == self._polled and slack == self._slack:
+            return
         self._polled = polled
-        self._slack = 2 * tick if polled else 0.0
+        self._slack = slack
         self._wake()
 
     @property
