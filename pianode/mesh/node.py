@@ -185,10 +185,8 @@ class Node:
                         break  # let other tasks run
                     if self._woken or session.has_output():
                         break  # a user call queued output while we were busy
-                    timer = session.get_timer()
-                    if timer is not None and timer + self._slack < scope.deadline:
-                        scope.deadline = timer + self._slack
                     self._waiting = True
+                    self._sooner(session.get_timer())
                     if self._polled:
                         await trio.sleep_forever()  # (until the deadline or a wake-up: set_polled)
                     else:

@@ -278,6 +278,14 @@ async def test_receive_nowait_reads_and_answers_for_a_sleeping_driver_in_the_cal
         assert window.statistics().acked == 1
 
 
+async def _guest_hears_from(host: Node, guest: Node) -> None:
+    """Wait (at most 5 s) until the guest receives the host's next packet."""
+    heard = guest.session.peers[host.address].packets_received  # type: ignore[union-attr]
+    with trio.fail_after(5):
+        while guest.session.peers[host.address].packets_received == heard:  # type: ignore[union-attr]
+            await trio.sleep(0.005)
+
+
 async def test_a_polled_node_leaves_its_socket_to_its_caller_and_still_runs_its_timers() -> None:
     # A frame clock that reads its stations itself each tick (Node.set_polled): the driver leaves the
     # socket alone (out of Trio's readiness polling), what arrives waits for receive_nowait, the
@@ -294,10 +302,7 @@ async def test_a_polled_node_leaves_its_socket_to_its_caller_and_still_runs_its_
         assert host.polled and not in_readiness_polling(fd)
         # Right after one of the host's timers ran (its keep-alive or RTT probe reached the guest), the
         # next is most of a second away (rtt_probe_rate 1): the host reads nothing meanwhile.
-        heard = guest.session.peers[host.address].packets_received  # type: ignore[union-attr]
-        with trio.fail_after(5):
-            while guest.session.peers[host.address].packets_received == heard:  # type: ignore[union-attr]
-                await trio.sleep(0.005)
+        await _guest_hears_from(host, guest)
         guest.broadcast_nowait(b"one", reliable=False)
         await trio.sleep(0.2)  # (the driver would have read it long since)
         assert got == []
@@ -316,10 +321,7 @@ async def test_a_polled_node_leaves_its_socket_to_its_caller_and_still_runs_its_
         assert got == [b"one", *burst]
         del got[1:]
         # Timers: with nothing to send, the host's keep-alives and RTT probes still reach the guest.
-        heard = guest.session.peers[host.address].packets_received  # type: ignore[union-attr]
-        with trio.fail_after(5):
-            while guest.session.peers[host.address].packets_received == heard:  # type: ignore[union-attr]
-                await trio.sleep(0.05)
+        await _guest_hears_from(host, guest)
         guest.broadcast_nowait(b"two", reliable=False)
         await trio.sleep(0.1)
         host.set_polled(False)
