@@ -63,6 +63,9 @@ class Node:
         self._event_handler: Callable[[Sequence[Event]], None] | None = None
         self._data_handler: Callable[[int, bytes, bool], None] | None = None
         self._woken = False
+        #: The node is reading its socket (its driver's step, or :meth:`receive_nowait`): a
+        #: :meth:`receive_nowait` from one of its handlers then reads nothing.
+        self._reading = False
         #: The caller reads the socket (:meth:`set_polled`): the driver sleeps off it.
         self._polled = False
         #: How long after a timer is due the driver wakes for it: two of the polling caller's ticks (it
@@ -123,13 +126,18 @@ class Node:
         if session is None or endpoint is None:
             self._wake()
             return
-        if self._unsent:
-            unsent, self._unsent = self._unsent, []
-            for data, addr in unsent:
-                await endpoint.send(data, addr)
-        for data, addr in self._hand_over(endpoint, session, now):
-            await endpoint.send(data, addr)
+        await self._send_unsent(endpoint)
+        self._hand_over(endpoint, session, now)
+        await self._send_unsent(endpoint)
         self._sooner(session.get_timer())
+
+    async def _send_unsent(self, endpoint: UdpEndpoint) -> None:
+        """Send the datagrams the kernel refused, oldest first.  Each leaves ``_unsent`` only once it
+        is sent, so what other tasks queue while this one waits for the socket goes behind it."""
+        unsent = self._unsent
+        while unsent:
+            await endpoint.send(*unsent[0])
+            del unsent[0]
 
     def _flush_nowait(self, now: float) -> None:
         """:meth:`_flush_here` without blocking: what the kernel refuses now
@@ -142,7 +150,7 @@ class Node:
             self._unsent.extend(session.datagrams_to_send(now))  # keep the order
             self._hand_over_events(session)
         else:
-            self._unsent = self._hand_over(endpoint, session, now)
+            self._hand_over(endpoint, session, now)
         if self._unsent:
             self._wake()
         else:
@@ -167,10 +175,11 @@ class Node:
             with trio.CancelScope() as scope:
                 self._scope = scope
                 while True:
+                    self._reading = True  # (until the wait or the end of the scope)
                     read, now = self._take_in(endpoint, session)
                     if self._unsent:
                         break  # refused earlier: they go first, below
-                    self._unsent = self._hand_over(endpoint, session, now)
+                    self._hand_over(endpoint, session, now)
                     if self._unsent:
                         break
                     if read == BATCH:
@@ -186,6 +195,7 @@ class Node:
                     if self._woken or session.has_output():
                         break  # a user call queued output while we were busy
                     self._waiting = True
+                    self._reading = False
                     self._sooner(session.get_timer())
                     if self._polled:
                         await trio.sleep_forever()  # (until the deadline or a wake-up: set_polled)
@@ -194,13 +204,12 @@ class Node:
                     self._waiting = False
             # Cancelled by _wake or at the deadline, or left on purpose: work that yields.
             self._waiting = False
+            self._reading = False
             self._woken = False
             if self._polled and not self._unsent:
                 endpoint.forget_readiness()  # (nothing waits on it now; a wait puts it back)
             if self._unsent:
-                unsent, self._unsent = self._unsent, []
-                for data, addr in unsent:
-                    await endpoint.send(data, addr)
+                await self._send_unsent(endpoint)
             else:
                 await trio.lowlevel.checkpoint()
 
@@ -253,12 +262,12 @@ class Node:
 
     def _hand_over(
         self, endpoint: UdpEndpoint, session: MeshSession, now: float
-    ) -> list[tuple[bytes, tuple[str, int]]]:
-        """Send what the session queued as far as the kernel takes it now, and
-        hand its events over; returns the datagrams left to send, in order."""
-        out = _send_what_fits(endpoint, session.datagrams_to_send(now))
+    ) -> None:
+        """Send what the session queued as far as the kernel takes it now (``_unsent`` is empty), and
+        hand its events over.  What the kernel refused is in ``_unsent`` before the handlers run, so
+        what they send goes behind it."""
+        self._unsent.extend(_send_what_fits(endpoint, session.datagrams_to_send(now)))
         self._hand_over_events(session)
-        return out
 
     def _hand_over_events(self, session: MeshSession) -> None:
         if not session.has_events():
@@ -488,21 +497,27 @@ class Node:
         station's frame it reads every station's socket, and the drivers, asleep in their waits, are not
         woken for what it read (Trio's wait is one-shot and level-triggered: an empty socket has nothing
         to report).  A wake-up costs the scheduler, the wait's re-arming and the driver's own steps,
-        about as much as handling a few dozen datagrams.  Does nothing unless the driver is asleep in
-        its wait (it reads for itself otherwise).  Returns how many datagrams it read.
+        about as much as handling a few dozen datagrams.  It reads whether the driver sleeps in its
+        wait or waits its turn at a checkpoint (it then finds the socket empty, or what came since).
+        Called from one of this node's own handlers, while the node reads, it does nothing.  Returns
+        how many datagrams it read.
         """
         session, endpoint = self.session, self._endpoint
-        if session is None or endpoint is None or not self._waiting:
+        if session is None or endpoint is None or self._reading:
             return 0
         total = 0
-        for _ in range(BATCHES_PER_TURN):
-            read, now = self._take_in(endpoint, session)
-            total += read
-            if read < BATCH:
-                break
-        else:
-            if self._polled:
-                self._wake()  # more wait than one call reads: the driver reads the rest now, not next tick
+        self._reading = True
+        try:
+            for _ in range(BATCHES_PER_TURN):
+                read, now = self._take_in(endpoint, session)
+                total += read
+                if read < BATCH:
+                    break
+            else:
+                if self._polled:
+                    self._wake()  # more wait than one call reads: the driver reads the rest now, not next tick
+        finally:
+            self._reading = False
         self._flush_nowait(now)
         return total
 

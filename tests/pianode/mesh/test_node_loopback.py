@@ -278,6 +278,88 @@ async def test_receive_nowait_reads_and_answers_for_a_sleeping_driver_in_the_cal
         assert window.statistics().acked == 1
 
 
+async def test_receive_nowait_reads_while_the_driver_waits_its_turn_at_a_checkpoint() -> None:
+    # The driver, woken (for a timer or a user call), yields at a checkpoint before it waits again; a
+    # frame clock's read in that moment still reads what waits (it read nothing, and a frame was
+    # delivered a tick late, when a timer had just woken the driver).
+    async with _host_and_guest(64) as (host, guest):
+        got: list[bytes] = []
+        host.set_data_handler(lambda index, data, reliable: got.append(data))
+        await trio.sleep(0.1)
+        for _ in range(100):
+            host._wake()  # (what a user call or the deadline does)
+            for _ in range(50):
+                await trio.lowlevel.checkpoint()
+                if not host._waiting:
+                    break
+            else:
+                continue
+            break  # the driver ran and yields at its checkpoint, not in its wait
+        assert not host._waiting
+        guest.broadcast_nowait(b"one", reliable=False)
+        guest.broadcast_nowait(b"two", reliable=False)
+        assert host.receive_nowait() == 2
+        assert got == [b"one", b"two"]
+
+
+async def test_receive_nowait_from_the_nodes_own_handler_reads_nothing() -> None:
+    # The node is reading (its driver's step or a receive_nowait): a receive_nowait from its own data
+    # handler does not read in the middle of that batch, and every datagram is delivered once, in order.
+    async with _host_and_guest(66) as (host, guest):
+        got: list[bytes] = []
+        nested: list[int] = []
+
+        def handler(index: int, data: bytes, reliable: bool) -> None:
+            got.append(data)
+            if data == b"frame 0":
+                guest.broadcast_nowait(data + b" answered", reliable=False)  # (now in the host's socket)
+            nested.append(host.receive_nowait())
+
+        host.set_data_handler(handler)
+        await trio.sleep(0.1)
+        frames = [b"frame %d" % k for k in range(5)]
+        for frame in frames:
+            guest.broadcast_nowait(frame, reliable=False)
+        assert host.receive_nowait() == 5  # (the calling task reads)
+        with trio.fail_after(5):
+            while len(got) < 6:
+                await trio.sleep(0.01)  # (the driver reads the answer)
+        assert got == [*frames, b"frame 0 answered"] and nested == [0] * 6
+
+
+async def test_what_a_task_sends_while_the_driver_sends_refused_datagrams_goes_behind_them() -> None:
+    # The kernel refused two frames, and the driver sends them when the socket takes them again; a frame
+    # another task sends while the driver waits for the socket goes out after them, not before.
+    async with _host_and_guest(67) as (host, guest):
+        got: list[bytes] = []
+        host.set_data_handler(lambda index, data, reliable: got.append(data))
+        await trio.sleep(0.1)
+        endpoint = guest._endpoint
+        assert endpoint is not None
+        refusing, gate = True, trio.Event()
+        send_all_nowait, send = endpoint.send_all_nowait, endpoint.send
+
+        def refuse_all(out: list[tuple[bytes, tuple[str, int]]]) -> int:
+            return 0 if refusing else send_all_nowait(out)
+
+        async def send_after_the_gate(data: bytes, addr: tuple[str, int]) -> None:
+            await gate.wait()  # (the socket is full until the gate opens)
+            await send(data, addr)
+
+        endpoint.send_all_nowait = refuse_all  # type: ignore[method-assign]
+        endpoint.send = send_after_the_gate  # type: ignore[method-assign]
+        guest.broadcast_nowait(b"one", reliable=False)
+        guest.broadcast_nowait(b"two", reliable=False)
+        await trio.sleep(0.05)  # (the guest's driver waits to send "one")
+        refusing = False
+        guest.broadcast_nowait(b"three", reliable=False)
+        gate.set()
+        with trio.fail_after(5):
+            while len(got) < 3:
+                await trio.sleep(0.01)
+        assert got == [b"one", b"two", b"three"]
+
+
 async def _guest_hears_from(host: Node, guest: Node) -> None:
     """Wait (at most 5 s) until the guest receives the host's next packet."""
     heard = guest.session.peers[host.address].packets_received  # type: ignore[union-attr]
