@@ -21,6 +21,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import struct
 import subprocess
@@ -199,6 +200,7 @@ def run(duration: float, rounds: int) -> dict[str, object]:
             hub.terminate()
             hub.wait(timeout=10)
         sites_mod.remove(sites.prefix)
+        shutil.rmtree(tmp, ignore_errors=True)  # (the run's CA and its keys, the sites' reports: read above)
     figures = {mode: _summary(results, duration * rounds) for mode, results in out.items()}
     relay, direct = figures["relay"]["median_ms"], figures["direct"]["median_ms"]
     figures["relay_added_ms_per_hop"] = round((relay - direct) / 2, 3) if relay and direct else None  # type: ignore[operator]

@@ -16,6 +16,7 @@ import contextlib
 import importlib.util
 import pathlib
 import sys
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -124,8 +125,11 @@ def test_eight_stations_in_two_places_at_60_hz_through_the_relay() -> None:
     why = segment_tools.netns_unavailable()
     if why:
         peer_unavailable(f"NETNS TEST NOT RUN: {why}")
+    scratch = set(pathlib.Path(tempfile.gettempdir()).glob("pianode-relay-frames-*"))
     figures = _load("relay_frames").run(duration=5.0, rounds=1)
     print(figures)
+    # The run's scratch (its CA's private keys, the sites' reports) is gone once the figures are out.
+    assert set(pathlib.Path(tempfile.gettempdir()).glob("pianode-relay-frames-*")) == scratch
     relay, direct = figures["relay"], figures["direct"]
     assert relay["frames_expected"] >= 8 * 7 * 60 * 5 * 0.95  # every station sent at (about) 60 Hz
     assert relay["share_within_50ms"] >= 0.99, figures
