@@ -73,6 +73,8 @@ class Node:
         self._slack = 0.0
         #: Datagrams the kernel refused in a non-blocking flush; the driver sends them first.
         self._unsent: list[tuple[bytes, tuple[str, int]]] = []
+        #: Set while a task sends ``_unsent`` (:meth:`_send_unsent`); others wait for it.
+        self._draining: trio.Event | None = None
         self._state_changed = trio.Event()
         self._state_waiters = 0  # tasks in _wait_for: only they need _state_changed set
         self.events_dropped = 0
@@ -126,18 +128,35 @@ class Node:
         if session is None or endpoint is None:
             self._wake()
             return
-        await self._send_unsent(endpoint)
-        self._hand_over(endpoint, session, now)
+        self._queue_output(endpoint, session, now)
         await self._send_unsent(endpoint)
         self._sooner(session.get_timer())
 
     async def _send_unsent(self, endpoint: UdpEndpoint) -> None:
-        """Send the datagrams the kernel refused, oldest first.  Each leaves ``_unsent`` only once it
-        is sent, so what other tasks queue while this one waits for the socket goes behind it."""
-        unsent = self._unsent
-        while unsent:
-            await endpoint.send(*unsent[0])
-            del unsent[0]
+        """Send the datagrams the kernel refused, oldest first, waiting for the socket as needed; returns
+        once none is left.  Each leaves ``_unsent`` only once it is sent, so what other tasks queue
+        meanwhile goes behind it; one task sends them at a time (another waits until it is done)."""
+        if self._draining is not None:
+            await self._draining.wait()
+            return
+        self._draining = done = trio.Event()
+        try:
+            unsent = self._unsent
+            while unsent:
+                await endpoint.send(*unsent[0])
+                del unsent[0]
+        finally:
+            self._draining = None
+            done.set()
+
+    def _queue_output(self, endpoint: UdpEndpoint, session: MeshSession, now: float) -> None:
+        """Send what the session queued as far as the kernel takes it now, behind what it refused before
+        (then all of it waits in ``_unsent``), and hand its events over."""
+        if self._unsent:
+            self._unsent.extend(session.datagrams_to_send(now))  # keep the order
+            self._hand_over_events(session)
+        else:
+            self._hand_over(endpoint, session, now)
 
     def _flush_nowait(self, now: float) -> None:
         """:meth:`_flush_here` without blocking: what the kernel refuses now
@@ -146,11 +165,7 @@ class Node:
         if session is None or endpoint is None:
             self._wake()
             return
-        if self._unsent:
-            self._unsent.extend(session.datagrams_to_send(now))  # keep the order
-            self._hand_over_events(session)
-        else:
-            self._hand_over(endpoint, session, now)
+        self._queue_output(endpoint, session, now)
         if self._unsent:
             self._wake()
         else:
@@ -235,8 +250,8 @@ class Node:
             self._unsent.extend(out)
             await self._flush_here(now)
         else:
-            for data, addr in out:
-                await endpoint.send(data, addr)
+            self._unsent.extend(_send_what_fits(endpoint, out))
+            await self._send_unsent(endpoint)
         await trio.lowlevel.checkpoint()
 
     def _send_sealed_nowait(self, out: list[tuple[bytes, tuple[str, int]]]) -> None:

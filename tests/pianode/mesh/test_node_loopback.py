@@ -10,6 +10,7 @@ the file runs in a few seconds of real time; every wait is bounded.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -358,6 +359,49 @@ async def test_what_a_task_sends_while_the_driver_sends_refused_datagrams_goes_b
             while len(got) < 3:
                 await trio.sleep(0.01)
         assert got == [b"one", b"two", b"three"]
+
+
+async def test_two_tasks_that_send_refused_datagrams_send_each_once_in_order() -> None:
+    # The guest's driver sends two frames the kernel refused and waits for the socket; a task that sends
+    # a frame meanwhile (Node.broadcast) waits behind them rather than sending them a second time: each
+    # frame goes out once, in order, and the task returns once all have gone.
+    quiet = {"keepalive_interval": 3.0, "rtt_interval": 1.0, "rtt_probe_rate": 1.0}  # (a timer a second)
+    async with _host_and_guest(68, **quiet) as (host, guest):
+        got: list[bytes] = []
+        host.set_data_handler(lambda index, data, reliable: got.append(data))
+        await trio.sleep(0.1)
+        endpoint = guest._endpoint
+        assert endpoint is not None
+        sent: list[bytes] = []
+        refusing, gate = True, trio.Event()
+        send_all_nowait, send = endpoint.send_all_nowait, endpoint.send
+
+        def refuse_all(out: list[tuple[bytes, tuple[str, int]]]) -> int:
+            return 0 if refusing else send_all_nowait(out)
+
+        async def send_after_the_gate(data: bytes, addr: tuple[str, int]) -> None:
+            await gate.wait()
+            sent.append(data)
+            await send(data, addr)
+
+        endpoint.send_all_nowait = refuse_all  # type: ignore[method-assign]
+        endpoint.send = send_after_the_gate  # type: ignore[method-assign]
+        guest.broadcast_nowait(b"one", reliable=False)
+        guest.broadcast_nowait(b"two", reliable=False)
+        await trio.sleep(0.05)  # (the guest's driver waits to send "one")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(guest.broadcast, b"three", reliable=False))
+            await trio.sleep(0.05)
+            gate.set()
+        # Each datagram went once (with the frames, what the guest's timers sent meanwhile), and broadcast
+        # returned once every one had gone.
+        assert len(sent) >= 3 and len(set(sent)) == len(sent) and not guest._unsent
+        with trio.fail_after(5):
+            while len(got) < 3:
+                await trio.sleep(0.01)
+        await trio.sleep(0.05)
+        assert got == [b"one", b"two", b"three"]
+        assert host.statistics()["drops"] == {}
 
 
 async def _guest_hears_from(host: Node, guest: Node) -> None:
