@@ -136,8 +136,9 @@ class Node:
         """Send the datagrams the kernel refused, oldest first, waiting for the socket as needed; returns
         once none is left.  Each leaves ``_unsent`` only once it is sent, so what other tasks queue
         meanwhile goes behind it; one task sends them at a time (another waits until it is done)."""
-        if self._draining is not None:
+        while self._draining is not None:
             await self._draining.wait()
+        if not self._unsent:
             return
         self._draining = done = trio.Event()
         try:
