@@ -328,6 +328,29 @@ async def test_receive_nowait_from_the_nodes_own_handler_reads_nothing() -> None
         assert got == [*frames, b"frame 0 answered"] and nested == [0] * 6
 
 
+class _FullSocket:
+    """A node's socket whose kernel takes nothing without blocking while ``refusing``, and whose blocking
+    sends wait until ``gate`` is set (the socket is full until then); ``sent`` keeps what went, in order."""
+
+    def __init__(self, node: Node) -> None:
+        endpoint = node._endpoint
+        assert endpoint is not None
+        self.refusing, self.gate = True, trio.Event()
+        self.sent: list[bytes] = []
+        send_all_nowait, send = endpoint.send_all_nowait, endpoint.send
+
+        def refuse_all(out: list[tuple[bytes, tuple[str, int]]]) -> int:
+            return 0 if self.refusing else send_all_nowait(out)
+
+        async def send_after_the_gate(data: bytes, addr: tuple[str, int]) -> None:
+            await self.gate.wait()
+            self.sent.append(data)
+            await send(data, addr)
+
+        endpoint.send_all_nowait = refuse_all  # type: ignore[method-assign]
+        endpoint.send = send_after_the_gate  # type: ignore[method-assign]
+
+
 async def test_what_a_task_sends_while_the_driver_sends_refused_datagrams_goes_behind_them() -> None:
     # The kernel refused two frames, and the driver sends them when the socket takes them again; a frame
     # another task sends while the driver waits for the socket goes out after them, not before.
@@ -335,26 +358,13 @@ async def test_what_a_task_sends_while_the_driver_sends_refused_datagrams_goes_b
         got: list[bytes] = []
         host.set_data_handler(lambda index, data, reliable: got.append(data))
         await trio.sleep(0.1)
-        endpoint = guest._endpoint
-        assert endpoint is not None
-        refusing, gate = True, trio.Event()
-        send_all_nowait, send = endpoint.send_all_nowait, endpoint.send
-
-        def refuse_all(out: list[tuple[bytes, tuple[str, int]]]) -> int:
-            return 0 if refusing else send_all_nowait(out)
-
-        async def send_after_the_gate(data: bytes, addr: tuple[str, int]) -> None:
-            await gate.wait()  # (the socket is full until the gate opens)
-            await send(data, addr)
-
-        endpoint.send_all_nowait = refuse_all  # type: ignore[method-assign]
-        endpoint.send = send_after_the_gate  # type: ignore[method-assign]
+        socket = _FullSocket(guest)
         guest.broadcast_nowait(b"one", reliable=False)
         guest.broadcast_nowait(b"two", reliable=False)
         await trio.sleep(0.05)  # (the guest's driver waits to send "one")
-        refusing = False
+        socket.refusing = False
         guest.broadcast_nowait(b"three", reliable=False)
-        gate.set()
+        socket.gate.set()
         with trio.fail_after(5):
             while len(got) < 3:
                 await trio.sleep(0.01)
@@ -370,32 +380,17 @@ async def test_two_tasks_that_send_refused_datagrams_send_each_once_in_order() -
         got: list[bytes] = []
         host.set_data_handler(lambda index, data, reliable: got.append(data))
         await trio.sleep(0.1)
-        endpoint = guest._endpoint
-        assert endpoint is not None
-        sent: list[bytes] = []
-        refusing, gate = True, trio.Event()
-        send_all_nowait, send = endpoint.send_all_nowait, endpoint.send
-
-        def refuse_all(out: list[tuple[bytes, tuple[str, int]]]) -> int:
-            return 0 if refusing else send_all_nowait(out)
-
-        async def send_after_the_gate(data: bytes, addr: tuple[str, int]) -> None:
-            await gate.wait()
-            sent.append(data)
-            await send(data, addr)
-
-        endpoint.send_all_nowait = refuse_all  # type: ignore[method-assign]
-        endpoint.send = send_after_the_gate  # type: ignore[method-assign]
+        socket = _FullSocket(guest)
         guest.broadcast_nowait(b"one", reliable=False)
         guest.broadcast_nowait(b"two", reliable=False)
         await trio.sleep(0.05)  # (the guest's driver waits to send "one")
         async with trio.open_nursery() as nursery:
             nursery.start_soon(functools.partial(guest.broadcast, b"three", reliable=False))
             await trio.sleep(0.05)
-            gate.set()
+            socket.gate.set()
         # Each datagram went once (with the frames, what the guest's timers sent meanwhile), and broadcast
         # returned once every one had gone.
-        assert len(sent) >= 3 and len(set(sent)) == len(sent) and not guest._unsent
+        assert len(socket.sent) >= 3 and len(set(socket.sent)) == len(socket.sent) and not guest._unsent
         with trio.fail_after(5):
             while len(got) < 3:
                 await trio.sleep(0.01)
