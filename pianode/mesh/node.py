@@ -534,7 +534,10 @@ class Node:
                     self._wake()  # more wait than one call reads: the driver reads the rest now, not next tick
         finally:
             self._reading = False
-        self._flush_nowait(now)
+        if self._unsent or session.needs_flush():
+            self._flush_nowait(now)
+        else:
+            self._sooner(session.get_timer())  # (what _flush_nowait ends with; what it read may have moved it)
         return total
 
     def set_polled(self, polled: bool, tick: float = 0.0) -> None:

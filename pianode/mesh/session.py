@@ -297,6 +297,12 @@ class MeshSession:
         """Whether :meth:`datagrams_to_send` has something to send right now."""
         return self.outbox.has_output()
 
+    def needs_flush(self) -> bool:
+        """Whether a flush (:meth:`datagrams_to_send`, then the events) has anything to do now: output
+        queued, events waiting, or a leave that may complete (:meth:`Membership.after_flush`).  After a
+        read that queued nothing (a frame clock's read of every station, most ticks) it has none."""
+        return self.outbox.has_output() or bool(self._events) or self.membership.leaving
+
     def datagrams_to_send(self, now: float) -> list[Datagram]:
         out = self.outbox.datagrams_to_send(now)
         if self.codec is not None:

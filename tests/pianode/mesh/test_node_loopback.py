@@ -442,6 +442,24 @@ async def test_a_polled_node_leaves_its_socket_to_its_caller_and_still_runs_its_
         assert in_readiness_polling(fd) and not host.polled
 
 
+async def test_a_polled_station_that_leaves_closes_in_its_callers_read_of_the_last_ack() -> None:
+    # A read that queues nothing sends nothing (Node.receive_nowait skips the flush), except while the
+    # station leaves: the read of the acks of its leave is what completes it.  The driver, polled with a
+    # 1-s tick, would wake for that only 2 s after its next timer.
+    async with _host_and_guest(71) as (host, guest):
+        guest.set_polled(True, 1.0)
+        await trio.sleep(0.05)  # (the driver's wake-up for set_polled)
+        session = guest.session
+        assert session is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(guest.leave, 5.0)
+            with trio.fail_after(0.5):
+                while not session.closed:
+                    guest.receive_nowait()
+                    await trio.sleep(0.01)
+        assert host.session is not None and not host.session.closed
+
+
 async def test_a_polled_nodes_timers_run_in_its_callers_reads_and_its_driver_sleeps_while_it_keeps_its_tick() -> None:
     # Node.set_polled(True, tick): the caller's receive_nowait runs the session's due timers (its RTT
     # probes and keep-alives still reach the guest), and the driver, whose wake-up for a timer is two

@@ -872,3 +872,47 @@ def test_a_frame_for_every_station_takes_the_fast_lane() -> None:
     h._send_all()
     assert received(h, 1, reliable=False) == {s0.index: [b"frame"]}
     assert received(h, 2, reliable=False) == {s0.index: [b"frame"]}
+
+
+@pytest.mark.parametrize("version", ["5.18", "5.29"])
+def test_a_session_that_needs_no_flush_has_none_to_do(version: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Node.receive_nowait skips the flush after a read when MeshSession.needs_flush() is False (a frame
+    # clock's read of every station, most ticks): a flush then must send nothing, hand over no event and
+    # close nothing.  Checked before every flush of a mesh's life: data both ways, then a station that
+    # leaves while its data is in flight and its first packets are lost (the last ack it waits for may
+    # be a data ack, which touches nothing), then the host leaving (migration).
+    h = BatchHarness(4, version=version)
+    group = form(h)
+    skipped: list[int] = []
+    flush = MeshSession.datagrams_to_send
+
+    def checked(session: MeshSession, now: float) -> list[tuple[bytes, tuple[str, int]]]:
+        needs, closed, events = session.needs_flush(), session.closed, session.has_events()
+        out = flush(session, now)
+        if not needs:
+            skipped.append(1)
+            assert (out, session.closed, events, session.has_events()) == ([], closed, False, False)
+        return out
+
+    monkeypatch.setattr(MeshSession, "datagrams_to_send", checked)
+    exchange(h, group, 3)
+    sender, receiver = group[1], group[3]  # unreliable data: an event, and nothing to send back
+    assert receiver.index is not None
+    sender.send(receiver.index, b"frame", reliable=False, now=h.now)
+    for data, _ in flush(sender, h.now):
+        receiver.receive_datagram(data, sender.local_address, h.now)
+    assert receiver.has_events() and not receiver.has_output() and receiver.needs_flush()
+    leaver = group[2]
+    lost_until = h.now + 0.3
+    h.hook = lambda data, src, dst: None if src == leaver.local_address and h.now < lost_until else data
+    for index in (0, 1, 3):
+        leaver.send(index, b"last words", reliable=True, now=h.now)
+    leaver.leave(h.now)
+    flush(leaver, h.now)  # (lost)
+    assert not leaver.has_output() and leaver.needs_flush()  # a leave may complete in any flush
+    rest = [group[0], group[1], group[3]]
+    assert h.run_until(lambda: leaver.closed and all(len(s.table) == 3 for s in rest), 10.0)
+    h.hook = None
+    group[0].leave(h.now)
+    assert h.run_until(lambda: group[0].closed and group[1].table.host_index == 1, 10.0)
+    assert len(skipped) > 20
