@@ -76,7 +76,7 @@ class Inbound:
 
     __slots__ = ("opener", "codec", "index", "replay", "complete", "plan", "prefix", "header_size", "footer_at", "nonce_lead", "nonce_at",
                  "tag_at", "open_one", "decrypt", "tag_error", "open_many", "message_header_size",
-                 "frame_length", "frame_stop", "frame_head", "frame_tail", "shape", "frame", "in_order")  # fmt: skip
+                 "shape", "frame", "in_order")  # fmt: skip
 
     def __init__(
         self, opener: tuple[tuple[object, ...], StreamOpener | None], codec: object, index: int, replay: Any, plan: OpenPlan
@@ -94,10 +94,9 @@ class Inbound:
         #: The fields above that the receive loop reads for every datagram, in one tuple (one read, then locals).
         self.shape = (self.prefix, self.header_size, self.footer_at, self.nonce_lead, self.nonce_at, self.tag_at,
                       self.decrypt, self.tag_error)  # fmt: skip
-        # The last frame's shape: its body's length, where its payload ends, its message header (size
-        # included) and padding; a body of that length, head and end passes the plan's message checks.
-        self.frame_length, self.frame_stop, self.frame_head, self.frame_tail = -1, 0, b"", b""
-        #: The same as one tuple, with where the payload starts: (length, head, tail, start, stop).
+        #: The last frame's shape: ``(length, head, tail, start, stop)``, its body's length, its message header
+        #: (size included), its padding, and where its payload starts and ends; a body of that length, head
+        #: and end passes the plan's message checks.
         self.frame: tuple[int, bytes, bytes, int, int] = (-1, b"", b"", 0, 0)
         #: Whether the replay filter is the plain one, whose in-order case the receive loop takes inline.
         self.in_order = type(replay) is NonceReplayFilter
@@ -219,9 +218,8 @@ def _frame_stop(ib: Inbound, body: bytes) -> int:
     stop = payload_end(ib.plan, body)
     if not stop:
         return 0
-    ib.frame_length, ib.frame_stop = len(body), stop
-    ib.frame_head, ib.frame_tail = _shared(body[: ib.message_header_size]), _shared(body[stop:])
-    ib.frame = (ib.frame_length, ib.frame_head, ib.frame_tail, ib.message_header_size, stop)
+    start = ib.message_header_size
+    ib.frame = (len(body), _shared(body[:start]), _shared(body[stop:]), start, stop)
     return stop
 
 

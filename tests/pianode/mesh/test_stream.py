@@ -95,7 +95,7 @@ def test_a_tampered_or_replayed_frame_is_dropped_and_counted() -> None:
 
 @pytest.mark.parametrize("backend", ["cryptography", "pycryptodome"])
 def test_frames_of_every_size_come_through_the_batch_path(backend: str) -> None:
-    # The receive loop keeps the last frame's shape (Inbound.frame_*); frames that change size, come back
+    # The receive loop keeps the last frame's shape (Inbound.frame); frames that change size, come back
     # to an earlier size or carry nothing must each give their own payload, as the one-by-one path does.
     one, twin = _formed("5.18", backend), _formed("5.18", backend)
     sizes = [10, 10, 30, 10, 0, 62, 62, 1, 15, 16, 17, 300, 17, 10]
