@@ -41,7 +41,6 @@ from pianode.mesh.config import MAX_DATAGRAM
 from pianode.mesh.packet_ids import NONCE_MASK
 from pianode.mesh.events import DataReceived
 from pianode.mesh.peer import Peer
-from pianode.mesh.replay import NonceReplayFilter
 from pianode.mesh.stats import DropReason
 from protocols.errors import AuthenticationError, DecodeError
 from protocols.pia.packet_fast import StreamOpener
@@ -76,7 +75,7 @@ class Inbound:
 
     __slots__ = ("opener", "codec", "index", "replay", "complete", "plan", "prefix", "header_size", "footer_at", "nonce_lead", "nonce_at",
                  "tag_at", "open_one", "decrypt", "tag_error", "open_many", "message_header_size",
-                 "shape", "frame", "in_order")  # fmt: skip
+                 "frame")  # fmt: skip
 
     def __init__(
         self, opener: tuple[tuple[object, ...], StreamOpener | None], codec: object, index: int, replay: Any, plan: OpenPlan
@@ -91,15 +90,10 @@ class Inbound:
         self.nonce_lead, self.nonce_at, self.tag_at = _shared(plan.nonce_lead), plan.nonce_at, plan.tag_at
         self.open_one, self.decrypt, self.tag_error, self.open_many = plan.open_one, plan.decrypt, plan.tag_error, plan.open_many
         self.message_header_size = plan.message_header_size
-        #: The fields above that the receive loop reads for every datagram, in one tuple (one read, then locals).
-        self.shape = (self.prefix, self.header_size, self.footer_at, self.nonce_lead, self.nonce_at, self.tag_at,
-                      self.decrypt, self.tag_error)  # fmt: skip
         #: The last frame's shape: ``(length, head, tail, start, stop)``, its body's length, its message header
         #: (size included), its padding, and where its payload starts and ends; a body of that length, head
         #: and end passes the plan's message checks.
         self.frame: tuple[int, bytes, bytes, int, int] = (-1, b"", b"", 0, 0)
-        #: Whether the replay filter is the plain one, whose in-order case the receive loop takes inline.
-        self.in_order = type(replay) is NonceReplayFilter
 
 
 def _inbound(peer: Peer, codec: object) -> Inbound | None:
@@ -135,25 +129,22 @@ def receive_batch(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], 
                 if ib is None or ib.codec is not codec or ib.opener is not peer.opener:
                     ib = _inbound(peer, codec)
                 # OpenPlan, inline: the stream's shape, the tag, then the message.
-                if ib is not None:
-                    prefix, header_size, footer_at, nonce_lead, nonce_at, tag_at, decrypt, tag_error = ib.shape
-                    fits = header_size <= len(data) <= MAX_DATAGRAM and data.startswith(prefix) and not (footer_at and data[footer_at])
-                else:
-                    fits = False  # (no stream: the general path below)
-                if fits:
-                    header_nonce = data[nonce_at:tag_at]
+                if (ib is not None and ib.header_size <= len(data) <= MAX_DATAGRAM and data.startswith(ib.prefix)
+                        and not (ib.footer_at and data[ib.footer_at])):  # fmt: skip
+                    tag_at = ib.tag_at
+                    header_nonce = data[ib.nonce_at : tag_at]
                     # Opened with the others by this very Inbound's plan, or now.  (A tag that fails:
                     # judged in full below, and dropped there as a bad tag.)
                     if opened is not None and (got := opened.get(i)) is not None and got[0] is ib:
                         body = got[1] or b""
-                    elif decrypt is not None:
+                    elif ib.decrypt is not None:
                         try:
-                            body = decrypt(nonce_lead + header_nonce, data[header_size:] + data[tag_at:header_size], None)
-                        except tag_error:
+                            body = ib.decrypt(ib.nonce_lead + header_nonce, data[ib.header_size :] + data[tag_at : ib.header_size], None)
+                        except ib.tag_error:
                             body = b""
                     else:
                         try:
-                            body = ib.open_one(nonce_lead + header_nonce, data[header_size:], data[tag_at:header_size])
+                            body = ib.open_one(ib.nonce_lead + header_nonce, data[ib.header_size :], data[tag_at : ib.header_size])
                         except AuthenticationError:
                             body = b""
                     # The message: the stream's (the constant bytes, the size, the padding), of the last
@@ -165,21 +156,10 @@ def receive_batch(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], 
                     if stop:
                         # _receive_lone's steps for unreliable data but those the constant bytes took
                         replay = ib.replay
-                        value = int.from_bytes(header_nonce[-7:], "big")
-                        # NonceReplayFilter.accept_value, inline for its common case: a value above every one
-                        # before it, nothing fenced (tests/pianode/mesh/test_session_receive_batch.py pins the
-                        # loop to receive_datagram, the filter's state included, over replays and reordering).
-                        top = replay._top
-                        if ib.in_order and value > top >= 0 and not replay.fences:
-                            up = value - top
-                            replay._recent = ((replay._recent << up) | 1) & replay._full if up < replay.window else 1
-                            replay._top = value
-                            replay.advanced = True
-                            peer.last_heard = now
-                        elif not replay.accept_value(value):
+                        if not replay.accept_value(int.from_bytes(header_nonce[-7:], "big")):
                             session._tally.drop(DropReason.REPLAYED)
                             continue
-                        elif replay.advanced:  # (see Links.fresh)
+                        if replay.advanced:  # (see Links.fresh)
                             peer.last_heard = now
                         peer.packets_received += 1
                         delivered += 1
@@ -221,7 +201,6 @@ def _frame_stop(ib: Inbound, body: bytes) -> int:
     start = ib.message_header_size
     ib.frame = (len(body), _shared(body[:start]), _shared(body[stop:]), start, stop)
     return stop
-
 
 
 def _open_together(session: Any, batch: Sequence[tuple[bytes, tuple[str, int]]], codec: object) -> dict[int, tuple[Inbound, bytes | None]]:
