@@ -11,7 +11,7 @@ import trio
 
 from pianode.mesh import mmsg
 from pianode.mesh.config import MAX_DATAGRAM
-from pianode.mesh.udp import RECEIVE_SIZE, UdpEndpoint, open_udp_endpoint
+from pianode.mesh.udp import RECEIVE_SIZE, SENDMMSG_FROM, UdpEndpoint, open_udp_endpoint
 from udp_sockets import in_readiness_polling
 
 SIZES = [0, 1, 110, 1500, MAX_DATAGRAM, MAX_DATAGRAM + 1, MAX_DATAGRAM + 700, 9000]
@@ -316,12 +316,15 @@ async def test_a_datagram_the_kernel_refuses_is_counted_and_the_rest_go(batched:
     listeners = _listeners(1)
     try:
         target = listeners[0].getsockname()
+        # (long enough to go by sendmmsg where it is in use: SENDMMSG_FROM)
+        tail = [(bytes([k]) * 40, target) for k in range(SENDMMSG_FROM)]
         out = [(b"a" * 40, target), (b"b" * 40, target), (b"bad port", (target[0], 0)), (b"c" * 40, target),
-               (b"x" * 66000, target), (b"d" * 40, target), (b"e" * 40, target)]  # fmt: skip
+               (b"x" * 66000, target), (b"d" * 40, target), (b"e" * 40, target), *tail]  # fmt: skip
         assert endpoint.send_all_nowait(out) == len(out)
         assert endpoint.send_errors == 2
         await trio.sleep(0.05)
-        assert [d for d, _ in _heard(listeners[0], 10)] == [b"a" * 40, b"b" * 40, b"c" * 40, b"d" * 40, b"e" * 40]
+        assert [d for d, _ in _heard(listeners[0], len(out) + 1)] == [b"a" * 40, b"b" * 40, b"c" * 40, b"d" * 40, b"e" * 40,
+                                                                      *(d for d, _ in tail)]  # fmt: skip
     finally:
         listeners[0].close()
         endpoint.close()
@@ -348,6 +351,34 @@ def test_a_batch_sender_sends_what_fits_its_buffer_and_leaves_the_rest() -> None
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sendmmsg is Linux's")
+@pytest.mark.parametrize("count", [2, SENDMMSG_FROM - 1, SENDMMSG_FROM, 31])
+async def test_a_short_batch_goes_by_sendto_and_a_long_one_by_sendmmsg(count: int) -> None:
+    # A sendmmsg call costs more than a few sendto calls (udp.SENDMMSG_FROM): a batch shorter than that
+    # goes datagram by datagram, a longer one (a frame to 31 stations) in calls of the batch sender; both
+    # arrive whole and in order.
+    endpoint = await open_udp_endpoint(("127.0.78.105", 0))
+    listener = _listeners(1)[0]
+    try:
+        assert endpoint._batch_send is not None
+        calls: list[int] = []
+        call = endpoint._batch_send._call
+
+        def counted(fd: int, headers: int, n: int, flags: int) -> int:
+            calls.append(n)
+            return call(fd, headers, n, flags)
+
+        endpoint._batch_send._call = counted
+        out = [(bytes([k]) * 40, listener.getsockname()) for k in range(count)]
+        assert endpoint.send_all_nowait(out) == count and endpoint.send_errors == 0
+        assert calls == ([count] if count >= SENDMMSG_FROM else [])
+        await trio.sleep(0.05)
+        assert _heard(listener, count + 1) == [(data, endpoint.address) for data, _ in out]
+    finally:
+        listener.close()
+        endpoint.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sendmmsg is Linux's")
 async def test_a_batch_stops_where_the_kernel_takes_no_more_and_returns_how_many_went() -> None:
     # The kernel's "would block" after some datagrams of a call (EAGAIN): send_all_nowait returns how
     # many went, in order, and counts no error; the rest are the caller's to send later.
@@ -367,9 +398,10 @@ async def test_a_batch_stops_where_the_kernel_takes_no_more_and_returns_how_many
             return -1
 
         endpoint._batch_send._call = kernel
-        out = [(bytes([k]) * 20, ("127.0.78.104", 9)) for k in range(10)]
+        count = SENDMMSG_FROM + 4  # (long enough to go by sendmmsg)
+        out = [(bytes([k]) * 20, ("127.0.78.104", 9)) for k in range(count)]
         assert endpoint.send_all_nowait(out) == 3
-        assert calls == [10, 7] and endpoint.send_errors == 0
+        assert calls == [count, count - 3] and endpoint.send_errors == 0
     finally:
         endpoint.close()
 
