@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from pianode.capture.decode import DECODED_PROTOCOLS, Decoder
 from pianode.capture.pcap import Datagram, open_capture
 from pianode.capture.session_file import load_session
+from protocols.pia.packet_values import LoneMessage
 from protocols.pia.subprotocols import decode_payload
 from protocols.pia.versions import Proto, profile_for
 
@@ -136,3 +137,44 @@ def test_protocols_without_a_decoded_form_have_none(proto: Proto, port: int, pay
     """The decoder skips the sub-protocol decoders for these (DECODED_PROTOCOLS): they would give nothing."""
     assert decode_payload(proto, port, payload, profile_for(version)) is None
     assert proto is not Proto.LAN
+
+
+def test_the_recordings_hold_lone_rtt_messages_with_their_decoded_form(
+    recordings: dict[str, tuple[list[Datagram], dict[str, Any]]],
+) -> None:
+    """The recordings carry what the fast text writes a decoded form for (so the tests above compare it)."""
+    for name in ("5.18", "5.29"):
+        datagrams, session = recordings[name]
+        dec = Decoder(load_session(None, session))
+        lines = [json.loads(dec.json_line(d)) for d in datagrams]
+        rtt = [m for line in lines for m in (line["messages"] or []) if len(line["messages"]) == 1 and m["protocol"] == "rtt"]
+        assert rtt and all(m["decoded"]["type"] == "RttMessage" for m in rtt), name
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    payload=st.one_of(
+        # RTT messages as they come (request or response, any time), with other padding, of another kind, cut
+        st.builds(lambda kind, pad, time: kind.to_bytes(4, "big") + pad + time.to_bytes(8, "big"),
+                  st.sampled_from([0, 1, 2, 0xFFFFFFFF]), st.sampled_from([bytes(4), b"\x00\x00\x00\x01", b"\xff" * 4]),
+                  st.integers(0, 2**64 - 1)),  # fmt: skip
+        st.binary(max_size=24),
+    ),
+    port=st.integers(0, 2),
+    name=st.sampled_from(["5.18", "5.29"]),
+)
+def test_a_lone_rtt_message_gives_the_general_text(
+    recordings: dict[str, tuple[list[Datagram], dict[str, Any]]], payload: bytes, port: int, name: str
+) -> None:
+    """The fast text of a lone RTT message (its decoded form written directly) is the general builder's."""
+    datagrams, session = recordings[name]
+    dec = Decoder(load_session(None, session))
+    profile = profile_for(name)
+    for d in datagrams:  # (the decoder learns the protocol ids as it reads)
+        dec.json_line(d)
+    rtt = profile.protocol_ids[Proto.RTT]
+    lone = LoneMessage((), rtt, port, payload, 1, 2, None, 0, 0, (), 1, 0, None)
+    fast, fast_error = dec._lone_message_text(profile, lone)
+    msg, error = dec._message_json(profile, 1, rtt, port, 2, None, None, payload)
+    assert fast == json.dumps(msg) and fast_error == error
+
