@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pianode.capture.decode import DECODED_PROTOCOLS, Decoder
+from pianode.capture.json_text import _header_text, header_fields_json
 from pianode.capture.pcap import Datagram, open_capture
 from pianode.capture.session_file import load_session
 from protocols.pia.packet_values import LoneMessage
@@ -178,3 +179,22 @@ def test_a_lone_rtt_message_gives_the_general_text(
     msg, error = dec._message_json(profile, 1, rtt, port, 2, None, None, payload)
     assert fast == json.dumps(msg) and fast_error == error
 
+
+_OPTIONAL_INT = st.one_of(st.none(), st.integers(0, 2**32 - 1))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    version=st.sampled_from(["5.3", "5.9", "5.18", "5.23", "5.29", "5.45", "6.16", "6.32"]),
+    fields=st.tuples(
+        st.booleans(), st.integers(0, 0xFFFF), st.integers(0, 255), st.one_of(st.none(), st.integers(0, 255)),
+        _OPTIONAL_INT, _OPTIONAL_INT, _OPTIONAL_INT, _OPTIONAL_INT, st.integers(0, 255), st.integers(0, 255),
+        st.integers(0, 255), st.binary(max_size=8), st.binary(max_size=16),
+    ),
+    footer=st.lists(st.integers(0, 0xFFFF), max_size=32).map(tuple),
+)
+def test_the_header_text_is_json_of_the_header_fields(version: str, fields: tuple[Any, ...], footer: tuple[int, ...]) -> None:
+    """The fast path's header text (every header format, with and without version byte and nonce) is
+    ``json.dumps`` of the general path's header object."""
+    profile = profile_for(version)
+    assert _header_text(profile, fields, footer) == json.dumps(header_fields_json(profile, fields, footer))
