@@ -43,8 +43,6 @@ import attrs
 from protocols.pia import session6
 from pianode.capture.frames import cut_size
 from pianode.capture.json_text import (
-    _FRAME_KEY,
-    _NAME_KEY,
     _flat_decoded_text,
     _header_text,
     _json_text,
@@ -81,6 +79,9 @@ from protocols.pia.versions import (
 )
 
 __all__ = ["KINDS", "DecodeResult", "Decoder", "FlowTracker", "candidate_profiles", "to_jsonable"]
+
+#: The keys of the line's optional fields, as JSON text.
+_FRAME_KEY, _NAME_KEY = '"frame"', '"name"'
 
 KINDS = ("pia", "lan-browse-request", "lan-browse-reply", "ldn-discovery", "prudp", "unknown")
 
@@ -426,7 +427,7 @@ class Decoder:
         zflag = profile.zlib_flag
         # unseen, to inflate, or pianode's 6.x session management (decoded by the general builder)
         general = known is None or known[2] or bool(zflag is not None and lone.flags & zflag)
-        decoded_text = ""
+        decoded, decoded_text = None, ""
         if not general and known[1] in DECODED_PROTOCOLS:  # type: ignore[index]
             try:
                 decoded = self._decode_known(known[1], lone.protocol_port, lone.payload, profile)  # type: ignore[index]
@@ -437,17 +438,12 @@ class Decoder:
                     # The decoded form: written here where it is flat (an RTT message: in a 16-station 5.29 recording
                     # 7,310 of the 15,855 datagrams that are not frames), else by the general builder, which is given it.
                     text = _flat_decoded_text(decoded)
-                    if text is None:
-                        msg, error = self._message_json(
-                            profile, lone.flags, lone.protocol_type, lone.protocol_port, lone.destination,
-                            lone.source_constant_id, None, lone.payload, decoded=decoded,
-                        )
-                        return _to_json_text(msg), error
+                    general = text is None
                     decoded_text = f', "decoded": {text}'
         if general:
             msg, error = self._message_json(
                 profile, lone.flags, lone.protocol_type, lone.protocol_port, lone.destination,
-                lone.source_constant_id, None, lone.payload,
+                lone.source_constant_id, None, lone.payload, decoded=decoded,
             )
             return _to_json_text(msg), error
         assert known is not None

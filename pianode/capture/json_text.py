@@ -62,7 +62,6 @@ def to_jsonable(value: Any) -> Any:
 _to_json_text = json.JSONEncoder().encode
 #: A string as JSON text (what ``json.dumps`` writes for it: ASCII, escaped).
 _json_text = json_encoder.encode_basestring_ascii
-_FRAME_KEY, _NAME_KEY = '"frame"', '"name"'
 
 
 def _text_or_null(text: str | None) -> str:
@@ -73,15 +72,7 @@ def _header_text(profile: VersionProfile, fields: tuple[Any, ...], footer: tuple
     """The JSON text of :func:`header_fields_json`'s object, for a header whose numbers are ints."""
     encrypted, packet_id, connection_id, version, st, dt, dvid, svid, fsize, psize, pflags, nonce, tag = fields
     fmt = profile.header_format
-    if (fmt is HeaderFormat.E or fmt is HeaderFormat.F) and version is not None and nonce:
-        # The 5.27+ and 6.16-6.30 headers as they come (a version byte, a nonce): the steps below in one text.
-        footer_text = "" if profile.footer == "none" else f', "footer": [{", ".join(map(str, footer))}]'
-        return (
-            f'{{"format": {_json_text(fmt._value_)}, "encrypted": {"true" if encrypted else "false"}, "packet_id": {packet_id:d},'
-            f' "version": {version:d}, "destination_variable_id": {_int_text(dvid)}, "source_variable_id": {_int_text(svid)},'
-            f' "footer_size": {fsize:d}, "nonce": "{nonce.hex()}", "tag": "{tag.hex()}"{footer_text}}}'
-        )
-    parts = [f'{{"format": {_json_text(fmt.value)}, "encrypted": {"true" if encrypted else "false"}, "packet_id": {packet_id:d}']
+    parts = [f'{{"format": {_json_text(fmt._value_)}, "encrypted": {"true" if encrypted else "false"}, "packet_id": {packet_id:d}']
     if version is not None:
         parts.append(f'"version": {version:d}')
     if fmt in _CONNECTION_ID_FORMATS:
