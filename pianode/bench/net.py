@@ -72,7 +72,7 @@ from pianode.mesh.config import NodeConfig
 from pianode.mesh.events import DataReceived
 from pianode.mesh.node import Node, open_node
 
-__all__ = ["bench_memory", "bench_receive", "bench_rtt", "profile_hot_paths"]
+__all__ = ["PROFILED", "bench_memory", "bench_receive", "bench_rtt", "profile_hot_paths"]
 
 WINDOW = 1024  # datagrams in flight beyond what the receiver consumed
 _COUNTER = struct.Struct("<QQ")  # consumed, stop flag
@@ -736,8 +736,13 @@ def _top(path: str, count: int = 25) -> str:
     return out.getvalue()
 
 
+#: The sections ``--profile`` profiles (profile_hot_paths), in the order it does.
+PROFILED = ("receive", "session")
+
+
 def profile_hot_paths(budget: Budget, sections: Sequence[str], progress: Callable[[str], None] | None = None) -> dict[str, str]:
-    """cProfile the receive path and the bench's real-time session, shorter; returns {name: pstats path}."""
+    """cProfile the receive path and the bench's real-time session, shorter, those of :data:`PROFILED` among
+    *sections* (at least one: budget_from_args refuses a run with none); returns {name: pstats path}."""
     assert budget.profile_dir is not None
     os.makedirs(budget.profile_dir, exist_ok=True)
     written: dict[str, str] = {}

@@ -149,7 +149,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="session: the station processes' scheduling class, as pianode mesh --scheduling (default auto)")
     p.add_argument("--floor-seconds", type=float, default=None,
                    help="session: seconds of the bare-Python frame loop before each run, and again after it (default 2)")
-    p.add_argument("--profile", metavar="DIR", default=None, help="also profile the receive path and the session (cProfile, DIR/*.pstats)")
+    p.add_argument("--profile", metavar="DIR", default=None, help="also profile the receive path and the session, those of them among --sections (cProfile, DIR/*.pstats)")
 
 
 def budget_from_args(args: argparse.Namespace) -> Budget:
@@ -187,6 +187,10 @@ def budget_from_args(args: argparse.Namespace) -> Budget:
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
         problems.append(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    elif budget.profile_dir is not None and not set(net.PROFILED) & set(args.sections):
+        # (net.profile_hot_paths would make the folder and write nothing into it)
+        problems.append(f"--profile profiles the {' and the '.join(net.PROFILED)} sections, and --sections "
+                        f"{','.join(args.sections)} has neither: add one of them, or leave --profile out")  # fmt: skip
     if budget.repeats < 1 or budget.receive_rounds < 1 or budget.rtt_rounds < 1 or budget.formation_repeats < 1:
         problems.append("repeats and rounds must be at least 1")
     if budget.cell_seconds <= 0 or budget.receive_seconds <= 0 or budget.session_seconds <= 0 or budget.floor_seconds <= 0:

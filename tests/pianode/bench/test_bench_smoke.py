@@ -210,3 +210,35 @@ def test_the_bare_loop_split_over_processes_delivers_every_frame(backend: str) -
     assert split["processes"] == 2 and one["processes"] == 1
     assert split["frames"] == one["frames"] == 30 * 8 * 7
     assert 0 < split["socket_us_per_frame"] and 0 < split["cpu_us_per_frame"]
+
+
+def test_profile_with_no_profiled_section_is_refused_and_makes_no_folder(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --profile profiles the receive path and the session; asked for with neither among the sections it
+    # would profile nothing and leave an empty folder behind, so it is refused before anything runs.
+    where = tmp_path / "profiles" / "run1"
+    status = main(["bench", "--sections", "codec,rtt", "--profile", str(where)])
+    err = capsys.readouterr().err
+    assert status == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "--profile" in lines[0] and "receive" in lines[0] and "session" in lines[0] and "codec,rtt" in lines[0]
+    assert not (tmp_path / "profiles").exists()
+
+
+def test_profile_writes_what_it_profiled_for_each_profiled_section(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pstats
+
+    where = tmp_path / "profiles"
+    status = main(["bench", *TINY, "--sections", "session", "--profile", str(where)])
+    err = capsys.readouterr().err
+    assert status in (0, 1), err
+    # Only the section asked for: its cProfile data, which pstats reads, and the top of it as text.
+    assert sorted(p.name for p in where.iterdir()) == ["session.pstats", "session.txt"]
+    functions = {name for _, _, name in pstats.Stats(str(where / "session.pstats")).stats}
+    assert "receive_batch" in functions and "_ticks" in functions  # the node's receive loop, the frame clock
+    assert "tottime" in (where / "session.txt").read_text()
+    assert f"profile session: {where / 'session.pstats'}" in err
