@@ -45,6 +45,7 @@ from pianode.capture.frames import cut_size
 from pianode.capture.json_text import (
     _flat_decoded_text,
     _header_text,
+    _int_text,
     _json_text,
     _text_or_null,
     _to_json_text,
@@ -451,8 +452,8 @@ class Decoder:
         src = lone.source_constant_id
         return (
             f'{{"flags": {lone.flags:d}, "protocol_type": {lone.protocol_type:d}, "protocol_port": {lone.protocol_port:d},'
-            f' "protocol": {"null" if name is None else _json_text(name)}, "destination": {lone.destination:d},'
-            f' "source_constant_id": {"null" if src is None else format(src, "d")}, "payload": "{lone.payload.hex()}"'
+            f' "protocol": {_text_or_null(name)}, "destination": {lone.destination:d},'
+            f' "source_constant_id": {_int_text(src)}, "payload": "{lone.payload.hex()}"'
             f'{decoded_text}}}'
         ), None
 
